@@ -1,0 +1,494 @@
+//! Runs kubectl: an argv vector (never a shell), a timeout after which the
+//! process and its children are killed, a global concurrency limit, and
+//! stdout/stderr captured up to a cap (the tail is kept).
+
+use std::collections::VecDeque;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::process::Command;
+use tokio::sync::Semaphore;
+
+/// An error that prevented kubectl from running at all.
+#[derive(Debug, thiserror::Error)]
+pub enum KubectlError {
+    /// No kubectl executable was found.
+    #[error("kubectl not found on PATH; install it or pass --kubectl / KUBECTL")]
+    NotFound,
+    /// The configured kubectl path is not an executable file.
+    #[error("kubectl at {0} is not an executable file")]
+    NotExecutable(PathBuf),
+    /// The process could not be started.
+    #[error("cannot start {path}: {source}")]
+    Spawn {
+        /// The executable.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+/// How kubectl is run.
+#[derive(Debug, Clone)]
+pub struct KubectlConfig {
+    /// The executable.
+    pub path: PathBuf,
+    /// After this long the process group is killed.
+    pub timeout: Duration,
+    /// At most this many kubectl processes run at once.
+    pub max_concurrent: usize,
+    /// kubectl's `--cache-dir` (discovery and HTTP cache), kept between runs.
+    pub cache_dir: Option<PathBuf>,
+    /// Bytes kept of each of stdout and stderr (the tail).
+    pub output_cap: usize,
+}
+
+impl KubectlConfig {
+    /// Finds kubectl: `explicit` if given (it must be executable), else on PATH.
+    pub fn locate(explicit: Option<&Path>) -> Result<PathBuf, KubectlError> {
+        match explicit {
+            Some(path) => {
+                let resolved = which::which(path)
+                    .map_err(|_| KubectlError::NotExecutable(path.to_path_buf()))?;
+                Ok(resolved)
+            }
+            None => which::which("kubectl").map_err(|_| KubectlError::NotFound),
+        }
+    }
+}
+
+/// What one kubectl run did. Stored (trimmed) in every resource's status.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CommandRecord {
+    /// The command line, quoted for reading (it was run without a shell).
+    pub command: String,
+    /// The exit code; absent when the process was killed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// The tail of standard output.
+    pub stdout: String,
+    /// The tail of standard error.
+    pub stderr: String,
+    /// When the process started (RFC 3339).
+    pub started_at: String,
+    /// How long it ran.
+    pub duration_ms: u64,
+    /// True when it was killed at the timeout.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub timed_out: bool,
+}
+
+impl CommandRecord {
+    /// True when kubectl exited with code 0.
+    pub fn succeeded(&self) -> bool {
+        self.exit_code == Some(0) && !self.timed_out
+    }
+
+    /// A one-line summary of the outcome: the first meaningful output line.
+    pub fn summary(&self) -> String {
+        if self.timed_out {
+            return format!("kubectl timed out after {} ms", self.duration_ms);
+        }
+        let preferred = if self.succeeded() {
+            [&self.stdout, &self.stderr]
+        } else {
+            [&self.stderr, &self.stdout]
+        };
+        preferred
+            .iter()
+            .flat_map(|s| s.lines())
+            .map(str::trim)
+            .find(|l| !l.is_empty() && !l.starts_with("Warning:") && !l.starts_with("[output"))
+            .map(str::to_string)
+            .unwrap_or_else(|| match self.exit_code {
+                Some(code) => format!("kubectl exited with code {code}"),
+                None => "kubectl was killed".into(),
+            })
+    }
+}
+
+/// Counts of kubectl runs, for metrics and tests.
+#[derive(Debug, Default)]
+pub struct KubectlStats {
+    spawned: AtomicU64,
+    failed: AtomicU64,
+    timed_out: AtomicU64,
+}
+
+impl KubectlStats {
+    /// Processes started since the operator started.
+    pub fn spawned(&self) -> u64 {
+        self.spawned.load(Ordering::Relaxed)
+    }
+    /// Runs that did not exit 0.
+    pub fn failed(&self) -> u64 {
+        self.failed.load(Ordering::Relaxed)
+    }
+    /// Runs killed at the timeout.
+    pub fn timed_out(&self) -> u64 {
+        self.timed_out.load(Ordering::Relaxed)
+    }
+}
+
+/// A callback told about every finished run: verb, exit code, duration.
+pub type RunObserver = Arc<dyn Fn(&str, Option<i32>, Duration) + Send + Sync>;
+
+/// The kubectl runner shared by every controller.
+#[derive(Clone)]
+pub struct Kubectl {
+    config: Arc<KubectlConfig>,
+    permits: Arc<Semaphore>,
+    stats: Arc<KubectlStats>,
+    observer: Option<RunObserver>,
+}
+
+impl std::fmt::Debug for Kubectl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kubectl")
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+impl Kubectl {
+    /// A runner with the given configuration.
+    pub fn new(config: KubectlConfig) -> Self {
+        let permits = Arc::new(Semaphore::new(config.max_concurrent.max(1)));
+        Self {
+            config: Arc::new(config),
+            permits,
+            stats: Arc::default(),
+            observer: None,
+        }
+    }
+
+    /// Calls `observer` after every run (used for metrics).
+    pub fn with_observer(mut self, observer: RunObserver) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
+    /// Run counters.
+    pub fn stats(&self) -> &KubectlStats {
+        &self.stats
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &KubectlConfig {
+        &self.config
+    }
+
+    /// Runs `kubectl <args>`, feeding `stdin` if given. Waits for a
+    /// concurrency permit first. A non-zero exit or a timeout is a normal
+    /// outcome recorded in the returned [`CommandRecord`]; only a failure to
+    /// start the process is an error.
+    pub async fn run(
+        &self,
+        args: &[String],
+        stdin: Option<Vec<u8>>,
+    ) -> Result<CommandRecord, KubectlError> {
+        let _permit = self.permits.acquire().await.ok();
+        let mut argv: Vec<OsString> = Vec::with_capacity(args.len() + 1);
+        if let Some(dir) = &self.config.cache_dir {
+            argv.push(format!("--cache-dir={}", dir.display()).into());
+        }
+        argv.extend(args.iter().map(OsString::from));
+        let mut cmd = Command::new(&self.config.path);
+        cmd.args(&argv)
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .process_group(0);
+        let started_at = jiff::Timestamp::now();
+        let start = Instant::now();
+        let mut child = cmd.spawn().map_err(|source| KubectlError::Spawn {
+            path: self.config.path.clone(),
+            source,
+        })?;
+        self.stats.spawned.fetch_add(1, Ordering::Relaxed);
+        let group = ProcessGroup(child.id());
+        let cap = self.config.output_cap;
+        let stdout = child.stdout.take().map(|s| tokio::spawn(read_tail(s, cap)));
+        let stderr = child.stderr.take().map(|s| tokio::spawn(read_tail(s, cap)));
+        if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
+            tokio::spawn(async move {
+                let _ = pipe.write_all(&input).await;
+            });
+        }
+        let waited = tokio::time::timeout(self.config.timeout, child.wait()).await;
+        let (exit_code, timed_out) = match waited {
+            Ok(Ok(status)) => (status.code(), false),
+            Ok(Err(_)) => (None, false),
+            Err(_) => {
+                group.kill();
+                let _ = child.kill().await;
+                (None, true)
+            }
+        };
+        // The direct child is gone; anything it left behind goes with the group.
+        group.kill();
+        let collect = |task: Option<tokio::task::JoinHandle<Tail>>| async move {
+            match task {
+                Some(t) => tokio::time::timeout(Duration::from_secs(5), t)
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+                    .unwrap_or_default(),
+                None => Tail::default(),
+            }
+        };
+        let (out, err) = tokio::join!(collect(stdout), collect(stderr));
+        let duration = start.elapsed();
+        let record = CommandRecord {
+            command: display_command(&self.config.path, &argv),
+            exit_code,
+            stdout: out.into_string(),
+            stderr: err.into_string(),
+            started_at: started_at.to_string(),
+            duration_ms: u64::try_from(duration.as_millis()).unwrap_or(u64::MAX),
+            timed_out,
+        };
+        if !record.succeeded() {
+            self.stats.failed.fetch_add(1, Ordering::Relaxed);
+        }
+        if timed_out {
+            self.stats.timed_out.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(observer) = &self.observer {
+            let verb = args
+                .iter()
+                .find(|a| !a.starts_with('-'))
+                .map_or("", String::as_str);
+            observer(verb, exit_code, duration);
+        }
+        Ok(record)
+    }
+}
+
+/// Kills a process group when asked or when dropped (a cancelled reconcile
+/// must not leave kubectl or its children running).
+struct ProcessGroup(Option<u32>);
+
+impl ProcessGroup {
+    fn kill(&self) {
+        if let Some(pid) = self.0.and_then(|p| i32::try_from(p).ok()) {
+            // SAFETY: killpg only sends a signal; the group was created for
+            // this child by process_group(0), so no foreign process is hit.
+            unsafe {
+                libc::killpg(pid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The last `cap` bytes of a stream and how many bytes it carried in all.
+#[derive(Debug, Default)]
+struct Tail {
+    bytes: VecDeque<u8>,
+    total: u64,
+}
+
+impl Tail {
+    fn into_string(self) -> String {
+        let kept = self.bytes.len() as u64;
+        let text = String::from_utf8_lossy(&Vec::from(self.bytes)).into_owned();
+        if self.total > kept {
+            format!(
+                "[output truncated: {} of {} bytes omitted]\n{text}",
+                self.total - kept,
+                self.total
+            )
+        } else {
+            text
+        }
+    }
+}
+
+async fn read_tail(mut stream: impl AsyncRead + Unpin, cap: usize) -> Tail {
+    let mut tail = Tail::default();
+    let mut chunk = vec![0u8; 16 * 1024];
+    loop {
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                tail.total += n as u64;
+                tail.bytes.extend(&chunk[..n]);
+                let excess = tail.bytes.len().saturating_sub(cap);
+                tail.bytes.drain(..excess);
+            }
+        }
+    }
+    tail
+}
+
+/// The command line as a reader would type it (POSIX-shell quoting).
+pub fn display_command(program: &Path, argv: &[OsString]) -> String {
+    let program = program
+        .file_name()
+        .map_or_else(|| program.to_string_lossy(), |n| n.to_string_lossy());
+    std::iter::once(program.into_owned())
+        .chain(argv.iter().map(|a| shell_quote(&a.to_string_lossy())))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn shell_quote(s: &str) -> String {
+    let plain = !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,@%+".contains(c));
+    if plain {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn script(dir: &Path, body: &str) -> PathBuf {
+        let path = dir.join("kubectl");
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    fn runner(path: PathBuf, timeout: Duration, cap: usize) -> Kubectl {
+        Kubectl::new(KubectlConfig {
+            path,
+            timeout,
+            max_concurrent: 2,
+            cache_dir: None,
+            output_cap: cap,
+        })
+    }
+
+    fn args(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[tokio::test]
+    async fn success_is_recorded() {
+        let dir = tempfile::tempdir().unwrap();
+        let k = runner(
+            script(
+                dir.path(),
+                r#"echo "deployment.apps/x configured"; echo "$@" >&2"#,
+            ),
+            Duration::from_secs(10),
+            1024,
+        );
+        let r = k
+            .run(&args(&["apply", "-k", "/tmp/a b"]), None)
+            .await
+            .unwrap();
+        assert!(r.succeeded());
+        assert_eq!(r.exit_code, Some(0));
+        assert_eq!(r.summary(), "deployment.apps/x configured");
+        assert_eq!(r.stderr.trim(), "apply -k /tmp/a b");
+        assert_eq!(r.command, "kubectl apply -k '/tmp/a b'");
+        assert_eq!(k.stats().spawned(), 1);
+    }
+
+    #[tokio::test]
+    async fn failure_keeps_stderr() {
+        let dir = tempfile::tempdir().unwrap();
+        let k = runner(
+            script(dir.path(), "echo 'error: boom' >&2; exit 3"),
+            Duration::from_secs(10),
+            1024,
+        );
+        let r = k.run(&args(&["apply"]), None).await.unwrap();
+        assert!(!r.succeeded());
+        assert_eq!(r.exit_code, Some(3));
+        assert_eq!(r.summary(), "error: boom");
+        assert_eq!(k.stats().failed(), 1);
+    }
+
+    #[tokio::test]
+    async fn hanging_process_and_children_are_killed_at_timeout() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("child.pid");
+        let k = runner(
+            script(
+                dir.path(),
+                &format!("sleep 30 & echo $! > {}; wait", marker.display()),
+            ),
+            Duration::from_millis(300),
+            1024,
+        );
+        let start = Instant::now();
+        let r = k.run(&args(&["apply"]), None).await.unwrap();
+        assert!(start.elapsed() < Duration::from_secs(5));
+        assert!(r.timed_out);
+        assert!(!r.succeeded());
+        assert!(r.summary().contains("timed out"));
+        let child: i32 = std::fs::read_to_string(&marker)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        // The grandchild (sleep) must be gone too.
+        let alive = unsafe { libc::kill(child, 0) } == 0
+            && !std::fs::read_to_string(format!("/proc/{child}/stat"))
+                .unwrap_or_default()
+                .contains(") Z");
+        assert!(!alive, "child {child} survived the timeout");
+        assert_eq!(k.stats().timed_out(), 1);
+    }
+
+    #[tokio::test]
+    async fn huge_output_is_capped_to_its_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let k = runner(
+            script(
+                dir.path(),
+                "head -c 5000000 /dev/zero | tr '\\0' 'a'; echo END",
+            ),
+            Duration::from_secs(20),
+            2048,
+        );
+        let r = k.run(&args(&["apply"]), None).await.unwrap();
+        assert!(r.stdout.len() < 2200, "{}", r.stdout.len());
+        assert!(r.stdout.starts_with("[output truncated"));
+        assert!(r.stdout.ends_with("END\n"));
+    }
+
+    #[tokio::test]
+    async fn stdin_is_fed() {
+        let dir = tempfile::tempdir().unwrap();
+        let k = runner(script(dir.path(), "cat"), Duration::from_secs(10), 1024);
+        let r = k
+            .run(&args(&["apply", "-f", "-"]), Some(b"hello".to_vec()))
+            .await
+            .unwrap();
+        assert_eq!(r.stdout, "hello");
+    }
+
+    #[test]
+    fn locate_reports_a_missing_binary() {
+        let err = KubectlConfig::locate(Some(Path::new("/nonexistent/kubectl"))).unwrap_err();
+        assert!(err.to_string().contains("/nonexistent/kubectl"));
+    }
+}

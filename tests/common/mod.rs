@@ -1,0 +1,234 @@
+//! Shared helpers for the integration tests: reaching the cluster in
+//! KUBECONFIG, a fresh namespace per test, an operator started in-process.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::Parser;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{DeleteParams, PostParams};
+use kube::{Api, Client};
+use kustomize_operator::Operator;
+use kustomize_operator::cli::{Cli, Command, RunArgs};
+use tokio::sync::OnceCell;
+
+/// The repository root.
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The kubectl the tests use: $KUBECTL, else kubectl on PATH.
+pub fn kubectl_path() -> PathBuf {
+    std::env::var_os("KUBECTL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| which::which("kubectl").expect("kubectl on PATH"))
+}
+
+/// Runs kubectl synchronously; returns (success, stdout, stderr).
+pub fn kubectl(args: &[&str]) -> (bool, String, String) {
+    let out = std::process::Command::new(kubectl_path())
+        .args(args)
+        .output()
+        .expect("run kubectl");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+static CRDS_INSTALLED: OnceCell<Result<(), String>> = OnceCell::const_new();
+
+/// A client for the cluster in KUBECONFIG with the CRDs installed, or None
+/// (with a loud message) when there is no cluster. Under CI=true a missing
+/// cluster fails the test instead of skipping it. Each test gets its own
+/// client: a client's connections belong to the test's runtime.
+pub async fn cluster() -> Option<Client> {
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+    }
+    let reachable = async {
+        let client = Client::try_default().await.map_err(|e| e.to_string())?;
+        client
+            .apiserver_version()
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok::<_, String>(client)
+    }
+    .await;
+    let client = match reachable {
+        Ok(client) => client,
+        Err(e) => {
+            if std::env::var("CI").as_deref() == Ok("true") {
+                panic!("CI=true but no reachable cluster in KUBECONFIG: {e}");
+            }
+            eprintln!(
+                "\n*** SKIPPING cluster test: no reachable cluster ({e}).\n*** Run `hack/control-plane/control-plane up` and export the KUBECONFIG it prints.\n"
+            );
+            return None;
+        }
+    };
+    let installed = CRDS_INSTALLED
+        .get_or_init(|| async {
+            let crds = repo().join("deploy/crds").display().to_string();
+            let (ok, _, err) = kubectl(&["apply", "-k", &crds]);
+            if !ok {
+                return Err(format!("installing CRDs failed: {err}"));
+            }
+            for kind in kustomize_operator::KindName::ALL {
+                let name = kind.crd().metadata.name.unwrap_or_default();
+                let (ok, _, err) = kubectl(&[
+                    "wait",
+                    "--for=condition=Established",
+                    "--timeout=60s",
+                    &format!("crd/{name}"),
+                ]);
+                if !ok {
+                    return Err(format!("CRD {name} not established: {err}"));
+                }
+            }
+            Ok(())
+        })
+        .await;
+    if let Err(e) = installed {
+        panic!("{e}");
+    }
+    Some(client)
+}
+
+/// A namespace that is deleted when dropped.
+pub struct TestNamespace {
+    pub name: String,
+}
+
+impl TestNamespace {
+    /// Creates `ko-<prefix>-<random>`.
+    pub async fn new(client: &Client, prefix: &str) -> Self {
+        let name = format!("ko-{prefix}-{:06x}", rand::random::<u32>() & 0xff_ffff);
+        let ns: Namespace = serde_json::from_value(serde_json::json!({
+            "metadata": { "name": name, "labels": { "kustomize-operator-test": "true" } }
+        }))
+        .unwrap();
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .expect("create namespace");
+        // The ServiceAccount admission plugin wants the default SA before Pods.
+        wait_until(Duration::from_secs(30), || async {
+            kubectl(&["-n", &name, "get", "serviceaccount", "default"]).0
+        })
+        .await;
+        Self { name }
+    }
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        if std::env::var_os("KEEP_TEST_NAMESPACES").is_none() {
+            let _ = kubectl(&["delete", "namespace", &self.name, "--wait=false"]);
+        }
+    }
+}
+
+/// Deletes a namespace and waits until it is gone.
+pub async fn delete_namespace(client: &Client, name: &str) {
+    let api = Api::<Namespace>::all(client.clone());
+    let _ = api.delete(name, &DeleteParams::default()).await;
+}
+
+/// Polls `check` every 100 ms until it is true; panics after `timeout`.
+pub async fn wait_until<F, Fut>(timeout: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if check().await {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "condition not met within {timeout:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// `run` arguments for an operator watching only `namespace`.
+pub fn run_args(namespace: &str, extra: &[&str]) -> RunArgs {
+    let kustomize = repo().join("kustomize");
+    let kubectl = kubectl_path();
+    let mut argv = vec![
+        "kustomize-operator".to_string(),
+        "run".into(),
+        "--namespace".into(),
+        namespace.into(),
+        "--kustomize-dir".into(),
+        kustomize.display().to_string(),
+        "--metrics-addr".into(),
+        String::new(),
+    ];
+    if !extra.contains(&"--kubectl") {
+        argv.extend(["--kubectl".into(), kubectl.display().to_string()]);
+    }
+    argv.extend(extra.iter().map(|s| s.to_string()));
+    match Cli::parse_from(argv).command {
+        Command::Run(args) => args,
+        _ => unreachable!(),
+    }
+}
+
+/// Starts an operator in-process, watching only `namespace`.
+pub async fn start_operator(namespace: &str, extra: &[&str]) -> Operator {
+    Operator::start(&run_args(namespace, extra))
+        .await
+        .expect("operator starts")
+}
+
+/// Writes an executable script.
+pub fn write_script(path: &Path, body: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// Runs kubectl with `input` on stdin; returns (success, stdout, stderr).
+pub fn kubectl_stdin(args: &[&str], input: &str) -> (bool, String, String) {
+    use std::io::Write;
+    let mut child = std::process::Command::new(kubectl_path())
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run kubectl");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Skips the test (returns) when there is no cluster.
+#[macro_export]
+macro_rules! cluster_or_skip {
+    () => {
+        match common::cluster().await {
+            Some(c) => c,
+            None => return,
+        }
+    };
+}
