@@ -84,6 +84,12 @@ pub struct RunArgs {
     /// Where temporary overlays and kubectl's cache go (default: $TMPDIR/kustomize-operator).
     #[arg(long, env = "WORK_DIR")]
     pub work_dir: Option<PathBuf>,
+    /// Applies due within this window share one kubectl run (see --batch-max).
+    #[arg(long, env = "BATCH_WINDOW", default_value = "10ms", value_parser = parse_duration)]
+    pub batch_window: Duration,
+    /// At most this many resources per kubectl run; 1 turns batching off.
+    #[arg(long, env = "BATCH_MAX", default_value_t = 100)]
+    pub batch_max: usize,
     /// Address for /metrics, /healthz and /readyz ("" turns it off).
     #[arg(long, env = "METRICS_ADDR", default_value = "127.0.0.1:8080", value_parser = parse_addr)]
     pub metrics_addr: MetricsAddr,

@@ -16,6 +16,7 @@ use kube::runtime::{Controller, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 
+use crate::batch::{BatchOutcome, BatchSettings, Batcher};
 use crate::handler::{Handler, HandlerError, Kind, Plan, RenderedPlan, Step, event_type};
 use crate::kubectl::{CommandRecord, Kubectl, KubectlError};
 use crate::metrics::Metrics;
@@ -42,6 +43,8 @@ pub struct Settings {
     pub reporter: String,
     /// Parallel reconciles per kind (0 = unlimited).
     pub concurrency: u16,
+    /// Coalesce applies (None: one kubectl run per resource).
+    pub batch: Option<BatchSettings>,
 }
 
 /// Everything a reconcile needs, shared by every controller.
@@ -59,6 +62,7 @@ pub struct Engine {
     recorder: Recorder,
     failures: Mutex<HashMap<String, u32>>,
     applied: Mutex<HashMap<String, Applied>>,
+    batcher: Option<Batcher>,
 }
 
 /// What the engine last applied successfully for an object (by UID). The
@@ -130,7 +134,12 @@ impl Engine {
                 instance: std::env::var("POD_NAME").ok(),
             },
         );
+        let batcher = settings
+            .batch
+            .filter(|b| b.max > 1)
+            .map(|b| Batcher::start(kubectl.clone(), settings.work_dir.clone(), b));
         Self {
+            batcher,
             client,
             kubectl,
             templates,
@@ -466,6 +475,34 @@ async fn run_steps<K: Kind>(
     plan: &Plan,
     rendered: &RenderedPlan,
 ) -> Result<Option<CommandRecord>, StepFailure> {
+    if let (Some(batcher), [Step::Apply { extra_args, .. }], [Some(overlay)]) = (
+        &engine.batcher,
+        plan.steps.as_slice(),
+        rendered.overlays.as_slice(),
+    ) && extra_args.is_empty()
+        && !plan.batch_names.is_empty()
+    {
+        if let Some(keep) = &engine.settings.keep_overlays {
+            keep_overlay(keep, obj, overlay);
+        }
+        if let BatchOutcome::Done(record) = batcher
+            .apply(overlay.clone(), plan.batch_names.clone())
+            .await
+        {
+            if record.succeeded() {
+                return Ok(Some(record));
+            }
+            let summary = record.summary();
+            return Err((
+                "apply",
+                Some(record),
+                ReconcileError::Kubectl {
+                    verb: "apply".into(),
+                    summary,
+                },
+            ));
+        }
+    }
     let mut last = None;
     for (step, overlay) in plan.steps.iter().zip(&rendered.overlays) {
         let dir = match overlay {

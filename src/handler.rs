@@ -138,6 +138,11 @@ pub struct Plan {
     pub requeue_after: Option<Duration>,
     /// Run even when nothing changed since the last successful run.
     pub always_run: bool,
+    /// For a plan that is exactly one [`Step::Apply`] without extra flags: the
+    /// objects it applies, as kubectl prints them (`deployment.apps/web`).
+    /// When given, the engine may apply the overlay together with others in
+    /// one kubectl run and attribute kubectl's output lines by these names.
+    pub batch_names: Vec<String>,
 }
 
 impl Plan {

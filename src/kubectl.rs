@@ -83,6 +83,10 @@ pub struct CommandRecord {
     /// True when it was killed at the timeout.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub timed_out: bool,
+    /// When the run applied several resources' overlays at once: how many.
+    /// `stdout` then holds only the lines about this resource's objects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_size: Option<u32>,
 }
 
 impl CommandRecord {
@@ -194,7 +198,25 @@ impl Kubectl {
         args: &[String],
         stdin: Option<Vec<u8>>,
     ) -> Result<CommandRecord, KubectlError> {
-        let _permit = self.permits.acquire().await.ok();
+        let permit = self.acquire().await;
+        self.run_with(permit, args, stdin).await
+    }
+
+    /// Waits for a concurrency slot.
+    pub async fn acquire(&self) -> Slot {
+        Slot {
+            _permit: self.permits.clone().acquire_owned().await.ok(),
+        }
+    }
+
+    /// Like [`Kubectl::run`], with a slot already held (released when the run ends).
+    pub async fn run_with(
+        &self,
+        slot: Slot,
+        args: &[String],
+        stdin: Option<Vec<u8>>,
+    ) -> Result<CommandRecord, KubectlError> {
+        let _slot = slot;
         let mut argv: Vec<OsString> = Vec::with_capacity(args.len() + 1);
         if let Some(dir) = &self.config.cache_dir {
             argv.push(format!("--cache-dir={}", dir.display()).into());
@@ -259,6 +281,7 @@ impl Kubectl {
             started_at: started_at.to_string(),
             duration_ms: u64::try_from(duration.as_millis()).unwrap_or(u64::MAX),
             timed_out,
+            batch_size: None,
         };
         if !record.succeeded() {
             self.stats.failed.fetch_add(1, Ordering::Relaxed);
@@ -275,6 +298,12 @@ impl Kubectl {
         }
         Ok(record)
     }
+}
+
+/// A held kubectl concurrency slot.
+#[derive(Debug)]
+pub struct Slot {
+    _permit: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 /// Kills a process group when asked or when dropped (a cancelled reconcile

@@ -4,6 +4,7 @@
 //! it into a temp dir, runs `kubectl apply -k` ([`kubectl`]) and records the
 //! outcome in the resource's status ([`status`]).
 
+pub mod batch;
 pub mod cli;
 pub mod controller;
 pub mod duration;

@@ -115,6 +115,10 @@ impl Operator {
                 namespace: args.namespace.clone(),
                 reporter: "kustomize-operator".into(),
                 concurrency: 0,
+                batch: Some(crate::batch::BatchSettings {
+                    window: args.batch_window,
+                    max: args.batch_max,
+                }),
             },
             metrics.clone(),
         ));

@@ -331,3 +331,74 @@ async fn api_server_rejects_bad_counts() {
         assert!(err.contains("spec.count"), "count {bad}: {err}");
     }
 }
+
+#[tokio::test]
+async fn a_burst_is_batched_and_each_status_names_only_its_objects() {
+    let client = cluster_or_skip!();
+    let ns = common::TestNamespace::new(&client, "batch").await;
+    let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+
+    // One Sample whose apply must fail: a foreign Deployment holds its name
+    // with another (immutable) selector.
+    let foreign: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "s-bad"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "foreign"}},
+            "template": {
+                "metadata": {"labels": {"app": "foreign"}},
+                "spec": {"containers": [{"name": "c", "image": "busybox"}]}
+            }
+        }
+    }))
+    .unwrap();
+    deployments
+        .create(&PostParams::default(), &foreign)
+        .await
+        .unwrap();
+
+    let names: Vec<String> = (0..20).map(|i| format!("s-{i:02}")).collect();
+    for name in names.iter().chain(std::iter::once(&"s-bad".to_string())) {
+        samples
+            .create(&PostParams::default(), &sample(name, 1))
+            .await
+            .unwrap();
+    }
+    let operator = common::start_operator(&ns.name, &["--max-concurrent-kubectl", "1"]).await;
+    let mut largest_batch = 0;
+    for name in &names {
+        let s = wait_ready(&samples, name, 1).await;
+        let cmd = s.last_command.unwrap();
+        largest_batch = largest_batch.max(cmd.batch_size.unwrap_or(1));
+        let out = cmd.stdout;
+        // "created", or "unchanged" when its batch failed (because of s-bad)
+        // and it was applied again alone.
+        let own = format!("deployment.apps/{name} ");
+        assert!(out.starts_with(&own), "{name}: {out}");
+        assert_eq!(
+            out.lines().count(),
+            1,
+            "{name} got other objects' lines: {out}"
+        );
+        assert_eq!(replicas(&deployments, name).await, Some(1));
+    }
+    let spawned = operator.engine.kubectl.stats().spawned();
+    assert!(
+        spawned < 21,
+        "{spawned} kubectl runs for 21 Samples: not batched"
+    );
+    assert!(largest_batch >= 2, "no Sample was applied in a batch");
+    common::wait_until(TIMEOUT, || async {
+        let s = status(&samples, "s-bad").await;
+        s.condition("Ready")
+            .is_some_and(|c| c.reason == "ApplyFailed")
+    })
+    .await;
+    let bad = status(&samples, "s-bad").await.last_command.unwrap();
+    assert!(bad.stderr.contains("immutable"), "{}", bad.stderr);
+    assert_eq!(
+        bad.batch_size, None,
+        "the failing Sample is reported from its own run"
+    );
+    operator.stop().await;
+}

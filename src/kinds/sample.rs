@@ -124,7 +124,9 @@ impl Handler for SampleHandler {
     }
 
     fn plan(&self, sample: &Sample, _: &()) -> Result<Plan, HandlerError> {
-        Ok(Plan::apply(Self::overlay(sample)?))
+        let mut plan = Plan::apply(Self::overlay(sample)?);
+        plan.batch_names = vec![format!("deployment.apps/{}", sample.name_any())];
+        Ok(plan)
     }
 
     fn cleanup(&self, sample: &Sample) -> Result<Plan, HandlerError> {
