@@ -36,7 +36,7 @@ pub enum LogFormat {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the controllers against the cluster in KUBECONFIG (or in-cluster).
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Write the overlay `run` would apply for the resource in a file, offline.
     Render(RenderArgs),
     /// Print every CRD as YAML (or write one file per CRD with --out-dir).
@@ -90,6 +90,11 @@ pub struct RunArgs {
     /// At most this many resources per kubectl run; 1 turns batching off.
     #[arg(long, env = "BATCH_MAX", default_value_t = 100)]
     pub batch_max: usize,
+    /// On SIGTERM, finish running reconciles within this time (kubectl runs
+    /// still going near its end are killed and recorded). Keep it below the
+    /// pod's terminationGracePeriodSeconds.
+    #[arg(long, env = "SHUTDOWN_GRACE", default_value = "25s", value_parser = parse_duration)]
+    pub shutdown_grace: Duration,
     /// Address for /metrics, /healthz and /readyz ("" turns it off).
     #[arg(long, env = "METRICS_ADDR", default_value = "127.0.0.1:8080", value_parser = parse_addr)]
     pub metrics_addr: MetricsAddr,

@@ -151,6 +151,7 @@ pub struct Kubectl {
     permits: Arc<Semaphore>,
     stats: Arc<KubectlStats>,
     observer: Option<RunObserver>,
+    running: Arc<std::sync::Mutex<std::collections::HashSet<u32>>>,
 }
 
 impl std::fmt::Debug for Kubectl {
@@ -170,7 +171,22 @@ impl Kubectl {
             permits,
             stats: Arc::default(),
             observer: None,
+            running: Arc::default(),
         }
+    }
+
+    /// Kills every kubectl process group running now (shutdown past its
+    /// grace period). Their runs end as killed and are recorded as such.
+    pub fn kill_all(&self) {
+        let running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        for pid in running.iter() {
+            ProcessGroup(Some(*pid)).kill();
+        }
+    }
+
+    /// kubectl processes running now.
+    pub fn running(&self) -> usize {
+        self.running.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
     /// Calls `observer` after every run (used for metrics).
@@ -241,6 +257,7 @@ impl Kubectl {
         })?;
         self.stats.spawned.fetch_add(1, Ordering::Relaxed);
         let group = ProcessGroup(child.id());
+        let _registered = child.id().map(|pid| Registered::new(&self.running, pid));
         let cap = self.config.output_cap;
         let stdout = child.stdout.take().map(|s| tokio::spawn(read_tail(s, cap)));
         let stderr = child.stderr.take().map(|s| tokio::spawn(read_tail(s, cap)));
@@ -297,6 +314,31 @@ impl Kubectl {
             observer(verb, exit_code, duration);
         }
         Ok(record)
+    }
+}
+
+/// Keeps a running process group in the runner's registry while it lives.
+struct Registered {
+    set: Arc<std::sync::Mutex<std::collections::HashSet<u32>>>,
+    pid: u32,
+}
+
+impl Registered {
+    fn new(set: &Arc<std::sync::Mutex<std::collections::HashSet<u32>>>, pid: u32) -> Self {
+        set.lock().unwrap_or_else(|e| e.into_inner()).insert(pid);
+        Self {
+            set: set.clone(),
+            pid,
+        }
+    }
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        self.set
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.pid);
     }
 }
 
@@ -513,6 +555,27 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(r.stdout, "hello");
+    }
+
+    #[tokio::test]
+    async fn kill_all_ends_running_processes() {
+        let dir = tempfile::tempdir().unwrap();
+        let k = runner(
+            script(dir.path(), "sleep 30"),
+            Duration::from_secs(60),
+            1024,
+        );
+        let k2 = k.clone();
+        let run = tokio::spawn(async move { k2.run(&args(&["apply"]), None).await });
+        while k.running() == 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let start = Instant::now();
+        k.kill_all();
+        let r = run.await.unwrap().unwrap();
+        assert!(start.elapsed() < Duration::from_secs(5));
+        assert_eq!(r.exit_code, None);
+        assert_eq!(k.running(), 0);
     }
 
     #[test]

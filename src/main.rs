@@ -24,7 +24,7 @@ async fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_format);
     let result = match cli.command {
-        Command::Run(args) => run(args).await,
+        Command::Run(args) => run(*args).await,
         Command::Render(args) => kustomize_operator::render::render_file(
             &args.file,
             &args.out,
@@ -59,8 +59,10 @@ async fn run(args: RunArgs) -> Result<(), Error> {
         "operator running"
     );
     wait_for_signal().await?;
-    tracing::info!("shutting down: finishing running reconciles");
-    operator.stop().await;
+    tracing::info!(grace = ?args.shutdown_grace, "shutting down: finishing running reconciles");
+    if !operator.stop_within(args.shutdown_grace).await {
+        tracing::warn!("exiting with reconciles still running");
+    }
     Ok(())
 }
 

@@ -178,6 +178,27 @@ impl Operator {
         self.shutdown();
         self.wait().await;
     }
+
+    /// Shuts down within `grace`: running reconciles may finish; near the end
+    /// of the grace period kubectl runs still going are killed, so their
+    /// reconciles record the kill in status before the process exits.
+    /// Returns false if some task was still running at the deadline.
+    pub async fn stop_within(self, grace: std::time::Duration) -> bool {
+        let kubectl = self.engine.kubectl.clone();
+        let for_recording = grace.mul_f64(0.2).min(std::time::Duration::from_secs(5));
+        self.shutdown();
+        let wait = self.wait();
+        tokio::pin!(wait);
+        if tokio::time::timeout(grace.saturating_sub(for_recording), &mut wait)
+            .await
+            .is_ok()
+        {
+            return true;
+        }
+        tracing::warn!("grace period nearly over: killing running kubectl processes");
+        kubectl.kill_all();
+        tokio::time::timeout(for_recording, wait).await.is_ok()
+    }
 }
 
 fn default_concurrency() -> usize {

@@ -28,6 +28,13 @@ fn docs(yaml: &str) -> Vec<serde_json::Value> {
 }
 
 fn keys(v: &serde_json::Value, prefix: &str, out: &mut BTreeSet<String>) {
+    if let Some(items) = v.as_array() {
+        for (i, child) in items.iter().enumerate() {
+            let path = format!("{prefix}/{i}");
+            out.insert(path.clone());
+            keys(child, &path, out);
+        }
+    }
     if let Some(map) = v.as_object() {
         for (k, child) in map {
             let path = format!("{prefix}/{k}");
@@ -84,8 +91,9 @@ fn hostile_names_stay_one_scalar_in_every_rendered_file() {
             }
             let as_text = serde_json::to_string(&got).unwrap();
             if path == "patches/00-deployment.yaml" {
+                // The first JSON patch operation renames the Deployment.
                 assert_eq!(
-                    got[0]["metadata"]["name"],
+                    got[0][0]["value"],
                     serde_json::Value::String(hostile.clone())
                 );
             }

@@ -104,7 +104,7 @@ impl SampleHandler {
                     name: Some("nginx".into()),
                     ..Default::default()
                 }),
-                allow_name_change: true,
+                allow_name_change: false,
             }],
             ..Default::default()
         })

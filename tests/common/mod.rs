@@ -179,7 +179,7 @@ pub fn run_args(namespace: &str, extra: &[&str]) -> RunArgs {
     }
     argv.extend(extra.iter().map(|s| s.to_string()));
     match Cli::parse_from(argv).command {
-        Command::Run(args) => args,
+        Command::Run(args) => *args,
         _ => unreachable!(),
     }
 }

@@ -1,0 +1,573 @@
+//! Faults: the operator keeps working and loses nothing. Each case asserts on
+//! the cluster's final state.
+//!
+//! The API server outage runs on a dedicated control plane started by the
+//! test (stopping the shared one would break every other test); the other
+//! cases run on the cluster in KUBECONFIG with their own namespace and their
+//! own operator (a process when it must be killed, in-process otherwise).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use kustomize_operator::kinds::sample::{Sample, SampleSpec};
+use serde_json::json;
+
+const TIMEOUT: Duration = Duration::from_secs(90);
+
+fn sample(name: &str, count: i32) -> Sample {
+    Sample::new(name, SampleSpec { count })
+}
+
+async fn is_ready(samples: &Api<Sample>, name: &str) -> bool {
+    samples
+        .get_opt(name)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|s| {
+            let generation = s.metadata.generation;
+            s.status
+                .map(|st| st.is_ready() && st.observed_generation == generation)
+        })
+        .unwrap_or(false)
+}
+
+async fn replicas(deployments: &Api<Deployment>, name: &str) -> Option<i32> {
+    deployments
+        .get_opt(name)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|d| d.spec)
+        .and_then(|s| s.replicas)
+}
+
+/// The operator binary as a child process.
+struct OperatorProcess {
+    child: Child,
+}
+
+impl OperatorProcess {
+    fn start(kubeconfig: Option<&Path>, namespace: &str, extra: &[&str]) -> Self {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kustomize-operator"));
+        cmd.args([
+            "run",
+            "--kinds",
+            "sample",
+            "--namespace",
+            namespace,
+            "--metrics-addr",
+            "",
+        ])
+        .arg("--kustomize-dir")
+        .arg(common::repo().join("kustomize"))
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+        if !extra.contains(&"--kubectl") {
+            cmd.arg("--kubectl").arg(common::kubectl_path());
+        }
+        if let Some(k) = kubeconfig {
+            cmd.env("KUBECONFIG", k);
+        }
+        Self {
+            child: cmd.spawn().expect("start operator"),
+        }
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    fn signal(&self, sig: i32) {
+        unsafe {
+            libc::kill(self.pid(), sig);
+        }
+    }
+
+    /// Waits for exit; None if still running after `timeout`.
+    fn wait(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for OperatorProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A kubectl stand-in: runs `body` (sh) before handing over to the real kubectl.
+/// `$dir` is the last argument (the overlay directory for `apply -k`).
+fn kubectl_wrapper(dir: &Path, body: &str) -> PathBuf {
+    let path = dir.join("kubectl");
+    common::write_script(
+        &path,
+        &format!(
+            "for a in \"$@\"; do dir=\"$a\"; done\n{body}\nexec {} \"$@\"",
+            common::kubectl_path().display()
+        ),
+    );
+    path
+}
+
+/// A control plane of the test's own, stopped when dropped.
+struct OwnPlane {
+    env: Vec<(String, String)>,
+    kubeconfig: PathBuf,
+}
+
+impl OwnPlane {
+    fn script() -> PathBuf {
+        common::repo().join("hack/control-plane/control-plane")
+    }
+
+    fn up(state: &Path) -> Self {
+        let env = vec![(
+            "KO_CONTROL_PLANE_DIR".to_string(),
+            state.display().to_string(),
+        )];
+        let out = Command::new(Self::script())
+            .arg("up")
+            .envs(env.clone())
+            .output()
+            .expect("control-plane up");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let kubeconfig = state.join("kubeconfig");
+        let plane = Self { env, kubeconfig };
+        let crds = common::repo().join("deploy/crds");
+        let ok = Command::new(common::kubectl_path())
+            .args(["apply", "-k"])
+            .arg(&crds)
+            .env("KUBECONFIG", &plane.kubeconfig)
+            .output()
+            .unwrap();
+        assert!(
+            ok.status.success(),
+            "{}",
+            String::from_utf8_lossy(&ok.stderr)
+        );
+        let ok = Command::new(common::kubectl_path())
+            .args([
+                "wait",
+                "--for=condition=Established",
+                "--timeout=60s",
+                "crd",
+                "--all",
+            ])
+            .env("KUBECONFIG", &plane.kubeconfig)
+            .output()
+            .unwrap();
+        assert!(ok.status.success());
+        plane
+    }
+
+    fn component(&self, verb: &str, name: &str) {
+        let out = Command::new(Self::script())
+            .args([verb, name])
+            .envs(self.env.clone())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{verb} {name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    async fn client(&self) -> Client {
+        let config = kube::Config::from_custom_kubeconfig(
+            kube::config::Kubeconfig::read_from(&self.kubeconfig).unwrap(),
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await
+        .unwrap();
+        Client::try_from(config).unwrap()
+    }
+}
+
+impl Drop for OwnPlane {
+    fn drop(&mut self) {
+        let _ = Command::new(Self::script())
+            .arg("down")
+            .envs(self.env.clone())
+            .output();
+    }
+}
+
+#[tokio::test]
+async fn api_server_outage_and_dropped_watches_converge_without_restart() {
+    // Needs a cluster to exist at all (and kubectl); otherwise skip like the rest.
+    let _ = cluster_or_skip!();
+    let outage = std::env::var("FAULT_OUTAGE_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(30);
+    let state = tempfile::tempdir().unwrap();
+    let plane = OwnPlane::up(&state.path().join("plane"));
+    let client = plane.client().await;
+    let ns = "outage";
+    common::wait_until(TIMEOUT, || async {
+        Command::new(common::kubectl_path())
+            .args(["create", "namespace", ns])
+            .env("KUBECONFIG", &plane.kubeconfig)
+            .output()
+            .is_ok_and(|o| o.status.success())
+    })
+    .await;
+    common::wait_until(TIMEOUT, || async {
+        Command::new(common::kubectl_path())
+            .args(["-n", ns, "get", "serviceaccount", "default"])
+            .env("KUBECONFIG", &plane.kubeconfig)
+            .output()
+            .is_ok_and(|o| o.status.success())
+    })
+    .await;
+    let samples: Api<Sample> = Api::namespaced(client.clone(), ns);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    let mut operator =
+        OperatorProcess::start(Some(&plane.kubeconfig), ns, &["--kubectl-timeout", "10s"]);
+    for name in ["a", "b", "c"] {
+        samples
+            .create(&PostParams::default(), &sample(name, 1))
+            .await
+            .unwrap();
+    }
+    for name in ["a", "b", "c"] {
+        common::wait_until(TIMEOUT, || is_ready(&samples, name)).await;
+    }
+
+    // Changes land, then the API server goes away before the operator is done.
+    samples
+        .create(&PostParams::default(), &sample("d", 2))
+        .await
+        .unwrap();
+    samples
+        .patch(
+            "a",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"count": 3}})),
+        )
+        .await
+        .unwrap();
+    samples.delete("b", &DeleteParams::default()).await.unwrap();
+    plane.component("stop-component", "kube-apiserver");
+    tokio::time::sleep(Duration::from_secs(outage)).await;
+    plane.component("start-component", "kube-apiserver");
+
+    common::wait_until(TIMEOUT, || is_ready(&samples, "d")).await;
+    common::wait_until(TIMEOUT, || async {
+        replicas(&deployments, "a").await == Some(3)
+    })
+    .await;
+    common::wait_until(TIMEOUT, || is_ready(&samples, "a")).await;
+    common::wait_until(TIMEOUT, || async {
+        samples.get_opt("b").await.is_ok_and(|s| s.is_none())
+    })
+    .await;
+    assert_eq!(replicas(&deployments, "b").await, None);
+    assert_eq!(replicas(&deployments, "d").await, Some(2));
+    assert!(operator.alive(), "the operator restarted or died");
+
+    // Dropped connections again: a later change is still picked up.
+    plane.component("stop-component", "kube-apiserver");
+    plane.component("start-component", "kube-apiserver");
+    samples
+        .patch(
+            "c",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"count": 4}})),
+        )
+        .await
+        .unwrap();
+    common::wait_until(TIMEOUT, || async {
+        replicas(&deployments, "c").await == Some(4)
+    })
+    .await;
+
+    // Nothing stuck, nothing duplicated.
+    let all = samples.list(&ListParams::default()).await.unwrap().items;
+    assert!(all.iter().all(|s| s.metadata.deletion_timestamp.is_none()));
+    let names: Vec<_> = deployments
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|d| d.metadata.name)
+        .collect();
+    let mut expected: Vec<_> = all.iter().filter_map(|s| s.metadata.name.clone()).collect();
+    expected.sort();
+    let mut got = names.clone();
+    got.sort();
+    assert_eq!(got, expected, "one Deployment per Sample");
+    assert!(operator.alive());
+    operator.signal(libc::SIGTERM);
+    assert!(operator.wait(Duration::from_secs(30)).is_some());
+}
+
+#[tokio::test]
+async fn sigkill_mid_apply_then_restart_converges_and_cleans_temp_dirs() {
+    let client = cluster_or_skip!();
+    let ns = common::TestNamespace::new(&client, "sigkill").await;
+    let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
+    let tmp = tempfile::tempdir().unwrap();
+    let work = tmp.path().join("work");
+    let slow = kubectl_wrapper(tmp.path(), "case \"$*\" in *apply*) sleep 4;; esac");
+    let args = [
+        "--kubectl",
+        slow.to_str().unwrap(),
+        "--work-dir",
+        work.to_str().unwrap(),
+    ];
+    let mut first = OperatorProcess::start(None, &ns.name, &args);
+    samples
+        .create(&PostParams::default(), &sample("web", 2))
+        .await
+        .unwrap();
+    let run_dir = work.join(format!("run-{}-0", first.pid()));
+    common::wait_until(TIMEOUT, || async {
+        std::fs::read_dir(&run_dir).is_ok_and(|mut d| d.next().is_some())
+    })
+    .await;
+    first.signal(libc::SIGKILL);
+    first.wait(Duration::from_secs(10)).expect("killed");
+    assert!(
+        run_dir.exists(),
+        "the killed operator left its overlay behind"
+    );
+
+    let _second = OperatorProcess::start(None, &ns.name, &args);
+    common::wait_until(TIMEOUT, || is_ready(&samples, "web")).await;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    assert_eq!(replicas(&deployments, "web").await, Some(2));
+    assert!(!run_dir.exists(), "leftover temp dir not cleaned at start");
+}
+
+#[tokio::test]
+async fn hanging_kubectl_is_killed_recorded_and_retried_while_others_flow() {
+    let client = cluster_or_skip!();
+    let ns = common::TestNamespace::new(&client, "hang").await;
+    let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
+    let tmp = tempfile::tempdir().unwrap();
+    let hang = kubectl_wrapper(
+        tmp.path(),
+        "if grep -rqs 'instance: stuck' \"$dir\"; then sleep 600; fi",
+    );
+    let operator = common::start_operator(
+        &ns.name,
+        &[
+            "--kubectl",
+            hang.to_str().unwrap(),
+            "--kubectl-timeout",
+            "2s",
+        ],
+    )
+    .await;
+    samples
+        .create(&PostParams::default(), &sample("stuck", 1))
+        .await
+        .unwrap();
+    for name in ["ok1", "ok2"] {
+        samples
+            .create(&PostParams::default(), &sample(name, 1))
+            .await
+            .unwrap();
+    }
+    common::wait_until(TIMEOUT, || is_ready(&samples, "ok1")).await;
+    common::wait_until(TIMEOUT, || is_ready(&samples, "ok2")).await;
+    common::wait_until(TIMEOUT, || async {
+        samples
+            .get("stuck")
+            .await
+            .unwrap()
+            .status
+            .and_then(|s| s.last_command)
+            .is_some_and(|c| c.timed_out && c.exit_code.is_none())
+    })
+    .await;
+    let status = samples.get("stuck").await.unwrap().status.unwrap();
+    assert!(!status.is_ready());
+    assert!(status.message.unwrap().contains("timed out"));
+    // Retried with backoff: more timeouts follow, a second or more apart.
+    common::wait_until(TIMEOUT, || async {
+        operator.engine.kubectl.stats().timed_out() >= 3
+    })
+    .await;
+    // Still flowing: a new Sample becomes Ready while "stuck" keeps failing.
+    samples
+        .create(&PostParams::default(), &sample("ok3", 1))
+        .await
+        .unwrap();
+    common::wait_until(TIMEOUT, || is_ready(&samples, "ok3")).await;
+    operator.stop().await;
+}
+
+#[tokio::test]
+async fn a_sample_deleted_while_the_operator_is_down_is_cleaned_up_after_restart() {
+    let client = cluster_or_skip!();
+    let ns = common::TestNamespace::new(&client, "downdel").await;
+    let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    let first = common::start_operator(&ns.name, &[]).await;
+    samples
+        .create(&PostParams::default(), &sample("web", 1))
+        .await
+        .unwrap();
+    common::wait_until(TIMEOUT, || is_ready(&samples, "web")).await;
+    first.stop().await;
+
+    samples
+        .delete("web", &DeleteParams::default())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let pending = samples.get("web").await.unwrap();
+    assert!(
+        pending.metadata.deletion_timestamp.is_some(),
+        "held by the finalizer"
+    );
+    assert!(replicas(&deployments, "web").await.is_some());
+
+    let second = common::start_operator(&ns.name, &[]).await;
+    common::wait_until(TIMEOUT, || async {
+        samples.get_opt("web").await.unwrap().is_none()
+    })
+    .await;
+    assert_eq!(replicas(&deployments, "web").await, None);
+    second.stop().await;
+}
+
+#[tokio::test]
+async fn sigterm_finishes_the_in_flight_run_and_records_it() {
+    let client = cluster_or_skip!();
+    let ns = common::TestNamespace::new(&client, "sigterm").await;
+    let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
+    let tmp = tempfile::tempdir().unwrap();
+    let marker = tmp.path().join("applying");
+    let slow = kubectl_wrapper(
+        tmp.path(),
+        &format!(
+            "case \"$*\" in *apply*) touch {}; sleep 3;; esac",
+            marker.display()
+        ),
+    );
+    let mut operator = OperatorProcess::start(
+        None,
+        &ns.name,
+        &[
+            "--kubectl",
+            slow.to_str().unwrap(),
+            "--shutdown-grace",
+            "20s",
+        ],
+    );
+    samples
+        .create(&PostParams::default(), &sample("web", 1))
+        .await
+        .unwrap();
+    common::wait_until(TIMEOUT, || async { marker.exists() }).await;
+    let start = Instant::now();
+    operator.signal(libc::SIGTERM);
+    let status = operator
+        .wait(Duration::from_secs(25))
+        .expect("exits within the grace period");
+    assert!(status.success(), "{status:?}");
+    assert!(start.elapsed() < Duration::from_secs(20));
+    // The run in flight finished and its outcome was recorded before exit.
+    let s = samples.get("web").await.unwrap().status.unwrap();
+    assert!(s.is_ready(), "{s:?}");
+    assert_eq!(s.last_command.unwrap().exit_code, Some(0));
+}
+
+#[tokio::test]
+async fn sigterm_past_the_grace_period_kills_kubectl_and_records_it() {
+    let client = cluster_or_skip!();
+    let ns = common::TestNamespace::new(&client, "sigkillgrace").await;
+    let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
+    let tmp = tempfile::tempdir().unwrap();
+    let marker = tmp.path().join("applying");
+    let stuck = kubectl_wrapper(
+        tmp.path(),
+        &format!(
+            "case \"$*\" in *apply*) touch {}; sleep 600;; esac",
+            marker.display()
+        ),
+    );
+    let mut operator = OperatorProcess::start(
+        None,
+        &ns.name,
+        &[
+            "--kubectl",
+            stuck.to_str().unwrap(),
+            "--shutdown-grace",
+            "5s",
+        ],
+    );
+    samples
+        .create(&PostParams::default(), &sample("web", 1))
+        .await
+        .unwrap();
+    common::wait_until(TIMEOUT, || async { marker.exists() }).await;
+    let start = Instant::now();
+    operator.signal(libc::SIGTERM);
+    operator
+        .wait(Duration::from_secs(15))
+        .expect("exits around the grace period");
+    assert!(start.elapsed() < Duration::from_secs(10));
+    let s = samples.get("web").await.unwrap().status.unwrap();
+    let cmd = s.last_command.clone().expect("the killed run is recorded");
+    assert_eq!(cmd.exit_code, None);
+    assert!(!s.is_ready());
+}
+
+#[tokio::test]
+async fn megabytes_of_kubectl_output_keep_the_status_small() {
+    let client = cluster_or_skip!();
+    let ns = common::TestNamespace::new(&client, "huge").await;
+    let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
+    let tmp = tempfile::tempdir().unwrap();
+    let noisy = kubectl_wrapper(
+        tmp.path(),
+        "head -c 3000000 /dev/zero | tr '\\0' 'o'; head -c 3000000 /dev/zero | tr '\\0' 'e' >&2",
+    );
+    let operator = common::start_operator(&ns.name, &["--kubectl", noisy.to_str().unwrap()]).await;
+    samples
+        .create(&PostParams::default(), &sample("web", 1))
+        .await
+        .unwrap();
+    common::wait_until(TIMEOUT, || is_ready(&samples, "web")).await;
+    let s = samples.get("web").await.unwrap();
+    let size = serde_json::to_string(&s.status).unwrap().len();
+    assert!(size < 8 * 1024, "status is {size} bytes");
+    let cmd = s.status.unwrap().last_command.unwrap();
+    assert!(
+        cmd.stdout.contains("deployment.apps/web"),
+        "the tail is kept"
+    );
+    operator.stop().await;
+}
