@@ -9,6 +9,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::duration::parse_duration;
 use crate::kinds::KindName;
+use crate::kinds::exchange_rate;
 
 /// A Kubernetes operator that reconciles custom resources by rendering
 /// kustomize overlays and running kubectl.
@@ -98,6 +99,54 @@ pub struct RunArgs {
     /// Address for /metrics, /healthz and /readyz ("" turns it off).
     #[arg(long, env = "METRICS_ADDR", default_value = "127.0.0.1:8080", value_parser = parse_addr)]
     pub metrics_addr: MetricsAddr,
+    /// ExchangeRate flags (boxed: keeps `Command` small).
+    #[command(flatten)]
+    pub exchange_rate: Box<ExchangeRateArgs>,
+}
+
+/// ExchangeRate flags: the rate provider and the refresh limits.
+#[derive(Debug, Clone, Args)]
+pub struct ExchangeRateArgs {
+    /// ExchangeRate: provider URL; `{base}` and `{currency}` are replaced by the ISO 4217 codes.
+    #[arg(long = "exchange-rate-url", env = "EXCHANGE_RATE_URL", default_value = exchange_rate::DEFAULT_URL, value_parser = parse_url_template)]
+    pub url: String,
+    /// ExchangeRate: where the rate sits in the provider's JSON answer (dotted path; `{base}`, `{currency}` replaced).
+    #[arg(long = "exchange-rate-path", env = "EXCHANGE_RATE_PATH", default_value = exchange_rate::DEFAULT_RATE_PATH)]
+    pub rate_path: String,
+    /// ExchangeRate: the base currency when `spec.base` is not set.
+    #[arg(long = "exchange-rate-base", env = "EXCHANGE_RATE_BASE", default_value = exchange_rate::DEFAULT_BASE, value_parser = parse_currency)]
+    pub base: String,
+    /// ExchangeRate: provider requests taking longer fail.
+    #[arg(long = "exchange-rate-timeout", env = "EXCHANGE_RATE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub timeout: Duration,
+    /// ExchangeRate: the shortest `spec.refreshInterval` accepted (shorter is InvalidSpec).
+    #[arg(long = "exchange-rate-min-refresh", env = "EXCHANGE_RATE_MIN_REFRESH", default_value = "1m", value_parser = parse_duration)]
+    pub min_refresh: Duration,
+}
+
+impl ExchangeRateArgs {
+    /// The handler's settings.
+    pub fn options(&self) -> exchange_rate::ExchangeRateOptions {
+        exchange_rate::ExchangeRateOptions {
+            url: self.url.clone(),
+            rate_path: self.rate_path.clone(),
+            base: self.base.clone(),
+            timeout: self.timeout,
+            min_refresh: self.min_refresh,
+        }
+    }
+}
+
+fn parse_url_template(s: &str) -> Result<String, String> {
+    exchange_rate::provider::check_url_template(s).map(|()| s.to_string())
+}
+
+fn parse_currency(s: &str) -> Result<String, String> {
+    if exchange_rate::is_currency_code(s) {
+        Ok(s.to_string())
+    } else {
+        Err(format!("{s:?} is not an ISO 4217 code such as EUR"))
+    }
 }
 
 /// `render` flags.
@@ -172,6 +221,44 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("known kinds: sample"), "{err}");
+    }
+
+    #[test]
+    fn exchange_rate_flags_have_defaults_and_are_checked() {
+        let cli = Cli::try_parse_from(["kustomize-operator", "run"]).unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!()
+        };
+        assert_eq!(
+            args.exchange_rate.options(),
+            exchange_rate::ExchangeRateOptions::default()
+        );
+        let cli = Cli::try_parse_from([
+            "kustomize-operator",
+            "run",
+            "--exchange-rate-url",
+            "http://127.0.0.1:8000/{base}/{currency}",
+            "--exchange-rate-min-refresh",
+            "5s",
+            "--exchange-rate-base",
+            "USD",
+        ])
+        .unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!()
+        };
+        assert_eq!(args.exchange_rate.min_refresh, Duration::from_secs(5));
+        assert_eq!(args.exchange_rate.base, "USD");
+        for bad in [
+            ["--exchange-rate-url", "http://x/{base}"],
+            ["--exchange-rate-url", "file:///{currency}"],
+            ["--exchange-rate-base", "usd"],
+            ["--exchange-rate-timeout", "soon"],
+        ] {
+            let mut argv = vec!["kustomize-operator", "run"];
+            argv.extend(bad);
+            assert!(Cli::try_parse_from(&argv).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -127,6 +127,7 @@ impl Operator {
         let mut tasks = JoinSet::new();
         let options = KindOptions {
             operator_namespace: args.operator_namespace.clone(),
+            exchange_rate: args.exchange_rate.options(),
         };
         for kind in kinds {
             let engine = engine.clone();

@@ -1,0 +1,506 @@
+//! ExchangeRate (operators.brennerm.github.io/v1) against the real control
+//! plane, with a rate provider served on loopback by the test.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use kustomize_operator::kinds::exchange_rate::{
+    ExchangeRate, ExchangeRateHandler, ExchangeRateSpec, ExchangeRateStatus, Fetched,
+    REFRESH_ANNOTATION, UID_LABEL, config_map_name,
+};
+use kustomize_operator::templates::KustomizeDir;
+use serde_json::json;
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What the test provider answers.
+#[derive(Debug, Clone)]
+enum Mode {
+    /// `{"base": .., "rates": {"<currency>": <rate>}}`
+    Rate(String),
+    /// An error status.
+    Status(u16),
+    /// 200 with a body that is not JSON.
+    Garbage,
+    /// JSON without the requested currency.
+    NoCurrency,
+    /// No answer for 30 s (the operator's timeout is shorter).
+    Hang,
+}
+
+struct ProviderState {
+    mode: Mutex<Mode>,
+    requests: AtomicUsize,
+}
+
+/// A rate provider on 127.0.0.1, answering `/rates/{base}/{currency}`.
+struct TestProvider {
+    state: Arc<ProviderState>,
+    addr: SocketAddr,
+}
+
+impl TestProvider {
+    async fn start(rate: &str) -> Self {
+        let state = Arc::new(ProviderState {
+            mode: Mutex::new(Mode::Rate(rate.into())),
+            requests: AtomicUsize::new(0),
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = Router::new()
+            .route("/rates/{base}/{currency}", get(answer))
+            .with_state(state.clone());
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Self { state, addr }
+    }
+
+    fn set(&self, mode: Mode) {
+        *self.state.mode.lock().unwrap() = mode;
+    }
+
+    fn requests(&self) -> usize {
+        self.state.requests.load(Ordering::SeqCst)
+    }
+
+    /// Operator flags pointing at this provider; refresh intervals down to 1 s.
+    fn operator_args(&self) -> Vec<String> {
+        vec![
+            "--kinds".into(),
+            "exchangerate".into(),
+            "--exchange-rate-url".into(),
+            format!("http://{}/rates/{{base}}/{{currency}}", self.addr),
+            "--exchange-rate-path".into(),
+            "rates.{currency}".into(),
+            "--exchange-rate-timeout".into(),
+            "1s".into(),
+            "--exchange-rate-min-refresh".into(),
+            "1s".into(),
+        ]
+    }
+}
+
+async fn answer(
+    State(state): State<Arc<ProviderState>>,
+    Path((base, currency)): Path<(String, String)>,
+) -> Response {
+    state.requests.fetch_add(1, Ordering::SeqCst);
+    let mode = state.mode.lock().unwrap().clone();
+    let json = |body: String| {
+        (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            body,
+        )
+            .into_response()
+    };
+    match mode {
+        Mode::Rate(rate) => json(
+            json!({"amount": 1.0, "base": base, "rates": {currency: rate.parse::<f64>().unwrap()}})
+                .to_string(),
+        ),
+        Mode::Status(code) => {
+            (StatusCode::from_u16(code).unwrap(), "provider failure").into_response()
+        }
+        Mode::Garbage => json("<html>not json</html>".into()),
+        Mode::NoCurrency => json(json!({"base": base, "rates": {}}).to_string()),
+        Mode::Hang => {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            json("{}".into())
+        }
+    }
+}
+
+async fn start_operator(ns: &str, provider: &TestProvider) -> kustomize_operator::Operator {
+    let args = provider.operator_args();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    common::start_operator(ns, &args).await
+}
+
+fn exchange_rate(name: &str, currency: &str, interval: &str) -> ExchangeRate {
+    ExchangeRate::new(
+        name,
+        ExchangeRateSpec {
+            currency: currency.into(),
+            base: None,
+            refresh_interval: Some(interval.into()),
+        },
+    )
+}
+
+async fn status(api: &Api<ExchangeRate>, name: &str) -> ExchangeRateStatus {
+    api.get(name).await.unwrap().status.unwrap_or_default()
+}
+
+/// Waits until Ready=True with `rate`; returns the status.
+async fn wait_rate(api: &Api<ExchangeRate>, name: &str, rate: &str) -> ExchangeRateStatus {
+    common::wait_until(TIMEOUT, || async {
+        let s = status(api, name).await;
+        s.common.is_ready() && s.rate.as_deref() == Some(rate)
+    })
+    .await;
+    status(api, name).await
+}
+
+async fn wait_fetch_failed(api: &Api<ExchangeRate>, name: &str) -> ExchangeRateStatus {
+    common::wait_until(TIMEOUT, || async {
+        status(api, name)
+            .await
+            .common
+            .condition("Ready")
+            .is_some_and(|c| c.status == "False" && c.reason == "FetchFailed")
+    })
+    .await;
+    status(api, name).await
+}
+
+async fn request_refresh(api: &Api<ExchangeRate>, name: &str, value: &str) {
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": {REFRESH_ANNOTATION: value}}})),
+    )
+    .await
+    .unwrap();
+}
+
+/// The ConfigMaps carrying the ExchangeRate's UID label.
+async fn config_maps_of(client: &Client, ns: &str, er: &ExchangeRate) -> Vec<ConfigMap> {
+    let selector = format!("{UID_LABEL}={}", er.uid().unwrap());
+    Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .unwrap()
+        .items
+}
+
+async fn warning_events(client: &Client, ns: &str, name: &str, reason: &str) -> usize {
+    Api::<Event>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                && e.reason.as_deref() == Some(reason)
+                && e.type_.as_deref() == Some("Warning")
+        })
+        .count()
+}
+
+#[tokio::test]
+async fn create_then_the_rate_changes_and_the_config_map_is_replaced() {
+    let client = cluster_or_skip!();
+    let ns = common::TestNamespace::new(&client, "er-create").await;
+    let provider = TestProvider::start("1.1901").await;
+    let operator = start_operator(&ns.name, &provider).await;
+    let api: Api<ExchangeRate> = Api::namespaced(client.clone(), &ns.name);
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+
+    let created = api
+        .create(
+            &PostParams::default(),
+            &exchange_rate("exchange-rate-usd", "USD", "3s"),
+        )
+        .await
+        .unwrap();
+    let s = wait_rate(&api, "exchange-rate-usd", "1.1901").await;
+    assert_eq!(s.base.as_deref(), Some("EUR"));
+    assert_eq!(s.currency.as_deref(), Some("USD"));
+    let first = s.config_map_name.clone().expect("configMapName");
+    assert!(first.starts_with("exchange-rate-usd-"), "{first}");
+    let cmd = s.common.last_command.expect("last command");
+    assert!(
+        cmd.command.contains("apply -k") && cmd.command.contains("--prune"),
+        "{}",
+        cmd.command
+    );
+
+    // The ConfigMap: the kustomize-hashed name in status, the four literals,
+    // owned by the ExchangeRate.
+    let cm = config_maps.get(&first).await.unwrap();
+    let data = cm.data.clone().unwrap();
+    assert_eq!(data["rate"], "1.1901");
+    assert_eq!(data["base"], "EUR");
+    assert_eq!(data["currency"], "USD");
+    assert_eq!(Some(&data["fetchedAt"]), s.fetched_at.as_ref());
+    let owner = &cm.metadata.owner_references.clone().unwrap()[0];
+    assert_eq!(owner.kind, "ExchangeRate");
+    assert_eq!(owner.api_version, "operators.brennerm.github.io/v1");
+    assert_eq!(owner.name, "exchange-rate-usd");
+    assert_eq!(Some(&owner.uid), created.metadata.uid.as_ref());
+    assert_eq!(owner.controller, Some(true));
+
+    // The provider's rate changes: within the interval a new ConfigMap
+    // replaces the old one, which is pruned.
+    provider.set(Mode::Rate("1.2345".into()));
+    let s = wait_rate(&api, "exchange-rate-usd", "1.2345").await;
+    let second = s.config_map_name.clone().unwrap();
+    assert_ne!(first, second);
+    assert_eq!(
+        config_maps.get(&second).await.unwrap().data.unwrap()["rate"],
+        "1.2345"
+    );
+    common::wait_until(TIMEOUT, || async {
+        config_maps.get_opt(&first).await.unwrap().is_none()
+    })
+    .await;
+    // Only the current ConfigMap (or, mid-refresh, the one replacing it) is left.
+    let left = config_maps_of(&client, &ns.name, &created).await;
+    assert!(left.len() <= 2, "{} ConfigMaps left", left.len());
+    operator.stop().await;
+}
+
+#[tokio::test]
+async fn quiet_until_due_and_the_annotation_forces_a_refresh() {
+    let client = cluster_or_skip!();
+    let ns = common::TestNamespace::new(&client, "er-refresh").await;
+    let provider = TestProvider::start("1.1").await;
+    let operator = start_operator(&ns.name, &provider).await;
+    let api: Api<ExchangeRate> = Api::namespaced(client.clone(), &ns.name);
+
+    api.create(&PostParams::default(), &exchange_rate("chf", "CHF", "1h"))
+        .await
+        .unwrap();
+    let s = wait_rate(&api, "chf", "1.1").await;
+    // Nothing is due for an hour: the reconciles caused by the operator's own
+    // status patches fetch nothing and run no kubectl.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let fetches = provider.requests();
+    let spawned = operator.engine.kubectl.stats().spawned();
+    assert_eq!(fetches, 1, "fetches on create");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(provider.requests(), fetches);
+    assert_eq!(operator.engine.kubectl.stats().spawned(), spawned);
+
+    // The annotation forces a fetch at once; the same value again does not.
+    provider.set(Mode::Rate("1.2".into()));
+    request_refresh(&api, "chf", "2026-01-01T00:00:00Z").await;
+    let s2 = wait_rate(&api, "chf", "1.2").await;
+    assert_eq!(
+        s2.refresh_requested_at.as_deref(),
+        Some("2026-01-01T00:00:00Z")
+    );
+    assert_ne!(s2.config_map_name, s.config_map_name);
+    assert_eq!(provider.requests(), fetches + 1);
+    request_refresh(&api, "chf", "2026-01-01T00:00:00Z").await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(provider.requests(), fetches + 1);
+    operator.stop().await;
+
+    // A restarted operator finds everything in status: no fetch, no kubectl.
+    let second = start_operator(&ns.name, &provider).await;
+    common::wait_until(TIMEOUT, || async {
+        second.engine.metrics.skipped_count("exchangerate") >= 1
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(provider.requests(), fetches + 1);
+    assert_eq!(second.engine.kubectl.stats().spawned(), 0);
+    second.stop().await;
+}
+
+#[tokio::test]
+async fn a_failing_provider_keeps_the_last_value() {
+    let client = cluster_or_skip!();
+    let ns = common::TestNamespace::new(&client, "er-fail").await;
+    let provider = TestProvider::start("1.5").await;
+    let operator = start_operator(&ns.name, &provider).await;
+    let api: Api<ExchangeRate> = Api::namespaced(client.clone(), &ns.name);
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+
+    api.create(&PostParams::default(), &exchange_rate("jpy", "JPY", "1h"))
+        .await
+        .unwrap();
+    let good = wait_rate(&api, "jpy", "1.5").await;
+    let mut good_cm = good.config_map_name.clone().unwrap();
+
+    let modes = [
+        (Mode::Status(500), "HTTP 500"),
+        (Mode::Garbage, "not JSON"),
+        (Mode::NoCurrency, "no rate at \"rates.JPY\""),
+        (Mode::Hang, "no response within"),
+    ];
+    for (i, (mode, expected)) in modes.into_iter().enumerate() {
+        provider.set(mode.clone());
+        request_refresh(&api, "jpy", &format!("attempt-{i}")).await;
+        let s = wait_fetch_failed(&api, "jpy").await;
+        let message = &s.common.condition("Ready").unwrap().message;
+        assert!(message.contains(expected), "{mode:?}: {message}");
+        // The last good value stays, in status and in its ConfigMap.
+        assert_eq!(s.rate.as_deref(), Some("1.5"), "{mode:?}");
+        assert_eq!(s.config_map_name.as_deref(), Some(good_cm.as_str()));
+        assert_eq!(
+            config_maps.get(&good_cm).await.unwrap().data.unwrap()["rate"],
+            "1.5"
+        );
+        common::wait_until(TIMEOUT, || async {
+            warning_events(&client, &ns.name, "jpy", "FetchFailed").await > 0
+        })
+        .await;
+        // The provider recovers: the retry (with backoff) picks it up.
+        provider.set(Mode::Rate("1.5".into()));
+        common::wait_until(TIMEOUT, || async {
+            let s = status(&api, "jpy").await;
+            s.common.is_ready()
+                && s.refresh_requested_at.as_deref() == Some(&format!("attempt-{i}"))
+        })
+        .await;
+        // A new fetch: a new fetchedAt, so a new ConfigMap.
+        good_cm = status(&api, "jpy").await.config_map_name.unwrap();
+    }
+    operator.stop().await;
+}
+
+#[tokio::test]
+async fn deleting_the_exchange_rate_garbage_collects_its_config_maps() {
+    let client = cluster_or_skip!();
+    let ns = common::TestNamespace::new(&client, "er-gc").await;
+    let provider = TestProvider::start("140.5").await;
+    let operator = start_operator(&ns.name, &provider).await;
+    let api: Api<ExchangeRate> = Api::namespaced(client.clone(), &ns.name);
+
+    let created = api
+        .create(&PostParams::default(), &exchange_rate("pln", "PLN", "1h"))
+        .await
+        .unwrap();
+    wait_rate(&api, "pln", "140.5").await;
+    assert_eq!(config_maps_of(&client, &ns.name, &created).await.len(), 1);
+
+    api.delete("pln", &DeleteParams::default()).await.unwrap();
+    common::wait_until(TIMEOUT, || async {
+        api.get_opt("pln").await.unwrap().is_none()
+    })
+    .await;
+    // kube-controller-manager's garbage collector follows the ownerReference.
+    common::wait_until(TIMEOUT, || async {
+        config_maps_of(&client, &ns.name, &created).await.is_empty()
+    })
+    .await;
+    operator.stop().await;
+}
+
+#[tokio::test]
+async fn an_interval_below_the_minimum_is_an_invalid_spec() {
+    let client = cluster_or_skip!();
+    let ns = common::TestNamespace::new(&client, "er-min").await;
+    let provider = TestProvider::start("1.0").await;
+    // The default minimum (1m), not the tests' 1s.
+    let url = format!("http://{}/rates/{{base}}/{{currency}}", provider.addr);
+    let operator = common::start_operator(
+        &ns.name,
+        &["--kinds", "exchangerate", "--exchange-rate-url", &url],
+    )
+    .await;
+    let api: Api<ExchangeRate> = Api::namespaced(client.clone(), &ns.name);
+    api.create(&PostParams::default(), &exchange_rate("cad", "CAD", "30s"))
+        .await
+        .unwrap();
+    common::wait_until(TIMEOUT, || async {
+        status(&api, "cad")
+            .await
+            .common
+            .condition("Ready")
+            .is_some_and(|c| c.reason == "InvalidSpec" && c.message.contains("minimum"))
+    })
+    .await;
+    assert_eq!(provider.requests(), 0);
+    operator.stop().await;
+}
+
+#[tokio::test]
+async fn api_server_rejects_bad_currencies_and_intervals() {
+    let client = cluster_or_skip!();
+    let ns = common::TestNamespace::new(&client, "er-bad").await;
+    let cases = [
+        ("currency: usd", "spec.currency"),
+        ("currency: DOLLAR", "spec.currency"),
+        ("currency: USD\n  base: eur", "spec.base"),
+        (
+            "currency: USD\n  refreshInterval: 1d",
+            "spec.refreshInterval",
+        ),
+        (
+            "currency: USD\n  refreshInterval: \"\"",
+            "spec.refreshInterval",
+        ),
+        (
+            "currency: USD\n  refreshInterval: 1.5h",
+            "spec.refreshInterval",
+        ),
+        ("base: EUR", "spec.currency"),
+    ];
+    for (spec, field) in cases {
+        let manifest = format!(
+            "apiVersion: operators.brennerm.github.io/v1\nkind: ExchangeRate\nmetadata:\n  name: bad\n  namespace: {}\nspec:\n  {spec}\n",
+            ns.name
+        );
+        let (ok, _, err) = common::kubectl_stdin(&["create", "-f", "-"], &manifest);
+        assert!(!ok, "{spec:?} was accepted");
+        assert!(err.contains(field), "{spec:?}: {err}");
+    }
+    // The article's example is accepted unchanged.
+    let example =
+        std::fs::read_to_string(common::repo().join("deploy/examples/exchangerate.yaml")).unwrap();
+    let (ok, _, err) = common::kubectl_stdin(
+        &["create", "--dry-run=server", "-n", &ns.name, "-f", "-"],
+        &example,
+    );
+    assert!(ok, "{err}");
+}
+
+/// The ConfigMap name put in status is the one `kubectl kustomize` gives,
+/// whatever the values (no cluster needed, only kubectl).
+#[test]
+fn config_map_name_matches_kubectl_kustomize() {
+    let dir = KustomizeDir::load(&common::repo().join("kustomize")).unwrap();
+    let mut er = exchange_rate("exchange-rate-usd", "USD", "1h");
+    er.metadata.namespace = Some("demo".into());
+    er.metadata.uid = Some("6c0d1c38-3d4e-4a5b-9f00-0123456789ab".into());
+    let values = [
+        ("1.1901", "2021-01-18T10:00:00Z"),
+        ("0.000012345", "2026-03-01T09:00:01.250Z"),
+        ("125", "x <&> \"quoted\" \\ é\u{2028}\ttab"),
+    ];
+    for (rate, at) in values {
+        let fetched = Fetched {
+            rate: rate.into(),
+            base: "EUR".into(),
+            currency: "USD".into(),
+            fetched_at: at.into(),
+            generation: Some(1),
+            refresh_requested_at: None,
+        };
+        let overlay = ExchangeRateHandler::overlay(&er, &fetched).unwrap();
+        let out = tempfile::tempdir().unwrap();
+        overlay.render(&dir).unwrap().write_to(out.path()).unwrap();
+        let (ok, built, err) = common::kubectl(&["kustomize", &out.path().display().to_string()]);
+        assert!(ok, "{err}");
+        let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&built).unwrap();
+        let name = docs[0]["metadata"]["name"].as_str().unwrap().to_string();
+        let data: BTreeMap<String, String> =
+            serde_json::from_value(docs[0]["data"].clone()).unwrap();
+        assert_eq!(data, fetched.data(), "values arrive unchanged");
+        assert_eq!(
+            name,
+            config_map_name("exchange-rate-usd", &fetched.data()),
+            "{at:?}"
+        );
+    }
+}
