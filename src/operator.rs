@@ -123,6 +123,7 @@ impl Operator {
         let mut tasks = JoinSet::new();
         let options = KindOptions {
             operator_namespace: args.operator_namespace.clone(),
+            watch_namespace: args.namespace.clone(),
         };
         for kind in kinds {
             let engine = engine.clone();

@@ -2,6 +2,7 @@
 //! type and its handler; this file registers them (one line per kind in the
 //! `kinds!` invocation below).
 
+pub mod chaos_agent;
 pub mod sample;
 
 use std::future::Future;
@@ -20,6 +21,8 @@ use crate::templates::KustomizeDir;
 pub struct KindOptions {
     /// The namespace the operator runs in (from the downward API), if known.
     pub operator_namespace: Option<String>,
+    /// The namespace the operator watches (`--namespace`), if only one.
+    pub watch_namespace: Option<String>,
 }
 
 /// A handler built from the command-line settings.
@@ -116,6 +119,7 @@ macro_rules! kinds {
 
 kinds! {
     Sample => sample::SampleHandler,
+    ChaosAgent => chaos_agent::ChaosAgentHandler,
 }
 
 impl std::str::FromStr for KindName {
