@@ -216,8 +216,11 @@ pub async fn run<H: Handler>(
     let api = H::Resource::api(engine.client.clone(), namespace.as_deref());
     let config =
         kube::runtime::controller::Config::default().concurrency(engine.settings.concurrency);
-    let controller =
-        Controller::new(api, watcher::Config::default().any_semantic()).with_config(config);
+    let mut watch = watcher::Config::default().any_semantic();
+    if let Some(selector) = H::Resource::watch_selector(namespace.as_deref()) {
+        watch = watch.labels(&selector);
+    }
+    let controller = Controller::new(api, watch).with_config(config);
     let controller = handler.configure(controller, &engine.client, namespace.as_deref());
     let context = Arc::new(Context { engine, handler });
     controller
@@ -314,6 +317,13 @@ async fn apply<H: Handler>(ctx: &Context<H>, obj: &H::Resource) -> Result<Action
             return Err(e.into());
         }
     };
+    if plan.idle {
+        engine.metrics.skipped(H::Resource::NAME);
+        let next = plan
+            .requeue_after
+            .unwrap_or(engine.settings.resync_interval);
+        return Ok(Action::requeue(next));
+    }
     let rendered = match plan.render(&engine.templates) {
         Ok(r) => r,
         Err(e) => {
@@ -381,7 +391,7 @@ async fn apply<H: Handler>(ctx: &Context<H>, obj: &H::Resource) -> Result<Action
                 publish(engine, obj, false, "Applied", &summary).await;
             }
             for ev in &plan.events {
-                publish(engine, obj, ev.warning, &ev.reason, &ev.note).await;
+                publish_related(engine, obj, ev.warning, &ev.reason, &ev.note, &ev.related).await;
             }
             let next = plan
                 .requeue_after
@@ -404,7 +414,13 @@ async fn apply<H: Handler>(ctx: &Context<H>, obj: &H::Resource) -> Result<Action
             if let Some(r) = &record {
                 status.record_command(r);
             }
-            patch_status(engine, obj, &status, &plan.status).await?;
+            let empty = serde_json::Map::new();
+            let kind_status = if plan.status_on_success_only {
+                &empty
+            } else {
+                &plan.status
+            };
+            patch_status(engine, obj, &status, kind_status).await?;
             publish(engine, obj, true, reason, &summary).await;
             Err(error)
         }
@@ -602,12 +618,23 @@ async fn patch_status<K: Kind>(
 }
 
 async fn publish<K: Kind>(engine: &Engine, obj: &K, warning: bool, reason: &str, note: &str) {
+    publish_related(engine, obj, warning, reason, note, &None).await;
+}
+
+async fn publish_related<K: Kind>(
+    engine: &Engine,
+    obj: &K,
+    warning: bool,
+    reason: &str,
+    note: &str,
+    related: &Option<k8s_openapi::api::core::v1::ObjectReference>,
+) {
     let event = Event {
         type_: event_type(warning),
         reason: reason.to_string(),
         note: Some(status::truncate(note, 1000)),
         action: "Reconcile".into(),
-        secondary: None,
+        secondary: related.clone(),
     };
     if let Err(e) = engine.recorder.publish(&event, &obj.object_ref(&())).await {
         tracing::warn!(object = %object_key(obj), error = %e, "cannot publish event");

@@ -37,6 +37,13 @@ pub trait Kind:
     /// The API for these resources: in `namespace` if given (namespaced
     /// kinds), else across the cluster.
     fn api(client: kube::Client, namespace: Option<&str>) -> kube::Api<Self>;
+    /// A label selector narrowing which resources the controller watches
+    /// when the operator runs for `namespace` (`--namespace`); `None` (the
+    /// default) watches every resource [`Kind::api`] lists. Cluster-scoped
+    /// kinds use it to pick the resources meant for that namespace.
+    fn watch_selector(_namespace: Option<&str>) -> Option<String> {
+        None
+    }
 }
 
 /// [`Kind::api`] for a namespaced kind.
@@ -115,7 +122,7 @@ pub enum Step {
 }
 
 /// A Kubernetes event the plan asks the engine to publish on the resource.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct PlannedEvent {
     /// Normal or Warning.
     pub warning: bool,
@@ -123,6 +130,10 @@ pub struct PlannedEvent {
     pub reason: String,
     /// Detail (trimmed to 1 KiB by the engine).
     pub note: String,
+    /// The other object the event is about (the Event's `related`), e.g.
+    /// the Pod a chaos agent killed. Events about different related objects
+    /// are never folded into one event series.
+    pub related: Option<k8s_openapi::api::core::v1::ObjectReference>,
 }
 
 /// What a handler wants done for one resource, as data.
@@ -143,6 +154,13 @@ pub struct Plan {
     /// When given, the engine may apply the overlay together with others in
     /// one kubectl run and attribute kubectl's output lines by these names.
     pub batch_names: Vec<String>,
+    /// Nothing is due yet (a periodic kind between two runs): the engine
+    /// runs no step, patches no status and publishes no event; it only
+    /// reconciles again after `requeue_after`.
+    pub idle: bool,
+    /// Write [`Plan::status`] only when the steps succeeded (it describes
+    /// what they create); on failure the previous kind-specific status stays.
+    pub status_on_success_only: bool,
 }
 
 impl Plan {

@@ -128,6 +128,7 @@ impl Operator {
         let options = KindOptions {
             operator_namespace: args.operator_namespace.clone(),
             exchange_rate: args.exchange_rate.options(),
+            watch_namespace: args.namespace.clone(),
         };
         for kind in kinds {
             let engine = engine.clone();

@@ -624,6 +624,8 @@ impl Handler for ExchangeRateHandler {
                 overlay,
                 extra_args: Self::prune_args(&uid),
             }],
+            // configMapName must name a ConfigMap that exists.
+            status_on_success_only: true,
             ..Default::default()
         };
         plan.status = json!({
@@ -649,6 +651,7 @@ impl Handler for ExchangeRateHandler {
                     fetched.currency,
                     refresh.as_str()
                 ),
+                ..Default::default()
             });
         }
         let due = next_due(&uid, fetched, desired.interval);

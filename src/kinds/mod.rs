@@ -2,6 +2,7 @@
 //! type and its handler; this file registers them (one line per kind in the
 //! `kinds!` invocation below).
 
+pub mod chaos_agent;
 pub mod exchange_rate;
 pub mod sample;
 
@@ -23,6 +24,8 @@ pub struct KindOptions {
     pub operator_namespace: Option<String>,
     /// ExchangeRate: the rate provider and refresh limits.
     pub exchange_rate: exchange_rate::ExchangeRateOptions,
+    /// The namespace the operator watches (`--namespace`), if only one.
+    pub watch_namespace: Option<String>,
 }
 
 /// A handler built from the command-line settings.
@@ -120,6 +123,7 @@ macro_rules! kinds {
 kinds! {
     Sample => sample::SampleHandler,
     ExchangeRate => exchange_rate::ExchangeRateHandler,
+    ChaosAgent => chaos_agent::ChaosAgentHandler,
 }
 
 impl std::str::FromStr for KindName {
