@@ -58,9 +58,18 @@ async fn run(args: RunArgs) -> Result<(), Error> {
         namespace = args.namespace.as_deref().unwrap_or("<all>"),
         "operator running"
     );
-    wait_for_signal().await?;
+    let lost = tokio::select! {
+        signal = wait_for_signal() => {
+            signal?;
+            false
+        }
+        () = operator.lost_leadership() => true,
+    };
     tracing::info!("shutting down: finishing running reconciles");
     operator.stop().await;
+    if lost {
+        return Err(Error::LostLeadership);
+    }
     Ok(())
 }
 
