@@ -350,6 +350,59 @@ pub fn known_kinds() -> Vec<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
+
+    fn run_args(argv: &[&str]) -> RunArgs {
+        let mut full = vec!["kustomize-operator", "run"];
+        full.extend_from_slice(argv);
+        match crate::cli::Cli::try_parse_from(full).unwrap().command {
+            crate::cli::Command::Run(args) => args,
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn leader_election_settings_are_checked_before_connecting() {
+        assert_eq!(leader_config(&run_args(&[])).unwrap(), None);
+        assert!(matches!(
+            leader_config(&run_args(&["--leader-elect"])),
+            Err(StartError::LeaseNamespace)
+        ));
+        let config = leader_config(&run_args(&[
+            "--leader-elect",
+            "--operator-namespace",
+            "ops",
+            "--leader-elect-identity",
+            "pod-1",
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            (config.namespace.as_str(), config.identity.as_str()),
+            ("ops", "pod-1")
+        );
+        assert_eq!(config.lease_name, "kustomize-operator");
+        let explicit = leader_config(&run_args(&[
+            "--leader-elect",
+            "--operator-namespace",
+            "ops",
+            "--leader-elect-namespace",
+            "elsewhere",
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(explicit.namespace, "elsewhere");
+        assert!(matches!(
+            leader_config(&run_args(&[
+                "--leader-elect",
+                "--leader-elect-namespace",
+                "ops",
+                "--leader-elect-renew-deadline",
+                "20s",
+            ])),
+            Err(StartError::LeaderElection(_))
+        ));
+    }
 
     #[test]
     fn stale_work_dirs_are_removed_and_live_ones_kept() {

@@ -95,8 +95,71 @@ async fn apply_k_deploy_installs_a_hardened_operator_whose_pods_stay_pending() {
     .await;
 }
 
+/// A token minted (TokenRequest) for the operator's ServiceAccount.
+async fn mint_token(client: &Client) -> String {
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), NAMESPACE);
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: vec![],
+            expiration_seconds: Some(3600),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let minted: TokenRequest = accounts
+        .create_subresource("token", SERVICE_ACCOUNT, &PostParams::default(), &request)
+        .await
+        .expect("TokenRequest for the operator's ServiceAccount");
+    minted.status.expect("a token").token
+}
+
+/// The API server's URL and CA (PEM) from the admin kubeconfig's current context.
+fn admin_cluster() -> (String, Vec<u8>) {
+    let admin = kube::config::Kubeconfig::read().expect("read KUBECONFIG");
+    let context = admin
+        .contexts
+        .iter()
+        .find(|c| Some(&c.name) == admin.current_context.as_ref())
+        .and_then(|c| c.context.clone())
+        .expect("a current context");
+    let cluster = admin
+        .clusters
+        .iter()
+        .find(|c| c.name == context.cluster)
+        .and_then(|c| c.cluster.clone())
+        .expect("the context's cluster");
+    let ca = match (
+        &cluster.certificate_authority_data,
+        &cluster.certificate_authority,
+    ) {
+        (Some(data), _) => base64_decode(data),
+        (None, Some(file)) => std::fs::read(file).expect("read the CA file"),
+        (None, None) => panic!("the cluster in KUBECONFIG has no CA"),
+    };
+    (cluster.server.expect("a server URL"), ca)
+}
+
+fn base64_decode(text: &str) -> Vec<u8> {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = Vec::new();
+    let (mut acc, mut bits) = (0u32, 0u32);
+    for c in text
+        .bytes()
+        .filter(|c| !c.is_ascii_whitespace() && *c != b'=')
+    {
+        let value = ALPHABET.iter().position(|&a| a == c).expect("base64") as u32;
+        acc = (acc << 6) | value;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+        }
+    }
+    out
+}
+
 /// A kubeconfig holding only the API server's address, its CA and a token
-/// minted (TokenRequest) for the operator's ServiceAccount.
+/// minted for the operator's ServiceAccount.
 struct TokenKubeconfig {
     _dir: tempfile::TempDir,
     path: PathBuf,
@@ -104,54 +167,22 @@ struct TokenKubeconfig {
 
 impl TokenKubeconfig {
     async fn mint(client: &Client) -> Self {
-        let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), NAMESPACE);
-        let request = TokenRequest {
-            spec: TokenRequestSpec {
-                audiences: vec![],
-                expiration_seconds: Some(3600),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        let minted: TokenRequest = accounts
-            .create_subresource("token", SERVICE_ACCOUNT, &PostParams::default(), &request)
-            .await
-            .expect("TokenRequest for the operator's ServiceAccount");
-        let token = minted.status.expect("a token").token;
-
-        // The server and CA of the admin kubeconfig's current context.
-        let admin = kube::config::Kubeconfig::read().expect("read KUBECONFIG");
-        let context = admin
-            .contexts
-            .iter()
-            .find(|c| Some(&c.name) == admin.current_context.as_ref())
-            .and_then(|c| c.context.clone())
-            .expect("a current context");
-        let cluster = admin
-            .clusters
-            .iter()
-            .find(|c| c.name == context.cluster)
-            .and_then(|c| c.cluster.clone())
-            .expect("the context's cluster");
-        let mut cluster_entry = json!({ "server": cluster.server });
-        if let Some(data) = cluster.certificate_authority_data {
-            cluster_entry["certificate-authority-data"] = json!(data);
-        }
-        if let Some(file) = cluster.certificate_authority {
-            cluster_entry["certificate-authority"] = json!(file);
-        }
-        if cluster.insecure_skip_tls_verify == Some(true) {
-            cluster_entry["insecure-skip-tls-verify"] = json!(true);
-        }
+        let token = mint_token(client).await;
+        let (server, ca) = admin_cluster();
+        let dir = tempfile::tempdir().unwrap();
+        let ca_file = dir.path().join("ca.crt");
+        std::fs::write(&ca_file, ca).unwrap();
         let kubeconfig = json!({
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{ "name": "cluster", "cluster": cluster_entry }],
+            "clusters": [{ "name": "cluster", "cluster": {
+                "server": server,
+                "certificate-authority": ca_file.display().to_string(),
+            }}],
             "users": [{ "name": SERVICE_ACCOUNT, "user": { "token": token } }],
             "contexts": [{ "name": "operator", "context": { "cluster": "cluster", "user": SERVICE_ACCOUNT } }],
             "current-context": "operator",
         });
-        let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("kubeconfig");
         // JSON is YAML: kubectl and kube read it as is.
         std::fs::write(&path, serde_json::to_vec_pretty(&kubeconfig).unwrap()).unwrap();
@@ -176,11 +207,63 @@ impl TokenKubeconfig {
     }
 }
 
-/// Installs deploy/, mints the token and runs the operator binary with only
-/// that token (for it and for the kubectl it runs), watching a fresh
-/// namespace with `kinds`; then runs `scenario` against that namespace with
-/// the admin client.
-async fn run_with_service_account<F, Fut>(prefix: &str, kinds: &str, scenario: F)
+/// The files a kubelet mounts into a Pod for its ServiceAccount, under
+/// `<dir>/run/secrets/kubernetes.io/serviceaccount/`, and the environment a
+/// Pod gets: `KUBERNETES_SERVICE_HOST` and `_PORT`.
+struct ServiceAccountMount {
+    dir: tempfile::TempDir,
+    host: String,
+    port: String,
+}
+
+impl ServiceAccountMount {
+    async fn create(client: &Client) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let files = dir.path().join("run/secrets/kubernetes.io/serviceaccount");
+        std::fs::create_dir_all(&files).unwrap();
+        let (server, ca) = admin_cluster();
+        std::fs::write(files.join("token"), mint_token(client).await).unwrap();
+        std::fs::write(files.join("ca.crt"), ca).unwrap();
+        std::fs::write(files.join("namespace"), NAMESPACE).unwrap();
+        std::fs::create_dir_all(dir.path().join("home")).unwrap();
+        let authority = server
+            .trim_start_matches("https://")
+            .split('/')
+            .next()
+            .unwrap()
+            .to_string();
+        let (host, port) = authority
+            .rsplit_once(':')
+            .map_or((authority.clone(), "443".to_string()), |(h, p)| {
+                (h.to_string(), p.to_string())
+            });
+        Self { dir, host, port }
+    }
+}
+
+/// True when this process may run a command in a private mount namespace
+/// (root with CAP_SYS_ADMIN, as on the development machines and in CI).
+fn private_mounts_work() -> bool {
+    std::process::Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "true"])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// How the operator process authenticates.
+enum Auth {
+    /// A kubeconfig with only a token for its ServiceAccount.
+    TokenKubeconfig,
+    /// No kubeconfig: the in-cluster files at /var/run/secrets (bind-mounted
+    /// in a private mount namespace) and KUBERNETES_SERVICE_HOST/_PORT.
+    InCluster,
+}
+
+/// Installs deploy/, gives the operator binary the ServiceAccount's identity
+/// (and nothing else, for it and for the kubectl it runs), lets it watch a
+/// fresh namespace with `kinds`, then runs `scenario` against that namespace
+/// with the admin client.
+async fn run_with_service_account<F, Fut>(prefix: &str, kinds: &str, auth: Auth, scenario: F)
 where
     F: FnOnce(Client, String) -> Fut,
     Fut: std::future::Future<Output = ()>,
@@ -189,15 +272,54 @@ where
         Some(c) => c,
         None => return,
     };
+    if matches!(auth, Auth::InCluster) && !private_mounts_work() {
+        eprintln!("\n*** SKIPPING in-cluster test: `unshare --mount` is not permitted here.\n");
+        return;
+    }
     install().await;
     let ns = common::TestNamespace::new(&client, prefix).await;
-    let token = TokenKubeconfig::mint(&client).await;
-    let kubeconfig = token.path().display().to_string();
-    let mut operator = common::OperatorProcess::spawn(
-        &ns.name,
-        &[("KUBECONFIG", kubeconfig.as_str())],
-        &["--kinds", kinds, "--metrics-addr", ""],
-    );
+    let _cleanup = common::StripFinalizersOnDrop(ns.name.clone());
+    let extra = ["--kinds", kinds, "--metrics-addr", ""];
+    // The credentials live as long as the operator: kubectl reads them at every run.
+    let mut token_kubeconfig = None;
+    let mut service_account_mount = None;
+    let mut operator = match auth {
+        Auth::TokenKubeconfig => {
+            let token = TokenKubeconfig::mint(&client).await;
+            let kubeconfig = token.path().display().to_string();
+            token_kubeconfig = Some(token);
+            common::OperatorProcess::spawn(&ns.name, &[("KUBECONFIG", kubeconfig.as_str())], &extra)
+        }
+        Auth::InCluster => {
+            let mount = ServiceAccountMount::create(&client).await;
+            let run = mount.dir.path().join("run").display().to_string();
+            let home = mount.dir.path().join("home").display().to_string();
+            let process = common::OperatorProcess::spawn_with(
+                &ns.name,
+                &common::Launch {
+                    env: &[
+                        ("KUBERNETES_SERVICE_HOST", mount.host.as_str()),
+                        ("KUBERNETES_SERVICE_PORT", mount.port.as_str()),
+                        ("HOME", home.as_str()),
+                    ],
+                    unset: &["KUBECONFIG"],
+                    wrapper: &[
+                        "unshare",
+                        "--mount",
+                        "--propagation",
+                        "private",
+                        "sh",
+                        "-c",
+                        r#"mount --bind "$0" /var/run && exec "$@""#,
+                        &run,
+                    ],
+                },
+                &extra,
+            );
+            service_account_mount = Some(mount);
+            process
+        }
+    };
     let run = std::panic::AssertUnwindSafe(scenario(client, ns.name.clone())).catch_unwind();
     if let Err(panic) = run.await {
         eprintln!("the operator's log (tail):\n{}", operator.log_tail());
@@ -208,6 +330,8 @@ where
         "the operator exited; its log:\n{}",
         operator.log_tail()
     );
+    drop(operator);
+    drop((token_kubeconfig, service_account_mount));
 }
 
 async fn replicas(deployments: &Api<Deployment>, name: &str) -> Option<i32> {
@@ -282,7 +406,21 @@ async fn sample_scenario(client: Client, ns: String) {
 
 #[tokio::test]
 async fn sample_scenario_passes_with_only_the_service_account_token() {
-    run_with_service_account("rbac-sample", "sample", sample_scenario).await;
+    run_with_service_account(
+        "rbac-sample",
+        "sample",
+        Auth::TokenKubeconfig,
+        sample_scenario,
+    )
+    .await;
+}
+
+/// No KUBECONFIG: the operator (kube's in-cluster config) and every kubectl
+/// it runs (kubectl's in-cluster fallback) use the ServiceAccount files a
+/// kubelet would mount, as in the Pod.
+#[tokio::test]
+async fn in_cluster_the_operator_and_its_kubectl_use_the_pods_service_account() {
+    run_with_service_account("in-cluster", "sample", Auth::InCluster, sample_scenario).await;
 }
 
 #[tokio::test]

@@ -120,6 +120,7 @@ async fn wait_applied(client: &Client, ns: &str, name: &str) {
 async fn two_replicas_apply_once_and_a_killed_leader_is_replaced() {
     let client = cluster_or_skip!();
     let ns = common::TestNamespace::new(&client, "leader").await;
+    let _cleanup = common::StripFinalizersOnDrop(ns.name.clone());
     let leases: Api<Lease> = Api::namespaced(client.clone(), &ns.name);
     let a = Replica::start("replica-a", &ns.name, "3s", "2s", "250ms");
     let b = Replica::start("replica-b", &ns.name, "3s", "2s", "250ms");
@@ -196,6 +197,7 @@ async fn two_replicas_apply_once_and_a_killed_leader_is_replaced() {
 async fn sigterm_releases_the_lease_for_an_immediate_takeover() {
     let client = cluster_or_skip!();
     let ns = common::TestNamespace::new(&client, "release").await;
+    let _cleanup = common::StripFinalizersOnDrop(ns.name.clone());
     let leases: Api<Lease> = Api::namespaced(client.clone(), &ns.name);
     // A long lease: a takeover in a few seconds can only come from a release.
     let mut first = Replica::start("first", &ns.name, "30s", "20s", "250ms");

@@ -18,7 +18,7 @@ fn read(path: &str) -> String {
 
 /// One Dockerfile instruction: keyword (upper case) and its arguments, with
 /// continuation lines joined and comments dropped.
-fn instructions(text: &str) -> Vec<(String, String)> {
+fn instructions(text: &str) -> Vec<Instruction> {
     let mut out = Vec::new();
     let mut current = String::new();
     for line in text.lines() {
@@ -39,9 +39,14 @@ fn instructions(text: &str) -> Vec<(String, String)> {
     out
 }
 
-/// The stages: (name, image, instructions after FROM).
-fn stages(text: &str) -> Vec<(String, String, Vec<(String, String)>)> {
-    let mut stages: Vec<(String, String, Vec<(String, String)>)> = Vec::new();
+/// A Dockerfile instruction: keyword and arguments.
+type Instruction = (String, String);
+/// A stage: its name (after AS), its image, its instructions after FROM.
+type Stage = (String, String, Vec<Instruction>);
+
+/// The stages, in order.
+fn stages(text: &str) -> Vec<Stage> {
+    let mut stages: Vec<Stage> = Vec::new();
     for (keyword, args) in instructions(text) {
         if keyword == "FROM" {
             let words: Vec<&str> = args

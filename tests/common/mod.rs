@@ -233,6 +233,17 @@ macro_rules! cluster_or_skip {
     };
 }
 
+/// How to start an [`OperatorProcess`] beyond the defaults.
+#[derive(Debug, Default)]
+pub struct Launch<'a> {
+    /// Variables to add to (or override in) the test's environment.
+    pub env: &'a [(&'a str, &'a str)],
+    /// Variables to remove from it.
+    pub unset: &'a [&'a str],
+    /// A command to run the operator under; the operator's argv is appended.
+    pub wrapper: &'a [&'a str],
+}
+
 /// The operator binary, run as a child process (for tests that need separate
 /// processes: another identity, leader election, being killed).
 pub struct OperatorProcess {
@@ -246,9 +257,29 @@ impl OperatorProcess {
     /// repo's kustomize dir and the tests' kubectl; `env` is added to (and
     /// `KUBECONFIG` may replace) the test's environment.
     pub fn spawn(namespace: &str, env: &[(&str, &str)], extra: &[&str]) -> Self {
+        Self::spawn_with(
+            namespace,
+            &Launch {
+                env,
+                ..Launch::default()
+            },
+            extra,
+        )
+    }
+
+    /// Like [`OperatorProcess::spawn`], with more control over the process.
+    pub fn spawn_with(namespace: &str, launch: &Launch<'_>, extra: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("operator.log");
-        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_kustomize-operator"));
+        let binary = env!("CARGO_BIN_EXE_kustomize-operator");
+        let mut cmd = match launch.wrapper.split_first() {
+            Some((program, args)) => {
+                let mut cmd = std::process::Command::new(program);
+                cmd.args(args).arg(binary);
+                cmd
+            }
+            None => std::process::Command::new(binary),
+        };
         cmd.arg("run")
             .args(["--namespace", namespace])
             .arg("--kustomize-dir")
@@ -266,10 +297,13 @@ impl OperatorProcess {
             "METRICS_ADDR",
             "LEADER_ELECT",
             "LEADER_ELECT_NAMESPACE",
-        ] {
+        ]
+        .iter()
+        .chain(launch.unset)
+        {
             cmd.env_remove(var);
         }
-        cmd.envs(env.iter().copied())
+        cmd.envs(launch.env.iter().copied())
             .env("RUST_LOG", "info")
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
@@ -374,4 +408,41 @@ pub fn metric_sum(text: &str, metric: &str, labels: &[&str]) -> f64 {
                 .flatten()
         })
         .sum()
+}
+
+/// Removes the finalizers of every resource of every kind left in
+/// `namespace`, so that deleting the namespace does not hang once the
+/// operator that would have run their cleanup is gone.
+pub fn strip_finalizers(namespace: &str) {
+    for kind in kustomize_operator::KindName::ALL {
+        let crd = kind.crd();
+        if crd.spec.scope != "Namespaced" {
+            continue;
+        }
+        let resource = crd.metadata.name.unwrap_or_default();
+        let (_, names, _) = kubectl(&["-n", namespace, "get", &resource, "-o", "name"]);
+        for name in names.lines().filter(|l| !l.is_empty()) {
+            let _ = kubectl(&[
+                "-n",
+                namespace,
+                "patch",
+                name,
+                "--type",
+                "merge",
+                "-p",
+                r#"{"metadata":{"finalizers":null}}"#,
+            ]);
+        }
+    }
+}
+
+/// Calls [`strip_finalizers`] when dropped: declare it after the
+/// [`TestNamespace`] and before the operators, so that it runs after the
+/// operators stopped and before the namespace is deleted, even on failure.
+pub struct StripFinalizersOnDrop(pub String);
+
+impl Drop for StripFinalizersOnDrop {
+    fn drop(&mut self) {
+        strip_finalizers(&self.0);
+    }
 }
