@@ -256,7 +256,7 @@ impl Controllers {
 
 /// Leader election around the controllers: wait for the Lease, run the
 /// controllers while renewing it; on shutdown stop them, keep renewing until
-/// their running reconciles finished, then release the Lease; on loss stop
+/// their running reconciles finished, then release the Lease; on loss abort
 /// them and cancel `lost`.
 async fn lead(
     mut elector: LeaderElector,
@@ -278,10 +278,13 @@ async fn lead(
     };
     token.cancel();
     if let Some(reason) = lost_reason {
-        tracing::error!(%reason, "lost the leader lease: stopping the controllers");
+        // Another replica may lead already: abort at once rather than let
+        // running reconciles finish (dropping them kills their kubectl).
+        tracing::error!(%reason, "lost the leader lease: aborting the controllers");
         metrics.set_leading(false);
-        lost.cancel();
+        running.abort_all();
         while running.join_next().await.is_some() {}
+        lost.cancel();
         return;
     }
     // Shutting down: the Lease stays ours until the running reconciles are done.

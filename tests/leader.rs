@@ -1,6 +1,7 @@
 //! Leader election between operator *processes* (the built binary), with
 //! short lease durations: one replica reconciles, a killed leader is replaced
-//! within the lease duration, a leader stopped with SIGTERM hands over at once.
+//! within the lease duration, a leader stopped with SIGTERM hands over at once,
+//! a leader that loses its Lease exits.
 
 mod common;
 
@@ -230,4 +231,41 @@ async fn sigterm_releases_the_lease_for_an_immediate_takeover() {
     create_sample(&client, &ns.name, "web").await;
     wait_applied(&client, &ns.name, "web").await;
     assert_eq!(second.applies().await, 1.0);
+}
+
+#[tokio::test]
+async fn a_leader_that_loses_its_lease_stops_and_exits() {
+    let client = cluster_or_skip!();
+    let ns = common::TestNamespace::new(&client, "lost").await;
+    let _cleanup = common::StripFinalizersOnDrop(ns.name.clone());
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns.name);
+    let mut only = Replica::start("only", &ns.name, "3s", "2s", "250ms");
+    common::wait_until(TIMEOUT, || async {
+        holder(&leases).await.as_deref() == Some("only")
+    })
+    .await;
+
+    // Another holder writes itself into the Lease (compare-and-swap, retried
+    // on conflicts with the renewals).
+    common::wait_until(TIMEOUT, || async {
+        let mut lease = leases.get(LEASE).await.unwrap();
+        let spec = lease.spec.get_or_insert_with(Default::default);
+        spec.holder_identity = Some("intruder".into());
+        spec.lease_duration_seconds = Some(60);
+        spec.renew_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+            k8s_openapi::jiff::Timestamp::now(),
+        ));
+        leases
+            .replace(LEASE, &PostParams::default(), &lease)
+            .await
+            .is_ok()
+    })
+    .await;
+    let status = only.process.wait_exit(Duration::from_secs(10)).await;
+    assert!(
+        status.is_some_and(|s| !s.success()),
+        "the replica that lost its lease must exit with an error: {status:?}; log:\n{}",
+        only.process.log_tail()
+    );
+    assert_eq!(holder(&leases).await.as_deref(), Some("intruder"));
 }
