@@ -34,6 +34,7 @@ pub enum LogFormat {
 }
 
 /// The subcommands.
+// Parsed once at start-up: the size of `Run` does not matter.
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the controllers against the cluster in KUBECONFIG (or in-cluster).
@@ -99,6 +100,31 @@ pub struct RunArgs {
     /// Address for /metrics, /healthz and /readyz ("" turns it off).
     #[arg(long, env = "METRICS_ADDR", default_value = "127.0.0.1:8080", value_parser = parse_addr)]
     pub metrics_addr: MetricsAddr,
+    /// Run the controllers only while this replica holds a Lease (for several replicas).
+    #[arg(long, env = "LEADER_ELECT")]
+    pub leader_elect: bool,
+    /// The Lease's namespace (default: the operator's namespace, NAMESPACE).
+    #[arg(long, env = "LEADER_ELECT_NAMESPACE")]
+    pub leader_elect_namespace: Option<String>,
+    /// The Lease's name.
+    #[arg(
+        long,
+        env = "LEADER_ELECT_LEASE_NAME",
+        default_value = "kustomize-operator"
+    )]
+    pub leader_elect_lease_name: String,
+    /// This replica's name in the Lease (default: host name, process id, random suffix).
+    #[arg(long, env = "POD_NAME")]
+    pub leader_elect_identity: Option<String>,
+    /// How long an unrenewed Lease stays with its holder.
+    #[arg(long, env = "LEADER_ELECT_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
+    pub leader_elect_lease_duration: Duration,
+    /// The leader steps down when it could not renew for this long.
+    #[arg(long, env = "LEADER_ELECT_RENEW_DEADLINE", default_value = "10s", value_parser = parse_duration)]
+    pub leader_elect_renew_deadline: Duration,
+    /// How often candidates try to take the Lease and the leader renews it.
+    #[arg(long, env = "LEADER_ELECT_RETRY_PERIOD", default_value = "2s", value_parser = parse_duration)]
+    pub leader_elect_retry_period: Duration,
     /// ExchangeRate flags (boxed: keeps `Command` small).
     #[command(flatten)]
     pub exchange_rate: Box<ExchangeRateArgs>,
@@ -259,6 +285,29 @@ mod tests {
             argv.extend(bad);
             assert!(Cli::try_parse_from(&argv).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn leader_election_is_off_by_default() {
+        let cli = Cli::try_parse_from(["kustomize-operator", "run"]).unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!()
+        };
+        assert!(!args.leader_elect);
+        assert_eq!(args.leader_elect_lease_duration, Duration::from_secs(15));
+        let cli = Cli::try_parse_from([
+            "kustomize-operator",
+            "run",
+            "--leader-elect",
+            "--leader-elect-retry-period",
+            "500ms",
+        ])
+        .unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!()
+        };
+        assert!(args.leader_elect);
+        assert_eq!(args.leader_elect_retry_period, Duration::from_millis(500));
     }
 
     #[test]

@@ -247,6 +247,7 @@ async fn reconcile<H: Handler>(
     let api = H::Resource::api(engine.client.clone(), obj.namespace().as_deref());
     let key = object_key(&*obj);
     engine.metrics.reconcile(H::Resource::NAME);
+    let _in_flight = engine.metrics.reconcile_in_flight(H::Resource::NAME);
     let result = finalizer(&api, H::Resource::FINALIZER, obj, |event| async {
         match event {
             FinalizerEvent::Apply(obj) => apply(&ctx, &obj).await,

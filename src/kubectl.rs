@@ -124,6 +124,24 @@ pub struct KubectlStats {
     spawned: AtomicU64,
     failed: AtomicU64,
     timed_out: AtomicU64,
+    waiting: AtomicU64,
+    running: AtomicU64,
+}
+
+/// Counts one in a live gauge of [`KubectlStats`] while it exists.
+struct Counted<'a>(&'a AtomicU64);
+
+impl<'a> Counted<'a> {
+    fn new(gauge: &'a AtomicU64) -> Self {
+        gauge.fetch_add(1, Ordering::Relaxed);
+        Self(gauge)
+    }
+}
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl KubectlStats {
@@ -138,6 +156,14 @@ impl KubectlStats {
     /// Runs killed at the timeout.
     pub fn timed_out(&self) -> u64 {
         self.timed_out.load(Ordering::Relaxed)
+    }
+    /// Runs waiting for a concurrency slot now.
+    pub fn waiting(&self) -> u64 {
+        self.waiting.load(Ordering::Relaxed)
+    }
+    /// kubectl processes running now.
+    pub fn running(&self) -> u64 {
+        self.running.load(Ordering::Relaxed)
     }
 }
 
@@ -200,6 +226,11 @@ impl Kubectl {
         &self.stats
     }
 
+    /// Run counters, shared (e.g. with the metrics endpoint).
+    pub fn shared_stats(&self) -> Arc<KubectlStats> {
+        self.stats.clone()
+    }
+
     /// The configuration.
     pub fn config(&self) -> &KubectlConfig {
         &self.config
@@ -214,7 +245,9 @@ impl Kubectl {
         args: &[String],
         stdin: Option<Vec<u8>>,
     ) -> Result<CommandRecord, KubectlError> {
+        let waiting = Counted::new(&self.stats.waiting);
         let permit = self.acquire().await;
+        drop(waiting);
         self.run_with(permit, args, stdin).await
     }
 
@@ -233,6 +266,7 @@ impl Kubectl {
         stdin: Option<Vec<u8>>,
     ) -> Result<CommandRecord, KubectlError> {
         let _slot = slot;
+        let _running = Counted::new(&self.stats.running);
         let mut argv: Vec<OsString> = Vec::with_capacity(args.len() + 1);
         if let Some(dir) = &self.config.cache_dir {
             argv.push(format!("--cache-dir={}", dir.display()).into());
@@ -544,6 +578,42 @@ mod tests {
         assert!(r.stdout.len() < 2200, "{}", r.stdout.len());
         assert!(r.stdout.starts_with("[output truncated"));
         assert!(r.stdout.ends_with("END\n"));
+    }
+
+    #[tokio::test]
+    async fn waiting_and_running_runs_are_counted_while_they_last() {
+        let dir = tempfile::tempdir().unwrap();
+        let gate = dir.path().join("go");
+        let k = Kubectl::new(KubectlConfig {
+            path: script(
+                dir.path(),
+                &format!("while [ ! -e {} ]; do sleep 0.05; done", gate.display()),
+            ),
+            timeout: Duration::from_secs(20),
+            max_concurrent: 1,
+            cache_dir: None,
+            output_cap: 1024,
+        });
+        let runs: Vec<_> = (0..3)
+            .map(|_| {
+                let k = k.clone();
+                tokio::spawn(async move { k.run(&args(&["apply"]), None).await })
+            })
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while (k.stats().running(), k.stats().waiting()) != (1, 2) {
+            assert!(
+                Instant::now() < deadline,
+                "never saw 1 running and 2 waiting"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        std::fs::write(&gate, "").unwrap();
+        for run in runs {
+            assert!(run.await.unwrap().unwrap().succeeded());
+        }
+        assert_eq!((k.stats().running(), k.stats().waiting()), (0, 0));
+        assert_eq!(k.stats().spawned(), 3);
     }
 
     #[tokio::test]

@@ -11,6 +11,7 @@ pub mod duration;
 pub mod handler;
 pub mod kinds;
 pub mod kubectl;
+pub mod leader;
 pub mod metrics;
 pub mod operator;
 pub mod overlay;
@@ -36,6 +37,9 @@ pub enum Error {
     /// `crd` could not serialize or write.
     #[error("cannot write CRDs: {0}")]
     Crd(String),
+    /// This replica lost the leader Lease; it exits so that it restarts as a candidate.
+    #[error("lost the leader lease")]
+    LostLeadership,
     /// Waiting for a signal failed.
     #[error("cannot install signal handlers: {0}")]
     Signal(#[source] std::io::Error),

@@ -58,10 +58,19 @@ async fn run(args: RunArgs) -> Result<(), Error> {
         namespace = args.namespace.as_deref().unwrap_or("<all>"),
         "operator running"
     );
-    wait_for_signal().await?;
+    let lost = tokio::select! {
+        signal = wait_for_signal() => {
+            signal?;
+            false
+        }
+        () = operator.lost_leadership() => true,
+    };
     tracing::info!(grace = ?args.shutdown_grace, "shutting down: finishing running reconciles");
     if !operator.stop_within(args.shutdown_grace).await {
         tracing::warn!("exiting with reconciles still running");
+    }
+    if lost {
+        return Err(Error::LostLeadership);
     }
     Ok(())
 }

@@ -1,8 +1,8 @@
 //! Prometheus metrics and the `/metrics`, `/healthz`, `/readyz` endpoints.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use axum::Router;
@@ -17,6 +17,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::kubectl::KubectlStats;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabel {
     kind: String,
@@ -28,21 +30,21 @@ struct RunLabel {
     exit_code: String,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct VerbLabel {
-    verb: String,
-}
-
 /// The operator's metrics.
 pub struct Metrics {
     registry: Registry,
     reconciles: Family<KindLabel, Counter>,
     errors: Family<KindLabel, Counter>,
     skipped: Family<KindLabel, Counter>,
+    in_flight: Family<KindLabel, Gauge>,
     kubectl_runs: Family<RunLabel, Counter>,
-    kubectl_seconds: Family<VerbLabel, Histogram>,
-    in_flight: Gauge,
+    kubectl_seconds: Family<RunLabel, Histogram>,
+    kubectl_waiting: Gauge,
+    kubectl_running: Gauge,
+    kubectl_stats: OnceLock<Arc<KubectlStats>>,
+    leader: Gauge,
     ready: AtomicBool,
+    leading: AtomicBool,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -64,11 +66,14 @@ impl Metrics {
         let reconciles = Family::<KindLabel, Counter>::default();
         let errors = Family::<KindLabel, Counter>::default();
         let skipped = Family::<KindLabel, Counter>::default();
+        let in_flight = Family::<KindLabel, Gauge>::default();
         let kubectl_runs = Family::<RunLabel, Counter>::default();
-        let kubectl_seconds = Family::<VerbLabel, Histogram>::new_with_constructor(|| {
+        let kubectl_seconds = Family::<RunLabel, Histogram>::new_with_constructor(|| {
             Histogram::new(exponential_buckets(0.05, 2.0, 10))
         });
-        let in_flight = Gauge::default();
+        let kubectl_waiting = Gauge::default();
+        let kubectl_running = Gauge::default();
+        let leader = Gauge::default();
         registry.register(
             "reconciles",
             "Reconciles started, by kind",
@@ -85,29 +90,49 @@ impl Metrics {
             skipped.clone(),
         );
         registry.register(
+            "reconciles_in_flight",
+            "Reconciles running now, by kind, including those waiting for a kubectl slot (kube-runtime does not expose its own queue)",
+            in_flight.clone(),
+        );
+        registry.register(
             "kubectl_runs",
             "kubectl processes run, by verb and exit code",
             kubectl_runs.clone(),
         );
         registry.register(
             "kubectl_duration_seconds",
-            "kubectl run time, by verb",
+            "kubectl run time, by verb and exit code",
             kubectl_seconds.clone(),
         );
         registry.register(
-            "kubectl_in_flight",
-            "kubectl processes running or waiting for a slot (the work queue of the engine)",
-            in_flight.clone(),
+            "kubectl_waiting",
+            "kubectl runs waiting for a slot under --max-concurrent-kubectl (the engine's work queue)",
+            kubectl_waiting.clone(),
+        );
+        registry.register(
+            "kubectl_running",
+            "kubectl processes running now",
+            kubectl_running.clone(),
+        );
+        registry.register(
+            "leader",
+            "1 while this replica runs the controllers (holds the leader Lease, or runs without --leader-elect)",
+            leader.clone(),
         );
         Self {
             registry,
             reconciles,
             errors,
             skipped,
+            in_flight,
             kubectl_runs,
             kubectl_seconds,
-            in_flight,
+            kubectl_waiting,
+            kubectl_running,
+            kubectl_stats: OnceLock::new(),
+            leader,
             ready: AtomicBool::new(false),
+            leading: AtomicBool::new(false),
         }
     }
 
@@ -139,37 +164,86 @@ impl Metrics {
             .get()
     }
 
+    /// Counts a reconcile of `kind` as running until the guard is dropped.
+    pub fn reconcile_in_flight(&self, kind: &str) -> InFlight {
+        let gauge = self
+            .in_flight
+            .get_or_create(&KindLabel { kind: kind.into() })
+            .clone();
+        gauge.inc();
+        InFlight(gauge)
+    }
+
     /// Records a finished kubectl run.
     pub fn kubectl_run(&self, verb: &str, exit_code: Option<i32>, duration: Duration) {
-        let exit_code = exit_code.map_or_else(|| "killed".to_string(), |c| c.to_string());
-        self.kubectl_runs
-            .get_or_create(&RunLabel {
-                verb: verb.into(),
-                exit_code,
-            })
-            .inc();
+        let label = RunLabel {
+            verb: verb.into(),
+            exit_code: exit_code.map_or_else(|| "killed".to_string(), |c| c.to_string()),
+        };
+        self.kubectl_runs.get_or_create(&label).inc();
         self.kubectl_seconds
-            .get_or_create(&VerbLabel { verb: verb.into() })
+            .get_or_create(&label)
             .observe(duration.as_secs_f64());
     }
 
-    /// The gauge of kubectl runs in flight.
-    pub fn in_flight(&self) -> &Gauge {
-        &self.in_flight
+    /// Reads the kubectl waiting/running gauges from `stats` at every scrape.
+    pub fn attach_kubectl(&self, stats: Arc<KubectlStats>) {
+        let _ = self.kubectl_stats.set(stats);
     }
 
-    /// Marks the operator ready (controllers started) or not.
+    /// Marks the operator ready (started, not shutting down) or not.
     pub fn set_ready(&self, ready: bool) {
         self.ready.store(ready, Ordering::Relaxed);
     }
 
+    /// Marks this replica as running the controllers (leading) or standing by.
+    pub fn set_leading(&self, leading: bool) {
+        self.leading.store(leading, Ordering::Relaxed);
+        self.leader.set(i64::from(leading));
+    }
+
+    /// True while this replica runs the controllers.
+    pub fn is_leading(&self) -> bool {
+        self.leading.load(Ordering::Relaxed)
+    }
+
+    /// The `/readyz` answer: ready replicas say whether they lead or stand by.
+    /// A standby replica is ready too: it serves metrics and is needed for a
+    /// rolling update to make progress while the old leader holds the Lease.
+    pub fn readiness(&self) -> (bool, &'static str) {
+        match (
+            self.ready.load(Ordering::Relaxed),
+            self.leading.load(Ordering::Relaxed),
+        ) {
+            (true, true) => (true, "ready: leading"),
+            (true, false) => (true, "ready: standing by for the leader lease"),
+            (false, _) => (false, "not ready: starting or shutting down"),
+        }
+    }
+
     /// The metrics in the Prometheus text format.
     pub fn encode(&self) -> String {
+        if let Some(stats) = self.kubectl_stats.get() {
+            self.kubectl_waiting
+                .set(i64::try_from(stats.waiting()).unwrap_or(i64::MAX));
+            self.kubectl_running
+                .set(i64::try_from(stats.running()).unwrap_or(i64::MAX));
+        }
         let mut out = String::new();
         if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
             out.clear();
         }
         out
+    }
+}
+
+/// Decrements the in-flight gauge of a reconcile when dropped.
+#[derive(Debug)]
+pub struct InFlight(Gauge);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }
 
@@ -195,10 +269,9 @@ async fn metrics_handler(State(m): State<Arc<Metrics>>) -> impl IntoResponse {
 }
 
 async fn ready_handler(State(m): State<Arc<Metrics>>) -> impl IntoResponse {
-    if m.ready.load(Ordering::Relaxed) {
-        (StatusCode::OK, "ready")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "starting")
+    match m.readiness() {
+        (true, text) => (StatusCode::OK, text),
+        (false, text) => (StatusCode::SERVICE_UNAVAILABLE, text),
     }
 }
 
@@ -224,5 +297,56 @@ mod tests {
             "{text}"
         );
         assert_eq!(m.skipped_count("sample"), 1);
+        assert!(
+            text.contains(
+                "kustomize_operator_kubectl_duration_seconds_count{verb=\"apply\",exit_code=\"0\"} 1"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn in_flight_reconciles_are_counted_while_the_guard_lives() {
+        let m = Metrics::new();
+        let guard = m.reconcile_in_flight("sample");
+        let _second = m.reconcile_in_flight("sample");
+        assert!(
+            m.encode()
+                .contains("kustomize_operator_reconciles_in_flight{kind=\"sample\"} 2")
+        );
+        drop(guard);
+        assert!(
+            m.encode()
+                .contains("kustomize_operator_reconciles_in_flight{kind=\"sample\"} 1")
+        );
+    }
+
+    #[test]
+    fn kubectl_queue_gauges_follow_the_runner() {
+        let m = Metrics::new();
+        m.attach_kubectl(Arc::new(KubectlStats::default()));
+        let text = m.encode();
+        assert!(
+            text.contains("kustomize_operator_kubectl_waiting 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("kustomize_operator_kubectl_running 0"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn readiness_names_the_role() {
+        let m = Metrics::new();
+        assert!(!m.readiness().0);
+        m.set_ready(true);
+        assert_eq!(
+            m.readiness(),
+            (true, "ready: standing by for the leader lease")
+        );
+        m.set_leading(true);
+        assert_eq!(m.readiness(), (true, "ready: leading"));
+        assert!(m.encode().contains("kustomize_operator_leader 1"));
     }
 }

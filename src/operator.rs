@@ -12,6 +12,7 @@ use crate::cli::RunArgs;
 use crate::controller::{Engine, Settings};
 use crate::kinds::{KindName, KindOptions};
 use crate::kubectl::{Kubectl, KubectlConfig, KubectlError};
+use crate::leader::{LeaderConfig, LeaderConfigError, LeaderElector};
 use crate::metrics::Metrics;
 use crate::status::OUTPUT_LIMIT;
 use crate::templates::{KustomizeDir, TemplateError};
@@ -37,6 +38,14 @@ pub enum StartError {
         .0.join(", ")
     )]
     MissingCrds(Vec<String>),
+    /// Leader election is asked for but cannot work as configured.
+    #[error("leader election: {0}")]
+    LeaderElection(#[from] LeaderConfigError),
+    /// Leader election is asked for without a namespace for its Lease.
+    #[error(
+        "--leader-elect needs a namespace for its Lease: set NAMESPACE (the downward API does in the Deployment) or --leader-elect-namespace"
+    )]
+    LeaseNamespace,
     /// The work directory cannot be prepared.
     #[error("cannot prepare work directory {path}: {source}")]
     WorkDir {
@@ -52,13 +61,41 @@ pub struct Operator {
     /// The shared engine (kubectl stats, metrics, client).
     pub engine: Arc<Engine>,
     shutdown: CancellationToken,
+    lost: CancellationToken,
     tasks: JoinSet<()>,
     work_dir: PathBuf,
+}
+
+/// The leader election settings from the command line, checked; None without `--leader-elect`.
+pub fn leader_config(args: &RunArgs) -> Result<Option<LeaderConfig>, StartError> {
+    if !args.leader_elect {
+        return Ok(None);
+    }
+    let namespace = args
+        .leader_elect_namespace
+        .clone()
+        .or_else(|| args.operator_namespace.clone())
+        .filter(|ns| !ns.is_empty())
+        .ok_or(StartError::LeaseNamespace)?;
+    let config = LeaderConfig {
+        lease_name: args.leader_elect_lease_name.clone(),
+        namespace,
+        identity: args
+            .leader_elect_identity
+            .clone()
+            .unwrap_or_else(crate::leader::default_identity),
+        lease_duration: args.leader_elect_lease_duration,
+        renew_deadline: args.leader_elect_renew_deadline,
+        retry_period: args.leader_elect_retry_period,
+    };
+    config.validate()?;
+    Ok(Some(config))
 }
 
 impl Operator {
     /// Checks prerequisites and starts one controller per selected kind.
     pub async fn start(args: &RunArgs) -> Result<Self, StartError> {
+        let leader = leader_config(args)?;
         let kubectl_path = KubectlConfig::locate(args.kubectl.as_deref())?;
         let templates = Arc::new(KustomizeDir::load(&args.common.kustomize_dir)?);
         let config = kube::Config::infer()
@@ -104,6 +141,7 @@ impl Operator {
         .with_observer(Arc::new(move |verb, code, duration| {
             observer_metrics.kubectl_run(verb, code, duration);
         }));
+        metrics.attach_kubectl(kubectl.shared_stats());
         let engine = Arc::new(Engine::new(
             client,
             kubectl,
@@ -124,21 +162,29 @@ impl Operator {
         ));
 
         let shutdown = CancellationToken::new();
+        let lost = CancellationToken::new();
         let mut tasks = JoinSet::new();
         let options = KindOptions {
             operator_namespace: args.operator_namespace.clone(),
             exchange_rate: args.exchange_rate.options(),
             watch_namespace: args.namespace.clone(),
         };
-        for kind in kinds {
-            let engine = engine.clone();
-            let token = shutdown.clone();
-            let options = options.clone();
-            tasks.spawn(async move {
-                tracing::info!(kind = %kind, "controller started");
-                kind.run(engine, &options, token.cancelled_owned()).await;
-                tracing::info!(kind = %kind, "controller stopped");
-            });
+        let controllers = Controllers {
+            kinds,
+            engine: engine.clone(),
+            options,
+        };
+        match leader {
+            None => {
+                metrics.set_leading(true);
+                let mut running = controllers.start(&shutdown);
+                tasks.spawn(async move { while running.join_next().await.is_some() {} });
+            }
+            Some(config) => {
+                tracing::info!(lease = %config.lease_name, namespace = %config.namespace, identity = %config.identity, "leader election: waiting for the lease before starting the controllers");
+                let elector = LeaderElector::new(engine.client.clone(), config);
+                tasks.spawn(lead(elector, controllers, shutdown.clone(), lost.clone()));
+            }
         }
         if let Some(addr) = args.metrics_addr.0 {
             let metrics = metrics.clone();
@@ -158,9 +204,16 @@ impl Operator {
         Ok(Self {
             engine,
             shutdown,
+            lost,
             tasks,
             work_dir,
         })
+    }
+
+    /// Resolves when this replica lost the leader Lease (its controllers are
+    /// then stopping); the process should exit so that it restarts as a candidate.
+    pub async fn lost_leadership(&self) {
+        self.lost.cancelled().await;
     }
 
     /// Asks every controller to stop after its running reconciles finish.
@@ -200,6 +253,86 @@ impl Operator {
         tracing::warn!("grace period nearly over: killing running kubectl processes");
         kubectl.kill_all();
         tokio::time::timeout(for_recording, wait).await.is_ok()
+    }
+}
+
+/// The controllers to run, one per kind.
+struct Controllers {
+    kinds: Vec<KindName>,
+    engine: Arc<Engine>,
+    options: KindOptions,
+}
+
+impl Controllers {
+    /// Starts one task per kind; each stops when `token` is cancelled.
+    fn start(&self, token: &CancellationToken) -> JoinSet<()> {
+        let mut set = JoinSet::new();
+        for &kind in &self.kinds {
+            let engine = self.engine.clone();
+            let token = token.clone();
+            let options = self.options.clone();
+            set.spawn(async move {
+                tracing::info!(kind = %kind, "controller started");
+                kind.run(engine, &options, token.cancelled_owned()).await;
+                tracing::info!(kind = %kind, "controller stopped");
+            });
+        }
+        set
+    }
+}
+
+/// Leader election around the controllers: wait for the Lease, run the
+/// controllers while renewing it; on shutdown stop them, keep renewing until
+/// their running reconciles finished, then release the Lease; on loss abort
+/// them and cancel `lost`.
+async fn lead(
+    mut elector: LeaderElector,
+    controllers: Controllers,
+    shutdown: CancellationToken,
+    lost: CancellationToken,
+) {
+    let metrics = controllers.engine.metrics.clone();
+    tokio::select! {
+        () = elector.acquire() => {}
+        () = shutdown.cancelled() => return,
+    }
+    metrics.set_leading(true);
+    let token = shutdown.child_token();
+    let mut running = controllers.start(&token);
+    let lost_reason = tokio::select! {
+        reason = elector.hold() => Some(reason),
+        () = shutdown.cancelled() => None,
+    };
+    token.cancel();
+    if let Some(reason) = lost_reason {
+        // Another replica may lead already: abort at once rather than let
+        // running reconciles finish (dropping them kills their kubectl).
+        tracing::error!(%reason, "lost the leader lease: aborting the controllers");
+        metrics.set_leading(false);
+        running.abort_all();
+        while running.join_next().await.is_some() {}
+        lost.cancel();
+        return;
+    }
+    // Shutting down: the Lease stays ours until the running reconciles are done.
+    let mut renewing = true;
+    let drained = async { while running.join_next().await.is_some() {} };
+    tokio::pin!(drained);
+    loop {
+        tokio::select! {
+            () = &mut drained => break,
+            reason = elector.hold(), if renewing => {
+                tracing::warn!(%reason, "lost the leader lease while stopping");
+                renewing = false;
+            }
+        }
+    }
+    metrics.set_leading(false);
+    let deadline = elector.config().renew_deadline;
+    match tokio::time::timeout(deadline, elector.release()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!(error = %e, "cannot release the leader lease"),
+        Err(_) => tracing::warn!("releasing the leader lease timed out"),
     }
 }
 
@@ -247,6 +380,59 @@ pub fn known_kinds() -> Vec<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
+
+    fn run_args(argv: &[&str]) -> RunArgs {
+        let mut full = vec!["kustomize-operator", "run"];
+        full.extend_from_slice(argv);
+        match crate::cli::Cli::try_parse_from(full).unwrap().command {
+            crate::cli::Command::Run(args) => *args,
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn leader_election_settings_are_checked_before_connecting() {
+        assert_eq!(leader_config(&run_args(&[])).unwrap(), None);
+        assert!(matches!(
+            leader_config(&run_args(&["--leader-elect"])),
+            Err(StartError::LeaseNamespace)
+        ));
+        let config = leader_config(&run_args(&[
+            "--leader-elect",
+            "--operator-namespace",
+            "ops",
+            "--leader-elect-identity",
+            "pod-1",
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            (config.namespace.as_str(), config.identity.as_str()),
+            ("ops", "pod-1")
+        );
+        assert_eq!(config.lease_name, "kustomize-operator");
+        let explicit = leader_config(&run_args(&[
+            "--leader-elect",
+            "--operator-namespace",
+            "ops",
+            "--leader-elect-namespace",
+            "elsewhere",
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(explicit.namespace, "elsewhere");
+        assert!(matches!(
+            leader_config(&run_args(&[
+                "--leader-elect",
+                "--leader-elect-namespace",
+                "ops",
+                "--leader-elect-renew-deadline",
+                "20s",
+            ])),
+            Err(StartError::LeaderElection(_))
+        ));
+    }
 
     #[test]
     fn stale_work_dirs_are_removed_and_live_ones_kept() {

@@ -130,6 +130,9 @@ impl TestNamespace {
 impl Drop for TestNamespace {
     fn drop(&mut self) {
         if std::env::var_os("KEEP_TEST_NAMESPACES").is_none() {
+            // The test's operator is gone by now: without this, resources
+            // holding our finalizer would keep the namespace terminating.
+            strip_finalizers(&self.name);
             let _ = kubectl(&["delete", "namespace", &self.name, "--wait=false"]);
         }
     }
@@ -231,4 +234,218 @@ macro_rules! cluster_or_skip {
             None => return,
         }
     };
+}
+
+/// How to start an [`OperatorProcess`] beyond the defaults.
+#[derive(Debug, Default)]
+pub struct Launch<'a> {
+    /// Variables to add to (or override in) the test's environment.
+    pub env: &'a [(&'a str, &'a str)],
+    /// Variables to remove from it.
+    pub unset: &'a [&'a str],
+    /// A command to run the operator under; the operator's argv is appended.
+    pub wrapper: &'a [&'a str],
+}
+
+/// The operator binary, run as a child process (for tests that need separate
+/// processes: another identity, leader election, being killed).
+pub struct OperatorProcess {
+    child: std::process::Child,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl OperatorProcess {
+    /// Starts `kustomize-operator run --namespace <namespace> <extra>` with the
+    /// repo's kustomize dir and the tests' kubectl; `env` is added to (and
+    /// `KUBECONFIG` may replace) the test's environment.
+    pub fn spawn(namespace: &str, env: &[(&str, &str)], extra: &[&str]) -> Self {
+        Self::spawn_with(
+            namespace,
+            &Launch {
+                env,
+                ..Launch::default()
+            },
+            extra,
+        )
+    }
+
+    /// Like [`OperatorProcess::spawn`], with more control over the process.
+    pub fn spawn_with(namespace: &str, launch: &Launch<'_>, extra: &[&str]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("operator.log");
+        let binary = env!("CARGO_BIN_EXE_kustomize-operator");
+        let mut cmd = match launch.wrapper.split_first() {
+            Some((program, args)) => {
+                let mut cmd = std::process::Command::new(program);
+                cmd.args(args).arg(binary);
+                cmd
+            }
+            None => std::process::Command::new(binary),
+        };
+        cmd.arg("run")
+            .args(["--namespace", namespace])
+            .arg("--kustomize-dir")
+            .arg(repo().join("kustomize"))
+            .arg("--kubectl")
+            .arg(kubectl_path())
+            .arg("--work-dir")
+            .arg(dir.path().join("work"))
+            .args(extra);
+        for var in [
+            "WATCH_NAMESPACE",
+            "KINDS",
+            "NAMESPACE",
+            "POD_NAME",
+            "METRICS_ADDR",
+            "LEADER_ELECT",
+            "LEADER_ELECT_NAMESPACE",
+        ]
+        .iter()
+        .chain(launch.unset)
+        {
+            cmd.env_remove(var);
+        }
+        cmd.envs(launch.env.iter().copied())
+            .env("RUST_LOG", "info")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        let child = cmd.spawn().expect("start the operator binary");
+        Self {
+            child,
+            log,
+            _dir: dir,
+        }
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends `signal` (libc::SIGTERM, libc::SIGKILL, ...).
+    pub fn signal(&self, signal: i32) {
+        let pid = i32::try_from(self.child.id()).unwrap();
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe {
+            libc::kill(pid, signal);
+        }
+    }
+
+    /// Waits up to `timeout` for the process to exit.
+    pub async fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// True while the process runs.
+    pub fn running(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    /// The last lines it logged (for failure messages only).
+    pub fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+}
+
+impl Drop for OperatorProcess {
+    fn drop(&mut self) {
+        if self.running() {
+            self.signal(libc::SIGKILL);
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A free TCP port on the loopback interface.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `GET http://127.0.0.1:<port><path>`: the status code and body, or None
+/// when nothing answers.
+pub async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut response = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut response))
+        .await
+        .ok()?
+        .ok()?;
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let code = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((code, body.to_string()))
+}
+
+/// The sum of the samples of `metric` whose labels contain every `label`
+/// (e.g. `verb="apply"`) in a Prometheus text exposition.
+pub fn metric_sum(text: &str, metric: &str, labels: &[&str]) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let (name, rest) = series.split_once('{').unwrap_or((series, ""));
+            (name == metric && labels.iter().all(|label| rest.contains(label)))
+                .then(|| value.parse::<f64>().ok())
+                .flatten()
+        })
+        .sum()
+}
+
+/// Removes the finalizers of every resource of every kind left in
+/// `namespace`, so that deleting the namespace does not hang once the
+/// operator that would have run their cleanup is gone.
+pub fn strip_finalizers(namespace: &str) {
+    for kind in kustomize_operator::KindName::ALL {
+        let crd = kind.crd();
+        if crd.spec.scope != "Namespaced" {
+            continue;
+        }
+        let resource = crd.metadata.name.unwrap_or_default();
+        let (_, names, _) = kubectl(&["-n", namespace, "get", &resource, "-o", "name"]);
+        for name in names.lines().filter(|l| !l.is_empty()) {
+            let _ = kubectl(&[
+                "-n",
+                namespace,
+                "patch",
+                name,
+                "--type",
+                "merge",
+                "-p",
+                r#"{"metadata":{"finalizers":null}}"#,
+            ]);
+        }
+    }
+}
+
+/// Calls [`strip_finalizers`] when dropped: declare it after the
+/// [`TestNamespace`] and before the operators, so that it runs after the
+/// operators stopped and before the namespace is deleted, even on failure.
+pub struct StripFinalizersOnDrop(pub String);
+
+impl Drop for StripFinalizersOnDrop {
+    fn drop(&mut self) {
+        strip_finalizers(&self.0);
+    }
 }

@@ -1,0 +1,271 @@
+//! Leader election between operator *processes* (the built binary), with
+//! short lease durations: one replica reconciles, a killed leader is replaced
+//! within the lease duration, a leader stopped with SIGTERM hands over at once,
+//! a leader that loses its Lease exits.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::OperatorProcess;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::PostParams;
+use kube::{Api, Client};
+use kustomize_operator::kinds::sample::{Sample, SampleSpec};
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+const LEASE: &str = "kustomize-operator";
+
+/// A replica: the process, its identity and its metrics port.
+struct Replica {
+    process: OperatorProcess,
+    name: &'static str,
+    port: u16,
+}
+
+impl Replica {
+    /// Starts `name` with leader election in `ns` (the Lease lives there too).
+    fn start(name: &'static str, ns: &str, lease: &str, renew: &str, retry: &str) -> Self {
+        let port = common::free_port();
+        let addr = format!("127.0.0.1:{port}");
+        let process = OperatorProcess::spawn(
+            ns,
+            &[("POD_NAME", name)],
+            &[
+                "--kinds",
+                "sample",
+                "--metrics-addr",
+                &addr,
+                "--leader-elect",
+                "--leader-elect-namespace",
+                ns,
+                "--leader-elect-lease-duration",
+                lease,
+                "--leader-elect-renew-deadline",
+                renew,
+                "--leader-elect-retry-period",
+                retry,
+            ],
+        );
+        Self {
+            process,
+            name,
+            port,
+        }
+    }
+
+    async fn metrics(&self) -> String {
+        match common::http_get(self.port, "/metrics").await {
+            Some((200, body)) => body,
+            other => panic!(
+                "{}: /metrics answered {other:?}; log:\n{}",
+                self.name,
+                self.process.log_tail()
+            ),
+        }
+    }
+
+    /// kubectl apply runs so far.
+    async fn applies(&self) -> f64 {
+        common::metric_sum(
+            &self.metrics().await,
+            "kustomize_operator_kubectl_runs_total",
+            &["verb=\"apply\""],
+        )
+    }
+
+    async fn wait_serving(&self) {
+        common::wait_until(TIMEOUT, || async {
+            common::http_get(self.port, "/readyz").await.is_some()
+        })
+        .await;
+    }
+}
+
+async fn holder(leases: &Api<Lease>) -> Option<String> {
+    leases
+        .get_opt(LEASE)
+        .await
+        .unwrap()
+        .and_then(|l| l.spec)
+        .and_then(|s| s.holder_identity)
+}
+
+async fn create_sample(client: &Client, ns: &str, name: &str) {
+    Api::<Sample>::namespaced(client.clone(), ns)
+        .create(
+            &PostParams::default(),
+            &Sample::new(name, SampleSpec { count: 1 }),
+        )
+        .await
+        .unwrap();
+}
+
+async fn wait_applied(client: &Client, ns: &str, name: &str) {
+    let samples: Api<Sample> = Api::namespaced(client.clone(), ns);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    common::wait_until(TIMEOUT, || async {
+        samples
+            .get(name)
+            .await
+            .unwrap()
+            .status
+            .is_some_and(|s| s.is_ready())
+            && deployments.get_opt(name).await.unwrap().is_some()
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn two_replicas_apply_once_and_a_killed_leader_is_replaced() {
+    let client = cluster_or_skip!();
+    let ns = common::TestNamespace::new(&client, "leader").await;
+    let _cleanup = common::StripFinalizersOnDrop(ns.name.clone());
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns.name);
+    let a = Replica::start("replica-a", &ns.name, "3s", "2s", "250ms");
+    let b = Replica::start("replica-b", &ns.name, "3s", "2s", "250ms");
+    a.wait_serving().await;
+    b.wait_serving().await;
+    common::wait_until(TIMEOUT, || async { holder(&leases).await.is_some() }).await;
+    let leader_name = holder(&leases).await.unwrap();
+    let (mut leader, follower) = if leader_name == a.name {
+        (a, b)
+    } else {
+        (b, a)
+    };
+    assert_eq!(leader.name, leader_name);
+
+    // One Sample, two replicas: applied once, by the leader.
+    create_sample(&client, &ns.name, "web").await;
+    wait_applied(&client, &ns.name, "web").await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(leader.applies().await, 1.0);
+    assert_eq!(
+        follower.applies().await,
+        0.0,
+        "the standby replica ran kubectl"
+    );
+    let standby = follower.metrics().await;
+    assert_eq!(
+        common::metric_sum(&standby, "kustomize_operator_leader", &[]),
+        0.0
+    );
+    assert_eq!(
+        common::metric_sum(&standby, "kustomize_operator_reconciles_total", &[]),
+        0.0
+    );
+    assert_eq!(
+        common::metric_sum(&leader.metrics().await, "kustomize_operator_leader", &[]),
+        1.0
+    );
+    // Both are ready (a standby must be, for rolling updates) and say which they are.
+    let (code, body) = common::http_get(follower.port, "/readyz").await.unwrap();
+    assert_eq!(code, 200);
+    assert!(body.contains("standing by"), "{body}");
+
+    // The leader dies without a word: the other takes over within the lease
+    // duration (3 s), plus its retry period and the time to observe the
+    // leader's last renewal.
+    leader.process.signal(libc::SIGKILL);
+    let killed = Instant::now();
+    common::wait_until(TIMEOUT, || async {
+        holder(&leases).await.as_deref() == Some(follower.name)
+    })
+    .await;
+    let takeover = killed.elapsed();
+    eprintln!("takeover after SIGKILL of the leader: {takeover:?}");
+    assert!(
+        takeover <= Duration::from_millis(3000 + 2 * 250 + 1500),
+        "takeover took {takeover:?}"
+    );
+    assert!(
+        leader
+            .process
+            .wait_exit(Duration::from_secs(5))
+            .await
+            .is_some()
+    );
+
+    // ... and reconciles a new Sample; the old one, unchanged, spawns nothing.
+    create_sample(&client, &ns.name, "api").await;
+    wait_applied(&client, &ns.name, "api").await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(follower.applies().await, 1.0);
+}
+
+#[tokio::test]
+async fn sigterm_releases_the_lease_for_an_immediate_takeover() {
+    let client = cluster_or_skip!();
+    let ns = common::TestNamespace::new(&client, "release").await;
+    let _cleanup = common::StripFinalizersOnDrop(ns.name.clone());
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns.name);
+    // A long lease: a takeover in a few seconds can only come from a release.
+    let mut first = Replica::start("first", &ns.name, "30s", "20s", "250ms");
+    first.wait_serving().await;
+    common::wait_until(TIMEOUT, || async {
+        holder(&leases).await.as_deref() == Some("first")
+    })
+    .await;
+    let second = Replica::start("second", &ns.name, "30s", "20s", "250ms");
+    second.wait_serving().await;
+
+    first.process.signal(libc::SIGTERM);
+    let stopped = Instant::now();
+    let status = first.process.wait_exit(Duration::from_secs(20)).await;
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "SIGTERM: {status:?}; log:\n{}",
+        first.process.log_tail()
+    );
+    common::wait_until(TIMEOUT, || async {
+        holder(&leases).await.as_deref() == Some("second")
+    })
+    .await;
+    let takeover = stopped.elapsed();
+    eprintln!("takeover after SIGTERM of the leader: {takeover:?}");
+    assert!(
+        takeover < Duration::from_secs(10),
+        "takeover took {takeover:?}: the lease was not released"
+    );
+    create_sample(&client, &ns.name, "web").await;
+    wait_applied(&client, &ns.name, "web").await;
+    assert_eq!(second.applies().await, 1.0);
+}
+
+#[tokio::test]
+async fn a_leader_that_loses_its_lease_stops_and_exits() {
+    let client = cluster_or_skip!();
+    let ns = common::TestNamespace::new(&client, "lost").await;
+    let _cleanup = common::StripFinalizersOnDrop(ns.name.clone());
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns.name);
+    let mut only = Replica::start("only", &ns.name, "3s", "2s", "250ms");
+    common::wait_until(TIMEOUT, || async {
+        holder(&leases).await.as_deref() == Some("only")
+    })
+    .await;
+
+    // Another holder writes itself into the Lease (compare-and-swap, retried
+    // on conflicts with the renewals).
+    common::wait_until(TIMEOUT, || async {
+        let mut lease = leases.get(LEASE).await.unwrap();
+        let spec = lease.spec.get_or_insert_with(Default::default);
+        spec.holder_identity = Some("intruder".into());
+        spec.lease_duration_seconds = Some(60);
+        spec.renew_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+            k8s_openapi::jiff::Timestamp::now(),
+        ));
+        leases
+            .replace(LEASE, &PostParams::default(), &lease)
+            .await
+            .is_ok()
+    })
+    .await;
+    let status = only.process.wait_exit(Duration::from_secs(10)).await;
+    assert!(
+        status.is_some_and(|s| !s.success()),
+        "the replica that lost its lease must exit with an error: {status:?}; log:\n{}",
+        only.process.log_tail()
+    );
+    assert_eq!(holder(&leases).await.as_deref(), Some("intruder"));
+}
