@@ -138,8 +138,16 @@ fn labs_parse_and_their_links_resolve() {
 }
 
 #[test]
-fn readme_lists_every_lab() {
-    let readme = std::fs::read_to_string(training_dir().join("README.md")).expect("README");
+fn readme_lists_every_lab_and_its_links_resolve() {
+    let path = training_dir().join("README.md");
+    let readme = std::fs::read_to_string(&path).expect("README");
+    let parsed = transcript::parse(&path, &readme).unwrap_or_else(|e| panic!("{e}"));
+    for (line, target) in &parsed.links {
+        assert!(
+            training_dir().join(target).exists(),
+            "training/README.md:{line}: link to {target}, which does not exist"
+        );
+    }
     for lab in load_labs() {
         let name = lab.path.file_name().unwrap().to_string_lossy().into_owned();
         assert!(
@@ -188,6 +196,248 @@ fn lab06_greeting_kind_renders_and_has_a_crd() {
     let message = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
         ["message"];
     assert_eq!(message["maxLength"], 200);
+}
+
+/// The runner on a lab of its own (no cluster): state carries over, a
+/// mismatch fails naming the file, the line and the command, later blocks
+/// are not run except `cleanup` ones, skipped blocks are not run, and a
+/// background job does not outlive the lab.
+#[test]
+fn the_runner_checks_transcripts_and_names_the_failing_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("ran");
+    let pid = dir.path().join("pid");
+    let path = dir.path().join("01-self-test.md");
+    let text = format!(
+        "# Self test\n\n```console\n$ export X=1 && cd /tmp\n$ echo \"$X $PWD\"; sleep 300 & echo $! > {pid}\n1 /tmp\n$ printf 'a\\nb\\n'\na\n[[anything]]\n```\n\n```console\n$ echo actual\nexpected\n$ echo after >> {log}\n```\n\n```console skip=\"not today\"\n$ echo skipped >> {log}\n```\n\n```console\n$ echo later >> {log}\n```\n\n```console cleanup\n$ echo cleanup >> {log}\nnot checked after a failure\n```\n",
+        pid = pid.display(),
+        log = log.display()
+    );
+    std::fs::write(&path, text).expect("write the lab");
+    let lab = transcript::load(&path).expect("parse");
+    let failures = run_lab(&lab, false, false);
+    assert_eq!(failures.len(), 1, "{failures:#?}");
+    let f = &failures[0];
+    assert!(
+        f.contains("01-self-test.md:13: output of `echo actual`"),
+        "{f}"
+    );
+    assert!(
+        f.contains("  | expected") && f.contains("  | actual"),
+        "{f}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&log).unwrap_or_default(),
+        "cleanup\n"
+    );
+    let pid = std::fs::read_to_string(&pid).expect("pid file");
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).unwrap_or_default();
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, r)| r.split_whitespace().next());
+    assert!(
+        state.is_none_or(|s| s == "Z"),
+        "the lab's background job {} is still running",
+        pid.trim()
+    );
+}
+
+/// JSON with `//` and `/* */` comments (devcontainer.json's dialect) made
+/// plain JSON: comments outside strings removed.
+fn strip_json_comments(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    let mut in_string = false;
+    while let Some(c) = chars.next() {
+        if in_string {
+            out.push(c);
+            match c {
+                '\\' => out.extend(chars.next()),
+                '"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match (c, chars.peek()) {
+            ('"', _) => {
+                in_string = true;
+                out.push(c);
+            }
+            ('/', Some('/')) => {
+                for c in chars.by_ref() {
+                    if c == '\n' {
+                        out.push('\n');
+                        break;
+                    }
+                }
+            }
+            ('/', Some('*')) => {
+                chars.next();
+                let mut last = ' ';
+                for c in chars.by_ref() {
+                    if last == '*' && c == '/' {
+                        break;
+                    }
+                    last = c;
+                }
+            }
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+#[test]
+fn json_comments_are_stripped_outside_strings() {
+    let text = "// head\n{ \"a\": \"http://x/*y*/\", /* c */ \"b\": \"q\\\"//\" // tail\n}";
+    let v: serde_json::Value = serde_json::from_str(&strip_json_comments(text)).unwrap();
+    assert_eq!(v, serde_json::json!({"a": "http://x/*y*/", "b": "q\"//"}));
+}
+
+/// `major.minor` of a version string such as `1.95`, `1.25.0`, `go 1.25.0`.
+fn major_minor(version: &str) -> (u32, u32) {
+    let digits = version.trim_start_matches(|c: char| !c.is_ascii_digit());
+    let mut parts = digits.split(|c: char| !c.is_ascii_digit());
+    let mut next = || parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    (next(), next())
+}
+
+/// The devcontainer cannot be built here (no container engine); this checks
+/// what can be checked without one: the files parse, and what they name
+/// exists and fits the project.
+#[test]
+fn devcontainer_is_consistent_with_the_repository() {
+    let repo = common::repo();
+    let dir = training_dir().join(".devcontainer");
+    let text = std::fs::read_to_string(dir.join("devcontainer.json")).expect("devcontainer.json");
+    let config: serde_json::Value = serde_json::from_str(&strip_json_comments(&text))
+        .expect("devcontainer.json is JSON (with comments, without trailing commas)");
+    let str_of = |v: &serde_json::Value, what: &str| -> String {
+        v.as_str()
+            .unwrap_or_else(|| panic!("devcontainer.json: {what} must be a string"))
+            .to_string()
+    };
+
+    // The build: the Dockerfile and the context exist.
+    let dockerfile = dir.join(str_of(&config["build"]["dockerfile"], "build.dockerfile"));
+    let context = dir.join(str_of(&config["build"]["context"], "build.context"));
+    assert!(dockerfile.is_file(), "{} is missing", dockerfile.display());
+    assert!(context.is_dir(), "{} is missing", context.display());
+
+    // The whole repository is mounted where workspaceFolder says: the parent
+    // of training/ (the folder opened in VS Code) is the repository root.
+    let folder = str_of(&config["workspaceFolder"], "workspaceFolder");
+    let mount = str_of(&config["workspaceMount"], "workspaceMount");
+    assert!(
+        mount.contains("source=${localWorkspaceFolder}/..,")
+            && mount.contains(&format!("target={folder},")),
+        "workspaceMount {mount:?} must mount the parent of training/ at {folder}"
+    );
+    assert!(training_dir().join("..").join("Cargo.toml").is_file());
+    assert_eq!(config["containerEnv"]["KO_WORKSPACE"], folder.as_str());
+
+    // The lifecycle commands run in the repository root: the repository
+    // files they name exist.
+    for key in ["postCreateCommand", "postStartCommand"] {
+        let command = str_of(&config[key], key);
+        assert!(
+            command.contains("hack/control-plane/control-plane"),
+            "{key}: {command}"
+        );
+        for word in command.split_whitespace() {
+            if word.contains('/') && !word.starts_with(['/', '-', '>', '$']) {
+                assert!(
+                    repo.join(word).exists(),
+                    "{key} names {word}, which does not exist"
+                );
+            }
+        }
+    }
+
+    // Every metrics port the labs use is forwarded.
+    let forwarded: Vec<u64> = config["forwardPorts"]
+        .as_array()
+        .expect("forwardPorts")
+        .iter()
+        .map(|p| p.as_u64().expect("forwardPorts are numbers"))
+        .collect();
+    for lab in load_labs() {
+        let text = std::fs::read_to_string(&lab.path).unwrap();
+        for (i, _) in text.match_indices("--metrics-addr 127.0.0.1:") {
+            let port: u64 = text[i + 25..]
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect::<String>()
+                .parse()
+                .expect("a port");
+            assert!(
+                forwarded.contains(&port),
+                "{} uses port {port}, which forwardPorts lacks",
+                relative(&lab.path)
+            );
+        }
+    }
+
+    // The Dockerfile: COPY sources exist in the context, the tools the
+    // control-plane script needs are installed, and the images are recent
+    // enough for the project (Rust) and the control plane's Go modules (Go).
+    let docker = std::fs::read_to_string(&dockerfile).expect("Dockerfile");
+    for line in docker.lines().map(str::trim) {
+        if let Some(args) = line.strip_prefix("COPY ")
+            && !args.starts_with("--from")
+        {
+            let words: Vec<&str> = args.split_whitespace().collect();
+            for src in &words[..words.len() - 1] {
+                assert!(
+                    context.join(src).exists(),
+                    "Dockerfile copies {src}, which is missing"
+                );
+            }
+        }
+    }
+    for tool in ["python3", "openssl", "curl", "git"] {
+        assert!(
+            docker.contains(&format!(" {tool} ")),
+            "the Dockerfile does not install {tool}"
+        );
+    }
+    let image = |name: &str| -> (u32, u32) {
+        let from = docker
+            .lines()
+            .find_map(|l| l.strip_prefix("FROM ")?.strip_prefix(&format!("{name}:")))
+            .unwrap_or_else(|| panic!("no FROM {name}:<version> in the Dockerfile"));
+        major_minor(from)
+    };
+    let cargo = std::fs::read_to_string(repo.join("Cargo.toml")).unwrap();
+    let rust_version = cargo
+        .lines()
+        .find_map(|l| l.strip_prefix("rust-version"))
+        .expect("rust-version in Cargo.toml");
+    assert!(
+        image("rust") >= major_minor(rust_version),
+        "rust image older than rust-version"
+    );
+    for module in ["kubernetes", "etcd"] {
+        let gomod =
+            std::fs::read_to_string(repo.join(format!("hack/control-plane/{module}/go.mod")))
+                .expect("go.mod");
+        let go = gomod
+            .lines()
+            .find(|l| l.starts_with("go "))
+            .expect("go line");
+        assert!(
+            image("golang") >= major_minor(go),
+            "golang image older than {module}'s {go}"
+        );
+    }
+
+    // The shell setup asks the control-plane script for its environment.
+    let shell = std::fs::read_to_string(dir.join("lab-shell.sh")).expect("lab-shell.sh");
+    assert!(shell.contains("hack/control-plane/control-plane"));
+    assert!(
+        shell.contains(&folder),
+        "lab-shell.sh's default workspace is {folder}"
+    );
 }
 
 /// An exclusive lock per cluster, so two runs of the labs on one machine
@@ -270,8 +520,13 @@ fn mismatch(lab: &Lab, step: &Step, actual: &str, status: i32) -> String {
 }
 
 /// Runs one lab; returns its failures (the first mismatch stops it, except
-/// when recording).
-fn run_lab(lab: &Lab, record: bool) -> Vec<String> {
+/// when recording). `report` prints skipped blocks, slow steps and a summary.
+fn run_lab(lab: &Lab, record: bool, report: bool) -> Vec<String> {
+    let say = |msg: &str| {
+        if report || record {
+            say(msg)
+        }
+    };
     let name = relative(&lab.path);
     let started = Instant::now();
     let mut sh = Shell::start(&common::repo(), &lab_env(), &removed_env())
@@ -376,7 +631,10 @@ fn labs_run_as_written() {
     assert!(!labs.is_empty(), "TRAINING_LABS={only:?} selects no lab");
     let _lock = RunLock::take();
     let started = Instant::now();
-    let failures: Vec<String> = labs.iter().flat_map(|lab| run_lab(lab, record)).collect();
+    let failures: Vec<String> = labs
+        .iter()
+        .flat_map(|lab| run_lab(lab, record, true))
+        .collect();
     say(&format!(
         "[training] {} labs in {:.1}s",
         labs.len(),

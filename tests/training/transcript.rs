@@ -338,7 +338,15 @@ fn parse_steps(first_line: usize, body: &[&str]) -> Result<Vec<Step>, (usize, St
 }
 
 fn collect_links(line_no: usize, line: &str, links: &mut Vec<(usize, String)>) {
-    let mut rest = line;
+    // Inline code (`[x](y)` in backticks) is not a link.
+    let text: String = line
+        .split('`')
+        .enumerate()
+        .filter(|(i, _)| i % 2 == 0)
+        .map(|(_, part)| part)
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut rest = text.as_str();
     while let Some(p) = rest.find("](") {
         let after = &rest[p + 2..];
         let Some(end) = after.find(')') else { break };
@@ -578,7 +586,7 @@ mod tests {
 
     #[test]
     fn relative_links_are_collected() {
-        let l = lab("See [a](../src/a.rs#L3) and [b](https://x.y) and [c](#top).\n```rust\n[x](not/a/link)\n```\n").unwrap();
+        let l = lab("See [a](../src/a.rs#L3) and [b](https://x.y) and [c](#top), `[d](e)`.\n```rust\n[x](not/a/link)\n```\n").unwrap();
         assert_eq!(l.links, vec![(1, "../src/a.rs".to_string())]);
     }
 
