@@ -1,0 +1,649 @@
+//! The training labs (`training/[0-9]*.md`) run as executable transcripts.
+//!
+//! Every ```` ```console ```` block of every lab is run, in file order, in one
+//! persistent bash per lab (cwd: the repository root; PATH: the built
+//! `kustomize-operator` and the pinned kubectl first), and each command's
+//! output must match the expected output written under it. The format is
+//! described in `training/README.md` and in `training/transcript.rs`.
+//!
+//! - `TRAINING_LABS=03,04` runs only the labs whose file name contains one of
+//!   the words;
+//! - `TRAINING_RECORD=1` prints every command with its real output (for
+//!   writing a lab) and goes on after a mismatch.
+//!
+//! The labs are written for the project's control plane (no nodes: Pods stay
+//! Pending). On a cluster with nodes the outputs differ, and the run is
+//! skipped with a message.
+
+mod common;
+#[path = "training/shell.rs"]
+mod shell;
+#[path = "training/transcript.rs"]
+mod transcript;
+
+/// Lab 06's example kind, compiled against the engine as it is: its
+/// `crate::handler`, `crate::kinds`, ... paths resolve to the imports below,
+/// as they resolve to the library's modules once the file is in `src/kinds/`.
+#[path = "../training/06-your-own-kind/greeting.rs"]
+mod greeting;
+use kustomize_operator::{handler, kinds, overlay, status};
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use shell::Shell;
+use transcript::{Lab, Step};
+
+/// The longest a single lab command may run (a first `cargo build` included).
+const STEP_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Steps slower than this are reported (the whole training should stay
+/// within a couple of minutes).
+const SLOW_STEP: Duration = Duration::from_secs(5);
+
+/// Environment variables of the operator's flags: a developer's shell may
+/// set them, and the labs must see the defaults they describe.
+const OPERATOR_ENV: &[&str] = &[
+    "WATCH_NAMESPACE",
+    "KINDS",
+    "NAMESPACE",
+    "KUBECTL_TIMEOUT",
+    "MAX_CONCURRENT_KUBECTL",
+    "RESYNC_INTERVAL",
+    "KEEP_OVERLAYS",
+    "WORK_DIR",
+    "BATCH_WINDOW",
+    "BATCH_MAX",
+    "SHUTDOWN_GRACE",
+    "METRICS_ADDR",
+    "KUSTOMIZE_DIR",
+    "LOG_FORMAT",
+];
+
+/// Variables cargo sets for a test process (not a user's terminal). A
+/// `cargo` run by a lab would pass them on to build scripts, which track
+/// some of them (ring: `CARGO_MANIFEST_DIR`): the dependencies would be
+/// rebuilt, then rebuilt again by the next ordinary cargo command.
+fn cargo_test_env(name: &str) -> bool {
+    name == "CARGO"
+        || name == "OUT_DIR"
+        || name.starts_with("CARGO_PKG_")
+        || matches!(
+            name,
+            "CARGO_MANIFEST_DIR"
+                | "CARGO_MANIFEST_PATH"
+                | "CARGO_CRATE_NAME"
+                | "CARGO_BIN_NAME"
+                | "CARGO_PRIMARY_PACKAGE"
+                | "CARGO_TARGET_TMPDIR"
+                | "CARGO_RUSTC_CURRENT_DIR"
+        )
+}
+
+/// The variables a lab's shell must not inherit.
+fn removed_env() -> Vec<String> {
+    let mut names: Vec<String> = OPERATOR_ENV.iter().map(|s| s.to_string()).collect();
+    names.extend(
+        std::env::vars_os()
+            .filter_map(|(k, _)| k.into_string().ok())
+            .filter(|k| cargo_test_env(k)),
+    );
+    names
+}
+
+fn training_dir() -> PathBuf {
+    common::repo().join("training")
+}
+
+/// Writes to the real stderr: not captured by the test harness, so skip
+/// reasons and per-lab timings show in CI logs.
+fn say(msg: &str) {
+    let _ = writeln!(std::io::stderr(), "{msg}");
+}
+
+fn load_labs() -> Vec<Lab> {
+    let paths = transcript::discover(&training_dir()).expect("read training/");
+    assert!(!paths.is_empty(), "no labs found in training/");
+    paths
+        .iter()
+        .map(|p| transcript::load(p).unwrap_or_else(|e| panic!("{e}")))
+        .collect()
+}
+
+fn relative(path: &Path) -> String {
+    path.strip_prefix(common::repo())
+        .unwrap_or(path)
+        .display()
+        .to_string()
+}
+
+#[test]
+fn labs_parse_and_their_links_resolve() {
+    for lab in load_labs() {
+        assert!(
+            lab.blocks.iter().any(|b| b.skip.is_none()),
+            "{}: no runnable ```console block",
+            relative(&lab.path)
+        );
+        let dir = lab.path.parent().expect("lab dir");
+        for (line, target) in &lab.links {
+            assert!(
+                dir.join(target).exists(),
+                "{}:{line}: link to {target}, which does not exist",
+                relative(&lab.path)
+            );
+        }
+    }
+}
+
+#[test]
+fn readme_lists_every_lab_and_its_links_resolve() {
+    let path = training_dir().join("README.md");
+    let readme = std::fs::read_to_string(&path).expect("README");
+    let parsed = transcript::parse(&path, &readme).unwrap_or_else(|e| panic!("{e}"));
+    for (line, target) in &parsed.links {
+        assert!(
+            training_dir().join(target).exists(),
+            "training/README.md:{line}: link to {target}, which does not exist"
+        );
+    }
+    for lab in load_labs() {
+        let name = lab.path.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(
+            readme.contains(&format!("({name})")),
+            "training/README.md does not link to {name}"
+        );
+    }
+}
+
+/// Lab 06's Greeting renders, offline, to the ConfigMap the lab shows; its
+/// CRD carries the schema the lab describes.
+#[test]
+fn lab06_greeting_kind_renders_and_has_a_crd() {
+    use greeting::{Greeting, GreetingHandler};
+    use handler::Handler;
+    use kube::CustomResourceExt;
+
+    let dir = training_dir().join("06-your-own-kind");
+    let templates = kustomize_operator::templates::KustomizeDir::load(&dir.join("kustomize"))
+        .expect("lab 06's kustomize folder loads");
+    let text = std::fs::read_to_string(dir.join("hello.yaml")).expect("hello.yaml");
+    let hello: Greeting = serde_saphyr::from_str(&text).expect("hello.yaml is a Greeting");
+    assert_eq!(hello.spec.message, "Hello from lab 06");
+    let plan = GreetingHandler.plan(&hello, &()).expect("plan");
+    let rendered = plan.render(&templates).expect("render");
+    let [Some(overlay)] = rendered.overlays.as_slice() else {
+        panic!("one overlay expected: {plan:?}");
+    };
+    let out = tempfile::tempdir().expect("tempdir");
+    overlay.write_to(out.path()).expect("write the overlay");
+    let (ok, manifests, err) = common::kubectl(&["kustomize", &out.path().display().to_string()]);
+    assert!(ok, "kubectl kustomize: {err}");
+    assert_eq!(
+        manifests,
+        "apiVersion: v1\ndata:\n  message: Hello from lab 06\nkind: ConfigMap\nmetadata:\n  name: hello\n  namespace: lab06\n"
+    );
+    // Deleting uses the same overlay.
+    let cleanup = GreetingHandler.cleanup(&hello).expect("cleanup plan");
+    assert!(matches!(
+        cleanup.steps.as_slice(),
+        [handler::Step::Delete { .. }]
+    ));
+
+    let crd = serde_json::to_value(Greeting::crd()).expect("CRD");
+    assert_eq!(crd["metadata"]["name"], "greetings.hello.nuvolaris.org");
+    let message = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+        ["message"];
+    assert_eq!(message["maxLength"], 200);
+}
+
+/// The runner on a lab of its own (no cluster): state carries over, a
+/// mismatch fails naming the file, the line and the command, later blocks
+/// are not run except `cleanup` ones, skipped blocks are not run, and a
+/// background job does not outlive the lab.
+#[test]
+fn the_runner_checks_transcripts_and_names_the_failing_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("ran");
+    let pid = dir.path().join("pid");
+    let path = dir.path().join("01-self-test.md");
+    let text = format!(
+        "# Self test\n\n```console\n$ export X=1 && cd /tmp\n$ echo \"$X $PWD\"; sleep 300 & echo $! > {pid}\n1 /tmp\n$ printf 'a\\nb\\n'\na\n[[anything]]\n```\n\n```console\n$ echo actual\nexpected\n$ echo after >> {log}\n```\n\n```console skip=\"not today\"\n$ echo skipped >> {log}\n```\n\n```console\n$ echo later >> {log}\n```\n\n```console cleanup\n$ echo cleanup >> {log}\nnot checked after a failure\n```\n",
+        pid = pid.display(),
+        log = log.display()
+    );
+    std::fs::write(&path, text).expect("write the lab");
+    let lab = transcript::load(&path).expect("parse");
+    let failures = run_lab(&lab, false, false);
+    assert_eq!(failures.len(), 1, "{failures:#?}");
+    let f = &failures[0];
+    assert!(
+        f.contains("01-self-test.md:13: output of `echo actual`"),
+        "{f}"
+    );
+    assert!(
+        f.contains("  | expected") && f.contains("  | actual"),
+        "{f}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&log).unwrap_or_default(),
+        "cleanup\n"
+    );
+    let pid = std::fs::read_to_string(&pid).expect("pid file");
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).unwrap_or_default();
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, r)| r.split_whitespace().next());
+    assert!(
+        state.is_none_or(|s| s == "Z"),
+        "the lab's background job {} is still running",
+        pid.trim()
+    );
+}
+
+/// JSON with `//` and `/* */` comments (devcontainer.json's dialect) made
+/// plain JSON: comments outside strings removed.
+fn strip_json_comments(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    let mut in_string = false;
+    while let Some(c) = chars.next() {
+        if in_string {
+            out.push(c);
+            match c {
+                '\\' => out.extend(chars.next()),
+                '"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match (c, chars.peek()) {
+            ('"', _) => {
+                in_string = true;
+                out.push(c);
+            }
+            ('/', Some('/')) => {
+                for c in chars.by_ref() {
+                    if c == '\n' {
+                        out.push('\n');
+                        break;
+                    }
+                }
+            }
+            ('/', Some('*')) => {
+                chars.next();
+                let mut last = ' ';
+                for c in chars.by_ref() {
+                    if last == '*' && c == '/' {
+                        break;
+                    }
+                    last = c;
+                }
+            }
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+#[test]
+fn json_comments_are_stripped_outside_strings() {
+    let text = "// head\n{ \"a\": \"http://x/*y*/\", /* c */ \"b\": \"q\\\"//\" // tail\n}";
+    let v: serde_json::Value = serde_json::from_str(&strip_json_comments(text)).unwrap();
+    assert_eq!(v, serde_json::json!({"a": "http://x/*y*/", "b": "q\"//"}));
+}
+
+/// `major.minor` of a version string such as `1.95`, `1.25.0`, `go 1.25.0`.
+fn major_minor(version: &str) -> (u32, u32) {
+    let digits = version.trim_start_matches(|c: char| !c.is_ascii_digit());
+    let mut parts = digits.split(|c: char| !c.is_ascii_digit());
+    let mut next = || parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    (next(), next())
+}
+
+/// The devcontainer cannot be built here (no container engine); this checks
+/// what can be checked without one: the files parse, and what they name
+/// exists and fits the project.
+#[test]
+fn devcontainer_is_consistent_with_the_repository() {
+    let repo = common::repo();
+    let dir = training_dir().join(".devcontainer");
+    let text = std::fs::read_to_string(dir.join("devcontainer.json")).expect("devcontainer.json");
+    let config: serde_json::Value = serde_json::from_str(&strip_json_comments(&text))
+        .expect("devcontainer.json is JSON (with comments, without trailing commas)");
+    let str_of = |v: &serde_json::Value, what: &str| -> String {
+        v.as_str()
+            .unwrap_or_else(|| panic!("devcontainer.json: {what} must be a string"))
+            .to_string()
+    };
+
+    // The build: the Dockerfile and the context exist.
+    let dockerfile = dir.join(str_of(&config["build"]["dockerfile"], "build.dockerfile"));
+    let context = dir.join(str_of(&config["build"]["context"], "build.context"));
+    assert!(dockerfile.is_file(), "{} is missing", dockerfile.display());
+    assert!(context.is_dir(), "{} is missing", context.display());
+
+    // The whole repository is mounted where workspaceFolder says: the parent
+    // of training/ (the folder opened in VS Code) is the repository root.
+    let folder = str_of(&config["workspaceFolder"], "workspaceFolder");
+    let mount = str_of(&config["workspaceMount"], "workspaceMount");
+    assert!(
+        mount.contains("source=${localWorkspaceFolder}/..,")
+            && mount.contains(&format!("target={folder},")),
+        "workspaceMount {mount:?} must mount the parent of training/ at {folder}"
+    );
+    assert!(training_dir().join("..").join("Cargo.toml").is_file());
+    assert_eq!(config["containerEnv"]["KO_WORKSPACE"], folder.as_str());
+
+    // The lifecycle commands run in the repository root: the repository
+    // files they name exist.
+    for key in ["postCreateCommand", "postStartCommand"] {
+        let command = str_of(&config[key], key);
+        assert!(
+            command.contains("hack/control-plane/control-plane"),
+            "{key}: {command}"
+        );
+        for word in command.split_whitespace() {
+            if word.contains('/') && !word.starts_with(['/', '-', '>', '$']) {
+                assert!(
+                    repo.join(word).exists(),
+                    "{key} names {word}, which does not exist"
+                );
+            }
+        }
+    }
+
+    // Every metrics port the labs use is forwarded.
+    let forwarded: Vec<u64> = config["forwardPorts"]
+        .as_array()
+        .expect("forwardPorts")
+        .iter()
+        .map(|p| p.as_u64().expect("forwardPorts are numbers"))
+        .collect();
+    for lab in load_labs() {
+        let text = std::fs::read_to_string(&lab.path).unwrap();
+        for (i, _) in text.match_indices("--metrics-addr 127.0.0.1:") {
+            let port: u64 = text[i + 25..]
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect::<String>()
+                .parse()
+                .expect("a port");
+            assert!(
+                forwarded.contains(&port),
+                "{} uses port {port}, which forwardPorts lacks",
+                relative(&lab.path)
+            );
+        }
+    }
+
+    // The Dockerfile: COPY sources exist in the context, the tools the
+    // control-plane script needs are installed, and the images are recent
+    // enough for the project (Rust) and the control plane's Go modules (Go).
+    let docker = std::fs::read_to_string(&dockerfile).expect("Dockerfile");
+    for line in docker.lines().map(str::trim) {
+        if let Some(args) = line.strip_prefix("COPY ")
+            && !args.starts_with("--from")
+        {
+            let words: Vec<&str> = args.split_whitespace().collect();
+            for src in &words[..words.len() - 1] {
+                assert!(
+                    context.join(src).exists(),
+                    "Dockerfile copies {src}, which is missing"
+                );
+            }
+        }
+    }
+    for tool in ["python3", "openssl", "curl", "git"] {
+        assert!(
+            docker.contains(&format!(" {tool} ")),
+            "the Dockerfile does not install {tool}"
+        );
+    }
+    let image = |name: &str| -> (u32, u32) {
+        let from = docker
+            .lines()
+            .find_map(|l| l.strip_prefix("FROM ")?.strip_prefix(&format!("{name}:")))
+            .unwrap_or_else(|| panic!("no FROM {name}:<version> in the Dockerfile"));
+        major_minor(from)
+    };
+    let cargo = std::fs::read_to_string(repo.join("Cargo.toml")).unwrap();
+    let rust_version = cargo
+        .lines()
+        .find_map(|l| l.strip_prefix("rust-version"))
+        .expect("rust-version in Cargo.toml");
+    assert!(
+        image("rust") >= major_minor(rust_version),
+        "rust image older than rust-version"
+    );
+    for module in ["kubernetes", "etcd"] {
+        let gomod =
+            std::fs::read_to_string(repo.join(format!("hack/control-plane/{module}/go.mod")))
+                .expect("go.mod");
+        let go = gomod
+            .lines()
+            .find(|l| l.starts_with("go "))
+            .expect("go line");
+        assert!(
+            image("golang") >= major_minor(go),
+            "golang image older than {module}'s {go}"
+        );
+    }
+
+    // The shell setup asks the control-plane script for its environment.
+    let shell = std::fs::read_to_string(dir.join("lab-shell.sh")).expect("lab-shell.sh");
+    assert!(shell.contains("hack/control-plane/control-plane"));
+    assert!(
+        shell.contains(&folder),
+        "lab-shell.sh's default workspace is {folder}"
+    );
+}
+
+/// An exclusive lock per cluster, so two runs of the labs on one machine
+/// (several worktrees against one shared control plane) take turns: the
+/// labs use fixed namespace names.
+struct RunLock {
+    _file: std::fs::File,
+}
+
+impl RunLock {
+    fn take() -> RunLock {
+        use sha2::Digest;
+        use std::os::fd::AsRawFd;
+        let key = std::env::var("KUBECONFIG").unwrap_or_default();
+        let hash = hex::encode(&sha2::Sha256::digest(key.as_bytes())[..8]);
+        let path = std::env::temp_dir().join(format!("kustomize-operator-training-{hash}.lock"));
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .expect("open the lock file");
+        // SAFETY: flock on a file descriptor we own.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            say(&format!(
+                "[training] waiting for another run of the labs ({})",
+                path.display()
+            ));
+            // SAFETY: as above.
+            let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
+            assert_eq!(rc, 0, "flock {}", path.display());
+        }
+        RunLock { _file: file }
+    }
+}
+
+fn lab_env() -> Vec<(String, String)> {
+    let mut path: Vec<PathBuf> = Vec::new();
+    let operator = PathBuf::from(env!("CARGO_BIN_EXE_kustomize-operator"));
+    path.extend(operator.parent().map(Path::to_path_buf));
+    if let Some(k) = std::env::var_os("KUBECTL") {
+        path.extend(Path::new(&k).parent().map(Path::to_path_buf));
+    }
+    path.extend(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    ));
+    let path = std::env::join_paths(path).expect("PATH");
+    vec![
+        ("PATH".into(), path.to_string_lossy().into_owned()),
+        ("LC_ALL".into(), "C".into()),
+    ]
+}
+
+fn indent(text: &str) -> String {
+    let lines = transcript::trimmed_lines(text);
+    if lines.is_empty() {
+        return "  (nothing)".into();
+    }
+    lines
+        .iter()
+        .map(|l| format!("  | {l}\n"))
+        .collect::<String>()
+        .trim_end()
+        .to_string()
+}
+
+fn mismatch(lab: &Lab, step: &Step, actual: &str, status: i32) -> String {
+    let expected = step.expected.join("\n");
+    let hint = transcript::first_difference(&step.expected, actual)
+        .map(|n| format!("\nfirst difference at output line {n}"))
+        .unwrap_or_default();
+    format!(
+        "{}:{}: output of `{}` (exit status {status}) does not match\nexpected:\n{}\nactual:\n{}{hint}",
+        relative(&lab.path),
+        step.line,
+        step.command,
+        indent(&expected),
+        indent(actual),
+    )
+}
+
+/// Runs one lab; returns its failures (the first mismatch stops it, except
+/// when recording). `report` prints skipped blocks, slow steps and a summary.
+fn run_lab(lab: &Lab, record: bool, report: bool) -> Vec<String> {
+    let say = |msg: &str| {
+        if report || record {
+            say(msg)
+        }
+    };
+    let name = relative(&lab.path);
+    let started = Instant::now();
+    let mut sh = Shell::start(&common::repo(), &lab_env(), &removed_env())
+        .unwrap_or_else(|e| panic!("{name}: cannot start bash: {e}"));
+    let mut failures = Vec::new();
+    let (mut ran, mut skipped) = (0, 0);
+    for block in &lab.blocks {
+        if let Some(reason) = &block.skip {
+            skipped += 1;
+            say(&format!(
+                "[training] {name}:{}: skipped: {reason}",
+                block.line
+            ));
+            continue;
+        }
+        let failed = !failures.is_empty() && !record;
+        if failed && !block.cleanup {
+            continue;
+        }
+        for step in &block.steps {
+            if record {
+                say(&format!("$ {}", step.command));
+            }
+            let step_started = Instant::now();
+            let result = sh.run(&step.command, STEP_TIMEOUT);
+            let took = step_started.elapsed();
+            if took > SLOW_STEP {
+                say(&format!(
+                    "[training] {name}:{}: slow step ({:.1}s): {}",
+                    step.line,
+                    took.as_secs_f64(),
+                    step.command.lines().next().unwrap_or_default()
+                ));
+            }
+            match result {
+                Ok((output, status)) => {
+                    ran += 1;
+                    if record {
+                        say(output.trim_end());
+                    }
+                    if !failed && !transcript::output_matches(&step.expected, &output) {
+                        failures.push(mismatch(lab, step, &output, status));
+                        if record {
+                            say(&format!("[training] ^ mismatch ({name}:{})", step.line));
+                        } else if !block.cleanup {
+                            break;
+                        }
+                    }
+                }
+                Err(e) => {
+                    failures.push(format!("{name}:{}: `{}`: {e}", step.line, step.command));
+                    if matches!(e, shell::RunError::Exited(_)) {
+                        return failures;
+                    }
+                    if !record {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    drop(sh);
+    say(&format!(
+        "[training] {name}: {} ({ran} commands run, {skipped} blocks skipped, {:.1}s)",
+        if failures.is_empty() { "ok" } else { "FAILED" },
+        started.elapsed().as_secs_f64()
+    ));
+    failures
+}
+
+#[test]
+fn labs_run_as_written() {
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    if runtime.block_on(common::cluster()).is_none() {
+        return;
+    }
+    drop(runtime);
+    let (ok, nodes, err) = common::kubectl(&["get", "nodes", "-o", "name"]);
+    assert!(ok, "kubectl get nodes: {err}");
+    if !nodes.trim().is_empty() {
+        say(
+            "\n*** SKIPPING the training labs: this cluster has nodes. The labs' transcripts are \
+             recorded on the project's control plane, where Pods stay Pending; run them with \
+             hack/test without USE_EXISTING_CLUSTER.\n",
+        );
+        return;
+    }
+    let only: Vec<String> = std::env::var("TRAINING_LABS")
+        .unwrap_or_default()
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect();
+    let record = std::env::var_os("TRAINING_RECORD").is_some_and(|v| v == "1");
+    let labs: Vec<Lab> = load_labs()
+        .into_iter()
+        .filter(|lab| {
+            let file = lab.path.file_name().unwrap().to_string_lossy().into_owned();
+            only.is_empty() || only.iter().any(|w| file.contains(w.as_str()))
+        })
+        .collect();
+    assert!(!labs.is_empty(), "TRAINING_LABS={only:?} selects no lab");
+    let _lock = RunLock::take();
+    let started = Instant::now();
+    let failures: Vec<String> = labs
+        .iter()
+        .flat_map(|lab| run_lab(lab, record, true))
+        .collect();
+    say(&format!(
+        "[training] {} labs in {:.1}s",
+        labs.len(),
+        started.elapsed().as_secs_f64()
+    ));
+    assert!(
+        failures.is_empty(),
+        "{} lab step(s) failed:\n\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
+}
