@@ -4,7 +4,7 @@
 //! persistent bash per lab (cwd: the repository root; PATH: the built
 //! `kustomize-operator` and the pinned kubectl first), and each command's
 //! output must match the expected output written under it. The format is
-//! described in `training/README.md` and in `training/transcript.rs`.
+//! described in `training/README.md` and in `tests/training/transcript.rs`.
 //!
 //! - `TRAINING_LABS=03,04` runs only the labs whose file name contains one of
 //!   the words;
