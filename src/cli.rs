@@ -87,6 +87,10 @@ pub struct RunArgs {
     /// Address for /metrics, /healthz and /readyz ("" turns it off).
     #[arg(long, env = "METRICS_ADDR", default_value = "127.0.0.1:8080", value_parser = parse_addr)]
     pub metrics_addr: MetricsAddr,
+    /// CopyratorRule: only namespaces matching this label selector receive
+    /// copies (default: every namespace).
+    #[arg(long, env = "COPYRATOR_NAMESPACE_SELECTOR")]
+    pub copyrator_namespace_selector: Option<String>,
 }
 
 /// `render` flags.

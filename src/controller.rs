@@ -395,7 +395,8 @@ async fn apply<H: Handler>(ctx: &Context<H>, obj: &H::Resource) -> Result<Action
             if let Some(r) = &record {
                 status.record_command(r);
             }
-            patch_status(engine, obj, &status, &plan.status).await?;
+            let extra = plan.status_on_failure.as_ref().unwrap_or(&plan.status);
+            patch_status(engine, obj, &status, extra).await?;
             publish(engine, obj, true, reason, &summary).await;
             Err(error)
         }
@@ -531,6 +532,10 @@ fn keep_overlay<K: Kind>(root: &Path, obj: &K, rendered: &crate::overlay::Render
     let ns = obj.namespace().unwrap_or_else(|| "_cluster".into());
     let dir = root.join(K::NAME).join(ns).join(obj.name_any());
     let _ = std::fs::remove_dir_all(&dir);
+    if rendered.is_sensitive() {
+        tracing::info!(object = %object_key(obj), "not keeping an overlay that holds Secret data");
+        return;
+    }
     let result = std::fs::create_dir_all(&dir)
         .map_err(|source| OverlayError::Write {
             path: dir.display().to_string(),

@@ -132,6 +132,9 @@ pub struct Plan {
     pub steps: Vec<Step>,
     /// Kind-specific status fields, merged into `.status` after the run.
     pub status: serde_json::Map<String, serde_json::Value>,
+    /// Kind-specific status fields merged instead of `status` when a step
+    /// fails (default: `status` either way).
+    pub status_on_failure: Option<serde_json::Map<String, serde_json::Value>>,
     /// Events to publish after the run.
     pub events: Vec<PlannedEvent>,
     /// Reconcile again after this long (otherwise the resync interval).

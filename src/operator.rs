@@ -123,6 +123,7 @@ impl Operator {
         let mut tasks = JoinSet::new();
         let options = KindOptions {
             operator_namespace: args.operator_namespace.clone(),
+            copyrator_namespace_selector: args.copyrator_namespace_selector.clone(),
         };
         for kind in kinds {
             let engine = engine.clone();

@@ -62,6 +62,8 @@ pub struct Overlay {
     pub config_map_generators: Vec<ConfigMapGenerator>,
     /// kustomize `generatorOptions`.
     pub generator_options: Option<GeneratorOptions>,
+    /// The overlay holds Secret data: `--keep-overlays` does not keep it.
+    pub sensitive: bool,
 }
 
 /// A kustomize `labels` entry.
@@ -181,6 +183,7 @@ struct KustomizeGenerator {
 pub struct RenderedOverlay {
     files: BTreeMap<String, Vec<u8>>,
     digest: String,
+    sensitive: bool,
 }
 
 impl Overlay {
@@ -240,7 +243,9 @@ impl Overlay {
             "kustomization.yaml".into(),
             to_yaml(&k, "kustomization.yaml")?.into_bytes(),
         );
-        Ok(RenderedOverlay::new(files))
+        let mut rendered = RenderedOverlay::new(files);
+        rendered.sensitive = self.sensitive;
+        Ok(rendered)
     }
 }
 
@@ -262,7 +267,16 @@ impl RenderedOverlay {
             hasher.update(bytes);
         }
         let digest = format!("sha256:{}", hex::encode(hasher.finalize()));
-        Self { files, digest }
+        Self {
+            files,
+            digest,
+            sensitive: false,
+        }
+    }
+
+    /// True when the overlay holds Secret data (see [`Overlay::sensitive`]).
+    pub fn is_sensitive(&self) -> bool {
+        self.sensitive
     }
 
     /// sha256 over every file's path and content.

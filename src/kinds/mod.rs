@@ -2,6 +2,7 @@
 //! type and its handler; this file registers them (one line per kind in the
 //! `kinds!` invocation below).
 
+pub mod copyrator;
 pub mod sample;
 
 use std::future::Future;
@@ -20,6 +21,8 @@ use crate::templates::KustomizeDir;
 pub struct KindOptions {
     /// The namespace the operator runs in (from the downward API), if known.
     pub operator_namespace: Option<String>,
+    /// CopyratorRule: only namespaces matching this label selector are targets.
+    pub copyrator_namespace_selector: Option<String>,
 }
 
 /// A handler built from the command-line settings.
@@ -116,6 +119,7 @@ macro_rules! kinds {
 
 kinds! {
     Sample => sample::SampleHandler,
+    Copyrator => copyrator::CopyratorHandler,
 }
 
 impl std::str::FromStr for KindName {
