@@ -317,14 +317,17 @@ async fn apply<H: Handler>(ctx: &Context<H>, obj: &H::Resource) -> Result<Action
         }
     };
 
+    let digest = plan
+        .digest
+        .clone()
+        .unwrap_or_else(|| rendered.digest.clone());
     let resync_in = resync_remaining(&status, engine.settings.resync_interval);
     let unchanged_in_status = status.observed_generation == generation
-        && status.applied_digest.as_deref() == Some(rendered.digest.as_str())
+        && status.applied_digest.as_deref() == Some(digest.as_str())
         && status.is_ready()
         && !resync_in.is_zero();
     let unchanged = !plan.always_run
-        && (unchanged_in_status
-            || engine.recently_applied(obj.uid(), generation, &rendered.digest));
+        && (unchanged_in_status || engine.recently_applied(obj.uid(), generation, &digest));
     if unchanged {
         let resync_in = if resync_in.is_zero() {
             engine.settings.resync_interval
@@ -357,13 +360,13 @@ async fn apply<H: Handler>(ctx: &Context<H>, obj: &H::Resource) -> Result<Action
             if let Some(r) = &record {
                 status.record_command(r);
             }
-            status.applied_digest = Some(rendered.digest.clone());
+            status.applied_digest = Some(digest.clone());
             status.last_applied_at = Some(jiff::Timestamp::now().to_string());
             engine.remember_applied(
                 obj.uid(),
                 Some(Applied {
                     generation,
-                    digest: rendered.digest.clone(),
+                    digest: digest.clone(),
                     at: std::time::Instant::now(),
                 }),
             );

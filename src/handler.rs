@@ -141,6 +141,10 @@ pub struct Plan {
     pub requeue_after: Option<Duration>,
     /// Run even when nothing changed since the last successful run.
     pub always_run: bool,
+    /// What "nothing changed" compares and `appliedDigest` records, when the
+    /// steps are not the whole desired state (e.g. only what differs from
+    /// it); default: the digest of the rendered steps.
+    pub digest: Option<String>,
 }
 
 impl Plan {

@@ -397,6 +397,21 @@ mod tests {
     }
 
     #[test]
+    fn sensitivity_is_carried_to_the_rendering_but_not_the_digest() {
+        let (_d, k) = kustomize_dir();
+        let plain = overlay("x").render(&k).unwrap();
+        let secret = Overlay {
+            sensitive: true,
+            ..overlay("x")
+        }
+        .render(&k)
+        .unwrap();
+        assert!(!plain.is_sensitive());
+        assert!(secret.is_sensitive());
+        assert_eq!(plain.digest(), secret.digest());
+    }
+
+    #[test]
     fn writes_files_to_disk() {
         let (_d, k) = kustomize_dir();
         let out = tempfile::tempdir().unwrap();

@@ -10,7 +10,9 @@
 //!   `kubectl delete` that can never touch an object without the marker;
 //! - annotations `copyrator.flant.com/rule` and `copyrator.flant.com/source`:
 //!   `<namespace>/<name>` of the rule and of the source, exact. An object is
-//!   the rule's copy only when the rule annotation names it.
+//!   the rule's copy only when the rule annotation names it;
+//! - annotation `copyrator.flant.com/digest`: sha256 of the labels and content
+//!   the copy should hold, to tell an up-to-date copy from one to re-apply.
 
 use sha2::{Digest, Sha256};
 
@@ -24,6 +26,8 @@ pub const RULE: &str = "copyrator.flant.com/rule";
 pub const SOURCE: &str = "copyrator.flant.com/source";
 /// Label identifying one copy (kind, namespace, name).
 pub const COPY: &str = "copyrator.flant.com/copy";
+/// Annotation: sha256 of what the copy should hold (labels and content).
+pub const DIGEST: &str = "copyrator.flant.com/digest";
 
 /// The value of the [`RULE`] label for a rule.
 pub fn rule_label(namespace: &str, name: &str) -> String {

@@ -92,7 +92,7 @@ impl Handler for CopyratorHandler {
         let last_digest = rule
             .status
             .as_ref()
-            .and_then(|s| s.copies.copies_digest.as_deref());
+            .and_then(|s| s.common.applied_digest.as_deref());
         Ok(plan::plan(&rule.resolve()?, observed, last_digest))
     }
 

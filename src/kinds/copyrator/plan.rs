@@ -1,6 +1,7 @@
-//! The plan of a rule, as data (pure): one overlay holding every wanted copy
-//! as a whole object, applied with one `kubectl apply -k --server-side`, and,
-//! when copies are no longer wanted, a label-selected `kubectl delete`.
+//! The plan of a rule, as data (pure): one overlay holding, as whole objects,
+//! the wanted copies that are missing or differ from their source, applied
+//! with one `kubectl apply -k --server-side`, and, when copies are no longer
+//! wanted, a label-selected `kubectl delete`.
 //!
 //! Which copies are wanted: every matching source, in every target namespace.
 //! Targets are the listed namespaces, or (none listed) every Active namespace
@@ -8,6 +9,13 @@
 //! own namespace; with `--copyrator-namespace-selector`, only namespaces
 //! matching it. A wanted copy whose name is held by an object the rule did
 //! not create (no marker naming the rule) is skipped and reported.
+//!
+//! Each copy carries a digest of what it should hold (labels and content), so
+//! a copy is up to date when it carries that digest and everything it names;
+//! only copies that are not go into the overlay, so one changed source costs
+//! one apply of its own copies, not of every copy of the rule. The plan's
+//! digest (what the engine compares to skip unchanged rules) is taken over
+//! every wanted copy, so it stands for the desired state, not for the delta.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -149,7 +157,7 @@ pub fn desired_copy(rule: &ResolvedRule, source: &Object, namespace: &str) -> Ob
         marker::COPY.into(),
         marker::copy_id(source.kind, namespace, &source.name),
     );
-    let annotations = BTreeMap::from([
+    let mut annotations = BTreeMap::from([
         (
             marker::RULE.to_string(),
             marker::rule_annotation(&rule.namespace, &rule.name),
@@ -159,14 +167,34 @@ pub fn desired_copy(rule: &ResolvedRule, source: &Object, namespace: &str) -> Ob
             format!("{}/{}", source.namespace, source.name),
         ),
     ]);
-    Object {
+    let mut copy = Object {
         kind: source.kind,
         namespace: namespace.to_string(),
         name: source.name.clone(),
         labels,
-        annotations,
+        annotations: BTreeMap::new(),
         content: source.content.clone(),
+    };
+    annotations.insert(marker::DIGEST.to_string(), content_digest(&copy));
+    copy.annotations = annotations;
+    copy
+}
+
+/// sha256 over a copy's labels and content. It reveals nothing the copy
+/// itself does not: it sits on the copy, next to the data.
+fn content_digest(copy: &Object) -> String {
+    let manifest = manifest(copy);
+    let mut hasher = Sha256::new();
+    for part in [
+        &manifest["metadata"]["labels"],
+        &manifest["type"],
+        &manifest["data"],
+        &manifest["binaryData"],
+    ] {
+        hasher.update(part.to_string().as_bytes());
+        hasher.update(b"\n");
     }
+    hex::encode(hasher.finalize())
 }
 
 /// The object as a manifest for the overlay.
@@ -232,6 +260,7 @@ fn delete_steps(rule: &ResolvedRule, ids: &[String]) -> Vec<Step> {
                 "configmaps,secrets".into(),
                 "--all-namespaces".into(),
                 "--ignore-not-found=true".into(),
+                "--wait=false".into(),
                 format!(
                     "--selector={}={rule_label},{} in ({})",
                     marker::RULE,
@@ -250,20 +279,10 @@ fn status_map(status: &CopiesStatus) -> serde_json::Map<String, Value> {
     }
 }
 
-/// sha256 over the wanted copies.
-fn copies_digest(resources: &[Value]) -> String {
-    let mut hasher = Sha256::new();
-    for r in resources {
-        hasher.update(r.to_string().as_bytes());
-        hasher.update(b"\n");
-    }
-    format!("sha256:{}", hex::encode(hasher.finalize()))
-}
-
-/// The plan for an existing rule. `last_digest` is the `copiesDigest` its
-/// status recorded: a drift (a copy missing or different) forces a run only
-/// when the wanted copies are those last applied, since otherwise the overlay
-/// changed and the engine runs it anyway.
+/// The plan for an existing rule. `last_digest` is the `appliedDigest` its
+/// status recorded: copies that are missing or differ while the wanted
+/// copies are those last applied (someone deleted or edited a copy) force a
+/// run, since the plan's digest is then unchanged.
 pub fn plan(rule: &ResolvedRule, observed: &Observed, last_digest: Option<&str>) -> Plan {
     let kind = rule.rule_type;
     let ours = our_copies(rule, observed);
@@ -282,9 +301,9 @@ pub fn plan(rule: &ResolvedRule, observed: &Observed, last_digest: Option<&str>)
     let mut sources: Vec<&Object> = observed.sources.iter().filter(|s| s.kind == kind).collect();
     sources.sort_by(|a, b| a.name.cmp(&b.name));
 
-    let mut resources = Vec::new();
+    let mut outdated = Vec::new();
     let mut wanted: BTreeSet<CopyKey> = BTreeSet::new();
-    let mut drift = false;
+    let mut desired_state = Sha256::new();
     let mut target_status = Vec::new();
     let mut foreign_all = Vec::new();
     let mut target_count = 0;
@@ -297,15 +316,26 @@ pub fn plan(rule: &ResolvedRule, observed: &Observed, last_digest: Option<&str>)
                 for source in &sources {
                     let key = (kind, target.name.clone(), source.name.clone());
                     let desired = desired_copy(rule, source, &target.name);
-                    match ours.get(&key) {
-                        Some(existing) => drift |= !satisfies(existing, &desired),
+                    let up_to_date = match ours.get(&key) {
+                        Some(existing) => satisfies(existing, &desired),
                         None if taken.contains(&(target.name.as_str(), source.name.as_str())) => {
                             foreign.push(source.name.clone());
                             continue;
                         }
-                        None => drift = true,
+                        None => false,
+                    };
+                    if !up_to_date {
+                        outdated.push(manifest(&desired));
                     }
-                    resources.push(manifest(&desired));
+                    desired_state.update(
+                        format!(
+                            "{kind}/{}/{}/{}\n",
+                            desired.namespace,
+                            desired.name,
+                            desired.annotations[marker::DIGEST]
+                        )
+                        .as_bytes(),
+                    );
                     wanted.insert(key);
                     copied.push(source.name.clone());
                 }
@@ -352,16 +382,16 @@ pub fn plan(rule: &ResolvedRule, observed: &Observed, last_digest: Option<&str>)
         .map(|o| format!("{}/{}", o.namespace, o.name))
         .collect();
 
-    let digest = copies_digest(&resources);
-    let always_run = drift && last_digest == Some(digest.as_str());
+    let digest = format!("sha256:{}", hex::encode(desired_state.finalize()));
+    let always_run = !outdated.is_empty() && last_digest == Some(digest.as_str());
     let mut steps = Vec::new();
-    let copy_count = resources.len();
-    if !resources.is_empty() {
+    let copy_count = wanted.len();
+    if !outdated.is_empty() {
         steps.push(Step::Apply {
             overlay: Overlay {
                 // No base: the copies are the whole overlay.
                 base: None,
-                resources,
+                resources: outdated,
                 sensitive: kind == RuleType::Secret,
                 ..Default::default()
             },
@@ -425,7 +455,6 @@ pub fn plan(rule: &ResolvedRule, observed: &Observed, last_digest: Option<&str>)
             listed(&stale_names, LISTED)
         },
         foreign_count: count(foreign_all.len()),
-        copies_digest: Some(digest),
     };
     let status = status_map(&copies);
     for t in &mut copies.targets {
@@ -434,7 +463,6 @@ pub fn plan(rule: &ResolvedRule, observed: &Observed, last_digest: Option<&str>)
         }
     }
     copies.removed.clear();
-    copies.copies_digest = None;
     Plan {
         steps,
         status,
@@ -442,6 +470,7 @@ pub fn plan(rule: &ResolvedRule, observed: &Observed, last_digest: Option<&str>)
         events,
         requeue_after: (!foreign_all.is_empty()).then_some(FOREIGN_RECHECK),
         always_run,
+        digest: Some(digest),
     }
 }
 
@@ -474,6 +503,7 @@ pub fn cleanup(rule: &CopyratorRule) -> Plan {
                 "configmaps,secrets".into(),
                 "--all-namespaces".into(),
                 "--ignore-not-found=true".into(),
+                "--wait=false".into(),
                 format!(
                     "--selector={}={}",
                     marker::RULE,
@@ -647,6 +677,12 @@ mod tests {
         );
         assert_eq!(copy["metadata"]["annotations"][marker::RULE], "src/r");
         assert_eq!(copy["metadata"]["annotations"][marker::SOURCE], "src/a");
+        assert_eq!(
+            copy["metadata"]["annotations"][marker::DIGEST]
+                .as_str()
+                .map(str::len),
+            Some(64)
+        );
         // The copies are missing, but the overlay is new: no need to force.
         assert!(!plan.always_run);
         assert_eq!(plan.status["copyCount"], 4);
@@ -683,37 +719,64 @@ mod tests {
     }
 
     #[test]
-    fn copies_in_sync_are_not_forced_and_drift_is() {
-        let r = rule(&["t1"]);
-        let src = source(RuleType::Configmap, "a", "1");
-        let mut obs = observed(vec![src.clone()], &["t1"]);
-        let mut copy = desired_copy(&r, &src, "t1");
-        copy.labels.insert("added-by-someone".into(), "x".into());
-        obs.copies = vec![copy.clone()];
+    fn only_missing_or_outdated_copies_are_applied() {
+        let r = rule(&["t1", "t2"]);
+        let (a, b) = (
+            source(RuleType::Configmap, "a", "1"),
+            source(RuleType::Configmap, "b", "1"),
+        );
+        let mut obs = observed(vec![a.clone(), b.clone()], &["t1", "t2"]);
+        obs.copies = ["t1", "t2"]
+            .iter()
+            .flat_map(|ns| [desired_copy(&r, &a, ns), desired_copy(&r, &b, ns)])
+            .collect();
+        // Labels someone else added are theirs (server-side apply keeps them).
+        obs.copies[0]
+            .labels
+            .insert("added-by-someone".into(), "x".into());
         let in_sync = plan(&r, &obs, None);
+        assert!(in_sync.steps.is_empty(), "{:?}", in_sync.steps);
         assert!(!in_sync.always_run);
-        assert_eq!(names(&applied(&in_sync)), ["t1/a"]);
+        assert_eq!(in_sync.status["copyCount"], 4);
+        let last = in_sync.digest.clone();
+        assert!(last.as_deref().is_some_and(|d| d.starts_with("sha256:")));
 
-        if let Some(c) = copy.content.as_mut() {
+        // A source changes: only its copies are applied, and the desired
+        // state (the plan's digest) changed, so nothing needs forcing.
+        obs.sources[0] = source(RuleType::Configmap, "a", "2");
+        let changed = plan(&r, &obs, last.as_deref());
+        assert_eq!(names(&applied(&changed)), ["t1/a", "t2/a"]);
+        assert_ne!(changed.digest, last);
+        assert!(!changed.always_run);
+        obs.sources[0] = a.clone();
+
+        // Someone edits one copy and deletes another: the same desired state,
+        // so the run is forced, and only those two are applied.
+        if let Some(c) = obs.copies[1].content.as_mut() {
             c.data.insert("k".into(), "edited".into());
         }
-        obs.copies = vec![copy];
-        let last = in_sync.status["copiesDigest"].as_str();
-        assert!(last.is_some_and(|d| d.starts_with("sha256:")));
-        let drifted = plan(&r, &obs, last);
-        // The wanted copies, hence the overlay and its digest, are those last
-        // applied: only the forced run puts the copy back.
+        obs.copies.remove(2);
+        let drifted = plan(&r, &obs, last.as_deref());
+        assert_eq!(drifted.digest, last);
         assert!(drifted.always_run);
-        assert_eq!(applied(&drifted), applied(&in_sync));
-        // A missing copy, too.
-        obs.copies.clear();
-        assert!(plan(&r, &obs, last).always_run);
-        // Not when the wanted copies changed (the engine runs them anyway).
-        assert!(!plan(&r, &obs, Some("sha256:other")).always_run);
-        assert_eq!(
-            drifted.status_on_failure.as_ref().unwrap()["copiesDigest"],
-            Value::Null
-        );
+        assert_eq!(names(&applied(&drifted)), ["t1/b", "t2/a"]);
+    }
+
+    #[test]
+    fn a_copy_carries_the_digest_of_its_labels_and_content() {
+        let r = rule(&["t1"]);
+        let a = source(RuleType::Configmap, "a", "1");
+        let digest = |s: &Object| desired_copy(&r, s, "t1").annotations[marker::DIGEST].clone();
+        let mut relabelled = a.clone();
+        relabelled.labels.insert("tier".into(), "gold".into());
+        let mut key_removed = a.clone();
+        if let Some(c) = key_removed.content.as_mut() {
+            c.binary_data.clear();
+        }
+        assert_eq!(digest(&a), digest(&a.clone()));
+        assert_ne!(digest(&a), digest(&relabelled));
+        assert_ne!(digest(&a), digest(&key_removed));
+        assert_ne!(digest(&a), digest(&source(RuleType::Configmap, "a", "2")));
     }
 
     #[test]
@@ -761,18 +824,19 @@ mod tests {
             },
         ];
         let p = plan(&r, &obs, None);
-        assert_eq!(names(&applied(&p)), ["t1/a"]);
-        let Some(Step::Run { args }) = p.steps.get(1) else {
+        // t1/a is up to date: only the delete runs.
+        let [Step::Run { args }] = p.steps.as_slice() else {
             panic!("{:?}", p.steps)
         };
         let selector = args.last().unwrap();
         assert_eq!(
-            &args[..4],
+            &args[..5],
             [
                 "delete",
                 "configmaps,secrets",
                 "--all-namespaces",
-                "--ignore-not-found=true"
+                "--ignore-not-found=true",
+                "--wait=false"
             ]
         );
         assert!(
@@ -798,7 +862,7 @@ mod tests {
         let mut retain = r.clone();
         retain.deletion_policy = DeletionPolicy::Retain;
         let p = plan(&retain, &obs, None);
-        assert_eq!(p.steps.len(), 1);
+        assert!(p.steps.is_empty(), "{:?}", p.steps);
         assert_eq!(p.status["retained"].as_array().unwrap().len(), 3);
         assert_eq!(p.status["removed"], json!([]));
     }
@@ -818,7 +882,7 @@ mod tests {
             desired_copy(&r, &src, "dying"),
         ];
         let p = plan(&r, &obs, None);
-        assert_eq!(p.steps.len(), 1, "{:?}", p.steps);
+        assert!(p.steps.is_empty(), "{:?}", p.steps);
         assert!(!p.always_run);
     }
 
@@ -867,6 +931,7 @@ mod tests {
                 "configmaps,secrets",
                 "--all-namespaces",
                 "--ignore-not-found=true",
+                "--wait=false",
                 "--selector=copyrator.flant.com/rule=src.r"
             ]
         );

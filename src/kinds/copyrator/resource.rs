@@ -184,7 +184,7 @@ pub struct CopiesStatus {
     /// How many sources match.
     #[serde(default)]
     pub source_count: u32,
-    /// How many copies the last run applied.
+    /// How many copies the rule wants (when `Ready`, they exist and are up to date).
     #[serde(default)]
     pub copy_count: u32,
     /// Per target namespace: what was copied and the result (at most 100 listed).
@@ -202,11 +202,6 @@ pub struct CopiesStatus {
     /// How many same-named objects not created by this rule were left alone.
     #[serde(default)]
     pub foreign_count: u32,
-    /// sha256 of the copies the last successful run applied: when the wanted
-    /// copies are unchanged but the cluster's differ (deleted or edited), the
-    /// rule re-applies although its overlay is the same.
-    #[serde(default)]
-    pub copies_digest: Option<String>,
 }
 
 /// What happened in one target namespace.
