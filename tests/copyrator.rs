@@ -872,3 +872,86 @@ async fn the_articles_top_level_form_is_kept_and_honoured() {
     other_operator.stop().await;
     operator.stop().await;
 }
+
+#[tokio::test]
+async fn a_failed_apply_is_reported_per_target_and_retried() {
+    let client = cluster!();
+    let src = common::TestNamespace::new(&client, "cr-fail").await;
+    let _release_src = ReleaseRules(src.name.clone());
+    let target = common::TestNamespace::new(&client, "cr-failt").await;
+    let t = [target.name.as_str()];
+    // A kubectl that fails `apply` while a marker file exists.
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("fail-applies");
+    let wrapper = dir.path().join("kubectl");
+    common::write_script(
+        &wrapper,
+        &format!(
+            r#"for a in "$@"; do
+  if [ "$a" = apply ] && [ -e {marker} ]; then echo "error: injected apply failure" >&2; exit 1; fi
+done
+exec {real} "$@""#,
+            marker = marker.display(),
+            real = common::kubectl_path().display()
+        ),
+    );
+    std::fs::write(&marker, "").unwrap();
+    let operator = common::start_operator(
+        &src.name,
+        &[
+            "--kinds",
+            "copyrator",
+            "--kubectl",
+            &wrapper.display().to_string(),
+        ],
+    )
+    .await;
+    Api::<ConfigMap>::namespaced(client.clone(), &src.name)
+        .create(
+            &PostParams::default(),
+            &config_map("app-config", &[("copy", "yes")], "v1"),
+        )
+        .await
+        .unwrap();
+    let rules: Api<CopyratorRule> = Api::namespaced(client.clone(), &src.name);
+    rules
+        .create(
+            &PostParams::default(),
+            &rule("r", RuleType::Configmap, &[("copy", "yes")], &t, None),
+        )
+        .await
+        .unwrap();
+    common::wait_until(TIMEOUT, || async {
+        let s = rule_status(&rules, "r").await;
+        s.common
+            .condition("Ready")
+            .is_some_and(|c| c.status == "False" && c.reason == "ApplyFailed")
+            && s.copies
+                .targets
+                .first()
+                .is_some_and(|x| x.result == "ApplyFailed")
+    })
+    .await;
+    let s = rule_status(&rules, "r").await;
+    assert!(
+        s.common
+            .last_command
+            .unwrap()
+            .stderr
+            .contains("injected apply failure")
+    );
+    assert!(get_cm(&client, t[0], "app-config").await.is_none());
+
+    std::fs::remove_file(&marker).unwrap();
+    wait_cm_value(&client, &t, "app-config", Some("v1")).await;
+    common::wait_until(Duration::from_secs(90), || async {
+        let s = rule_status(&rules, "r").await;
+        s.common.is_ready()
+            && s.copies
+                .targets
+                .first()
+                .is_some_and(|x| x.result == "Copied")
+    })
+    .await;
+    operator.stop().await;
+}
