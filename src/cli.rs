@@ -125,6 +125,10 @@ pub struct RunArgs {
     /// How often candidates try to take the Lease and the leader renews it.
     #[arg(long, env = "LEADER_ELECT_RETRY_PERIOD", default_value = "2s", value_parser = parse_duration)]
     pub leader_elect_retry_period: Duration,
+    /// CopyratorRule: only namespaces matching this label selector receive
+    /// copies (default: every namespace).
+    #[arg(long, env = "COPYRATOR_NAMESPACE_SELECTOR")]
+    pub copyrator_namespace_selector: Option<String>,
     /// ExchangeRate flags (boxed: keeps `Command` small).
     #[command(flatten)]
     pub exchange_rate: Box<ExchangeRateArgs>,

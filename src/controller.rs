@@ -337,14 +337,17 @@ async fn apply<H: Handler>(ctx: &Context<H>, obj: &H::Resource) -> Result<Action
         }
     };
 
+    let digest = plan
+        .digest
+        .clone()
+        .unwrap_or_else(|| rendered.digest.clone());
     let resync_in = resync_remaining(&status, engine.settings.resync_interval);
     let unchanged_in_status = status.observed_generation == generation
-        && status.applied_digest.as_deref() == Some(rendered.digest.as_str())
+        && status.applied_digest.as_deref() == Some(digest.as_str())
         && status.is_ready()
         && !resync_in.is_zero();
     let unchanged = !plan.always_run
-        && (unchanged_in_status
-            || engine.recently_applied(obj.uid(), generation, &rendered.digest));
+        && (unchanged_in_status || engine.recently_applied(obj.uid(), generation, &digest));
     if unchanged {
         let resync_in = if resync_in.is_zero() {
             engine.settings.resync_interval
@@ -377,13 +380,13 @@ async fn apply<H: Handler>(ctx: &Context<H>, obj: &H::Resource) -> Result<Action
             if let Some(r) = &record {
                 status.record_command(r);
             }
-            status.applied_digest = Some(rendered.digest.clone());
+            status.applied_digest = Some(digest.clone());
             status.last_applied_at = Some(jiff::Timestamp::now().to_string());
             engine.remember_applied(
                 obj.uid(),
                 Some(Applied {
                     generation,
-                    digest: rendered.digest.clone(),
+                    digest: digest.clone(),
                     at: std::time::Instant::now(),
                 }),
             );
@@ -419,7 +422,7 @@ async fn apply<H: Handler>(ctx: &Context<H>, obj: &H::Resource) -> Result<Action
             let kind_status = if plan.status_on_success_only {
                 &empty
             } else {
-                &plan.status
+                plan.status_on_failure.as_ref().unwrap_or(&plan.status)
             };
             patch_status(engine, obj, &status, kind_status).await?;
             publish(engine, obj, true, reason, &summary).await;
@@ -585,6 +588,10 @@ fn keep_overlay<K: Kind>(root: &Path, obj: &K, rendered: &crate::overlay::Render
     let ns = obj.namespace().unwrap_or_else(|| "_cluster".into());
     let dir = root.join(K::NAME).join(ns).join(obj.name_any());
     let _ = std::fs::remove_dir_all(&dir);
+    if rendered.is_sensitive() {
+        tracing::info!(object = %object_key(obj), "not keeping an overlay that holds Secret data");
+        return;
+    }
     let result = std::fs::create_dir_all(&dir)
         .map_err(|source| OverlayError::Write {
             path: dir.display().to_string(),

@@ -143,6 +143,9 @@ pub struct Plan {
     pub steps: Vec<Step>,
     /// Kind-specific status fields, merged into `.status` after the run.
     pub status: serde_json::Map<String, serde_json::Value>,
+    /// Kind-specific status fields merged instead of `status` when a step
+    /// fails (default: `status` either way).
+    pub status_on_failure: Option<serde_json::Map<String, serde_json::Value>>,
     /// Events to publish after the run.
     pub events: Vec<PlannedEvent>,
     /// Reconcile again after this long (otherwise the resync interval).
@@ -161,6 +164,10 @@ pub struct Plan {
     /// Write [`Plan::status`] only when the steps succeeded (it describes
     /// what they create); on failure the previous kind-specific status stays.
     pub status_on_success_only: bool,
+    /// What "nothing changed" compares and `appliedDigest` records, when the
+    /// steps are not the whole desired state (e.g. only what differs from
+    /// it); default: the digest of the rendered steps.
+    pub digest: Option<String>,
 }
 
 impl Plan {

@@ -168,6 +168,7 @@ impl Operator {
             operator_namespace: args.operator_namespace.clone(),
             exchange_rate: args.exchange_rate.options(),
             watch_namespace: args.namespace.clone(),
+            copyrator_namespace_selector: args.copyrator_namespace_selector.clone(),
         };
         let controllers = Controllers {
             kinds,

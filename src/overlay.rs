@@ -62,6 +62,8 @@ pub struct Overlay {
     pub config_map_generators: Vec<ConfigMapGenerator>,
     /// kustomize `generatorOptions`.
     pub generator_options: Option<GeneratorOptions>,
+    /// The overlay holds Secret data: `--keep-overlays` does not keep it.
+    pub sensitive: bool,
 }
 
 /// A kustomize `labels` entry.
@@ -181,6 +183,7 @@ struct KustomizeGenerator {
 pub struct RenderedOverlay {
     files: BTreeMap<String, Vec<u8>>,
     digest: String,
+    sensitive: bool,
 }
 
 impl Overlay {
@@ -240,7 +243,9 @@ impl Overlay {
             "kustomization.yaml".into(),
             to_yaml(&k, "kustomization.yaml")?.into_bytes(),
         );
-        Ok(RenderedOverlay::new(files))
+        let mut rendered = RenderedOverlay::new(files);
+        rendered.sensitive = self.sensitive;
+        Ok(rendered)
     }
 }
 
@@ -262,7 +267,16 @@ impl RenderedOverlay {
             hasher.update(bytes);
         }
         let digest = format!("sha256:{}", hex::encode(hasher.finalize()));
-        Self { files, digest }
+        Self {
+            files,
+            digest,
+            sensitive: false,
+        }
+    }
+
+    /// True when the overlay holds Secret data (see [`Overlay::sensitive`]).
+    pub fn is_sensitive(&self) -> bool {
+        self.sensitive
     }
 
     /// sha256 over every file's path and content.
@@ -380,6 +394,21 @@ mod tests {
         assert_eq!(r.files()["generated/00/rate"], b"a=b\n\"c\"");
         let kz = String::from_utf8(r.files()["kustomization.yaml"].clone()).unwrap();
         assert!(kz.contains("rate=generated/00/rate"), "{kz}");
+    }
+
+    #[test]
+    fn sensitivity_is_carried_to_the_rendering_but_not_the_digest() {
+        let (_d, k) = kustomize_dir();
+        let plain = overlay("x").render(&k).unwrap();
+        let secret = Overlay {
+            sensitive: true,
+            ..overlay("x")
+        }
+        .render(&k)
+        .unwrap();
+        assert!(!plain.is_sensitive());
+        assert!(secret.is_sensitive());
+        assert_eq!(plain.digest(), secret.digest());
     }
 
     #[test]

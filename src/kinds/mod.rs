@@ -3,6 +3,7 @@
 //! `kinds!` invocation below).
 
 pub mod chaos_agent;
+pub mod copyrator;
 pub mod exchange_rate;
 pub mod sample;
 
@@ -26,6 +27,8 @@ pub struct KindOptions {
     pub exchange_rate: exchange_rate::ExchangeRateOptions,
     /// The namespace the operator watches (`--namespace`), if only one.
     pub watch_namespace: Option<String>,
+    /// CopyratorRule: only namespaces matching this label selector are targets.
+    pub copyrator_namespace_selector: Option<String>,
 }
 
 /// A handler built from the command-line settings.
@@ -124,6 +127,7 @@ kinds! {
     Sample => sample::SampleHandler,
     ExchangeRate => exchange_rate::ExchangeRateHandler,
     ChaosAgent => chaos_agent::ChaosAgentHandler,
+    Copyrator => copyrator::CopyratorHandler,
 }
 
 impl std::str::FromStr for KindName {

@@ -1,0 +1,147 @@
+//! The marker every copy carries, and the label syntax checks it relies on.
+//!
+//! A copy carries:
+//! - label `copyrator.flant.com/rule`: the rule, as `<namespace>.<name>` (or a
+//!   hash when that is too long for a label value), for label-selected lists,
+//!   watches and deletes;
+//! - label `copyrator.flant.com/source`: the source's name (or a hash);
+//! - label `copyrator.flant.com/copy`: a short hash of kind, namespace and
+//!   name, so that stale copies can be deleted with one label-selected
+//!   `kubectl delete` that can never touch an object without the marker;
+//! - annotations `copyrator.flant.com/rule` and `copyrator.flant.com/source`:
+//!   `<namespace>/<name>` of the rule and of the source, exact. An object is
+//!   the rule's copy only when the rule annotation names it;
+//! - annotation `copyrator.flant.com/digest`: sha256 of the labels and content
+//!   the copy should hold, to tell an up-to-date copy from one to re-apply.
+
+use sha2::{Digest, Sha256};
+
+use super::resource::RuleType;
+
+/// Prefix of every marker key.
+pub const PREFIX: &str = "copyrator.flant.com/";
+/// Label and annotation naming the rule.
+pub const RULE: &str = "copyrator.flant.com/rule";
+/// Label and annotation naming the source.
+pub const SOURCE: &str = "copyrator.flant.com/source";
+/// Label identifying one copy (kind, namespace, name).
+pub const COPY: &str = "copyrator.flant.com/copy";
+/// Annotation: sha256 of what the copy should hold (labels and content).
+pub const DIGEST: &str = "copyrator.flant.com/digest";
+
+/// The value of the [`RULE`] label for a rule.
+pub fn rule_label(namespace: &str, name: &str) -> String {
+    let plain = format!("{namespace}.{name}");
+    if is_label_value(&plain) {
+        plain
+    } else {
+        format!("h.{}", short_hash(&format!("{namespace}/{name}"), 32))
+    }
+}
+
+/// The value of the [`RULE`] annotation for a rule.
+pub fn rule_annotation(namespace: &str, name: &str) -> String {
+    format!("{namespace}/{name}")
+}
+
+/// The value of the [`SOURCE`] label for a source name.
+pub fn source_label(name: &str) -> String {
+    if is_label_value(name) {
+        name.to_string()
+    } else {
+        format!("h.{}", short_hash(name, 32))
+    }
+}
+
+/// The value of the [`COPY`] label for a copy.
+pub fn copy_id(kind: RuleType, namespace: &str, name: &str) -> String {
+    short_hash(&format!("{kind}/{namespace}/{name}"), 16)
+}
+
+fn short_hash(s: &str, len: usize) -> String {
+    let mut hex = hex::encode(Sha256::digest(s.as_bytes()));
+    hex.truncate(len);
+    hex
+}
+
+/// True for a valid label value: at most 63 characters, alphanumerics with
+/// `-`, `_` and `.` inside, empty allowed.
+pub fn is_label_value(s: &str) -> bool {
+    s.len() <= 63 && is_qualified_part(s, true)
+}
+
+/// True for a valid label key: an optional DNS-subdomain prefix and `/`,
+/// then a name of at most 63 characters.
+pub fn is_label_key(s: &str) -> bool {
+    let (prefix, name) = match s.split_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, s),
+    };
+    let prefix_ok = prefix.is_none_or(|p| {
+        !p.is_empty()
+            && p.len() <= 253
+            && p.split('.').all(|part| {
+                !part.is_empty()
+                    && part.len() <= 63
+                    && part
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                    && !part.starts_with('-')
+                    && !part.ends_with('-')
+            })
+    });
+    prefix_ok && !name.is_empty() && name.len() <= 63 && is_qualified_part(name, false)
+}
+
+fn is_qualified_part(s: &str, allow_empty: bool) -> bool {
+    if s.is_empty() {
+        return allow_empty;
+    }
+    let bytes = s.as_bytes();
+    let alnum = |b: u8| b.is_ascii_alphanumeric();
+    alnum(bytes[0])
+        && alnum(bytes[bytes.len() - 1])
+        && bytes
+            .iter()
+            .all(|&b| alnum(b) || b == b'-' || b == b'_' || b == b'.')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rule_label_is_readable_when_it_fits_and_hashed_otherwise() {
+        assert_eq!(rule_label("team-a", "main-rule"), "team-a.main-rule");
+        let long = rule_label("team-a", &"r".repeat(70));
+        assert!(long.starts_with("h.") && is_label_value(&long), "{long}");
+        assert_ne!(long, rule_label("team-b", &"r".repeat(70)));
+    }
+
+    #[test]
+    fn copy_ids_differ_by_kind_namespace_and_name() {
+        let a = copy_id(RuleType::Configmap, "a", "x");
+        assert_eq!(a.len(), 16);
+        assert_ne!(a, copy_id(RuleType::Secret, "a", "x"));
+        assert_ne!(a, copy_id(RuleType::Configmap, "b", "x"));
+        assert_ne!(a, copy_id(RuleType::Configmap, "a", "y"));
+    }
+
+    #[test]
+    fn label_syntax() {
+        assert!(is_label_value(""));
+        assert!(is_label_value("a.b_c-d"));
+        assert!(!is_label_value("-a"));
+        assert!(!is_label_value("a,b"));
+        assert!(!is_label_value("a=b"));
+        assert!(!is_label_value(&"a".repeat(64)));
+        assert!(is_label_key("copyrator"));
+        assert!(is_label_key("example.com/app"));
+        assert!(!is_label_key("a,b"));
+        assert!(!is_label_key("!a"));
+        assert!(!is_label_key("a b"));
+        assert!(!is_label_key("Example.com/app"));
+        assert!(!is_label_key("/app"));
+        assert!(!is_label_key(""));
+    }
+}

@@ -1,0 +1,254 @@
+//! What triggers a rule's reconcile besides the rule itself. All watches are
+//! metadata-only: the operator never receives the data of Secrets it does
+//! not copy.
+//!
+//! - ConfigMaps and Secrets where rules live (the watched namespace, or all):
+//!   a change to any of them may add, change or remove a source of the rules
+//!   of that kind in that namespace (a removed label, too: so every such rule
+//!   is told, not only the ones whose selector still matches);
+//! - copies, by their marker label, in every namespace: a copy changed or
+//!   deleted by someone else is put back by its rule (named by the marker);
+//! - objects a rule reported as foreign: when one goes, the copy can be made;
+//! - Namespaces (those matching `--copyrator-namespace-selector`): created,
+//!   relabelled or terminating; every rule that targets all namespaces or
+//!   lists that one.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use kube::api::ObjectMeta;
+use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{Controller, watcher};
+use kube::{Api, Client, ResourceExt};
+
+use super::marker;
+use super::resource::{CopyratorRule, RuleType};
+
+/// Adds the rule's triggers to its controller.
+pub fn configure(
+    controller: Controller<CopyratorRule>,
+    client: &Client,
+    namespace: Option<&str>,
+    namespace_selector: Option<&str>,
+) -> Controller<CopyratorRule> {
+    let store = controller.store();
+    let mut controller = controller
+        .watches(
+            scoped::<PartialObjectMeta<ConfigMap>>(client, namespace),
+            watcher::Config::default(),
+            object_mapper(store.clone(), RuleType::Configmap),
+        )
+        .watches(
+            scoped::<PartialObjectMeta<Secret>>(client, namespace),
+            watcher::Config::default(),
+            object_mapper(store.clone(), RuleType::Secret),
+        );
+    if namespace.is_some() {
+        // Copies live outside the watched namespace.
+        let copies = watcher::Config::default().labels(marker::RULE);
+        controller = controller
+            .watches(
+                Api::<PartialObjectMeta<ConfigMap>>::all(client.clone()),
+                copies.clone(),
+                object_mapper(store.clone(), RuleType::Configmap),
+            )
+            .watches(
+                Api::<PartialObjectMeta<Secret>>::all(client.clone()),
+                copies,
+                object_mapper(store.clone(), RuleType::Secret),
+            );
+    }
+    let namespaces = match namespace_selector {
+        Some(sel) => watcher::Config::default().labels(sel),
+        None => watcher::Config::default(),
+    };
+    controller.watches(
+        Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
+        namespaces,
+        move |ns: PartialObjectMeta<Namespace>| rules_for_namespace(&store.state(), &ns.name_any()),
+    )
+}
+
+fn scoped<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope>,
+    K::DynamicType: Default,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+fn object_mapper<K>(
+    store: Store<CopyratorRule>,
+    kind: RuleType,
+) -> impl Fn(PartialObjectMeta<K>) -> Vec<ObjectRef<CopyratorRule>> + Send + Sync + 'static {
+    move |obj| rules_for_object(&store.state(), kind, &obj.metadata)
+}
+
+/// The rules an event on a ConfigMap or Secret concerns.
+pub fn rules_for_object(
+    rules: &[Arc<CopyratorRule>],
+    kind: RuleType,
+    meta: &ObjectMeta,
+) -> Vec<ObjectRef<CopyratorRule>> {
+    let namespace = meta.namespace.as_deref().unwrap_or_default();
+    let name = meta.name.as_deref().unwrap_or_default();
+    let copy_of = meta
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(marker::RULE))
+        .and_then(|r| r.split_once('/'));
+    let is_copy = copy_of.is_some()
+        || meta
+            .labels
+            .as_ref()
+            .is_some_and(|l| l.contains_key(marker::RULE));
+    let mut refs = Vec::new();
+    for rule in rules {
+        let rule_ns = rule.namespace().unwrap_or_default();
+        let rule_name = rule.name_any();
+        let concerned = if is_copy {
+            copy_of == Some((rule_ns.as_str(), rule_name.as_str()))
+        } else {
+            (rule_ns == namespace && rule.rule_type() == Some(kind))
+                || reported_foreign(rule, namespace, name)
+        };
+        if concerned {
+            refs.push(ObjectRef::from_obj(rule.as_ref()));
+        }
+    }
+    refs
+}
+
+fn reported_foreign(rule: &CopyratorRule, namespace: &str, name: &str) -> bool {
+    rule.status.as_ref().is_some_and(|s| {
+        s.copies
+            .targets
+            .iter()
+            .any(|t| t.namespace == namespace && t.foreign.iter().any(|f| f == name))
+    })
+}
+
+/// The rules an event on a Namespace concerns: those targeting every
+/// namespace and those listing it.
+pub fn rules_for_namespace(
+    rules: &[Arc<CopyratorRule>],
+    namespace: &str,
+) -> Vec<ObjectRef<CopyratorRule>> {
+    rules
+        .iter()
+        .filter(|r| {
+            let listed = r.listed_namespaces();
+            listed.is_empty() || listed.iter().any(|n| n == namespace)
+        })
+        .map(|r| ObjectRef::from_obj(r.as_ref()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kinds::copyrator::resource::{
+        CopiesStatus, CopyratorRuleSpec, CopyratorRuleStatus, TargetStatus,
+    };
+    use std::collections::BTreeMap;
+
+    fn rule(ns: &str, name: &str, kind: RuleType, namespaces: &[&str]) -> Arc<CopyratorRule> {
+        let mut r = CopyratorRule::new(
+            name,
+            CopyratorRuleSpec {
+                rule_type: Some(kind),
+                selector: Some(BTreeMap::from([("copy".into(), "yes".into())])),
+                namespaces: Some(namespaces.iter().map(|s| s.to_string()).collect()),
+                deletion_policy: None,
+            },
+        );
+        r.metadata.namespace = Some(ns.into());
+        Arc::new(r)
+    }
+
+    fn meta(ns: &str, name: &str, annotations: &[(&str, &str)]) -> ObjectMeta {
+        ObjectMeta {
+            namespace: Some(ns.into()),
+            name: Some(name.into()),
+            annotations: Some(
+                annotations
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
+            ..Default::default()
+        }
+    }
+
+    fn names(refs: Vec<ObjectRef<CopyratorRule>>) -> Vec<String> {
+        refs.into_iter()
+            .map(|r| format!("{}/{}", r.namespace.unwrap_or_default(), r.name))
+            .collect()
+    }
+
+    #[test]
+    fn a_source_event_concerns_the_rules_of_its_kind_in_its_namespace() {
+        let rules = [
+            rule("src", "cm", RuleType::Configmap, &[]),
+            rule("src", "sec", RuleType::Secret, &[]),
+            rule("other", "cm", RuleType::Configmap, &[]),
+        ];
+        let got = rules_for_object(&rules, RuleType::Configmap, &meta("src", "app", &[]));
+        assert_eq!(names(got), ["src/cm"]);
+    }
+
+    #[test]
+    fn a_copy_event_concerns_the_rule_its_marker_names() {
+        let rules = [
+            rule("src", "cm", RuleType::Configmap, &[]),
+            rule("t1", "cm", RuleType::Configmap, &[]),
+        ];
+        let copy = meta("t1", "app", &[(marker::RULE, "src/cm")]);
+        assert_eq!(
+            names(rules_for_object(&rules, RuleType::Configmap, &copy)),
+            ["src/cm"]
+        );
+        let unknown = meta("t1", "app", &[(marker::RULE, "gone/rule")]);
+        assert!(rules_for_object(&rules, RuleType::Configmap, &unknown).is_empty());
+    }
+
+    #[test]
+    fn a_reported_foreign_object_concerns_its_rule() {
+        let mut r = (*rule("src", "cm", RuleType::Configmap, &["t1"])).clone();
+        r.status = Some(CopyratorRuleStatus {
+            copies: CopiesStatus {
+                targets: vec![TargetStatus {
+                    namespace: "t1".into(),
+                    result: "Conflict".into(),
+                    foreign: vec!["app".into()],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            },
+            ..Default::default()
+        });
+        let rules = [Arc::new(r)];
+        let got = rules_for_object(&rules, RuleType::Configmap, &meta("t1", "app", &[]));
+        assert_eq!(names(got), ["src/cm"]);
+        assert!(
+            rules_for_object(&rules, RuleType::Configmap, &meta("t1", "other", &[])).is_empty()
+        );
+    }
+
+    #[test]
+    fn a_namespace_event_concerns_rules_targeting_all_or_listing_it() {
+        let rules = [
+            rule("src", "all", RuleType::Configmap, &[]),
+            rule("src", "listed", RuleType::Configmap, &["t1", "t2"]),
+            rule("src", "elsewhere", RuleType::Configmap, &["t3"]),
+        ];
+        assert_eq!(
+            names(rules_for_namespace(&rules, "t2")),
+            ["src/all", "src/listed"]
+        );
+    }
+}

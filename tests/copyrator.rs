@@ -1,0 +1,957 @@
+//! CopyratorRule (flant.com/v1) against the real control plane. Each test
+//! has its own source namespace (where the operator runs, `--namespace`) and
+//! its own target namespaces; a rule that targets "every namespace" is only
+//! ever used with `--copyrator-namespace-selector` naming a label on this
+//! test's namespaces, so no test copies into anyone else's.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::sync::{Mutex, Once};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use kustomize_operator::kinds::copyrator::{
+    CopyratorRule, CopyratorRuleSpec, CopyratorRuleStatus, DeletionPolicy, RuleType,
+};
+use serde_json::json;
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+const RULE_LABEL: &str = "copyrator.flant.com/rule";
+
+/// Everything the operator logs in this test binary (at debug level, trace
+/// for the operator itself), to check that no Secret data reaches the logs.
+static LOGS: Mutex<Vec<u8>> = Mutex::new(Vec::new());
+
+struct LogWriter;
+
+impl Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        LOGS.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn capture_logs() {
+    static INIT: Once = Once::new();
+    INIT.call_once(|| {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(
+                "debug,kustomize_operator=trace",
+            ))
+            .with_writer(|| LogWriter)
+            .with_ansi(false)
+            .try_init();
+    });
+}
+
+macro_rules! cluster {
+    () => {{
+        capture_logs();
+        cluster_or_skip!()
+    }};
+}
+
+/// Removes the finalizer of every rule left in a namespace when dropped, so
+/// that a test that stopped early (or left rules behind) does not leave its
+/// namespace terminating forever once the operator is gone.
+struct ReleaseRules(String);
+
+impl Drop for ReleaseRules {
+    fn drop(&mut self) {
+        // Deleting first: an operator still running does not add a finalizer
+        // back to a rule being deleted.
+        let _ = common::kubectl(&[
+            "delete",
+            "copyrators",
+            "--all",
+            "-n",
+            &self.0,
+            "--wait=false",
+        ]);
+        let (_, out, _) = common::kubectl(&["get", "copyrators", "-n", &self.0, "-o", "name"]);
+        for rule in out.lines().filter(|l| !l.is_empty()) {
+            let _ = common::kubectl(&[
+                "patch",
+                "-n",
+                &self.0,
+                rule,
+                "--type=merge",
+                "-p",
+                r#"{"metadata":{"finalizers":null}}"#,
+            ]);
+        }
+    }
+}
+
+fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn rule(
+    name: &str,
+    rule_type: RuleType,
+    selector: &[(&str, &str)],
+    namespaces: &[&str],
+    deletion_policy: Option<DeletionPolicy>,
+) -> CopyratorRule {
+    CopyratorRule::new(
+        name,
+        CopyratorRuleSpec {
+            rule_type: Some(rule_type),
+            selector: Some(labels(selector)),
+            namespaces: Some(namespaces.iter().map(|s| s.to_string()).collect()),
+            deletion_policy,
+        },
+    )
+}
+
+fn config_map(name: &str, label_pairs: &[(&str, &str)], value: &str) -> ConfigMap {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": labels(label_pairs)},
+        "data": {"value": value, "multi": "line one\nline two\n"},
+        "binaryData": {"blob": "AAECAw=="}
+    }))
+    .unwrap()
+}
+
+async fn rule_status(rules: &Api<CopyratorRule>, name: &str) -> CopyratorRuleStatus {
+    rules.get(name).await.unwrap().status.unwrap_or_default()
+}
+
+async fn wait_ready(rules: &Api<CopyratorRule>, name: &str) -> CopyratorRuleStatus {
+    common::wait_until(TIMEOUT, || async {
+        let s = rule_status(rules, name).await;
+        s.common.is_ready() && s.common.observed_generation.is_some()
+    })
+    .await;
+    rule_status(rules, name).await
+}
+
+async fn get_cm(client: &Client, ns: &str, name: &str) -> Option<ConfigMap> {
+    Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .unwrap()
+}
+
+async fn cm_value(client: &Client, ns: &str, name: &str) -> Option<String> {
+    get_cm(client, ns, name)
+        .await
+        .and_then(|c| c.data)
+        .and_then(|d| d.get("value").cloned())
+}
+
+async fn wait_cm_value(client: &Client, namespaces: &[&str], name: &str, value: Option<&str>) {
+    common::wait_until(TIMEOUT, || async {
+        for ns in namespaces {
+            if cm_value(client, ns, name).await.as_deref() != value {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+}
+
+async fn events(client: &Client, ns: &str) -> Vec<Event> {
+    Api::<Event>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+}
+
+async fn add_namespace_label(client: &Client, ns: &str, key: &str, value: &str) {
+    Api::<Namespace>::all(client.clone())
+        .patch(
+            ns,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {key: value}}})),
+        )
+        .await
+        .unwrap();
+}
+
+async fn namespaces(client: &Client, prefix: &str, n: usize) -> Vec<common::TestNamespace> {
+    let mut v = Vec::new();
+    for i in 0..n {
+        v.push(common::TestNamespace::new(client, &format!("{prefix}{i}")).await);
+    }
+    v
+}
+
+fn names(namespaces: &[common::TestNamespace]) -> Vec<&str> {
+    namespaces.iter().map(|n| n.name.as_str()).collect()
+}
+
+#[tokio::test]
+async fn configmap_rule_over_three_namespaces_and_a_new_one() {
+    let client = cluster!();
+    let src = common::TestNamespace::new(&client, "cr-src").await;
+    let _release_src = ReleaseRules(src.name.clone());
+    let targets = namespaces(&client, "cr-t", 3).await;
+    let later = format!("{}-later", src.name);
+    let operator = common::start_operator(&src.name, &["--kinds", "copyrator"]).await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &src.name);
+    cms.create(
+        &PostParams::default(),
+        &config_map("app-config", &[("copy", "yes"), ("app", "web")], "v1"),
+    )
+    .await
+    .unwrap();
+    cms.create(
+        &PostParams::default(),
+        &config_map("not-me", &[("app", "web")], "x"),
+    )
+    .await
+    .unwrap();
+    let rules: Api<CopyratorRule> = Api::namespaced(client.clone(), &src.name);
+    let mut listed = names(&targets);
+    listed.push(&later);
+    rules
+        .create(
+            &PostParams::default(),
+            &rule("r", RuleType::Configmap, &[("copy", "yes")], &listed, None),
+        )
+        .await
+        .unwrap();
+
+    let t = names(&targets);
+    wait_cm_value(&client, &t, "app-config", Some("v1")).await;
+    let status = wait_ready(&rules, "r").await;
+    let source = get_cm(&client, &src.name, "app-config").await.unwrap();
+    for ns in &t {
+        let copy = get_cm(&client, ns, "app-config").await.unwrap();
+        assert_eq!(copy.data, source.data);
+        assert_eq!(copy.binary_data, source.binary_data);
+        let copy_labels = copy.metadata.labels.unwrap();
+        for (k, v) in source.metadata.labels.clone().unwrap() {
+            assert_eq!(copy_labels.get(&k), Some(&v), "label {k}");
+        }
+        assert_eq!(copy_labels[RULE_LABEL], format!("{}.r", src.name));
+        assert_eq!(copy_labels["copyrator.flant.com/source"], "app-config");
+        let annotations = copy.metadata.annotations.unwrap();
+        assert_eq!(annotations[RULE_LABEL], format!("{}/r", src.name));
+        assert_eq!(
+            annotations["copyrator.flant.com/source"],
+            format!("{}/app-config", src.name)
+        );
+        assert!(get_cm(&client, ns, "not-me").await.is_none());
+    }
+    // Status: per target the copied sources and the result, the last command.
+    assert_eq!(status.copies.copy_count, 3);
+    assert_eq!(status.copies.sources, ["app-config"]);
+    for target in &status.copies.targets {
+        if target.namespace == later {
+            assert_eq!(target.result, "NotFound");
+        } else {
+            assert_eq!(target.result, "Copied", "{target:?}");
+            assert_eq!(target.copied, ["app-config"]);
+        }
+    }
+    let cmd = status.common.last_command.unwrap();
+    assert!(
+        cmd.command.contains(" apply -k ") && cmd.command.contains("--server-side"),
+        "{}",
+        cmd.command
+    );
+    assert!(
+        cmd.stdout
+            .contains("configmap/app-config serverside-applied"),
+        "{}",
+        cmd.stdout
+    );
+    // One kubectl run for the three copies; the reconciles their watch
+    // events trigger find nothing to do.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(operator.engine.kubectl.stats().spawned(), 1);
+
+    // A listed namespace that appears receives copies.
+    let later_ns = common::TestNamespace {
+        name: later.clone(),
+    };
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(
+                json!({"metadata": {"name": later, "labels": {"kustomize-operator-test": "true"}}}),
+            )
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    wait_cm_value(&client, &[&later], "app-config", Some("v1")).await;
+
+    // A source change reaches every copy within seconds.
+    let all: Vec<&str> = t.iter().copied().chain([later.as_str()]).collect();
+    let started = Instant::now();
+    cms.patch(
+        "app-config",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"value": "v2"}})),
+    )
+    .await
+    .unwrap();
+    wait_cm_value(&client, &all, "app-config", Some("v2")).await;
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(10), "propagation took {took:?}");
+
+    // A copy deleted or edited by someone else is put back.
+    Api::<ConfigMap>::namespaced(client.clone(), t[0])
+        .delete("app-config", &DeleteParams::default())
+        .await
+        .unwrap();
+    Api::<ConfigMap>::namespaced(client.clone(), t[1])
+        .patch(
+            "app-config",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"value": "edited"}})),
+        )
+        .await
+        .unwrap();
+    wait_cm_value(&client, &t, "app-config", Some("v2")).await;
+
+    operator.stop().await;
+    drop(later_ns);
+}
+
+#[tokio::test]
+async fn a_source_losing_its_label_or_deleted_loses_its_copies() {
+    let client = cluster!();
+    let src = common::TestNamespace::new(&client, "cr-lbl").await;
+    let _release_src = ReleaseRules(src.name.clone());
+    let targets = namespaces(&client, "cr-lblt", 2).await;
+    let t = names(&targets);
+    let operator = common::start_operator(&src.name, &["--kinds", "copyrator"]).await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &src.name);
+    for name in ["a", "b", "c"] {
+        cms.create(
+            &PostParams::default(),
+            &config_map(name, &[("copy", "yes")], name),
+        )
+        .await
+        .unwrap();
+    }
+    let rules: Api<CopyratorRule> = Api::namespaced(client.clone(), &src.name);
+    rules
+        .create(
+            &PostParams::default(),
+            &rule("r", RuleType::Configmap, &[("copy", "yes")], &t, None),
+        )
+        .await
+        .unwrap();
+    for name in ["a", "b", "c"] {
+        wait_cm_value(&client, &t, name, Some(name)).await;
+    }
+
+    // The label goes: its copies go, the source stays.
+    cms.patch(
+        "a",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"copy": null}}})),
+    )
+    .await
+    .unwrap();
+    wait_cm_value(&client, &t, "a", None).await;
+    assert!(get_cm(&client, &src.name, "a").await.is_some());
+    // The source is deleted: its copies go.
+    cms.delete("b", &DeleteParams::default()).await.unwrap();
+    wait_cm_value(&client, &t, "b", None).await;
+    assert_eq!(cm_value(&client, t[0], "c").await.as_deref(), Some("c"));
+    common::wait_until(TIMEOUT, || async {
+        rule_status(&rules, "r").await.copies.sources == ["c"]
+    })
+    .await;
+
+    // A namespace no longer listed loses its copies.
+    rules
+        .patch(
+            "r",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"namespaces": [t[0]]}})),
+        )
+        .await
+        .unwrap();
+    wait_cm_value(&client, &[t[1]], "c", None).await;
+    assert_eq!(cm_value(&client, t[0], "c").await.as_deref(), Some("c"));
+    operator.stop().await;
+}
+
+#[tokio::test]
+async fn deleting_a_rule_deletes_its_copies_unless_it_retains_them() {
+    let client = cluster!();
+    let src = common::TestNamespace::new(&client, "cr-del").await;
+    let _release_src = ReleaseRules(src.name.clone());
+    let target = common::TestNamespace::new(&client, "cr-delt").await;
+    let t = [target.name.as_str()];
+    let operator = common::start_operator(&src.name, &["--kinds", "copyrator"]).await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &src.name);
+    cms.create(
+        &PostParams::default(),
+        &config_map("dropped", &[("set", "delete")], "d"),
+    )
+    .await
+    .unwrap();
+    cms.create(
+        &PostParams::default(),
+        &config_map("kept", &[("set", "retain")], "k"),
+    )
+    .await
+    .unwrap();
+    let rules: Api<CopyratorRule> = Api::namespaced(client.clone(), &src.name);
+    rules
+        .create(
+            &PostParams::default(),
+            &rule(
+                "deleting",
+                RuleType::Configmap,
+                &[("set", "delete")],
+                &t,
+                None,
+            ),
+        )
+        .await
+        .unwrap();
+    rules
+        .create(
+            &PostParams::default(),
+            &rule(
+                "retaining",
+                RuleType::Configmap,
+                &[("set", "retain")],
+                &t,
+                Some(DeletionPolicy::Retain),
+            ),
+        )
+        .await
+        .unwrap();
+    wait_cm_value(&client, &t, "dropped", Some("d")).await;
+    wait_cm_value(&client, &t, "kept", Some("k")).await;
+    wait_ready(&rules, "deleting").await;
+    wait_ready(&rules, "retaining").await;
+
+    for name in ["deleting", "retaining"] {
+        rules.delete(name, &DeleteParams::default()).await.unwrap();
+    }
+    common::wait_until(TIMEOUT, || async {
+        rules
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    })
+    .await;
+    assert!(get_cm(&client, t[0], "dropped").await.is_none());
+    assert_eq!(cm_value(&client, t[0], "kept").await.as_deref(), Some("k"));
+    operator.stop().await;
+}
+
+#[tokio::test]
+async fn a_foreign_object_is_left_alone_and_reported() {
+    let client = cluster!();
+    let src = common::TestNamespace::new(&client, "cr-fgn").await;
+    let _release_src = ReleaseRules(src.name.clone());
+    let targets = namespaces(&client, "cr-fgnt", 2).await;
+    let t = names(&targets);
+    Api::<ConfigMap>::namespaced(client.clone(), t[0])
+        .create(
+            &PostParams::default(),
+            &config_map("app-config", &[("owner", "someone")], "mine"),
+        )
+        .await
+        .unwrap();
+    let operator = common::start_operator(&src.name, &["--kinds", "copyrator"]).await;
+    Api::<ConfigMap>::namespaced(client.clone(), &src.name)
+        .create(
+            &PostParams::default(),
+            &config_map("app-config", &[("copy", "yes")], "theirs"),
+        )
+        .await
+        .unwrap();
+    let rules: Api<CopyratorRule> = Api::namespaced(client.clone(), &src.name);
+    rules
+        .create(
+            &PostParams::default(),
+            &rule("r", RuleType::Configmap, &[("copy", "yes")], &t, None),
+        )
+        .await
+        .unwrap();
+    wait_cm_value(&client, &[t[1]], "app-config", Some("theirs")).await;
+    let status = wait_ready(&rules, "r").await;
+    let foreign = get_cm(&client, t[0], "app-config").await.unwrap();
+    assert_eq!(foreign.data.unwrap()["value"], "mine");
+    assert!(!foreign.metadata.labels.unwrap().contains_key(RULE_LABEL));
+    assert_eq!(status.copies.foreign_count, 1);
+    let target = status
+        .copies
+        .targets
+        .iter()
+        .find(|x| x.namespace == t[0])
+        .unwrap();
+    assert_eq!(target.result, "Conflict");
+    assert_eq!(target.foreign, ["app-config"]);
+    common::wait_until(TIMEOUT, || async {
+        events(&client, &src.name).await.iter().any(|e| {
+            e.reason.as_deref() == Some("ForeignObject")
+                && e.type_.as_deref() == Some("Warning")
+                && e.note
+                    .as_deref()
+                    .is_some_and(|n| n.contains(&format!("{}/app-config", t[0])))
+        })
+    })
+    .await;
+
+    // Deleting the rule deletes its copy and still leaves the foreign object.
+    rules.delete("r", &DeleteParams::default()).await.unwrap();
+    wait_cm_value(&client, &[t[1]], "app-config", None).await;
+    assert_eq!(
+        cm_value(&client, t[0], "app-config").await.as_deref(),
+        Some("mine")
+    );
+    operator.stop().await;
+}
+
+fn secret(name: &str, type_: &str, data: &[(&str, &[u8])]) -> Secret {
+    Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.into()),
+            labels: Some(labels(&[("copy", "yes")])),
+            ..Default::default()
+        },
+        type_: Some(type_.into()),
+        data: Some(
+            data.iter()
+                .map(|(k, v)| (k.to_string(), ByteString(v.to_vec())))
+                .collect(),
+        ),
+        ..Default::default()
+    }
+}
+
+/// Standard base64, to look for encoded secret values.
+fn base64(bytes: &[u8]) -> String {
+    match serde_json::to_value(ByteString(bytes.to_vec())).unwrap() {
+        serde_json::Value::String(s) => s,
+        _ => unreachable!(),
+    }
+}
+
+#[tokio::test]
+async fn a_secret_rule_copies_registry_and_tls_secrets_and_keeps_their_data_secret() {
+    let client = cluster!();
+    let src = common::TestNamespace::new(&client, "cr-sec").await;
+    let _release_src = ReleaseRules(src.name.clone());
+    let targets = namespaces(&client, "cr-sect", 2).await;
+    let t = names(&targets);
+    let keep = tempfile::tempdir().unwrap();
+    let marker = format!("s3cr3t-{:08x}", rand::random::<u32>());
+    let docker = format!(
+        r#"{{"auths":{{"registry.example.com":{{"username":"bot","password":"{marker}-pw","auth":"Ym90Og=="}}}}}}"#
+    );
+    let key = format!("-----BEGIN PRIVATE KEY-----\n{marker}-key\n-----END PRIVATE KEY-----\n");
+    let cert = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+    let operator = common::start_operator(
+        &src.name,
+        &[
+            "--kinds",
+            "copyrator",
+            "--keep-overlays",
+            &keep.path().display().to_string(),
+        ],
+    )
+    .await;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &src.name);
+    secrets
+        .create(
+            &PostParams::default(),
+            &secret(
+                "registry",
+                "kubernetes.io/dockerconfigjson",
+                &[(".dockerconfigjson", docker.as_bytes())],
+            ),
+        )
+        .await
+        .unwrap();
+    secrets
+        .create(
+            &PostParams::default(),
+            &secret(
+                "tls",
+                "kubernetes.io/tls",
+                &[("tls.crt", cert.as_bytes()), ("tls.key", key.as_bytes())],
+            ),
+        )
+        .await
+        .unwrap();
+    let rules: Api<CopyratorRule> = Api::namespaced(client.clone(), &src.name);
+    rules
+        .create(
+            &PostParams::default(),
+            &rule(
+                "pull-secrets",
+                RuleType::Secret,
+                &[("copy", "yes")],
+                &t,
+                None,
+            ),
+        )
+        .await
+        .unwrap();
+    common::wait_until(TIMEOUT, || async {
+        for ns in &t {
+            let api: Api<Secret> = Api::namespaced(client.clone(), ns);
+            for name in ["registry", "tls"] {
+                if api.get_opt(name).await.unwrap().is_none() {
+                    return false;
+                }
+            }
+        }
+        true
+    })
+    .await;
+    let status = wait_ready(&rules, "pull-secrets").await;
+    assert_eq!(status.copies.copy_count, 4);
+    for ns in &t {
+        let api: Api<Secret> = Api::namespaced(client.clone(), ns);
+        for name in ["registry", "tls"] {
+            let copy = api.get(name).await.unwrap();
+            let source = secrets.get(name).await.unwrap();
+            assert_eq!(copy.type_, source.type_, "{ns}/{name}");
+            assert_eq!(copy.data, source.data, "{ns}/{name}");
+            // Server-side apply: no last-applied annotation repeating the data.
+            let annotations = copy.metadata.annotations.unwrap_or_default();
+            assert!(!annotations.contains_key("kubectl.kubernetes.io/last-applied-configuration"));
+        }
+    }
+    // A source change propagates to the Secret copies too.
+    secrets
+        .patch(
+            "tls",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"tls.crt": base64(b"renewed")}})),
+        )
+        .await
+        .unwrap();
+    common::wait_until(TIMEOUT, || async {
+        let mut all = true;
+        for ns in &t {
+            let copy = Api::<Secret>::namespaced(client.clone(), ns)
+                .get("tls")
+                .await
+                .unwrap();
+            all &= copy.data.unwrap()["tls.crt"] == ByteString(b"renewed".to_vec());
+        }
+        all
+    })
+    .await;
+    wait_ready(&rules, "pull-secrets").await;
+
+    // No secret value in status, events, logs or kept overlays.
+    let forbidden = [
+        marker.clone(),
+        base64(docker.as_bytes()),
+        base64(key.as_bytes()),
+        base64(format!("{marker}-pw").as_bytes()),
+    ];
+    common::wait_until(TIMEOUT, || async {
+        events(&client, &src.name)
+            .await
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("Applied"))
+    })
+    .await;
+    let rule_json = serde_json::to_string(&rules.get("pull-secrets").await.unwrap()).unwrap();
+    let mut event_text = String::new();
+    for ns in [src.name.as_str()].into_iter().chain(t.iter().copied()) {
+        for e in events(&client, ns).await {
+            event_text.push_str(&serde_json::to_string(&e).unwrap());
+        }
+    }
+    let logs = String::from_utf8_lossy(&LOGS.lock().unwrap()).into_owned();
+    assert!(
+        logs.contains("pull-secrets"),
+        "the operator's logs were not captured"
+    );
+    for secret in &forbidden {
+        assert!(
+            !rule_json.contains(secret.as_str()),
+            "secret data in the rule: {rule_json}"
+        );
+        assert!(
+            !event_text.contains(secret.as_str()),
+            "secret data in events"
+        );
+        assert!(!logs.contains(secret.as_str()), "secret data in the logs");
+    }
+    let kept = keep
+        .path()
+        .join("copyrator")
+        .join(&src.name)
+        .join("pull-secrets");
+    assert!(
+        !kept.exists(),
+        "an overlay with Secret data was kept at {}",
+        kept.display()
+    );
+
+    rules
+        .delete("pull-secrets", &DeleteParams::default())
+        .await
+        .unwrap();
+    common::wait_until(TIMEOUT, || async {
+        Api::<Secret>::namespaced(client.clone(), t[0])
+            .get_opt("tls")
+            .await
+            .unwrap()
+            .is_none()
+    })
+    .await;
+    operator.stop().await;
+}
+
+#[tokio::test]
+async fn the_api_server_rejects_bad_rules() {
+    let client = cluster!();
+    let ns = common::TestNamespace::new(&client, "cr-bad").await;
+    let _release_ns = ReleaseRules(ns.name.clone());
+    let cases = [
+        ("spec:\n  ruleType: pod\n  selector: {a: b}\n", "ruleType"),
+        (
+            "spec:\n  ruleType: configmap\n  selector: \"a=b\"\n",
+            "selector",
+        ),
+        (
+            "spec:\n  ruleType: configmap\n  selector: [a, b]\n",
+            "selector",
+        ),
+        ("ruleType: pod\nselector: {a: b}\n", "ruleType"),
+        ("ruleType: configmap\nselector: a=b\n", "selector"),
+        ("spec:\n  ruleType: configmap\n", "selector is required"),
+        ("spec:\n  ruleType: configmap\n  selector: {}\n", "selector"),
+        (
+            "spec:\n  ruleType: configmap\n  selector: {a: b}\nruleType: secret\n",
+            "spec.ruleType and the top-level ruleType differ",
+        ),
+        (
+            "spec:\n  ruleType: configmap\n  selector: {a: b}\n  deletionPolicy: Sometimes\n",
+            "deletionPolicy",
+        ),
+        (
+            "spec:\n  ruleType: configmap\n  selector: {a: b}\n  namespaces: [\"Not_A_Namespace\"]\n",
+            "namespaces",
+        ),
+    ];
+    for (body, expected) in cases {
+        let manifest = format!(
+            "apiVersion: flant.com/v1\nkind: CopyratorRule\nmetadata:\n  name: bad\n  namespace: {}\n{body}",
+            ns.name
+        );
+        let (ok, _, err) = common::kubectl_stdin(&["create", "-f", "-"], &manifest);
+        assert!(!ok, "accepted:\n{body}");
+        assert!(err.contains(expected), "{body}: {err}");
+    }
+}
+
+/// The Copyrator article's example rule, verbatim.
+const ARTICLE: &str = r#"apiVersion: flant.com/v1
+kind: CopyratorRule
+metadata:
+  name: main-rule
+  labels:
+    module: copyrator
+ruleType: configmap
+selector:
+  copyrator: "true"
+namespace: default
+"#;
+
+#[tokio::test]
+async fn the_articles_top_level_form_is_kept_and_honoured() {
+    let client = cluster!();
+    let src = common::TestNamespace::new(&client, "cr-art").await;
+    let _release_src = ReleaseRules(src.name.clone());
+    let targets = namespaces(&client, "cr-artt", 2).await;
+    let t = names(&targets);
+    // The rule targets every namespace: the operator may copy only into this
+    // test's namespaces.
+    let tag = format!("copyrator-test-{:06x}", rand::random::<u32>() & 0xff_ffff);
+    for ns in t.iter().chain([&src.name.as_str()]) {
+        add_namespace_label(&client, ns, "copyrator-test", &tag).await;
+    }
+    let selector = format!("copyrator-test={tag}");
+    let operator = common::start_operator(
+        &src.name,
+        &[
+            "--kinds",
+            "copyrator",
+            "--copyrator-namespace-selector",
+            &selector,
+        ],
+    )
+    .await;
+    Api::<ConfigMap>::namespaced(client.clone(), &src.name)
+        .create(
+            &PostParams::default(),
+            &config_map("settings", &[("copyrator", "true")], "s"),
+        )
+        .await
+        .unwrap();
+    // The manifest as printed, but for the namespace its sources are read
+    // from, which must be the rule's own (the article uses `default`).
+    let manifest = ARTICLE.replace("namespace: default", &format!("namespace: {}", src.name));
+    let (ok, _, err) = common::kubectl_stdin(&["apply", "-n", &src.name, "-f", "-"], &manifest);
+    assert!(ok, "{err}");
+    // The API server kept the top-level fields.
+    let (_, stored, _) = common::kubectl(&[
+        "get",
+        "-n",
+        &src.name,
+        "copyrator",
+        "main-rule",
+        "-o",
+        "json",
+    ]);
+    let stored: serde_json::Value = serde_json::from_str(&stored).unwrap();
+    assert_eq!(stored["ruleType"], "configmap");
+    assert_eq!(stored["selector"], json!({"copyrator": "true"}));
+    assert_eq!(stored["namespace"], src.name.as_str());
+    assert!(stored.get("spec").is_none());
+
+    // Every namespace the operator may copy into gets the copy, but not the
+    // rule's own; a new one too.
+    wait_cm_value(&client, &t, "settings", Some("s")).await;
+    let rules: Api<CopyratorRule> = Api::namespaced(client.clone(), &src.name);
+    let status = wait_ready(&rules, "main-rule").await;
+    assert_eq!(status.copies.target_count, 2);
+    let newcomer = common::TestNamespace::new(&client, "cr-artnew").await;
+    add_namespace_label(&client, &newcomer.name, "copyrator-test", &tag).await;
+    wait_cm_value(&client, &[&newcomer.name], "settings", Some("s")).await;
+
+    // Unchanged, the manifest names `default` as its source namespace: in
+    // any other namespace that is reported, not silently ignored.
+    let elsewhere = common::TestNamespace::new(&client, "cr-art2").await;
+    let _release_elsewhere = ReleaseRules(elsewhere.name.clone());
+    let (ok, _, err) = common::kubectl_stdin(&["apply", "-n", &elsewhere.name, "-f", "-"], ARTICLE);
+    assert!(ok, "{err}");
+    let other_operator = common::start_operator(
+        &elsewhere.name,
+        &[
+            "--kinds",
+            "copyrator",
+            "--copyrator-namespace-selector",
+            &selector,
+        ],
+    )
+    .await;
+    let rules2: Api<CopyratorRule> = Api::namespaced(client.clone(), &elsewhere.name);
+    common::wait_until(TIMEOUT, || async {
+        rule_status(&rules2, "main-rule")
+            .await
+            .common
+            .condition("Ready")
+            .is_some_and(|c| {
+                c.reason == "InvalidSpec"
+                    && c.message.contains("\"default\"")
+                    && c.message.contains(&elsewhere.name)
+            })
+    })
+    .await;
+    other_operator.stop().await;
+    operator.stop().await;
+}
+
+#[tokio::test]
+async fn a_failed_apply_is_reported_per_target_and_retried() {
+    let client = cluster!();
+    let src = common::TestNamespace::new(&client, "cr-fail").await;
+    let _release_src = ReleaseRules(src.name.clone());
+    let target = common::TestNamespace::new(&client, "cr-failt").await;
+    let t = [target.name.as_str()];
+    // A kubectl that fails `apply` while a marker file exists.
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("fail-applies");
+    let wrapper = dir.path().join("kubectl");
+    common::write_script(
+        &wrapper,
+        &format!(
+            r#"for a in "$@"; do
+  if [ "$a" = apply ] && [ -e {marker} ]; then echo "error: injected apply failure" >&2; exit 1; fi
+done
+exec {real} "$@""#,
+            marker = marker.display(),
+            real = common::kubectl_path().display()
+        ),
+    );
+    std::fs::write(&marker, "").unwrap();
+    let operator = common::start_operator(
+        &src.name,
+        &[
+            "--kinds",
+            "copyrator",
+            "--kubectl",
+            &wrapper.display().to_string(),
+        ],
+    )
+    .await;
+    Api::<ConfigMap>::namespaced(client.clone(), &src.name)
+        .create(
+            &PostParams::default(),
+            &config_map("app-config", &[("copy", "yes")], "v1"),
+        )
+        .await
+        .unwrap();
+    let rules: Api<CopyratorRule> = Api::namespaced(client.clone(), &src.name);
+    rules
+        .create(
+            &PostParams::default(),
+            &rule("r", RuleType::Configmap, &[("copy", "yes")], &t, None),
+        )
+        .await
+        .unwrap();
+    common::wait_until(TIMEOUT, || async {
+        let s = rule_status(&rules, "r").await;
+        s.common
+            .condition("Ready")
+            .is_some_and(|c| c.status == "False" && c.reason == "ApplyFailed")
+            && s.copies
+                .targets
+                .first()
+                .is_some_and(|x| x.result == "ApplyFailed")
+    })
+    .await;
+    let s = rule_status(&rules, "r").await;
+    assert!(
+        s.common
+            .last_command
+            .unwrap()
+            .stderr
+            .contains("injected apply failure")
+    );
+    assert!(get_cm(&client, t[0], "app-config").await.is_none());
+
+    std::fs::remove_file(&marker).unwrap();
+    wait_cm_value(&client, &t, "app-config", Some("v1")).await;
+    common::wait_until(Duration::from_secs(90), || async {
+        let s = rule_status(&rules, "r").await;
+        s.common.is_ready()
+            && s.copies
+                .targets
+                .first()
+                .is_some_and(|x| x.result == "Copied")
+    })
+    .await;
+    operator.stop().await;
+}
