@@ -107,7 +107,7 @@ pub fn rules_for_object(
             .as_ref()
             .is_some_and(|l| l.contains_key(marker::RULE));
     let mut refs = Vec::new();
-    for rule in rules {
+    for rule in rules.iter().filter(|r| !is_deleting(r)) {
         let rule_ns = rule.namespace().unwrap_or_default();
         let rule_name = rule.name_any();
         let concerned = if is_copy {
@@ -132,6 +132,12 @@ fn reported_foreign(rule: &CopyratorRule, namespace: &str, name: &str) -> bool {
     })
 }
 
+/// A rule being deleted is reconciled by its own events only: its cleanup
+/// deletes copies, and their events must not run the cleanup again.
+fn is_deleting(rule: &CopyratorRule) -> bool {
+    rule.metadata.deletion_timestamp.is_some()
+}
+
 /// The rules an event on a Namespace concerns: those targeting every
 /// namespace and those listing it.
 pub fn rules_for_namespace(
@@ -140,6 +146,7 @@ pub fn rules_for_namespace(
 ) -> Vec<ObjectRef<CopyratorRule>> {
     rules
         .iter()
+        .filter(|r| !is_deleting(r))
         .filter(|r| {
             let listed = r.listed_namespaces();
             listed.is_empty() || listed.iter().any(|n| n == namespace)
@@ -214,6 +221,19 @@ mod tests {
         );
         let unknown = meta("t1", "app", &[(marker::RULE, "gone/rule")]);
         assert!(rules_for_object(&rules, RuleType::Configmap, &unknown).is_empty());
+    }
+
+    #[test]
+    fn events_do_not_concern_a_rule_being_deleted() {
+        let mut deleting = (*rule("src", "cm", RuleType::Configmap, &[])).clone();
+        deleting.metadata.deletion_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Default::default()),
+        );
+        let rules = [Arc::new(deleting)];
+        let copy = meta("t1", "app", &[(marker::RULE, "src/cm")]);
+        assert!(rules_for_object(&rules, RuleType::Configmap, &copy).is_empty());
+        assert!(rules_for_object(&rules, RuleType::Configmap, &meta("src", "a", &[])).is_empty());
+        assert!(rules_for_namespace(&rules, "t1").is_empty());
     }
 
     #[test]
