@@ -9,7 +9,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
@@ -48,73 +48,63 @@ async fn replicas(deployments: &Api<Deployment>, name: &str) -> Option<i32> {
         .and_then(|s| s.replicas)
 }
 
-/// The operator binary as a child process.
-struct OperatorProcess {
-    child: Child,
+/// The operator binary as a child process, running only the Sample
+/// controller in `namespace`, against `kubeconfig` if given.
+fn operator_process(
+    kubeconfig: Option<&Path>,
+    namespace: &str,
+    extra: &[&str],
+) -> common::OperatorProcess {
+    let kubeconfig = kubeconfig.map(|k| k.display().to_string());
+    let env: Vec<(&str, &str)> = kubeconfig
+        .iter()
+        .map(|k| ("KUBECONFIG", k.as_str()))
+        .collect();
+    let mut args = vec!["--kinds", "sample", "--metrics-addr", ""];
+    args.extend_from_slice(extra);
+    common::OperatorProcess::spawn(namespace, &env, &args)
 }
 
-impl OperatorProcess {
-    fn start(kubeconfig: Option<&Path>, namespace: &str, extra: &[&str]) -> Self {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kustomize-operator"));
-        cmd.args([
-            "run",
-            "--kinds",
-            "sample",
-            "--namespace",
-            namespace,
-            "--metrics-addr",
-            "",
-        ])
-        .arg("--kustomize-dir")
-        .arg(common::repo().join("kustomize"))
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-        if !extra.contains(&"--kubectl") {
-            cmd.arg("--kubectl").arg(common::kubectl_path());
-        }
-        if let Some(k) = kubeconfig {
-            cmd.env("KUBECONFIG", k);
-        }
-        Self {
-            child: cmd.spawn().expect("start operator"),
-        }
-    }
-
-    fn pid(&self) -> i32 {
-        self.child.id() as i32
-    }
-
-    fn signal(&self, sig: i32) {
-        unsafe {
-            libc::kill(self.pid(), sig);
-        }
-    }
-
-    /// Waits for exit; None if still running after `timeout`.
-    fn wait(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return Some(status);
-            }
-            if Instant::now() > deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn alive(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
-    }
-}
-
-impl Drop for OperatorProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// An operator whose `kubectl apply` touches a marker file and then sleeps
+/// `sleep_secs`; returns it with the marker, once a Sample's apply is in flight.
+async fn operator_with_slow_apply(
+    client: &Client,
+    prefix: &str,
+    sleep_secs: u32,
+    grace: &str,
+) -> (
+    common::TestNamespace,
+    Api<Sample>,
+    common::OperatorProcess,
+    tempfile::TempDir,
+) {
+    let ns = common::TestNamespace::new(client, prefix).await;
+    let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
+    let tmp = tempfile::tempdir().unwrap();
+    let marker = tmp.path().join("applying");
+    let slow = kubectl_wrapper(
+        tmp.path(),
+        &format!(
+            "case \"$*\" in *apply*) touch {}; sleep {sleep_secs};; esac",
+            marker.display()
+        ),
+    );
+    let operator = operator_process(
+        None,
+        &ns.name,
+        &[
+            "--kubectl",
+            slow.to_str().unwrap(),
+            "--shutdown-grace",
+            grace,
+        ],
+    );
+    samples
+        .create(&PostParams::default(), &sample("web", 1))
+        .await
+        .unwrap();
+    common::wait_until(TIMEOUT, || async { marker.exists() }).await;
+    (ns, samples, operator, tmp)
 }
 
 /// A kubectl stand-in: runs `body` (sh) before handing over to the real kubectl.
@@ -249,8 +239,7 @@ async fn api_server_outage_and_dropped_watches_converge_without_restart() {
     .await;
     let samples: Api<Sample> = Api::namespaced(client.clone(), ns);
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
-    let mut operator =
-        OperatorProcess::start(Some(&plane.kubeconfig), ns, &["--kubectl-timeout", "10s"]);
+    let mut operator = operator_process(Some(&plane.kubeconfig), ns, &["--kubectl-timeout", "10s"]);
     for name in ["a", "b", "c"] {
         samples
             .create(&PostParams::default(), &sample(name, 1))
@@ -291,7 +280,7 @@ async fn api_server_outage_and_dropped_watches_converge_without_restart() {
     .await;
     assert_eq!(replicas(&deployments, "b").await, None);
     assert_eq!(replicas(&deployments, "d").await, Some(2));
-    assert!(operator.alive(), "the operator restarted or died");
+    assert!(operator.running(), "the operator restarted or died");
 
     // Dropped connections again: a later change is still picked up.
     plane.component("stop-component", "kube-apiserver");
@@ -325,9 +314,9 @@ async fn api_server_outage_and_dropped_watches_converge_without_restart() {
     let mut got = names.clone();
     got.sort();
     assert_eq!(got, expected, "one Deployment per Sample");
-    assert!(operator.alive());
+    assert!(operator.running());
     operator.signal(libc::SIGTERM);
-    assert!(operator.wait(Duration::from_secs(30)).is_some());
+    assert!(operator.wait_exit(Duration::from_secs(30)).await.is_some());
 }
 
 #[tokio::test]
@@ -344,7 +333,7 @@ async fn sigkill_mid_apply_then_restart_converges_and_cleans_temp_dirs() {
         "--work-dir",
         work.to_str().unwrap(),
     ];
-    let mut first = OperatorProcess::start(None, &ns.name, &args);
+    let mut first = operator_process(None, &ns.name, &args);
     samples
         .create(&PostParams::default(), &sample("web", 2))
         .await
@@ -355,13 +344,16 @@ async fn sigkill_mid_apply_then_restart_converges_and_cleans_temp_dirs() {
     })
     .await;
     first.signal(libc::SIGKILL);
-    first.wait(Duration::from_secs(10)).expect("killed");
+    first
+        .wait_exit(Duration::from_secs(10))
+        .await
+        .expect("killed");
     assert!(
         run_dir.exists(),
         "the killed operator left its overlay behind"
     );
 
-    let _second = OperatorProcess::start(None, &ns.name, &args);
+    let _second = operator_process(None, &ns.name, &args);
     common::wait_until(TIMEOUT, || is_ready(&samples, "web")).await;
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
     assert_eq!(replicas(&deployments, "web").await, Some(2));
@@ -465,36 +457,13 @@ async fn a_sample_deleted_while_the_operator_is_down_is_cleaned_up_after_restart
 #[tokio::test]
 async fn sigterm_finishes_the_in_flight_run_and_records_it() {
     let client = cluster_or_skip!();
-    let ns = common::TestNamespace::new(&client, "sigterm").await;
-    let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
-    let tmp = tempfile::tempdir().unwrap();
-    let marker = tmp.path().join("applying");
-    let slow = kubectl_wrapper(
-        tmp.path(),
-        &format!(
-            "case \"$*\" in *apply*) touch {}; sleep 3;; esac",
-            marker.display()
-        ),
-    );
-    let mut operator = OperatorProcess::start(
-        None,
-        &ns.name,
-        &[
-            "--kubectl",
-            slow.to_str().unwrap(),
-            "--shutdown-grace",
-            "20s",
-        ],
-    );
-    samples
-        .create(&PostParams::default(), &sample("web", 1))
-        .await
-        .unwrap();
-    common::wait_until(TIMEOUT, || async { marker.exists() }).await;
+    let (_ns, samples, mut operator, _tmp) =
+        operator_with_slow_apply(&client, "sigterm", 3, "20s").await;
     let start = Instant::now();
     operator.signal(libc::SIGTERM);
     let status = operator
-        .wait(Duration::from_secs(25))
+        .wait_exit(Duration::from_secs(25))
+        .await
         .expect("exits within the grace period");
     assert!(status.success(), "{status:?}");
     assert!(start.elapsed() < Duration::from_secs(20));
@@ -507,36 +476,13 @@ async fn sigterm_finishes_the_in_flight_run_and_records_it() {
 #[tokio::test]
 async fn sigterm_past_the_grace_period_kills_kubectl_and_records_it() {
     let client = cluster_or_skip!();
-    let ns = common::TestNamespace::new(&client, "sigkillgrace").await;
-    let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
-    let tmp = tempfile::tempdir().unwrap();
-    let marker = tmp.path().join("applying");
-    let stuck = kubectl_wrapper(
-        tmp.path(),
-        &format!(
-            "case \"$*\" in *apply*) touch {}; sleep 600;; esac",
-            marker.display()
-        ),
-    );
-    let mut operator = OperatorProcess::start(
-        None,
-        &ns.name,
-        &[
-            "--kubectl",
-            stuck.to_str().unwrap(),
-            "--shutdown-grace",
-            "5s",
-        ],
-    );
-    samples
-        .create(&PostParams::default(), &sample("web", 1))
-        .await
-        .unwrap();
-    common::wait_until(TIMEOUT, || async { marker.exists() }).await;
+    let (_ns, samples, mut operator, _tmp) =
+        operator_with_slow_apply(&client, "sigkillgrace", 600, "5s").await;
     let start = Instant::now();
     operator.signal(libc::SIGTERM);
     operator
-        .wait(Duration::from_secs(15))
+        .wait_exit(Duration::from_secs(15))
+        .await
         .expect("exits around the grace period");
     assert!(start.elapsed() < Duration::from_secs(10));
     let s = samples.get("web").await.unwrap().status.unwrap();

@@ -40,6 +40,26 @@ async fn wait_ready(samples: &Api<Sample>, name: &str, generation: i64) -> Commo
     status(samples, name).await
 }
 
+/// A Deployment the operator did not make, holding `name` with another
+/// (immutable) selector, so applying a Sample of that name fails.
+async fn create_foreign_deployment(deployments: &Api<Deployment>, name: &str) {
+    let foreign: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "selector": {"matchLabels": {"app": "foreign"}},
+            "template": {
+                "metadata": {"labels": {"app": "foreign"}},
+                "spec": {"containers": [{"name": "c", "image": "busybox"}]}
+            }
+        }
+    }))
+    .unwrap();
+    deployments
+        .create(&PostParams::default(), &foreign)
+        .await
+        .unwrap();
+}
+
 async fn events_for(client: &Client, ns: &str, name: &str) -> Vec<Event> {
     Api::<Event>::namespaced(client.clone(), ns)
         .list(&ListParams::default())
@@ -174,21 +194,7 @@ async fn failed_apply_is_reported_and_recovers() {
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
 
     // A foreign Deployment with the Sample's name and another (immutable) selector.
-    let foreign: Deployment = serde_json::from_value(json!({
-        "metadata": {"name": "web"},
-        "spec": {
-            "selector": {"matchLabels": {"app": "foreign"}},
-            "template": {
-                "metadata": {"labels": {"app": "foreign"}},
-                "spec": {"containers": [{"name": "c", "image": "busybox"}]}
-            }
-        }
-    }))
-    .unwrap();
-    deployments
-        .create(&PostParams::default(), &foreign)
-        .await
-        .unwrap();
+    create_foreign_deployment(&deployments, "web").await;
 
     let operator = common::start_operator(&ns.name, &[]).await;
     samples
@@ -341,21 +347,7 @@ async fn a_burst_is_batched_and_each_status_names_only_its_objects() {
 
     // One Sample whose apply must fail: a foreign Deployment holds its name
     // with another (immutable) selector.
-    let foreign: Deployment = serde_json::from_value(json!({
-        "metadata": {"name": "s-bad"},
-        "spec": {
-            "selector": {"matchLabels": {"app": "foreign"}},
-            "template": {
-                "metadata": {"labels": {"app": "foreign"}},
-                "spec": {"containers": [{"name": "c", "image": "busybox"}]}
-            }
-        }
-    }))
-    .unwrap();
-    deployments
-        .create(&PostParams::default(), &foreign)
-        .await
-        .unwrap();
+    create_foreign_deployment(&deployments, "s-bad").await;
 
     let names: Vec<String> = (0..20).map(|i| format!("s-{i:02}")).collect();
     for name in names.iter().chain(std::iter::once(&"s-bad".to_string())) {

@@ -286,12 +286,14 @@ impl OperatorProcess {
         cmd.arg("run")
             .args(["--namespace", namespace])
             .arg("--kustomize-dir")
-            .arg(repo().join("kustomize"))
-            .arg("--kubectl")
-            .arg(kubectl_path())
-            .arg("--work-dir")
-            .arg(dir.path().join("work"))
-            .args(extra);
+            .arg(repo().join("kustomize"));
+        if !extra.contains(&"--kubectl") {
+            cmd.arg("--kubectl").arg(kubectl_path());
+        }
+        if !extra.contains(&"--work-dir") {
+            cmd.arg("--work-dir").arg(dir.path().join("work"));
+        }
+        cmd.args(extra);
         for var in [
             "WATCH_NAMESPACE",
             "KINDS",
