@@ -418,12 +418,7 @@ async fn apply<H: Handler>(ctx: &Context<H>, obj: &H::Resource) -> Result<Action
             if let Some(r) = &record {
                 status.record_command(r);
             }
-            let empty = serde_json::Map::new();
-            let kind_status = if plan.status_on_success_only {
-                &empty
-            } else {
-                plan.status_on_failure.as_ref().unwrap_or(&plan.status)
-            };
+            let kind_status = plan.status_on_failure.as_ref().unwrap_or(&plan.status);
             patch_status(engine, obj, &status, kind_status).await?;
             publish(engine, obj, true, reason, &summary).await;
             Err(error)

@@ -161,9 +161,6 @@ pub struct Plan {
     /// runs no step, patches no status and publishes no event; it only
     /// reconciles again after `requeue_after`.
     pub idle: bool,
-    /// Write [`Plan::status`] only when the steps succeeded (it describes
-    /// what they create); on failure the previous kind-specific status stays.
-    pub status_on_success_only: bool,
     /// What "nothing changed" compares and `appliedDigest` records, when the
     /// steps are not the whole desired state (e.g. only what differs from
     /// it); default: the digest of the rendered steps.

@@ -624,8 +624,9 @@ impl Handler for ExchangeRateHandler {
                 overlay,
                 extra_args: Self::prune_args(&uid),
             }],
-            // configMapName must name a ConfigMap that exists.
-            status_on_success_only: true,
+            // configMapName must name a ConfigMap that exists: on failure the
+            // previous kind-specific status stays.
+            status_on_failure: Some(serde_json::Map::new()),
             ..Default::default()
         };
         plan.status = json!({
