@@ -44,6 +44,15 @@ pub enum OverlayError {
     },
 }
 
+/// True for characters kustomize refuses in a string value however the YAML
+/// escapes them ("yaml: control characters are not allowed"): DEL, the C1
+/// controls other than NEL, and the non-characters U+FFFE and U+FFFF. A
+/// kind whose resources carry user text checks it with this and reports
+/// what cannot be applied.
+pub fn kustomize_refuses(c: char) -> bool {
+    matches!(u32::from(c), 0x7f..=0x84 | 0x86..=0x9f | 0xfffe | 0xffff)
+}
+
 /// What a kind wants applied, described as data.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Overlay {

@@ -29,7 +29,7 @@ use super::resource::{
     CopiesStatus, CopyratorRule, DeletionPolicy, ResolvedRule, RuleType, TargetStatus,
 };
 use crate::handler::{Plan, PlannedEvent, Step};
-use crate::overlay::Overlay;
+use crate::overlay::{Overlay, kustomize_refuses};
 use crate::status;
 
 /// Namespaces that are targets only when a rule lists them.
@@ -300,6 +300,13 @@ pub fn plan(rule: &ResolvedRule, observed: &Observed, last_digest: Option<&str>)
         .collect();
     let mut sources: Vec<&Object> = observed.sources.iter().filter(|s| s.kind == kind).collect();
     sources.sort_by(|a, b| a.name.cmp(&b.name));
+    let not_copyable: Vec<String> = sources
+        .iter()
+        .filter_map(|s| why_not_copyable(s).map(|why| format!("{}: {why}", s.name)))
+        .collect();
+    let (sources, skipped): (Vec<&Object>, Vec<&Object>) = sources
+        .into_iter()
+        .partition(|s| why_not_copyable(s).is_none());
 
     let mut outdated = Vec::new();
     let mut wanted: BTreeSet<CopyKey> = BTreeSet::new();
@@ -363,6 +370,13 @@ pub fn plan(rule: &ResolvedRule, observed: &Observed, last_digest: Option<&str>)
             foreign: listed(&foreign, LISTED),
             message,
         });
+    }
+
+    // The copies of a source that cannot be copied now stay as they are.
+    for key in ours.keys() {
+        if skipped.iter().any(|s| s.name == key.2) {
+            wanted.insert(key.clone());
+        }
     }
 
     // Copies in a terminating namespace go with it.
@@ -435,14 +449,28 @@ pub fn plan(rule: &ResolvedRule, observed: &Observed, last_digest: Option<&str>)
         });
     }
 
+    if !not_copyable.is_empty() {
+        events.push(PlannedEvent {
+            warning: true,
+            reason: "NotCopyable".into(),
+            note: format!(
+                "{} source(s) not copied (existing copies left as they are): {}",
+                not_copyable.len(),
+                name_list(&not_copyable)
+            ),
+            ..Default::default()
+        });
+    }
+
     let mut copies = CopiesStatus {
         rule_type: Some(kind),
         sources: sources
             .iter()
+            .chain(&skipped)
             .take(LISTED)
             .map(|s| s.name.clone())
             .collect(),
-        source_count: count(sources.len()),
+        source_count: count(sources.len() + skipped.len()),
         copy_count: count(copy_count),
         targets: listed(&target_status, LISTED_TARGETS),
         target_count,
@@ -457,6 +485,7 @@ pub fn plan(rule: &ResolvedRule, observed: &Observed, last_digest: Option<&str>)
             listed(&stale_names, LISTED)
         },
         foreign_count: count(foreign_all.len()),
+        not_copyable: listed(&not_copyable, LISTED),
     };
     let status = status_map(&copies);
     for t in &mut copies.targets {
@@ -475,6 +504,20 @@ pub fn plan(rule: &ResolvedRule, observed: &Observed, last_digest: Option<&str>)
         digest: Some(digest),
         ..Default::default()
     }
+}
+
+/// Why `source` cannot be copied through kustomize, if it cannot: the first
+/// data value holding a character kustomize refuses.
+fn why_not_copyable(source: &Object) -> Option<String> {
+    let content = source.content.as_ref()?;
+    content.data.iter().find_map(|(key, value)| {
+        value.chars().find(|c| kustomize_refuses(*c)).map(|c| {
+            format!(
+                "the value of {key:?} holds U+{:04X}, a character kustomize cannot process",
+                u32::from(c)
+            )
+        })
+    })
 }
 
 fn name_list(names: &[String]) -> String {
@@ -634,6 +677,44 @@ mod tests {
                 ),
             ]
         );
+    }
+
+    #[test]
+    fn a_source_kustomize_cannot_carry_is_reported_and_its_copies_kept() {
+        let rule = rule(&[]);
+        let bad = source(RuleType::Configmap, "bad", "c1\u{91}");
+        let mut obs = observed(
+            vec![bad.clone(), source(RuleType::Configmap, "good", "1")],
+            &["t1"],
+        );
+        // A copy made before the value changed.
+        obs.copies.push(desired_copy(
+            &rule,
+            &source(RuleType::Configmap, "bad", "old"),
+            "t1",
+        ));
+        let plan = plan(&rule, &obs, None);
+        assert_eq!(names(&applied(&plan)), ["t1/good"]);
+        assert!(
+            !plan.steps.iter().any(|s| matches!(s, Step::Run { .. })),
+            "the old copy must stay: {:?}",
+            plan.steps
+        );
+        let reported = &plan.status["notCopyable"];
+        assert_eq!(
+            reported,
+            &json!(["bad: the value of \"k\" holds U+0091, a character kustomize cannot process"])
+        );
+        let event = plan
+            .events
+            .iter()
+            .find(|e| e.reason == "NotCopyable")
+            .unwrap();
+        assert!(
+            event.warning && event.note.contains("bad: the value"),
+            "{event:?}"
+        );
+        assert_eq!(plan.status["sourceCount"], json!(2));
     }
 
     #[test]

@@ -202,6 +202,11 @@ pub struct CopiesStatus {
     /// How many same-named objects not created by this rule were left alone.
     #[serde(default)]
     pub foreign_count: u32,
+    /// Sources that cannot be copied, with why (a ConfigMap value holding a
+    /// character kustomize refuses); their existing copies are left as they
+    /// are. At most 50 listed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_copyable: Vec<String>,
 }
 
 /// What happened in one target namespace.
