@@ -3,8 +3,9 @@
 //! minted for its ServiceAccount, and each kind's scenario must pass through
 //! it; the same token is denied everything outside the grants.
 //!
-//! A kind's scenario is one async function (`sample_scenario`) and one test
-//! that runs it through [`run_with_service_account`]; a new kind adds both.
+//! A kind's scenario is one async function (`sample_scenario`,
+//! `copyrator_scenario`) and one test that runs it through
+//! [`run_with_service_account`]; a new kind adds both.
 
 mod common;
 
@@ -12,12 +13,14 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use futures::FutureExt;
+use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, ServiceAccount};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
+use kustomize_operator::kinds::copyrator::{CopyratorRule, CopyratorRuleSpec, RuleType};
 use kustomize_operator::kinds::sample::{Sample, SampleSpec};
 use serde_json::json;
 use tokio::sync::OnceCell;
@@ -411,6 +414,127 @@ async fn sample_scenario_passes_with_only_the_service_account_token() {
         "sample",
         Auth::TokenKubeconfig,
         sample_scenario,
+    )
+    .await;
+}
+
+/// CopyratorRule: a Secret and a ConfigMap rule copy into a target namespace;
+/// a changed source reaches the copy; deleting the rules deletes the copies
+/// (the finalizer is removed: the token may patch rules).
+async fn copyrator_scenario(client: Client, ns: String) {
+    let target = common::TestNamespace::new(&client, "rbac-copy-target").await;
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "pull", "labels": {"copy": "yes"}},
+        "type": "kubernetes.io/dockerconfigjson",
+        "data": {".dockerconfigjson": "e30="},
+    }))
+    .unwrap();
+    let config_map: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "settings", "labels": {"copy": "yes"}},
+        "data": {"color": "blue"},
+    }))
+    .unwrap();
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    config_maps
+        .create(&PostParams::default(), &config_map)
+        .await
+        .unwrap();
+    let rules: Api<CopyratorRule> = Api::namespaced(client.clone(), &ns);
+    for (name, rule_type) in [
+        ("secrets", RuleType::Secret),
+        ("configmaps", RuleType::Configmap),
+    ] {
+        let rule = CopyratorRule::new(
+            name,
+            CopyratorRuleSpec {
+                rule_type: Some(rule_type),
+                selector: Some([("copy".to_string(), "yes".to_string())].into()),
+                namespaces: Some(vec![target.name.clone()]),
+                deletion_policy: None,
+            },
+        );
+        rules.create(&PostParams::default(), &rule).await.unwrap();
+    }
+    let target_secrets: Api<Secret> = Api::namespaced(client.clone(), &target.name);
+    let target_config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &target.name);
+    common::wait_until(TIMEOUT, || async {
+        target_secrets.get_opt("pull").await.unwrap().is_some()
+            && target_config_maps
+                .get_opt("settings")
+                .await
+                .unwrap()
+                .is_some()
+    })
+    .await;
+    for name in ["secrets", "configmaps"] {
+        common::wait_until(TIMEOUT, || async {
+            rules
+                .get(name)
+                .await
+                .unwrap()
+                .status
+                .is_some_and(|s| s.common.is_ready())
+        })
+        .await;
+    }
+    assert_eq!(
+        target_secrets.get("pull").await.unwrap().data,
+        secret.data,
+        "the Secret copy's data"
+    );
+
+    secrets
+        .patch(
+            "pull",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {".dockerconfigjson": "eyJhdXRocyI6e319"}})),
+        )
+        .await
+        .unwrap();
+    common::wait_until(TIMEOUT, || async {
+        target_secrets
+            .get("pull")
+            .await
+            .unwrap()
+            .data
+            .is_some_and(|d| d[".dockerconfigjson"] == ByteString(br#"{"auths":{}}"#.to_vec()))
+    })
+    .await;
+
+    for name in ["secrets", "configmaps"] {
+        rules.delete(name, &DeleteParams::default()).await.unwrap();
+    }
+    common::wait_until(TIMEOUT, || async {
+        rules
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    })
+    .await;
+    assert!(target_secrets.get_opt("pull").await.unwrap().is_none());
+    assert!(
+        target_config_maps
+            .get_opt("settings")
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn copyrator_scenario_passes_with_only_the_service_account_token() {
+    run_with_service_account(
+        "rbac-copyrator",
+        "copyrator",
+        Auth::TokenKubeconfig,
+        copyrator_scenario,
     )
     .await;
 }
