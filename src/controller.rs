@@ -12,7 +12,7 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, Recorder, Reporter};
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
-use kube::runtime::{Controller, watcher};
+use kube::runtime::{Controller, WatchStreamExt, reflector, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 
@@ -220,7 +220,15 @@ pub async fn run<H: Handler>(
     if let Some(selector) = H::Resource::watch_selector(namespace.as_deref()) {
         watch = watch.labels(&selector);
     }
-    let controller = Controller::new(api, watch).with_config(config);
+    // The controller's own reflector, fed objects without what no handler
+    // reads: with many resources, managedFields and kubectl's
+    // last-applied annotation are most of the cache.
+    let (reader, writer) = reflector::store();
+    let objects = watcher(api, watch)
+        .modify(slim::<H::Resource>)
+        .reflect(writer)
+        .applied_objects();
+    let controller = Controller::for_stream(objects, reader).with_config(config);
     let controller = handler.configure(controller, &engine.client, namespace.as_deref());
     let context = Arc::new(Context { engine, handler });
     controller
@@ -237,6 +245,21 @@ pub async fn run<H: Handler>(
         .await;
 }
 
+/// The annotation `kubectl apply` (client-side) keeps the whole last
+/// applied object in.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Drops from a watched object what the cache need not hold: its
+/// managedFields and kubectl's last-applied annotation. Handlers read
+/// spec, status, names, labels and their own annotations only.
+fn slim<K: Resource>(obj: &mut K) {
+    let meta = obj.meta_mut();
+    meta.managed_fields = None;
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.remove(LAST_APPLIED);
+    }
+}
+
 type FinalizerError = kube::runtime::finalizer::Error<ReconcileError>;
 
 async fn reconcile<H: Handler>(
@@ -248,6 +271,13 @@ async fn reconcile<H: Handler>(
     let key = object_key(&*obj);
     engine.metrics.reconcile(H::Resource::NAME);
     let _in_flight = engine.metrics.reconcile_in_flight(H::Resource::NAME);
+    // A new resource: add the finalizer and go on with the object the API
+    // server returned, instead of waiting for the watch to bring it back.
+    let obj = if needs_finalizer(&*obj) {
+        Arc::new(add_finalizer(&api, &*obj).await?)
+    } else {
+        obj
+    };
     let result = finalizer(&api, H::Resource::FINALIZER, obj, |event| async {
         match event {
             FinalizerEvent::Apply(obj) => apply(&ctx, &obj).await,
@@ -259,6 +289,40 @@ async fn reconcile<H: Handler>(
         engine.failure_count(&key, false);
     }
     result
+}
+
+/// True when `obj` is not being deleted and lacks our finalizer.
+fn needs_finalizer<K: Kind>(obj: &K) -> bool {
+    obj.meta().deletion_timestamp.is_none() && !obj.finalizers().iter().any(|f| f == K::FINALIZER)
+}
+
+/// Adds our finalizer with the JSON patch kube-runtime's `finalizer` uses:
+/// a `test` of the current list first, so a concurrent change makes the
+/// patch fail (and the reconcile retry) rather than duplicate or drop an
+/// entry. Returns the updated object.
+async fn add_finalizer<K: Kind>(api: &kube::Api<K>, obj: &K) -> Result<K, FinalizerError> {
+    let operations = if obj.finalizers().is_empty() {
+        json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": null},
+            {"op": "add", "path": "/metadata/finalizers", "value": [K::FINALIZER]},
+        ])
+    } else {
+        json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": obj.finalizers()},
+            {"op": "add", "path": "/metadata/finalizers/-", "value": K::FINALIZER},
+        ])
+    };
+    let patch: Patch<()> = Patch::Json(
+        serde_json::from_value(operations).map_err(|_| FinalizerError::InvalidFinalizer)?,
+    );
+    let name = obj
+        .meta()
+        .name
+        .as_deref()
+        .ok_or(FinalizerError::UnnamedObject)?;
+    api.patch(name, &PatchParams::default(), &patch)
+        .await
+        .map_err(FinalizerError::AddFinalizer)
 }
 
 fn error_policy<H: Handler>(
@@ -359,15 +423,29 @@ async fn apply<H: Handler>(ctx: &Context<H>, obj: &H::Resource) -> Result<Action
         return Ok(Action::requeue(next));
     }
 
-    if status
+    // `Reconciling=True` is written while kubectl runs, not before: the
+    // final status patch still comes after both.
+    let marked = status
         .condition(RECONCILING)
         .is_none_or(|c| c.status != "True")
-    {
-        status.set_condition(RECONCILING, true, "Applying", "running kubectl", generation);
-        patch_status(engine, obj, &status, &serde_json::Map::new()).await?;
+        .then(|| {
+            let mut marked = status.clone();
+            marked.set_condition(RECONCILING, true, "Applying", "running kubectl", generation);
+            marked
+        });
+    let mark = async {
+        match &marked {
+            Some(marked) => patch_status(engine, obj, marked, &serde_json::Map::new()).await,
+            None => Ok(()),
+        }
+    };
+    let (mark_result, outcome) = tokio::join!(mark, run_steps(engine, obj, &plan, &rendered));
+    if let Err(e) = mark_result {
+        tracing::warn!(kind = H::Resource::NAME, object = %object_key(obj), error = %e, "could not mark the resource Reconciling");
     }
-
-    let outcome = run_steps(engine, obj, &plan, &rendered).await;
+    if let Some(marked) = marked {
+        status = marked;
+    }
     status.observed_generation = generation;
     match outcome {
         Ok(record) => {
@@ -647,6 +725,32 @@ async fn publish_related<K: Kind>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cache_holds_objects_without_managed_fields_or_last_applied() {
+        let mut sample: crate::kinds::sample::Sample = serde_json::from_value(json!({
+            "apiVersion": "nuvolaris.org/v1",
+            "kind": "Sample",
+            "metadata": {
+                "name": "web",
+                "annotations": {LAST_APPLIED: "{\"big\": true}", "keep": "me"},
+                "managedFields": [{"manager": "kubectl", "operation": "Apply"}],
+                "finalizers": [crate::kinds::sample::Sample::FINALIZER],
+            },
+            "spec": {"count": 2},
+        }))
+        .unwrap();
+        assert!(!needs_finalizer(&sample));
+        slim(&mut sample);
+        assert_eq!(sample.metadata.managed_fields, None);
+        assert_eq!(
+            sample.metadata.annotations,
+            Some([("keep".to_string(), "me".to_string())].into())
+        );
+        assert_eq!(sample.spec.count, 2);
+        sample.metadata.finalizers = None;
+        assert!(needs_finalizer(&sample));
+    }
 
     #[test]
     fn backoff_grows_and_is_capped() {
