@@ -12,6 +12,7 @@ pub mod handler;
 pub mod kinds;
 pub mod kubectl;
 pub mod leader;
+pub mod memory;
 pub mod metrics;
 pub mod operator;
 pub mod overlay;

@@ -201,6 +201,10 @@ impl Operator {
                 }
             });
         }
+        tasks.spawn(crate::memory::trim_until(
+            crate::memory::TRIM_INTERVAL,
+            shutdown.clone(),
+        ));
         metrics.set_ready(true);
         Ok(Self {
             engine,
