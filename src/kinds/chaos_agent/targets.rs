@@ -8,7 +8,7 @@ use kube::api::{ListParams, ObjectMeta};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
-use crate::handler::HandlerError;
+use crate::handler::{HandlerError, namespaced_api};
 
 /// At most this many objects of each type are considered in one round.
 pub const MAX_TARGETS: usize = 20_000;
@@ -134,7 +134,7 @@ impl Targets {
     ) -> Result<Self, kube::Error> {
         let mut targets = Self::default();
         if wanted.pods {
-            let api: Api<Pod> = api(client, wanted.namespace);
+            let api: Api<Pod> = namespaced_api(client.clone(), wanted.namespace);
             let mut params = ListParams::default().limit(PAGE);
             'pages: loop {
                 let page = api.list_metadata(&params).await?;
@@ -202,16 +202,6 @@ impl Targets {
     }
 }
 
-fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
-where
-    K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>,
-{
-    match namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    }
-}
-
 /// Lists every `K` (page by page, at most [`MAX_TARGETS`]) whose namespace passes `keep`.
 async fn list_converted<K, F>(
     client: &Client,
@@ -225,7 +215,7 @@ where
         + DeserializeOwned,
     F: Fn(&str) -> bool,
 {
-    let api: Api<K> = api(client, namespace);
+    let api: Api<K> = namespaced_api(client.clone(), namespace);
     let mut params = ListParams::default().limit(PAGE);
     let mut out = Vec::new();
     loop {

@@ -28,7 +28,7 @@ use kube::{Api, Client};
 use super::marker;
 use super::plan;
 use super::resource::{ResolvedRule, RuleType};
-use crate::handler::HandlerError;
+use crate::handler::{HandlerError, namespaced_api};
 
 /// Parallel metadata lists when looking for same-named objects.
 const LIST_CONCURRENCY: usize = 8;
@@ -173,6 +173,24 @@ fn api_error(what: &str, e: kube::Error) -> HandlerError {
     HandlerError::transient("ApiError", format!("cannot list {what}: {e}"))
 }
 
+/// Lists `K` in `namespace` (all when `None`); `what` names them in errors.
+async fn list<K>(
+    client: &Client,
+    namespace: Option<&str>,
+    params: &ListParams,
+    what: &str,
+) -> Result<Vec<K>, HandlerError>
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned,
+{
+    let api: Api<K> = namespaced_api(client.clone(), namespace);
+    let list = api.list(params).await.map_err(|e| api_error(what, e))?;
+    Ok(list.items)
+}
+
 /// Lists objects of `kind` in full (sources, the rule's own copies).
 async fn list_full(
     client: &Client,
@@ -181,28 +199,16 @@ async fn list_full(
     params: &ListParams,
 ) -> Result<Vec<Object>, HandlerError> {
     Ok(match kind {
-        RuleType::Configmap => {
-            let api: Api<ConfigMap> = match namespace {
-                Some(ns) => Api::namespaced(client.clone(), ns),
-                None => Api::all(client.clone()),
-            };
-            let list = api
-                .list(params)
-                .await
-                .map_err(|e| api_error("configmaps", e))?;
-            list.items.into_iter().map(Object::from).collect()
-        }
-        RuleType::Secret => {
-            let api: Api<Secret> = match namespace {
-                Some(ns) => Api::namespaced(client.clone(), ns),
-                None => Api::all(client.clone()),
-            };
-            let list = api
-                .list(params)
-                .await
-                .map_err(|e| api_error("secrets", e))?;
-            list.items.into_iter().map(Object::from).collect()
-        }
+        RuleType::Configmap => list::<ConfigMap>(client, namespace, params, "configmaps")
+            .await?
+            .into_iter()
+            .map(Object::from)
+            .collect(),
+        RuleType::Secret => list::<Secret>(client, namespace, params, "secrets")
+            .await?
+            .into_iter()
+            .map(Object::from)
+            .collect(),
     })
 }
 
@@ -213,36 +219,21 @@ async fn list_meta(
     namespace: Option<&str>,
     params: &ListParams,
 ) -> Result<Vec<Object>, HandlerError> {
-    fn metas<K>(items: Vec<PartialObjectMeta<K>>, kind: RuleType) -> Vec<Object> {
-        items
-            .into_iter()
-            .map(|m| object(kind, &m.metadata, None))
-            .collect()
-    }
-    Ok(match kind {
+    let metas: Vec<ObjectMeta> = match kind {
         RuleType::Configmap => {
-            let api: Api<PartialObjectMeta<ConfigMap>> = match namespace {
-                Some(ns) => Api::namespaced(client.clone(), ns),
-                None => Api::all(client.clone()),
-            };
-            let list = api
-                .list(params)
-                .await
-                .map_err(|e| api_error("configmaps", e))?;
-            metas(list.items, kind)
+            list::<PartialObjectMeta<ConfigMap>>(client, namespace, params, "configmaps")
+                .await?
+                .into_iter()
+                .map(|m| m.metadata)
+                .collect()
         }
-        RuleType::Secret => {
-            let api: Api<PartialObjectMeta<Secret>> = match namespace {
-                Some(ns) => Api::namespaced(client.clone(), ns),
-                None => Api::all(client.clone()),
-            };
-            let list = api
-                .list(params)
-                .await
-                .map_err(|e| api_error("secrets", e))?;
-            metas(list.items, kind)
-        }
-    })
+        RuleType::Secret => list::<PartialObjectMeta<Secret>>(client, namespace, params, "secrets")
+            .await?
+            .into_iter()
+            .map(|m| m.metadata)
+            .collect(),
+    };
+    Ok(metas.iter().map(|m| object(kind, m, None)).collect())
 }
 
 async fn namespaces(

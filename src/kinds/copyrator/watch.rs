@@ -24,6 +24,7 @@ use kube::{Api, Client, ResourceExt};
 
 use super::marker;
 use super::resource::{CopyratorRule, RuleType};
+use crate::handler::namespaced_api;
 
 /// Adds the rule's triggers to its controller.
 pub fn configure(
@@ -35,12 +36,12 @@ pub fn configure(
     let store = controller.store();
     let mut controller = controller
         .watches(
-            scoped::<PartialObjectMeta<ConfigMap>>(client, namespace),
+            namespaced_api::<PartialObjectMeta<ConfigMap>>(client.clone(), namespace),
             watcher::Config::default(),
             object_mapper(store.clone(), RuleType::Configmap),
         )
         .watches(
-            scoped::<PartialObjectMeta<Secret>>(client, namespace),
+            namespaced_api::<PartialObjectMeta<Secret>>(client.clone(), namespace),
             watcher::Config::default(),
             object_mapper(store.clone(), RuleType::Secret),
         );
@@ -68,17 +69,6 @@ pub fn configure(
         namespaces,
         move |ns: PartialObjectMeta<Namespace>| rules_for_namespace(&store.state(), &ns.name_any()),
     )
-}
-
-fn scoped<K>(client: &Client, namespace: Option<&str>) -> Api<K>
-where
-    K: kube::Resource<Scope = kube::core::NamespaceResourceScope>,
-    K::DynamicType: Default,
-{
-    match namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    }
 }
 
 fn object_mapper<K>(
