@@ -300,13 +300,17 @@ pub fn plan(rule: &ResolvedRule, observed: &Observed, last_digest: Option<&str>)
         .collect();
     let mut sources: Vec<&Object> = observed.sources.iter().filter(|s| s.kind == kind).collect();
     sources.sort_by(|a, b| a.name.cmp(&b.name));
-    let not_copyable: Vec<String> = sources
-        .iter()
-        .filter_map(|s| why_not_copyable(s).map(|why| format!("{}: {why}", s.name)))
-        .collect();
-    let (sources, skipped): (Vec<&Object>, Vec<&Object>) = sources
-        .into_iter()
-        .partition(|s| why_not_copyable(s).is_none());
+    // Sources kustomize cannot carry are reported, not copied.
+    let mut not_copyable = Vec::new();
+    let mut skipped = BTreeSet::new();
+    sources.retain(|s| match why_not_copyable(s) {
+        Some(why) => {
+            not_copyable.push(format!("{}: {why}", s.name));
+            skipped.insert(s.name.as_str());
+            false
+        }
+        None => true,
+    });
 
     let mut outdated = Vec::new();
     let mut wanted: BTreeSet<CopyKey> = BTreeSet::new();
@@ -373,11 +377,11 @@ pub fn plan(rule: &ResolvedRule, observed: &Observed, last_digest: Option<&str>)
     }
 
     // The copies of a source that cannot be copied now stay as they are.
-    for key in ours.keys() {
-        if skipped.iter().any(|s| s.name == key.2) {
-            wanted.insert(key.clone());
-        }
-    }
+    wanted.extend(
+        ours.keys()
+            .filter(|key| skipped.contains(key.2.as_str()))
+            .cloned(),
+    );
 
     // Copies in a terminating namespace go with it.
     let terminating: BTreeSet<&str> = observed
@@ -466,9 +470,10 @@ pub fn plan(rule: &ResolvedRule, observed: &Observed, last_digest: Option<&str>)
         rule_type: Some(kind),
         sources: sources
             .iter()
-            .chain(&skipped)
+            .map(|s| s.name.as_str())
+            .chain(skipped.iter().copied())
             .take(LISTED)
-            .map(|s| s.name.clone())
+            .map(str::to_string)
             .collect(),
         source_count: count(sources.len() + skipped.len()),
         copy_count: count(copy_count),
