@@ -501,6 +501,15 @@ proptest! {
         if let Some(source_namespace) = &source_namespace {
             rule["namespace"] = json!(source_namespace.clone().unwrap_or(namespace.clone()));
         }
+        // What the API server stores: Secret data is base64 (the text's
+        // bytes as hex digits, valid base64), ConfigMap data the text.
+        let stored_data = |s: &Source| -> BTreeMap<String, String> {
+            if secret {
+                s.data.iter().map(|(k, v)| (k.clone(), hex_as_base64(v))).collect()
+            } else {
+                s.data.clone()
+            }
+        };
         let mut docs: Vec<Value> = others
             .iter()
             .chain([&namespace])
@@ -511,15 +520,9 @@ proptest! {
             if s.matching {
                 labels.extend(selector.clone());
             }
-            let data = if secret {
-                // Secret data is base64: encode the text's bytes as hex digits, valid base64.
-                s.data.iter().map(|(k, v)| (k.clone(), hex_as_base64(v))).collect()
-            } else {
-                s.data.clone()
-            };
             docs.push(json!({"apiVersion": "v1", "kind": kind,
                 "metadata": {"name": s.name, "namespace": namespace, "labels": labels},
-                "data": data}));
+                "data": stored_data(s)}));
         }
         let built = match build(&rule, &docs) {
             Ok(built) => built,
@@ -562,14 +565,8 @@ proptest! {
             prop_assert!(targets.contains(&ns), "copy in {ns}, targets {targets:?}");
             let source = wanted.get(copy_name.as_str());
             prop_assert!(source.is_some(), "copy of an unwanted {copy_name}");
-            let data: BTreeMap<String, String> =
-                serde_json::from_value(object.get("data").cloned().unwrap_or(json!({}))).unwrap();
-            let expected: BTreeMap<String, String> = if secret {
-                source.unwrap().data.iter().map(|(k, v)| (k.clone(), hex_as_base64(v))).collect()
-            } else {
-                source.unwrap().data.clone()
-            };
-            prop_assert_eq!(data, expected, "data of {}/{} changed on the way", ns, copy_name);
+            let data: BTreeMap<String, String> = serde_json::from_value(object["data"].clone()).unwrap();
+            prop_assert_eq!(data, stored_data(source.unwrap()), "data of {}/{} changed on the way", ns, copy_name);
             for (key, value) in object["metadata"]["labels"].as_object().unwrap() {
                 prop_assert!(marker::is_label_key(key), "label key {key:?}");
                 prop_assert!(marker::is_label_value(value.as_str().unwrap()), "label {key}={value}");
