@@ -524,6 +524,71 @@ async fn a_foreign_object_is_left_alone_and_reported() {
     operator.stop().await;
 }
 
+#[tokio::test]
+async fn a_value_kustomize_cannot_carry_is_reported_and_loses_nothing() {
+    let client = cluster!();
+    let src = common::TestNamespace::new(&client, "cr-c1").await;
+    let _release_src = ReleaseRules(src.name.clone());
+    let targets = namespaces(&client, "cr-c1t", 1).await;
+    let t = names(&targets);
+    let operator = common::start_operator(&src.name, &["--kinds", "copyrator"]).await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &src.name);
+    cms.create(
+        &PostParams::default(),
+        &config_map("settings", &[("copy", "yes")], "v1"),
+    )
+    .await
+    .unwrap();
+    let rules: Api<CopyratorRule> = Api::namespaced(client.clone(), &src.name);
+    rules
+        .create(
+            &PostParams::default(),
+            &rule("r", RuleType::Configmap, &[("copy", "yes")], &t, None),
+        )
+        .await
+        .unwrap();
+    wait_cm_value(&client, &t, "settings", Some("v1")).await;
+
+    // The API server accepts a C1 control character; kustomize does not.
+    cms.patch(
+        "settings",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"value": "c1\u{91}"}})),
+    )
+    .await
+    .unwrap();
+    cms.create(
+        &PostParams::default(),
+        &config_map("other", &[("copy", "yes")], "ok"),
+    )
+    .await
+    .unwrap();
+    wait_cm_value(&client, &t, "other", Some("ok")).await;
+    common::wait_until(TIMEOUT, || async {
+        rule_status(&rules, "r").await.copies.not_copyable
+            == ["settings: the value of \"value\" holds U+0091, a character kustomize cannot process"]
+    })
+    .await;
+    let status = wait_ready(&rules, "r").await;
+    assert_eq!(status.copies.source_count, 2);
+    // The copy made before stays as it was.
+    assert_eq!(
+        cm_value(&client, t[0], "settings").await.as_deref(),
+        Some("v1")
+    );
+    common::wait_until(TIMEOUT, || async {
+        events(&client, &src.name).await.iter().any(|e| {
+            e.reason.as_deref() == Some("NotCopyable")
+                && e.type_.as_deref() == Some("Warning")
+                && e.note
+                    .as_deref()
+                    .is_some_and(|n| n.contains("settings: the value"))
+        })
+    })
+    .await;
+    operator.stop().await;
+}
+
 fn secret(name: &str, type_: &str, data: &[(&str, &[u8])]) -> Secret {
     Secret {
         metadata: kube::api::ObjectMeta {
