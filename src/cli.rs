@@ -9,7 +9,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::duration::parse_duration;
 use crate::kinds::KindName;
-use crate::kinds::exchange_rate;
+use crate::kinds::{copyrator, exchange_rate};
 
 /// A Kubernetes operator that reconciles custom resources by rendering
 /// kustomize overlays and running kubectl.
@@ -129,6 +129,12 @@ pub struct RunArgs {
     /// copies (default: every namespace).
     #[arg(long, env = "COPYRATOR_NAMESPACE_SELECTOR")]
     pub copyrator_namespace_selector: Option<String>,
+    /// CopyratorRule: read and write ConfigMaps and Secrets only in these
+    /// namespaces (comma-separated; default: every namespace). Rules
+    /// elsewhere are not served. Lets the operator's Secret grants be
+    /// RoleBindings in these namespaces (deploy/components/copyrator-namespaces).
+    #[arg(long, env = "COPYRATOR_NAMESPACES", value_delimiter = ',', value_parser = copyrator::scope::parse_namespace)]
+    pub copyrator_namespaces: Vec<String>,
     /// ExchangeRate flags (boxed: keeps `Command` small).
     #[command(flatten)]
     pub exchange_rate: Box<ExchangeRateArgs>,

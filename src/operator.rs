@@ -169,6 +169,7 @@ impl Operator {
             exchange_rate: args.exchange_rate.options(),
             watch_namespace: args.namespace.clone(),
             copyrator_namespace_selector: args.copyrator_namespace_selector.clone(),
+            copyrator_namespaces: args.copyrator_namespaces.clone(),
         };
         let controllers = Controllers {
             kinds,

@@ -29,6 +29,9 @@ pub struct KindOptions {
     pub watch_namespace: Option<String>,
     /// CopyratorRule: only namespaces matching this label selector are targets.
     pub copyrator_namespace_selector: Option<String>,
+    /// CopyratorRule: the namespaces it may touch ConfigMaps and Secrets in
+    /// (empty: every namespace).
+    pub copyrator_namespaces: Vec<String>,
 }
 
 /// A handler built from the command-line settings.

@@ -13,13 +13,17 @@
 //! - [`observe`]: the cluster reads;
 //! - [`plan`]: resource + observations → plan (pure);
 //! - [`marker`]: the labels and annotations copies carry;
+//! - [`scope`]: the namespaces it may touch (`--copyrator-namespaces`);
 //! - `watch`: the triggers (sources, copies, namespaces).
 
 pub mod marker;
 pub mod observe;
 pub mod plan;
 pub mod resource;
+pub mod scope;
 mod watch;
+
+pub use scope::Scope;
 
 pub use resource::{
     CopiesStatus, CopyratorRule, CopyratorRuleSpec, CopyratorRuleStatus, DeletionPolicy, RuleType,
@@ -53,12 +57,15 @@ impl Kind for CopyratorRule {
 pub struct CopyratorHandler {
     /// Only namespaces matching this label selector are targets.
     pub namespace_selector: Option<String>,
+    /// The namespaces it may touch ConfigMaps and Secrets in.
+    pub scope: Scope,
 }
 
 impl FromOptions for CopyratorHandler {
     fn from_options(options: &KindOptions) -> Self {
         Self {
             namespace_selector: options.copyrator_namespace_selector.clone(),
+            scope: Scope::new(Some(&options.copyrator_namespaces)),
         }
     }
 }
@@ -73,7 +80,14 @@ impl Handler for CopyratorHandler {
         client: &kube::Client,
     ) -> Result<observe::Observed, HandlerError> {
         let resolved = rule.resolve()?;
-        observe::observe(client, &resolved, self.namespace_selector.as_deref()).await
+        self.scope.check_rule_namespace(&resolved.namespace)?;
+        observe::observe(
+            client,
+            &resolved,
+            self.namespace_selector.as_deref(),
+            &self.scope,
+        )
+        .await
     }
 
     fn observe_offline(
@@ -93,11 +107,16 @@ impl Handler for CopyratorHandler {
             .status
             .as_ref()
             .and_then(|s| s.common.applied_digest.as_deref());
-        Ok(plan::plan(&rule.resolve()?, observed, last_digest))
+        Ok(plan::plan(
+            &rule.resolve()?,
+            observed,
+            last_digest,
+            &self.scope,
+        ))
     }
 
     fn cleanup(&self, rule: &CopyratorRule) -> Result<Plan, HandlerError> {
-        Ok(plan::cleanup(rule))
+        Ok(plan::cleanup(rule, &self.scope))
     }
 
     fn configure(
@@ -111,6 +130,7 @@ impl Handler for CopyratorHandler {
             client,
             namespace,
             self.namespace_selector.as_deref(),
+            &self.scope,
         )
     }
 }

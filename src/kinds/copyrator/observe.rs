@@ -6,9 +6,10 @@
 //!   selector and carrying no copy marker (one list, label-selected);
 //! - the namespaces (one list; a second, label-selected, when the operator
 //!   restricts targets with `--copyrator-namespace-selector`);
-//! - the rule's copies, by their marker label across all namespaces: in full
-//!   for the rule's kind (to detect drift), metadata only for the other kind
-//!   (copies left from an earlier `ruleType`);
+//! - the rule's copies, by their marker label across all namespaces (or, with
+//!   `--copyrator-namespaces`, in each of those): in full for the rule's kind
+//!   (to detect drift), metadata only for the other kind (copies left from an
+//!   earlier `ruleType`);
 //! - only where a wanted copy is not among them: the names of the objects of
 //!   that kind in that namespace, metadata only, to find same-named objects
 //!   the rule did not create.
@@ -28,6 +29,7 @@ use kube::{Api, Client};
 use super::marker;
 use super::plan;
 use super::resource::{ResolvedRule, RuleType};
+use super::scope::Scope;
 use crate::handler::{HandlerError, namespaced_api};
 
 /// Parallel metadata lists when looking for same-named objects.
@@ -191,6 +193,26 @@ where
     Ok(list.items)
 }
 
+/// Lists with `params` in every namespace of `scope`: one cluster-wide call,
+/// or one call per listed namespace (in parallel).
+async fn list_in_scope<F, Fut>(scope: &Scope, list: F) -> Result<Vec<Object>, HandlerError>
+where
+    F: Fn(Option<String>) -> Fut,
+    Fut: std::future::Future<Output = Result<Vec<Object>, HandlerError>>,
+{
+    match scope.namespaces() {
+        None => list(None).await,
+        Some(namespaces) => {
+            let found: Vec<Vec<Object>> = futures::stream::iter(namespaces.iter().cloned())
+                .map(|ns| list(Some(ns)))
+                .buffer_unordered(LIST_CONCURRENCY)
+                .try_collect()
+                .await?;
+            Ok(found.into_iter().flatten().collect())
+        }
+    }
+}
+
 /// Lists objects of `kind` in full (sources, the rule's own copies).
 async fn list_full(
     client: &Client,
@@ -282,6 +304,7 @@ pub async fn observe(
     client: &Client,
     rule: &ResolvedRule,
     namespace_selector: Option<&str>,
+    scope: &Scope,
 ) -> Result<Observed, HandlerError> {
     let kind = rule.rule_type;
     let sources_params = ListParams::default().labels(&source_selector(&rule.selector));
@@ -293,8 +316,14 @@ pub async fn observe(
     let (sources, namespaces, copies, other_copies) = futures::try_join!(
         list_full(client, kind, Some(&rule.namespace), &sources_params),
         namespaces(client, namespace_selector),
-        list_full(client, kind, None, &copies_params),
-        list_meta(client, kind.other(), None, &copies_params),
+        list_in_scope(scope, |ns| {
+            let params = &copies_params;
+            async move { list_full(client, kind, ns.as_deref(), params).await }
+        }),
+        list_in_scope(scope, |ns| {
+            let params = &copies_params;
+            async move { list_meta(client, kind.other(), ns.as_deref(), params).await }
+        }),
     )?;
     let mut observed = Observed {
         sources,
@@ -304,7 +333,7 @@ pub async fn observe(
     };
     // Where a wanted copy is not among the rule's copies, something else may
     // hold its name: look at that namespace's objects (names only).
-    let unknown = plan::namespaces_with_unknown_names(rule, &observed);
+    let unknown = plan::namespaces_with_unknown_names(rule, &observed, scope);
     let found: Vec<Vec<Object>> = futures::stream::iter(unknown)
         .map(|ns| async move { list_meta(client, kind, Some(&ns), &ListParams::default()).await })
         .buffer_unordered(LIST_CONCURRENCY)

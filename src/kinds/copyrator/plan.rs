@@ -7,7 +7,7 @@
 //! Targets are the listed namespaces, or (none listed) every Active namespace
 //! except `kube-system`, `kube-public`, `kube-node-lease`; never the rule's
 //! own namespace; with `--copyrator-namespace-selector`, only namespaces
-//! matching it. A wanted copy whose name is held by an object the rule did
+//! matching it; with `--copyrator-namespaces`, only those. A wanted copy whose name is held by an object the rule did
 //! not create (no marker naming the rule) is skipped and reported.
 //!
 //! Each copy carries a digest of what it should hold (labels and content), so
@@ -28,6 +28,7 @@ use super::observe::{NamespaceState, Object, Observed};
 use super::resource::{
     CopiesStatus, CopyratorRule, DeletionPolicy, ResolvedRule, RuleType, TargetStatus,
 };
+use super::scope::Scope;
 use crate::handler::{Plan, PlannedEvent, Step};
 use crate::overlay::{Overlay, kustomize_refuses};
 use crate::status;
@@ -68,7 +69,11 @@ pub struct TargetNamespace {
 }
 
 /// The namespaces a rule copies into (and those it lists but cannot), sorted.
-pub fn targets(rule: &ResolvedRule, namespaces: &[NamespaceState]) -> Vec<TargetNamespace> {
+pub fn targets(
+    rule: &ResolvedRule,
+    namespaces: &[NamespaceState],
+    scope: &Scope,
+) -> Vec<TargetNamespace> {
     let known: BTreeMap<&str, &NamespaceState> =
         namespaces.iter().map(|n| (n.name.as_str(), n)).collect();
     if rule.namespaces.is_empty() {
@@ -77,6 +82,7 @@ pub fn targets(rule: &ResolvedRule, namespaces: &[NamespaceState]) -> Vec<Target
             .filter(|n| {
                 n.active
                     && n.eligible
+                    && scope.contains(&n.name)
                     && n.name != rule.namespace
                     && !PROTECTED_NAMESPACES.contains(&n.name.as_str())
             })
@@ -92,6 +98,8 @@ pub fn targets(rule: &ResolvedRule, namespaces: &[NamespaceState]) -> Vec<Target
         .map(|name| {
             let state = if *name == rule.namespace {
                 TargetState::Excluded("the rule's own namespace holds the sources")
+            } else if !scope.contains(name) {
+                TargetState::Excluded("not among the operator's --copyrator-namespaces")
             } else {
                 match known.get(name.as_str()) {
                     Some(n) if n.active && n.eligible => TargetState::Target,
@@ -130,9 +138,13 @@ fn our_copies<'a>(rule: &ResolvedRule, observed: &'a Observed) -> BTreeMap<CopyK
 
 /// Target namespaces where some wanted copy is not among the rule's copies:
 /// there, the names of existing objects must be looked up.
-pub fn namespaces_with_unknown_names(rule: &ResolvedRule, observed: &Observed) -> Vec<String> {
+pub fn namespaces_with_unknown_names(
+    rule: &ResolvedRule,
+    observed: &Observed,
+    scope: &Scope,
+) -> Vec<String> {
     let ours = our_copies(rule, observed);
-    targets(rule, &observed.namespaces)
+    targets(rule, &observed.namespaces, scope)
         .into_iter()
         .filter(|t| t.state == TargetState::Target)
         .filter(|t| {
@@ -250,24 +262,51 @@ fn count(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
-/// `kubectl delete` of the copies with these ids, in chunks.
-fn delete_steps(rule: &ResolvedRule, ids: &[String]) -> Vec<Step> {
+/// A label-selected `kubectl delete` of copies (of both kinds) in one
+/// namespace, or in all when `namespace` is `None`.
+fn delete_copies(namespace: Option<&str>, selector: String) -> Step {
+    let where_ = match namespace {
+        Some(ns) => format!("--namespace={ns}"),
+        None => "--all-namespaces".into(),
+    };
+    Step::Run {
+        args: vec![
+            "delete".into(),
+            "configmaps,secrets".into(),
+            where_,
+            "--ignore-not-found=true".into(),
+            "--wait=false".into(),
+            format!("--selector={selector}"),
+        ],
+    }
+}
+
+/// `kubectl delete` of these copies, in chunks: across all namespaces, or,
+/// with `--copyrator-namespaces`, per namespace (the grants are per namespace).
+fn delete_steps(rule: &ResolvedRule, stale: &[&Object], scope: &Scope) -> Vec<Step> {
     let rule_label = marker::rule_label(&rule.namespace, &rule.name);
-    ids.chunks(DELETE_CHUNK)
-        .map(|chunk| Step::Run {
-            args: vec![
-                "delete".into(),
-                "configmaps,secrets".into(),
-                "--all-namespaces".into(),
-                "--ignore-not-found=true".into(),
-                "--wait=false".into(),
-                format!(
-                    "--selector={}={rule_label},{} in ({})",
-                    marker::RULE,
-                    marker::COPY,
-                    chunk.join(",")
-                ),
-            ],
+    let mut ids: BTreeMap<Option<&str>, Vec<String>> = BTreeMap::new();
+    for copy in stale {
+        let namespace = scope.namespaces().map(|_| copy.namespace.as_str());
+        ids.entry(namespace).or_default().push(marker::copy_id(
+            copy.kind,
+            &copy.namespace,
+            &copy.name,
+        ));
+    }
+    ids.into_iter()
+        .flat_map(|(namespace, ids)| {
+            ids.chunks(DELETE_CHUNK)
+                .map(|chunk| {
+                    let selector = format!(
+                        "{}={rule_label},{} in ({})",
+                        marker::RULE,
+                        marker::COPY,
+                        chunk.join(",")
+                    );
+                    delete_copies(namespace, selector)
+                })
+                .collect::<Vec<_>>()
         })
         .collect()
 }
@@ -283,7 +322,12 @@ fn status_map(status: &CopiesStatus) -> serde_json::Map<String, Value> {
 /// status recorded: copies that are missing or differ while the wanted
 /// copies are those last applied (someone deleted or edited a copy) force a
 /// run, since the plan's digest is then unchanged.
-pub fn plan(rule: &ResolvedRule, observed: &Observed, last_digest: Option<&str>) -> Plan {
+pub fn plan(
+    rule: &ResolvedRule,
+    observed: &Observed,
+    last_digest: Option<&str>,
+    scope: &Scope,
+) -> Plan {
     let kind = rule.rule_type;
     let ours = our_copies(rule, observed);
     let taken: BTreeSet<(&str, &str)> = observed
@@ -318,7 +362,7 @@ pub fn plan(rule: &ResolvedRule, observed: &Observed, last_digest: Option<&str>)
     let mut target_status = Vec::new();
     let mut foreign_all = Vec::new();
     let mut target_count = 0;
-    for target in targets(rule, &observed.namespaces) {
+    for target in targets(rule, &observed.namespaces, scope) {
         let (copied, foreign) = match &target.state {
             TargetState::Target => {
                 target_count += 1;
@@ -423,11 +467,7 @@ pub fn plan(rule: &ResolvedRule, observed: &Observed, last_digest: Option<&str>)
     let mut events = Vec::new();
     let deleting = rule.deletion_policy == DeletionPolicy::Delete && !stale.is_empty();
     if deleting {
-        let ids: Vec<String> = stale
-            .iter()
-            .map(|o| marker::copy_id(o.kind, &o.namespace, &o.name))
-            .collect();
-        steps.extend(delete_steps(rule, &ids));
+        steps.extend(delete_steps(rule, &stale, scope));
         events.push(PlannedEvent {
             warning: false,
             reason: "CopiesRemoved".into(),
@@ -540,28 +580,24 @@ fn name_list(names: &[String]) -> String {
 }
 
 /// The plan for a deleted rule: delete every copy carrying its marker label
-/// (both kinds, all namespaces), unless it retains its copies.
-pub fn cleanup(rule: &CopyratorRule) -> Plan {
+/// (both kinds; all namespaces, or each of `--copyrator-namespaces`), unless
+/// it retains its copies.
+pub fn cleanup(rule: &CopyratorRule, scope: &Scope) -> Plan {
     if rule.cleanup_policy() == DeletionPolicy::Retain {
         return Plan::default();
     }
     let namespace = kube::ResourceExt::namespace(rule).unwrap_or_default();
     let name = kube::ResourceExt::name_any(rule);
+    let selector = format!("{}={}", marker::RULE, marker::rule_label(&namespace, &name));
+    let steps = match scope.namespaces() {
+        None => vec![delete_copies(None, selector)],
+        Some(namespaces) => namespaces
+            .iter()
+            .map(|ns| delete_copies(Some(ns), selector.clone()))
+            .collect(),
+    };
     Plan {
-        steps: vec![Step::Run {
-            args: vec![
-                "delete".into(),
-                "configmaps,secrets".into(),
-                "--all-namespaces".into(),
-                "--ignore-not-found=true".into(),
-                "--wait=false".into(),
-                format!(
-                    "--selector={}={}",
-                    marker::RULE,
-                    marker::rule_label(&namespace, &name)
-                ),
-            ],
-        }],
+        steps,
         ..Default::default()
     }
 }
@@ -658,7 +694,7 @@ mod tests {
             active: true,
             eligible: false,
         });
-        let t: Vec<_> = targets(&rule(&[]), &spaces)
+        let t: Vec<_> = targets(&rule(&[]), &spaces, &Scope::All)
             .into_iter()
             .map(|t| t.name)
             .collect();
@@ -668,7 +704,11 @@ mod tests {
     #[test]
     fn listed_mode_reports_what_cannot_be_a_target() {
         let spaces = vec![ns("src"), ns("a"), ns("kube-system")];
-        let t = targets(&rule(&["kube-system", "a", "src", "later", "a"]), &spaces);
+        let t = targets(
+            &rule(&["kube-system", "a", "src", "later", "a"]),
+            &spaces,
+            &Scope::All,
+        );
         let states: Vec<_> = t.iter().map(|t| (t.name.as_str(), &t.state)).collect();
         assert_eq!(
             states,
@@ -698,7 +738,7 @@ mod tests {
             &source(RuleType::Configmap, "bad", "old"),
             "t1",
         ));
-        let plan = plan(&rule, &obs, None);
+        let plan = plan(&rule, &obs, None, &Scope::All);
         assert_eq!(names(&applied(&plan)), ["t1/good"]);
         assert!(
             !plan.steps.iter().any(|s| matches!(s, Step::Run { .. })),
@@ -731,7 +771,7 @@ mod tests {
             ],
             &["t1", "t2"],
         );
-        let plan = plan(&rule(&[]), &obs, None);
+        let plan = plan(&rule(&[]), &obs, None, &Scope::All);
         assert_eq!(plan.steps.len(), 1);
         let Step::Apply {
             overlay,
@@ -791,6 +831,7 @@ mod tests {
             &r,
             &observed(vec![source(RuleType::Secret, "tls", "a2V5")], &["t1"]),
             None,
+            &Scope::All,
         );
         let Step::Apply { overlay, .. } = &plan.steps[0] else {
             panic!()
@@ -823,7 +864,7 @@ mod tests {
         obs.copies[0]
             .labels
             .insert("added-by-someone".into(), "x".into());
-        let in_sync = plan(&r, &obs, None);
+        let in_sync = plan(&r, &obs, None, &Scope::All);
         assert!(in_sync.steps.is_empty(), "{:?}", in_sync.steps);
         assert!(!in_sync.always_run);
         assert_eq!(in_sync.status["copyCount"], 4);
@@ -833,7 +874,7 @@ mod tests {
         // A source changes: only its copies are applied, and the desired
         // state (the plan's digest) changed, so nothing needs forcing.
         obs.sources[0] = source(RuleType::Configmap, "a", "2");
-        let changed = plan(&r, &obs, last.as_deref());
+        let changed = plan(&r, &obs, last.as_deref(), &Scope::All);
         assert_eq!(names(&applied(&changed)), ["t1/a", "t2/a"]);
         assert_ne!(changed.digest, last);
         assert!(!changed.always_run);
@@ -845,7 +886,7 @@ mod tests {
             c.data.insert("k".into(), "edited".into());
         }
         obs.copies.remove(2);
-        let drifted = plan(&r, &obs, last.as_deref());
+        let drifted = plan(&r, &obs, last.as_deref(), &Scope::All);
         assert_eq!(drifted.digest, last);
         assert!(drifted.always_run);
         assert_eq!(names(&applied(&drifted)), ["t1/b", "t2/a"]);
@@ -879,7 +920,7 @@ mod tests {
             .annotations
             .insert(marker::RULE.into(), "src/other".into());
         obs.copies.push(other);
-        let plan = plan(&r, &obs, None);
+        let plan = plan(&r, &obs, None, &Scope::All);
         assert!(applied(&plan).is_empty());
         assert!(plan.steps.is_empty(), "{:?}", plan.steps);
         assert_eq!(plan.status["foreignCount"], 2);
@@ -912,7 +953,7 @@ mod tests {
                 ..desired_copy(&r, &kept, "t1")
             },
         ];
-        let p = plan(&r, &obs, None);
+        let p = plan(&r, &obs, None, &Scope::All);
         // t1/a is up to date: only the delete runs.
         let [Step::Run { args }] = p.steps.as_slice() else {
             panic!("{:?}", p.steps)
@@ -950,7 +991,7 @@ mod tests {
 
         let mut retain = r.clone();
         retain.deletion_policy = DeletionPolicy::Retain;
-        let p = plan(&retain, &obs, None);
+        let p = plan(&retain, &obs, None, &Scope::All);
         assert!(p.steps.is_empty(), "{:?}", p.steps);
         assert_eq!(p.status["retained"].as_array().unwrap().len(), 3);
         assert_eq!(p.status["removed"], json!([]));
@@ -970,7 +1011,7 @@ mod tests {
             desired_copy(&r, &src, "t1"),
             desired_copy(&r, &src, "dying"),
         ];
-        let p = plan(&r, &obs, None);
+        let p = plan(&r, &obs, None, &Scope::All);
         assert!(p.steps.is_empty(), "{:?}", p.steps);
         assert!(!p.always_run);
     }
@@ -988,7 +1029,7 @@ mod tests {
                 )
             })
             .collect();
-        let p = plan(&r, &obs, None);
+        let p = plan(&r, &obs, None, &Scope::All);
         assert_eq!(p.steps.len(), 3);
         for step in &p.steps {
             let Step::Run { args } = step else { panic!() };
@@ -999,7 +1040,7 @@ mod tests {
 
     #[test]
     fn nothing_to_copy_means_no_kubectl() {
-        let p = plan(&rule(&[]), &observed(vec![], &["t1"]), None);
+        let p = plan(&rule(&[]), &observed(vec![], &["t1"]), None, &Scope::All);
         assert!(p.steps.is_empty());
         assert!(!p.always_run);
         assert_eq!(p.status["copyCount"], 0);
@@ -1009,7 +1050,7 @@ mod tests {
     fn cleanup_deletes_by_marker_unless_retained() {
         let mut r = CopyratorRule::new("r", Default::default());
         r.metadata.namespace = Some("src".into());
-        let p = cleanup(&r);
+        let p = cleanup(&r, &Scope::All);
         let [Step::Run { args }] = p.steps.as_slice() else {
             panic!("{:?}", p.steps)
         };
@@ -1025,6 +1066,77 @@ mod tests {
             ]
         );
         r.top_level.deletion_policy = Some(DeletionPolicy::Retain);
-        assert!(cleanup(&r).steps.is_empty());
+        assert!(cleanup(&r, &Scope::All).steps.is_empty());
+    }
+
+    fn only(namespaces: &[&str]) -> Scope {
+        Scope::Only(namespaces.iter().map(|n| n.to_string()).collect())
+    }
+
+    #[test]
+    fn with_copyrator_namespaces_only_those_are_targets() {
+        let spaces = vec![ns("src"), ns("a"), ns("b"), ns("c")];
+        let scope = only(&["src", "a", "c", "gone"]);
+        let all: Vec<_> = targets(&rule(&[]), &spaces, &scope)
+            .into_iter()
+            .map(|t| t.name)
+            .collect();
+        assert_eq!(all, ["a", "c"]);
+        let listed = targets(&rule(&["a", "b", "later"]), &spaces, &scope);
+        let states: Vec<_> = listed.iter().map(|t| (t.name.as_str(), &t.state)).collect();
+        let outside = TargetState::Excluded("not among the operator's --copyrator-namespaces");
+        assert_eq!(
+            states,
+            [
+                ("a", &TargetState::Target),
+                ("b", &outside),
+                ("later", &outside),
+            ]
+        );
+    }
+
+    #[test]
+    fn with_copyrator_namespaces_stale_copies_are_deleted_per_namespace() {
+        let r = rule(&["t1"]);
+        let gone = source(RuleType::Configmap, "old", "1");
+        let mut obs = observed(vec![], &["t1", "t2"]);
+        obs.copies = vec![desired_copy(&r, &gone, "t1"), desired_copy(&r, &gone, "t2")];
+        let p = plan(&r, &obs, None, &only(&["src", "t1", "t2"]));
+        let namespaces: Vec<&str> = p
+            .steps
+            .iter()
+            .map(|step| match step {
+                Step::Run { args } => {
+                    let id = marker::copy_id(RuleType::Configmap, "t1", "old");
+                    let ns = args[2].as_str();
+                    assert_eq!(args.last().unwrap().contains(&id), ns == "--namespace=t1");
+                    ns
+                }
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(namespaces, ["--namespace=t1", "--namespace=t2"]);
+    }
+
+    #[test]
+    fn with_copyrator_namespaces_cleanup_deletes_in_each() {
+        let mut r = CopyratorRule::new("r", Default::default());
+        r.metadata.namespace = Some("src".into());
+        let p = cleanup(&r, &only(&["src", "t1"]));
+        let wheres: Vec<&str> = p
+            .steps
+            .iter()
+            .map(|step| match step {
+                Step::Run { args } => {
+                    assert_eq!(
+                        args.last().unwrap(),
+                        "--selector=copyrator.flant.com/rule=src.r"
+                    );
+                    args[2].as_str()
+                }
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(wheres, ["--namespace=src", "--namespace=t1"]);
     }
 }

@@ -12,6 +12,10 @@
 //! - Namespaces (those matching `--copyrator-namespace-selector`): created,
 //!   relabelled or terminating; every rule that targets all namespaces or
 //!   lists that one.
+//!
+//! With `--copyrator-namespaces`, ConfigMaps and Secrets are watched in each
+//! of those namespaces instead (all of them there: sources, copies and
+//! foreign objects alike), and nowhere else.
 
 use std::sync::Arc;
 
@@ -24,6 +28,7 @@ use kube::{Api, Client, ResourceExt};
 
 use super::marker;
 use super::resource::{CopyratorRule, RuleType};
+use super::scope::Scope;
 use crate::handler::namespaced_api;
 
 /// Adds the rule's triggers to its controller.
@@ -32,20 +37,28 @@ pub fn configure(
     client: &Client,
     namespace: Option<&str>,
     namespace_selector: Option<&str>,
+    scope: &Scope,
 ) -> Controller<CopyratorRule> {
     let store = controller.store();
-    let mut controller = controller
-        .watches(
-            namespaced_api::<PartialObjectMeta<ConfigMap>>(client.clone(), namespace),
-            watcher::Config::default(),
-            object_mapper(store.clone(), RuleType::Configmap),
-        )
-        .watches(
-            namespaced_api::<PartialObjectMeta<Secret>>(client.clone(), namespace),
-            watcher::Config::default(),
-            object_mapper(store.clone(), RuleType::Secret),
-        );
-    if namespace.is_some() {
+    let watched: Vec<Option<&str>> = match scope.namespaces() {
+        Some(namespaces) => namespaces.iter().map(|ns| Some(ns.as_str())).collect(),
+        None => vec![namespace],
+    };
+    let mut controller = controller;
+    for ns in watched {
+        controller = controller
+            .watches(
+                namespaced_api::<PartialObjectMeta<ConfigMap>>(client.clone(), ns),
+                watcher::Config::default(),
+                object_mapper(store.clone(), RuleType::Configmap),
+            )
+            .watches(
+                namespaced_api::<PartialObjectMeta<Secret>>(client.clone(), ns),
+                watcher::Config::default(),
+                object_mapper(store.clone(), RuleType::Secret),
+            );
+    }
+    if namespace.is_some() && *scope == Scope::All {
         // Copies live outside the watched namespace.
         let copies = watcher::Config::default().labels(marker::RULE);
         controller = controller
