@@ -219,13 +219,21 @@ fn dockerfile_has_the_essentials() {
     }
 }
 
-/// The documents `kubectl kustomize deploy` builds.
-fn deploy_documents() -> Vec<Value> {
-    let dir = common::repo().join("deploy").display().to_string();
-    let (ok, out, err) = common::kubectl(&["kustomize", &dir]);
-    assert!(ok, "kubectl kustomize deploy: {err}");
+/// The documents `kubectl kustomize <dir>` builds (`dir` in the repo).
+fn documents(dir: &str) -> Vec<Value> {
+    let path = common::repo().join(dir).display().to_string();
+    let (ok, out, err) = common::kubectl(&["kustomize", &path]);
+    assert!(ok, "kubectl kustomize {dir}: {err}");
     serde_saphyr::from_multiple(&out).expect("YAML")
 }
+
+/// The documents `kubectl kustomize deploy` builds.
+fn deploy_documents() -> Vec<Value> {
+    documents("deploy")
+}
+
+/// The install with CopyratorRule confined to a list of namespaces.
+const SCOPED_OVERLAY: &str = "overlays/copyrator-namespaces";
 
 fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
     docs.iter()
@@ -274,7 +282,10 @@ fn every_kind_has_its_rbac_file_listed_and_bound() {
 
 #[test]
 fn rbac_grants_no_wildcards_and_no_privilege_verbs() {
-    for doc in deploy_documents() {
+    for doc in deploy_documents()
+        .into_iter()
+        .chain(documents(SCOPED_OVERLAY))
+    {
         if doc["kind"] != "ClusterRole" && doc["kind"] != "Role" {
             continue;
         }
@@ -393,4 +404,80 @@ fn the_deployment_is_hardened_and_wired() {
         );
     }
     assert_eq!(service["spec"]["ports"][0]["targetPort"], "metrics");
+}
+
+/// The names of the roles (Role or ClusterRole) granting anything on Secrets.
+fn roles_granting_secrets(docs: &[Value]) -> BTreeSet<String> {
+    docs.iter()
+        .filter(|d| d["kind"] == "ClusterRole" || d["kind"] == "Role")
+        .filter(|d| {
+            d["rules"].as_array().into_iter().flatten().any(|rule| {
+                rule["resources"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|r| r == "secrets")
+            })
+        })
+        .filter_map(|d| d["metadata"]["name"].as_str().map(str::to_string))
+        .collect()
+}
+
+#[test]
+fn the_copyrator_namespaces_overlay_grants_secrets_only_in_its_list() {
+    let docs = documents(SCOPED_OVERLAY);
+    assert!(
+        !docs
+            .iter()
+            .any(|d| d["metadata"]["name"] == "kustomize-operator-copyrator"),
+        "the cluster-wide copyrator role and binding are removed"
+    );
+    let secret_roles = roles_granting_secrets(&docs);
+    assert!(!secret_roles.is_empty());
+    let mut granted = BTreeSet::new();
+    for binding in docs.iter().filter(|d| binds_operator(d)) {
+        let role = binding["roleRef"]["name"].as_str().unwrap_or_default();
+        if !secret_roles.contains(role) {
+            continue;
+        }
+        assert_eq!(
+            binding["kind"], "RoleBinding",
+            "{role} (Secrets) must be bound per namespace, not cluster-wide"
+        );
+        granted.insert(
+            binding["metadata"]["namespace"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        );
+    }
+    let deployment = find(&docs, "Deployment", "kustomize-operator");
+    let env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()
+        .unwrap();
+    let listed: BTreeSet<String> = env
+        .iter()
+        .find(|e| e["name"] == "COPYRATOR_NAMESPACES")
+        .and_then(|e| e["value"].as_str())
+        .expect("COPYRATOR_NAMESPACES")
+        .split(',')
+        .map(str::to_string)
+        .collect();
+    assert_eq!(
+        granted, listed,
+        "RoleBindings (rolebindings.yaml) and COPYRATOR_NAMESPACES (namespaces.yaml) list the same namespaces"
+    );
+    // Every kind is still bound: Copyrator through its rules role.
+    for role in [
+        "kustomize-operator-sample",
+        "kustomize-operator-exchangerate",
+        "kustomize-operator-chaosagent",
+        "kustomize-operator-copyrator-rules",
+        "kustomize-operator-events",
+    ] {
+        assert!(
+            binds_operator(find(&docs, "ClusterRoleBinding", role)),
+            "{role}"
+        );
+    }
 }
