@@ -9,6 +9,8 @@
 
 mod common;
 
+use std::collections::BTreeMap;
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -98,8 +100,8 @@ async fn apply_k_deploy_installs_a_hardened_operator_whose_pods_stay_pending() {
     .await;
 }
 
-/// A token minted (TokenRequest) for the operator's ServiceAccount.
-async fn mint_token(client: &Client) -> String {
+/// A token minted (TokenRequest) for `account` in the operator's namespace.
+async fn mint_token(client: &Client, account: &str) -> String {
     let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), NAMESPACE);
     let request = TokenRequest {
         spec: TokenRequestSpec {
@@ -110,9 +112,9 @@ async fn mint_token(client: &Client) -> String {
         ..Default::default()
     };
     let minted: TokenRequest = accounts
-        .create_subresource("token", SERVICE_ACCOUNT, &PostParams::default(), &request)
+        .create_subresource("token", account, &PostParams::default(), &request)
         .await
-        .expect("TokenRequest for the operator's ServiceAccount");
+        .expect("TokenRequest for the ServiceAccount");
     minted.status.expect("a token").token
 }
 
@@ -162,15 +164,15 @@ fn base64_decode(text: &str) -> Vec<u8> {
 }
 
 /// A kubeconfig holding only the API server's address, its CA and a token
-/// minted for the operator's ServiceAccount.
+/// minted for a ServiceAccount (the operator's, unless a test makes another).
 struct TokenKubeconfig {
     _dir: tempfile::TempDir,
     path: PathBuf,
 }
 
 impl TokenKubeconfig {
-    async fn mint(client: &Client) -> Self {
-        let token = mint_token(client).await;
+    async fn mint(client: &Client, account: &str) -> Self {
+        let token = mint_token(client, account).await;
         let (server, ca) = admin_cluster();
         let dir = tempfile::tempdir().unwrap();
         let ca_file = dir.path().join("ca.crt");
@@ -182,8 +184,8 @@ impl TokenKubeconfig {
                 "server": server,
                 "certificate-authority": ca_file.display().to_string(),
             }}],
-            "users": [{ "name": SERVICE_ACCOUNT, "user": { "token": token } }],
-            "contexts": [{ "name": "operator", "context": { "cluster": "cluster", "user": SERVICE_ACCOUNT } }],
+            "users": [{ "name": account, "user": { "token": token } }],
+            "contexts": [{ "name": "operator", "context": { "cluster": "cluster", "user": account } }],
             "current-context": "operator",
         });
         let path = dir.path().join("kubeconfig");
@@ -225,7 +227,11 @@ impl ServiceAccountMount {
         let files = dir.path().join("run/secrets/kubernetes.io/serviceaccount");
         std::fs::create_dir_all(&files).unwrap();
         let (server, ca) = admin_cluster();
-        std::fs::write(files.join("token"), mint_token(client).await).unwrap();
+        std::fs::write(
+            files.join("token"),
+            mint_token(client, SERVICE_ACCOUNT).await,
+        )
+        .unwrap();
         std::fs::write(files.join("ca.crt"), ca).unwrap();
         std::fs::write(files.join("namespace"), NAMESPACE).unwrap();
         std::fs::create_dir_all(dir.path().join("home")).unwrap();
@@ -269,7 +275,7 @@ enum Auth {
 async fn run_with_service_account<F, Fut>(prefix: &str, kinds: &str, auth: Auth, scenario: F)
 where
     F: FnOnce(Client, String) -> Fut,
-    Fut: std::future::Future<Output = ()>,
+    Fut: Future<Output = ()>,
 {
     let client = match common::cluster().await {
         Some(c) => c,
@@ -286,9 +292,9 @@ where
     // The credentials live as long as the operator: kubectl reads them at every run.
     let mut token_kubeconfig = None;
     let mut service_account_mount = None;
-    let mut operator = match auth {
+    let operator = match auth {
         Auth::TokenKubeconfig => {
-            let token = TokenKubeconfig::mint(&client).await;
+            let token = TokenKubeconfig::mint(&client, SERVICE_ACCOUNT).await;
             let kubeconfig = token.path().display().to_string();
             token_kubeconfig = Some(token);
             common::OperatorProcess::spawn(&ns.name, &[("KUBECONFIG", kubeconfig.as_str())], &extra)
@@ -323,7 +329,14 @@ where
             process
         }
     };
-    let run = std::panic::AssertUnwindSafe(scenario(client, ns.name.clone())).catch_unwind();
+    supervise(operator, scenario(client, ns.name.clone())).await;
+    drop((token_kubeconfig, service_account_mount));
+}
+
+/// Runs `scenario` while `operator` runs: on failure prints the operator's
+/// log; the operator must still be running at the end. Stops it.
+async fn supervise(mut operator: common::OperatorProcess, scenario: impl Future<Output = ()>) {
+    let run = std::panic::AssertUnwindSafe(scenario).catch_unwind();
     if let Err(panic) = run.await {
         eprintln!("the operator's log (tail):\n{}", operator.log_tail());
         std::panic::resume_unwind(panic);
@@ -333,8 +346,6 @@ where
         "the operator exited; its log:\n{}",
         operator.log_tail()
     );
-    drop(operator);
-    drop((token_kubeconfig, service_account_mount));
 }
 
 async fn replicas(deployments: &Api<Deployment>, name: &str) -> Option<i32> {
@@ -423,6 +434,12 @@ async fn sample_scenario_passes_with_only_the_service_account_token() {
 /// (the finalizer is removed: the token may patch rules).
 async fn copyrator_scenario(client: Client, ns: String) {
     let target = common::TestNamespace::new(&client, "rbac-copy-target").await;
+    copy_follow_and_delete(&client, &ns, &target.name).await;
+}
+
+/// Two rules (Secret, ConfigMap) in `ns` copy into `target`; a changed
+/// source reaches its copy; deleting the rules deletes the copies.
+async fn copy_follow_and_delete(client: &Client, ns: &str, target: &str) {
     let secret: Secret = serde_json::from_value(json!({
         "metadata": {"name": "pull", "labels": {"copy": "yes"}},
         "type": "kubernetes.io/dockerconfigjson",
@@ -434,8 +451,8 @@ async fn copyrator_scenario(client: Client, ns: String) {
         "data": {"color": "blue"},
     }))
     .unwrap();
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
-    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
     secrets
         .create(&PostParams::default(), &secret)
         .await
@@ -444,7 +461,7 @@ async fn copyrator_scenario(client: Client, ns: String) {
         .create(&PostParams::default(), &config_map)
         .await
         .unwrap();
-    let rules: Api<CopyratorRule> = Api::namespaced(client.clone(), &ns);
+    let rules: Api<CopyratorRule> = Api::namespaced(client.clone(), ns);
     for (name, rule_type) in [
         ("secrets", RuleType::Secret),
         ("configmaps", RuleType::Configmap),
@@ -454,14 +471,14 @@ async fn copyrator_scenario(client: Client, ns: String) {
             CopyratorRuleSpec {
                 rule_type: Some(rule_type),
                 selector: Some([("copy".to_string(), "yes".to_string())].into()),
-                namespaces: Some(vec![target.name.clone()]),
+                namespaces: Some(vec![target.to_string()]),
                 deletion_policy: None,
             },
         );
         rules.create(&PostParams::default(), &rule).await.unwrap();
     }
-    let target_secrets: Api<Secret> = Api::namespaced(client.clone(), &target.name);
-    let target_config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &target.name);
+    let target_secrets: Api<Secret> = Api::namespaced(client.clone(), target);
+    let target_config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), target);
     common::wait_until(TIMEOUT, || async {
         target_secrets.get_opt("pull").await.unwrap().is_some()
             && target_config_maps
@@ -551,7 +568,7 @@ async fn in_cluster_the_operator_and_its_kubectl_use_the_pods_service_account() 
 async fn the_service_account_token_is_denied_outside_its_grants() {
     let client = cluster_or_skip!();
     install().await;
-    let token = TokenKubeconfig::mint(&client).await;
+    let token = TokenKubeconfig::mint(&client, SERVICE_ACCOUNT).await;
     // What the grants allow (the token works, so a "no" below means RBAC said no).
     for allowed in [
         &["watch", "samples.nuvolaris.org", "--all-namespaces"][..],
@@ -575,8 +592,9 @@ async fn the_service_account_token_is_denied_outside_its_grants() {
     }
     for denied in [
         &["delete", "namespaces"][..],
-        // (Secrets are granted cluster-wide for CopyratorRule, whose rules
-        // may target any namespace; narrowing that is an open point.)
+        // (deploy/ grants Secrets cluster-wide for CopyratorRule, whose rules
+        // may target any namespace; overlays/copyrator-namespaces narrows
+        // that: copyrator_namespaces_overlay_confines_secrets_to_its_namespaces.)
         // (ConfigMaps and Deployments are granted cluster-wide: ExchangeRate
         // and ChaosAgent act in any namespace.)
         &["patch", "nodes"],
@@ -598,5 +616,300 @@ async fn the_service_account_token_is_denied_outside_its_grants() {
         &["delete", "customresourcedefinitions.apiextensions.k8s.io"],
     ] {
         assert!(!token.can_i(denied), "should be denied: {denied:?}");
+    }
+}
+
+/// The ServiceAccount the `overlays/copyrator-namespaces` test gives the
+/// overlay's grants (the install's own account keeps the default ones).
+const SCOPED_ACCOUNT: &str = "kustomize-operator-scoped";
+
+/// The documents `kubectl kustomize overlays/copyrator-namespaces` builds.
+fn scoped_overlay_documents() -> Vec<serde_json::Value> {
+    let dir = common::repo().join("overlays/copyrator-namespaces");
+    let (ok, out, err) = common::kubectl(&["kustomize", &dir.display().to_string()]);
+    assert!(ok, "kubectl kustomize overlays/copyrator-namespaces: {err}");
+    serde_saphyr::from_multiple(&out).expect("YAML")
+}
+
+/// The overlay's `COPYRATOR_NAMESPACES`.
+fn scoped_overlay_namespaces(docs: &[serde_json::Value]) -> Vec<String> {
+    let deployment = docs
+        .iter()
+        .find(|d| d["kind"] == "Deployment")
+        .expect("the Deployment");
+    let env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()
+        .expect("env");
+    let list = env
+        .iter()
+        .find(|e| e["name"] == "COPYRATOR_NAMESPACES")
+        .and_then(|e| e["value"].as_str())
+        .expect("COPYRATOR_NAMESPACES");
+    list.split(',').map(str::to_string).collect()
+}
+
+/// The overlay's roles and bindings, moved onto [`SCOPED_ACCOUNT`] (bindings
+/// renamed so the install's stay as they are) and from the overlay's example
+/// namespaces to the test's (`rename`), plus the ServiceAccount. Roles are
+/// kept as they are: shared with the install, or the overlay's own.
+fn scoped_rbac(
+    docs: &[serde_json::Value],
+    rename: &BTreeMap<String, String>,
+) -> Vec<serde_json::Value> {
+    let mut manifest = vec![json!({
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": SCOPED_ACCOUNT, "namespace": NAMESPACE},
+    })];
+    for doc in docs {
+        let kind = doc["kind"].as_str().unwrap_or_default();
+        match kind {
+            "ClusterRole" | "Role" => manifest.push(doc.clone()),
+            "ClusterRoleBinding" | "RoleBinding" => {
+                let mut binding = doc.clone();
+                let name = binding["metadata"]["name"].as_str().unwrap().to_string();
+                binding["metadata"]["name"] =
+                    json!(name.replacen(SERVICE_ACCOUNT, SCOPED_ACCOUNT, 1));
+                if let Some(ns) = binding["metadata"]["namespace"].as_str() {
+                    let ns = rename.get(ns).cloned().unwrap_or_else(|| ns.to_string());
+                    binding["metadata"]["namespace"] = json!(ns);
+                }
+                for subject in binding["subjects"].as_array_mut().expect("subjects") {
+                    assert_eq!(subject["name"], SERVICE_ACCOUNT, "{kind}/{name}");
+                    subject["name"] = json!(SCOPED_ACCOUNT);
+                }
+                manifest.push(binding);
+            }
+            _ => {}
+        }
+    }
+    manifest
+}
+
+/// Deletes the objects a test created from a manifest when dropped.
+struct DeleteOnDrop(tempfile::NamedTempFile);
+
+impl Drop for DeleteOnDrop {
+    fn drop(&mut self) {
+        let file = self.0.path().display().to_string();
+        let _ = common::kubectl(&["delete", "-f", &file, "--ignore-not-found", "--wait=false"]);
+    }
+}
+
+fn write_manifest(objects: &[serde_json::Value]) -> tempfile::NamedTempFile {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": objects});
+    std::fs::write(file.path(), serde_json::to_vec(&list).unwrap()).unwrap();
+    file
+}
+
+/// `overlays/copyrator-namespaces` for real: its grants, given to a
+/// ServiceAccount of the test's own in the test's namespaces, let an operator
+/// run with `--copyrator-namespaces` pass the CopyratorRule scenario and copy
+/// into exactly those namespaces, while the token is denied Secrets
+/// everywhere else.
+#[tokio::test]
+async fn copyrator_namespaces_overlay_confines_secrets_to_its_namespaces() {
+    let client = cluster_or_skip!();
+    install().await;
+    let docs = scoped_overlay_documents();
+    let example = scoped_overlay_namespaces(&docs);
+    assert_eq!(
+        example.len(),
+        3,
+        "the overlay's example lists three namespaces"
+    );
+    let src = common::TestNamespace::new(&client, "scoped-src").await;
+    let team_a = common::TestNamespace::new(&client, "scoped-a").await;
+    let team_b = common::TestNamespace::new(&client, "scoped-b").await;
+    let outside = common::TestNamespace::new(&client, "scoped-out").await;
+    let _cleanup = common::StripFinalizersOnDrop(src.name.clone());
+    let ours = [&src.name, &team_a.name, &team_b.name];
+    let rename: BTreeMap<String, String> = example
+        .iter()
+        .cloned()
+        .zip(ours.iter().map(|n| n.to_string()))
+        .collect();
+
+    let manifest = scoped_rbac(&docs, &rename);
+    let shared_roles: Vec<serde_json::Value> = manifest
+        .iter()
+        .filter(|d| d["kind"] == "ClusterRole" || d["kind"] == "Role")
+        .cloned()
+        .collect();
+    let owned: Vec<serde_json::Value> = manifest
+        .iter()
+        .filter(|d| d["kind"] != "ClusterRole" && d["kind"] != "Role")
+        .cloned()
+        .collect();
+    for objects in [&shared_roles, &owned] {
+        let file = write_manifest(objects);
+        let (ok, _, err) = common::kubectl(&["apply", "-f", &file.path().display().to_string()]);
+        assert!(ok, "applying the overlay's RBAC: {err}");
+    }
+    let _owned = DeleteOnDrop(write_manifest(&owned));
+
+    let token = TokenKubeconfig::mint(&client, SCOPED_ACCOUNT).await;
+    for ns in ours {
+        assert!(
+            token.can_i(&["get", "secrets", "-n", ns]),
+            "secrets in {ns}"
+        );
+        assert!(
+            token.can_i(&["delete", "secrets", "-n", ns]),
+            "secrets in {ns}"
+        );
+    }
+    assert!(token.can_i(&["watch", "copyrators.flant.com", "--all-namespaces"]));
+    for denied in [
+        &["get", "secrets", "-n", &outside.name][..],
+        &["list", "secrets", "-n", "kube-system"],
+        &["list", "secrets", "--all-namespaces"],
+        &["watch", "secrets", "--all-namespaces"],
+        &["create", "secrets", "-n", "default"],
+    ] {
+        assert!(!token.can_i(denied), "should be denied: {denied:?}");
+    }
+
+    let scope = ours.map(String::as_str).join(",");
+    let kubeconfig = token.path().display().to_string();
+    let operator = common::OperatorProcess::spawn(
+        &src.name,
+        &[("KUBECONFIG", kubeconfig.as_str())],
+        &[
+            "--kinds",
+            "copyrator",
+            "--copyrator-namespaces",
+            &scope,
+            "--metrics-addr",
+            "",
+        ],
+    );
+    supervise(operator, async {
+        copy_follow_and_delete(&client, &src.name, &team_a.name).await;
+        every_namespace_means_every_listed_one(
+            &client,
+            &src.name,
+            &[&team_a.name, &team_b.name],
+            &outside.name,
+        )
+        .await;
+    })
+    .await;
+}
+
+/// With `--copyrator-namespaces`, a rule without `namespaces` copies into
+/// each listed namespace but its own (`targets`) and nowhere else; a rule
+/// naming a namespace outside the list reports it Excluded; deleting the
+/// rules deletes the copies in each.
+async fn every_namespace_means_every_listed_one(
+    client: &Client,
+    ns: &str,
+    targets: &[&str],
+    outside: &str,
+) {
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let source: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "shared", "labels": {"share": "all"}},
+        "data": {"greeting": "hello"},
+    }))
+    .unwrap();
+    config_maps
+        .create(&PostParams::default(), &source)
+        .await
+        .unwrap();
+    let rules: Api<CopyratorRule> = Api::namespaced(client.clone(), ns);
+    for (name, namespaces) in [
+        ("everywhere", None),
+        ("outside", Some(vec![outside.to_string()])),
+    ] {
+        let rule = CopyratorRule::new(
+            name,
+            CopyratorRuleSpec {
+                rule_type: Some(RuleType::Configmap),
+                selector: Some([("share".to_string(), "all".to_string())].into()),
+                namespaces,
+                deletion_policy: None,
+            },
+        );
+        rules.create(&PostParams::default(), &rule).await.unwrap();
+    }
+    let target_status = |rule: CopyratorRule| -> Vec<(String, String)> {
+        rule.status
+            .map(|s| {
+                s.copies
+                    .targets
+                    .into_iter()
+                    .map(|t| (t.namespace, t.result))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    common::wait_until(TIMEOUT, || async {
+        let rule = rules.get("everywhere").await.unwrap();
+        rule.status.as_ref().is_some_and(|s| s.common.is_ready())
+            && target_status(rule).len() == targets.len()
+    })
+    .await;
+    let mut expected: Vec<(String, String)> = targets
+        .iter()
+        .map(|t| (t.to_string(), "Copied".to_string()))
+        .collect();
+    expected.sort();
+    assert_eq!(
+        target_status(rules.get("everywhere").await.unwrap()),
+        expected
+    );
+    for target in targets {
+        let copies: Api<ConfigMap> = Api::namespaced(client.clone(), target);
+        let copy = copies.get("shared").await.unwrap();
+        assert_eq!(copy.data, source.data, "the copy in {target}");
+    }
+    let outside_config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), outside);
+    assert!(
+        outside_config_maps
+            .get_opt("shared")
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    common::wait_until(TIMEOUT, || async {
+        rules.get("outside").await.unwrap().status.is_some_and(|s| {
+            s.copies.targets.iter().any(|t| {
+                t.namespace == outside
+                    && t.result == "Excluded"
+                    && t.message.as_deref()
+                        == Some("not among the operator's --copyrator-namespaces")
+            })
+        })
+    })
+    .await;
+    assert!(
+        outside_config_maps
+            .get_opt("shared")
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    for name in ["everywhere", "outside"] {
+        rules.delete(name, &DeleteParams::default()).await.unwrap();
+    }
+    common::wait_until(TIMEOUT, || async {
+        rules
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    })
+    .await;
+    for target in targets {
+        let copies: Api<ConfigMap> = Api::namespaced(client.clone(), target);
+        assert!(
+            copies.get_opt("shared").await.unwrap().is_none(),
+            "{target}"
+        );
     }
 }
