@@ -59,6 +59,8 @@ const OPERATOR_ENV: &[&str] = &[
     "METRICS_ADDR",
     "KUSTOMIZE_DIR",
     "LOG_FORMAT",
+    "COPYRATOR_NAMESPACES",
+    "COPYRATOR_NAMESPACE_SELECTOR",
 ];
 
 /// Variables cargo sets for a test process (not a user's terminal). A

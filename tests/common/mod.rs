@@ -302,6 +302,8 @@ impl OperatorProcess {
             "METRICS_ADDR",
             "LEADER_ELECT",
             "LEADER_ELECT_NAMESPACE",
+            "COPYRATOR_NAMESPACES",
+            "COPYRATOR_NAMESPACE_SELECTOR",
         ]
         .iter()
         .chain(launch.unset)
