@@ -125,6 +125,12 @@ impl Handler for CopyratorHandler {
         client: &kube::Client,
         namespace: Option<&str>,
     ) -> Controller<CopyratorRule> {
+        if let Some(ns) = namespace.filter(|ns| !self.scope.contains(ns)) {
+            tracing::warn!(
+                namespace = ns,
+                "the watched namespace is not among --copyrator-namespaces: its rules will report NamespaceNotServed"
+            );
+        }
         watch::configure(
             controller,
             client,
