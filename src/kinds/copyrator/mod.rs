@@ -23,12 +23,11 @@ pub mod resource;
 pub mod scope;
 mod watch;
 
-pub use scope::Scope;
-
 pub use resource::{
     CopiesStatus, CopyratorRule, CopyratorRuleSpec, CopyratorRuleStatus, DeletionPolicy, RuleType,
     TargetStatus,
 };
+pub use scope::Scope;
 
 use kube::runtime::Controller;
 
@@ -65,7 +64,7 @@ impl FromOptions for CopyratorHandler {
     fn from_options(options: &KindOptions) -> Self {
         Self {
             namespace_selector: options.copyrator_namespace_selector.clone(),
-            scope: Scope::new(Some(&options.copyrator_namespaces)),
+            scope: Scope::new(&options.copyrator_namespaces),
         }
     }
 }

@@ -27,12 +27,12 @@ pub enum Scope {
 }
 
 impl Scope {
-    /// The scope for the flag's value: `None` or an empty list is every
-    /// namespace.
-    pub fn new(namespaces: Option<&[String]>) -> Self {
-        match namespaces {
-            Some(list) if !list.is_empty() => Self::Only(list.iter().cloned().collect()),
-            _ => Self::All,
+    /// The scope for the flag's value: an empty list is every namespace.
+    pub fn new(namespaces: &[String]) -> Self {
+        if namespaces.is_empty() {
+            Self::All
+        } else {
+            Self::Only(namespaces.iter().cloned().collect())
         }
     }
 
@@ -97,8 +97,7 @@ mod tests {
 
     #[test]
     fn no_list_means_every_namespace() {
-        assert_eq!(Scope::new(None), Scope::All);
-        assert_eq!(Scope::new(Some(&[])), Scope::All);
+        assert_eq!(Scope::new(&[]), Scope::All);
         assert!(Scope::All.contains("anything"));
         assert!(Scope::All.namespaces().is_none());
         assert!(Scope::All.check_rule_namespace("x").is_ok());
@@ -106,7 +105,7 @@ mod tests {
 
     #[test]
     fn a_list_limits_namespaces_and_rules() {
-        let scope = Scope::new(Some(&["b".into(), "a".into(), "b".into()]));
+        let scope = Scope::new(&["b".into(), "a".into(), "b".into()]);
         let listed: Vec<&String> = scope.namespaces().unwrap().iter().collect();
         assert_eq!(listed, ["a", "b"]);
         assert!(scope.contains("a") && !scope.contains("c"));
