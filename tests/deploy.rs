@@ -523,7 +523,21 @@ async fn copy_follow_and_delete(client: &Client, ns: &str, target: &str) {
     })
     .await;
 
-    for name in ["secrets", "configmaps"] {
+    delete_rules(&rules, &["secrets", "configmaps"]).await;
+    assert!(target_secrets.get_opt("pull").await.unwrap().is_none());
+    assert!(
+        target_config_maps
+            .get_opt("settings")
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+/// Deletes these rules and waits until their finalizer (the cleanup) is done
+/// and no rule is left in their namespace.
+async fn delete_rules(rules: &Api<CopyratorRule>, names: &[&str]) {
+    for name in names {
         rules.delete(name, &DeleteParams::default()).await.unwrap();
     }
     common::wait_until(TIMEOUT, || async {
@@ -535,14 +549,6 @@ async fn copy_follow_and_delete(client: &Client, ns: &str, target: &str) {
             .is_empty()
     })
     .await;
-    assert!(target_secrets.get_opt("pull").await.unwrap().is_none());
-    assert!(
-        target_config_maps
-            .get_opt("settings")
-            .await
-            .unwrap()
-            .is_none()
-    );
 }
 
 #[tokio::test]
@@ -893,18 +899,7 @@ async fn every_namespace_means_every_listed_one(
             .is_none()
     );
 
-    for name in ["everywhere", "outside"] {
-        rules.delete(name, &DeleteParams::default()).await.unwrap();
-    }
-    common::wait_until(TIMEOUT, || async {
-        rules
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .is_empty()
-    })
-    .await;
+    delete_rules(&rules, &["everywhere", "outside"]).await;
     for target in targets {
         let copies: Api<ConfigMap> = Api::namespaced(client.clone(), target);
         assert!(
