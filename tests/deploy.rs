@@ -779,19 +779,22 @@ async fn copyrator_namespaces_overlay_confines_secrets_to_its_namespaces() {
 
     let scope = ours.map(String::as_str).join(",");
     let kubeconfig = token.path().display().to_string();
-    let operator = common::OperatorProcess::spawn(
-        &src.name,
-        &[("KUBECONFIG", kubeconfig.as_str())],
-        &[
-            "--kinds",
-            "copyrator",
-            "--copyrator-namespaces",
-            &scope,
-            "--metrics-addr",
-            "",
-        ],
-    );
-    supervise(operator, async {
+    // One operator watching a listed namespace, one watching another.
+    let spawn = |watched: &str| {
+        common::OperatorProcess::spawn(
+            watched,
+            &[("KUBECONFIG", kubeconfig.as_str())],
+            &[
+                "--kinds",
+                "copyrator",
+                "--copyrator-namespaces",
+                &scope,
+                "--metrics-addr",
+                "",
+            ],
+        )
+    };
+    supervise(spawn(&src.name), async {
         copy_follow_and_delete(&client, &src.name, &team_a.name).await;
         every_namespace_means_every_listed_one(
             &client,
@@ -802,6 +805,56 @@ async fn copyrator_namespaces_overlay_confines_secrets_to_its_namespaces() {
         .await;
     })
     .await;
+    supervise(
+        spawn(&outside.name),
+        a_rule_outside_the_list_is_not_served(&client, &outside.name, &team_a.name),
+    )
+    .await;
+}
+
+/// A rule in a namespace outside `--copyrator-namespaces` reports
+/// `NamespaceNotServed` and copies nothing (its sources are never read); it
+/// can still be deleted.
+async fn a_rule_outside_the_list_is_not_served(client: &Client, ns: &str, listed: &str) {
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let source: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "unserved", "labels": {"copy": "yes"}},
+        "data": {"a": "b"},
+    }))
+    .unwrap();
+    config_maps
+        .create(&PostParams::default(), &source)
+        .await
+        .unwrap();
+    let rules: Api<CopyratorRule> = Api::namespaced(client.clone(), ns);
+    let rule = CopyratorRule::new(
+        "unserved",
+        CopyratorRuleSpec {
+            rule_type: Some(RuleType::Configmap),
+            selector: Some([("copy".to_string(), "yes".to_string())].into()),
+            namespaces: Some(vec![listed.to_string()]),
+            deletion_policy: None,
+        },
+    );
+    rules.create(&PostParams::default(), &rule).await.unwrap();
+    common::wait_until(TIMEOUT, || async {
+        rules
+            .get("unserved")
+            .await
+            .unwrap()
+            .status
+            .is_some_and(|s| {
+                s.common.condition("Ready").is_some_and(|c| {
+                    c.status == "False"
+                        && c.reason == "NamespaceNotServed"
+                        && c.message.contains("--copyrator-namespaces")
+                })
+            })
+    })
+    .await;
+    let copies: Api<ConfigMap> = Api::namespaced(client.clone(), listed);
+    assert!(copies.get_opt("unserved").await.unwrap().is_none());
+    delete_rules(&rules, &["unserved"]).await;
 }
 
 /// With `--copyrator-namespaces`, a rule without `namespaces` copies into
