@@ -200,17 +200,17 @@ where
     F: Fn(Option<String>) -> Fut,
     Fut: std::future::Future<Output = Result<Vec<Object>, HandlerError>>,
 {
-    match scope.namespaces() {
-        None => list(None).await,
-        Some(namespaces) => {
-            let found: Vec<Vec<Object>> = futures::stream::iter(namespaces.iter().cloned())
-                .map(|ns| list(Some(ns)))
-                .buffer_unordered(LIST_CONCURRENCY)
-                .try_collect()
-                .await?;
-            Ok(found.into_iter().flatten().collect())
-        }
-    }
+    let calls: Vec<Option<String>> = scope
+        .call_namespaces(None)
+        .into_iter()
+        .map(|ns| ns.map(str::to_string))
+        .collect();
+    let found: Vec<Vec<Object>> = futures::stream::iter(calls)
+        .map(list)
+        .buffer_unordered(LIST_CONCURRENCY)
+        .try_collect()
+        .await?;
+    Ok(found.into_iter().flatten().collect())
 }
 
 /// Lists objects of `kind` in full (sources, the rule's own copies).

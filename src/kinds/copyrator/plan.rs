@@ -7,8 +7,9 @@
 //! Targets are the listed namespaces, or (none listed) every Active namespace
 //! except `kube-system`, `kube-public`, `kube-node-lease`; never the rule's
 //! own namespace; with `--copyrator-namespace-selector`, only namespaces
-//! matching it; with `--copyrator-namespaces`, only those. A wanted copy whose name is held by an object the rule did
-//! not create (no marker naming the rule) is skipped and reported.
+//! matching it; with `--copyrator-namespaces`, only those. A wanted copy
+//! whose name is held by an object the rule did not create (no marker naming
+//! the rule) is skipped and reported.
 //!
 //! Each copy carries a digest of what it should hold (labels and content), so
 //! a copy is up to date when it carries that digest and everything it names;
@@ -589,15 +590,12 @@ pub fn cleanup(rule: &CopyratorRule, scope: &Scope) -> Plan {
     let namespace = kube::ResourceExt::namespace(rule).unwrap_or_default();
     let name = kube::ResourceExt::name_any(rule);
     let selector = format!("{}={}", marker::RULE, marker::rule_label(&namespace, &name));
-    let steps = match scope.namespaces() {
-        None => vec![delete_copies(None, selector)],
-        Some(namespaces) => namespaces
-            .iter()
-            .map(|ns| delete_copies(Some(ns), selector.clone()))
-            .collect(),
-    };
     Plan {
-        steps,
+        steps: scope
+            .call_namespaces(None)
+            .into_iter()
+            .map(|ns| delete_copies(ns, selector.clone()))
+            .collect(),
         ..Default::default()
     }
 }

@@ -53,6 +53,16 @@ impl Scope {
         }
     }
 
+    /// The namespace each list, watch or delete names, one call per entry:
+    /// each listed namespace, or (every namespace in scope) `unscoped` alone,
+    /// where `None` is one cluster-wide call.
+    pub fn call_namespaces<'a>(&'a self, unscoped: Option<&'a str>) -> Vec<Option<&'a str>> {
+        match self {
+            Self::All => vec![unscoped],
+            Self::Only(set) => set.iter().map(|ns| Some(ns.as_str())).collect(),
+        }
+    }
+
     /// An error for a rule whose namespace is outside the scope: its sources
     /// cannot be read. Retried with backoff (a restart with a wider list
     /// serves it); nothing is read or written meanwhile.
@@ -100,6 +110,8 @@ mod tests {
         assert_eq!(Scope::new(&[]), Scope::All);
         assert!(Scope::All.contains("anything"));
         assert!(Scope::All.namespaces().is_none());
+        assert_eq!(Scope::All.call_namespaces(None), [None]);
+        assert_eq!(Scope::All.call_namespaces(Some("w")), [Some("w")]);
         assert!(Scope::All.check_rule_namespace("x").is_ok());
     }
 
@@ -108,6 +120,7 @@ mod tests {
         let scope = Scope::new(&["b".into(), "a".into(), "b".into()]);
         let listed: Vec<&String> = scope.namespaces().unwrap().iter().collect();
         assert_eq!(listed, ["a", "b"]);
+        assert_eq!(scope.call_namespaces(Some("w")), [Some("a"), Some("b")]);
         assert!(scope.contains("a") && !scope.contains("c"));
         assert!(scope.check_rule_namespace("a").is_ok());
         let err = scope.check_rule_namespace("c").unwrap_err();

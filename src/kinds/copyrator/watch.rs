@@ -33,19 +33,14 @@ use crate::handler::namespaced_api;
 
 /// Adds the rule's triggers to its controller.
 pub fn configure(
-    controller: Controller<CopyratorRule>,
+    mut controller: Controller<CopyratorRule>,
     client: &Client,
     namespace: Option<&str>,
     namespace_selector: Option<&str>,
     scope: &Scope,
 ) -> Controller<CopyratorRule> {
     let store = controller.store();
-    let watched: Vec<Option<&str>> = match scope.namespaces() {
-        Some(namespaces) => namespaces.iter().map(|ns| Some(ns.as_str())).collect(),
-        None => vec![namespace],
-    };
-    let mut controller = controller;
-    for ns in watched {
+    for ns in scope.call_namespaces(namespace) {
         controller = controller
             .watches(
                 namespaced_api::<PartialObjectMeta<ConfigMap>>(client.clone(), ns),
