@@ -446,36 +446,26 @@ async fn copy_follow_and_delete(client: &Client, ns: &str, target: &str) {
         "data": {".dockerconfigjson": "e30="},
     }))
     .unwrap();
-    let config_map: ConfigMap = serde_json::from_value(json!({
-        "metadata": {"name": "settings", "labels": {"copy": "yes"}},
-        "data": {"color": "blue"},
-    }))
-    .unwrap();
     let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
-    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
     secrets
         .create(&PostParams::default(), &secret)
         .await
         .unwrap();
-    config_maps
-        .create(&PostParams::default(), &config_map)
-        .await
-        .unwrap();
+    create_config_map(
+        client,
+        ns,
+        "settings",
+        ("copy", "yes"),
+        json!({"color": "blue"}),
+    )
+    .await;
     let rules: Api<CopyratorRule> = Api::namespaced(client.clone(), ns);
     for (name, rule_type) in [
         ("secrets", RuleType::Secret),
         ("configmaps", RuleType::Configmap),
     ] {
-        let rule = CopyratorRule::new(
-            name,
-            CopyratorRuleSpec {
-                rule_type: Some(rule_type),
-                selector: Some([("copy".to_string(), "yes".to_string())].into()),
-                namespaces: Some(vec![target.to_string()]),
-                deletion_policy: None,
-            },
-        );
-        rules.create(&PostParams::default(), &rule).await.unwrap();
+        let into = Some(vec![target.to_string()]);
+        create_rule(&rules, name, rule_type, ("copy", "yes"), into).await;
     }
     let target_secrets: Api<Secret> = Api::namespaced(client.clone(), target);
     let target_config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), target);
@@ -532,6 +522,46 @@ async fn copy_follow_and_delete(client: &Client, ns: &str, target: &str) {
             .unwrap()
             .is_none()
     );
+}
+
+/// Creates, in `ns`, a ConfigMap labelled `label` holding `data`.
+async fn create_config_map(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    label: (&str, &str),
+    data: serde_json::Value,
+) -> ConfigMap {
+    let config_map: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {(label.0): label.1}},
+        "data": data,
+    }))
+    .unwrap();
+    Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &config_map)
+        .await
+        .unwrap()
+}
+
+/// Creates a rule copying the objects of `rule_type` labelled `label` into
+/// `namespaces` (`None`: every namespace it may).
+async fn create_rule(
+    rules: &Api<CopyratorRule>,
+    name: &str,
+    rule_type: RuleType,
+    label: (&str, &str),
+    namespaces: Option<Vec<String>>,
+) {
+    let rule = CopyratorRule::new(
+        name,
+        CopyratorRuleSpec {
+            rule_type: Some(rule_type),
+            selector: Some([(label.0.to_string(), label.1.to_string())].into()),
+            namespaces,
+            deletion_policy: None,
+        },
+    );
+    rules.create(&PostParams::default(), &rule).await.unwrap();
 }
 
 /// Deletes these rules and waits until their finalizer (the cleanup) is done
@@ -629,31 +659,6 @@ async fn the_service_account_token_is_denied_outside_its_grants() {
 /// overlay's grants (the install's own account keeps the default ones).
 const SCOPED_ACCOUNT: &str = "kustomize-operator-scoped";
 
-/// The documents `kubectl kustomize overlays/copyrator-namespaces` builds.
-fn scoped_overlay_documents() -> Vec<serde_json::Value> {
-    let dir = common::repo().join("overlays/copyrator-namespaces");
-    let (ok, out, err) = common::kubectl(&["kustomize", &dir.display().to_string()]);
-    assert!(ok, "kubectl kustomize overlays/copyrator-namespaces: {err}");
-    serde_saphyr::from_multiple(&out).expect("YAML")
-}
-
-/// The overlay's `COPYRATOR_NAMESPACES`.
-fn scoped_overlay_namespaces(docs: &[serde_json::Value]) -> Vec<String> {
-    let deployment = docs
-        .iter()
-        .find(|d| d["kind"] == "Deployment")
-        .expect("the Deployment");
-    let env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
-        .as_array()
-        .expect("env");
-    let list = env
-        .iter()
-        .find(|e| e["name"] == "COPYRATOR_NAMESPACES")
-        .and_then(|e| e["value"].as_str())
-        .expect("COPYRATOR_NAMESPACES");
-    list.split(',').map(str::to_string).collect()
-}
-
 /// The overlay's roles and bindings, moved onto [`SCOPED_ACCOUNT`] (bindings
 /// renamed so the install's stay as they are) and from the overlay's example
 /// namespaces to the test's (`rename`), plus the ServiceAccount. Roles are
@@ -718,8 +723,8 @@ fn write_manifest(objects: &[serde_json::Value]) -> tempfile::NamedTempFile {
 async fn copyrator_namespaces_overlay_confines_secrets_to_its_namespaces() {
     let client = cluster_or_skip!();
     install().await;
-    let docs = scoped_overlay_documents();
-    let example = scoped_overlay_namespaces(&docs);
+    let docs = common::kustomize_documents("overlays/copyrator-namespaces");
+    let example = common::copyrator_namespaces_env(&docs);
     assert_eq!(
         example.len(),
         3,
@@ -816,27 +821,17 @@ async fn copyrator_namespaces_overlay_confines_secrets_to_its_namespaces() {
 /// `NamespaceNotServed` and copies nothing (its sources are never read); it
 /// can still be deleted.
 async fn a_rule_outside_the_list_is_not_served(client: &Client, ns: &str, listed: &str) {
-    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
-    let source: ConfigMap = serde_json::from_value(json!({
-        "metadata": {"name": "unserved", "labels": {"copy": "yes"}},
-        "data": {"a": "b"},
-    }))
-    .unwrap();
-    config_maps
-        .create(&PostParams::default(), &source)
-        .await
-        .unwrap();
+    create_config_map(client, ns, "unserved", ("copy", "yes"), json!({"a": "b"})).await;
     let rules: Api<CopyratorRule> = Api::namespaced(client.clone(), ns);
-    let rule = CopyratorRule::new(
+    let into = Some(vec![listed.to_string()]);
+    create_rule(
+        &rules,
         "unserved",
-        CopyratorRuleSpec {
-            rule_type: Some(RuleType::Configmap),
-            selector: Some([("copy".to_string(), "yes".to_string())].into()),
-            namespaces: Some(vec![listed.to_string()]),
-            deletion_policy: None,
-        },
-    );
-    rules.create(&PostParams::default(), &rule).await.unwrap();
+        RuleType::Configmap,
+        ("copy", "yes"),
+        into,
+    )
+    .await;
     common::wait_until(TIMEOUT, || async {
         rules
             .get("unserved")
@@ -867,31 +862,14 @@ async fn every_namespace_means_every_listed_one(
     targets: &[&str],
     outside: &str,
 ) {
-    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
-    let source: ConfigMap = serde_json::from_value(json!({
-        "metadata": {"name": "shared", "labels": {"share": "all"}},
-        "data": {"greeting": "hello"},
-    }))
-    .unwrap();
-    config_maps
-        .create(&PostParams::default(), &source)
-        .await
-        .unwrap();
+    let label = ("share", "all");
+    let source = create_config_map(client, ns, "shared", label, json!({"greeting": "hello"})).await;
     let rules: Api<CopyratorRule> = Api::namespaced(client.clone(), ns);
     for (name, namespaces) in [
         ("everywhere", None),
         ("outside", Some(vec![outside.to_string()])),
     ] {
-        let rule = CopyratorRule::new(
-            name,
-            CopyratorRuleSpec {
-                rule_type: Some(RuleType::Configmap),
-                selector: Some([("share".to_string(), "all".to_string())].into()),
-                namespaces,
-                deletion_policy: None,
-            },
-        );
-        rules.create(&PostParams::default(), &rule).await.unwrap();
+        create_rule(&rules, name, RuleType::Configmap, label, namespaces).await;
     }
     let target_status = |rule: CopyratorRule| -> Vec<(String, String)> {
         rule.status

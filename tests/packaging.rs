@@ -219,17 +219,9 @@ fn dockerfile_has_the_essentials() {
     }
 }
 
-/// The documents `kubectl kustomize <dir>` builds (`dir` in the repo).
-fn documents(dir: &str) -> Vec<Value> {
-    let path = common::repo().join(dir).display().to_string();
-    let (ok, out, err) = common::kubectl(&["kustomize", &path]);
-    assert!(ok, "kubectl kustomize {dir}: {err}");
-    serde_saphyr::from_multiple(&out).expect("YAML")
-}
-
 /// The documents `kubectl kustomize deploy` builds.
 fn deploy_documents() -> Vec<Value> {
-    documents("deploy")
+    common::kustomize_documents("deploy")
 }
 
 /// The install with CopyratorRule confined to a list of namespaces.
@@ -284,7 +276,7 @@ fn every_kind_has_its_rbac_file_listed_and_bound() {
 fn rbac_grants_no_wildcards_and_no_privilege_verbs() {
     for doc in deploy_documents()
         .into_iter()
-        .chain(documents(SCOPED_OVERLAY))
+        .chain(common::kustomize_documents(SCOPED_OVERLAY))
     {
         if doc["kind"] != "ClusterRole" && doc["kind"] != "Role" {
             continue;
@@ -425,7 +417,7 @@ fn roles_granting_secrets(docs: &[Value]) -> BTreeSet<String> {
 
 #[test]
 fn the_copyrator_namespaces_overlay_grants_secrets_only_in_its_list() {
-    let docs = documents(SCOPED_OVERLAY);
+    let docs = common::kustomize_documents(SCOPED_OVERLAY);
     assert!(
         !docs
             .iter()
@@ -451,17 +443,8 @@ fn the_copyrator_namespaces_overlay_grants_secrets_only_in_its_list() {
                 .to_string(),
         );
     }
-    let deployment = find(&docs, "Deployment", "kustomize-operator");
-    let env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
-        .as_array()
-        .unwrap();
-    let listed: BTreeSet<String> = env
-        .iter()
-        .find(|e| e["name"] == "COPYRATOR_NAMESPACES")
-        .and_then(|e| e["value"].as_str())
-        .expect("COPYRATOR_NAMESPACES")
-        .split(',')
-        .map(str::to_string)
+    let listed: BTreeSet<String> = common::copyrator_namespaces_env(&docs)
+        .into_iter()
         .collect();
     assert_eq!(
         granted, listed,

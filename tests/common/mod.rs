@@ -39,6 +39,31 @@ pub fn kubectl(args: &[&str]) -> (bool, String, String) {
     )
 }
 
+/// The documents `kubectl kustomize <dir>` builds (`dir` in the repo).
+pub fn kustomize_documents(dir: &str) -> Vec<serde_json::Value> {
+    let path = repo().join(dir).display().to_string();
+    let (ok, out, err) = kubectl(&["kustomize", &path]);
+    assert!(ok, "kubectl kustomize {dir}: {err}");
+    serde_saphyr::from_multiple(&out).expect("YAML")
+}
+
+/// The namespaces in `COPYRATOR_NAMESPACES` of the Deployment among `docs`.
+pub fn copyrator_namespaces_env(docs: &[serde_json::Value]) -> Vec<String> {
+    let deployment = docs
+        .iter()
+        .find(|d| d["kind"] == "Deployment")
+        .expect("the Deployment");
+    let env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()
+        .expect("env");
+    let list = env
+        .iter()
+        .find(|e| e["name"] == "COPYRATOR_NAMESPACES")
+        .and_then(|e| e["value"].as_str())
+        .expect("COPYRATOR_NAMESPACES");
+    list.split(',').map(str::to_string).collect()
+}
+
 static CRDS_INSTALLED: OnceCell<Result<(), String>> = OnceCell::const_new();
 
 /// A client for the cluster in KUBECONFIG with the CRDs installed, or None
