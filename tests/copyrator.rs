@@ -92,6 +92,16 @@ impl Drop for ReleaseRules {
     }
 }
 
+/// Creates `object` through `api`; the test fails if the API server refuses it.
+async fn create<K>(api: &Api<K>, object: &K)
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::Serialize + serde::de::DeserializeOwned,
+{
+    api.create(&PostParams::default(), object)
+        .await
+        .expect("the API server creates it");
+}
+
 fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs
         .iter()
@@ -205,28 +215,20 @@ async fn configmap_rule_over_three_namespaces_and_a_new_one() {
     let later = format!("{}-later", src.name);
     let operator = common::start_operator(&src.name, &["--kinds", "copyrator"]).await;
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &src.name);
-    cms.create(
-        &PostParams::default(),
+    create(
+        &cms,
         &config_map("app-config", &[("copy", "yes"), ("app", "web")], "v1"),
     )
-    .await
-    .unwrap();
-    cms.create(
-        &PostParams::default(),
-        &config_map("not-me", &[("app", "web")], "x"),
-    )
-    .await
-    .unwrap();
+    .await;
+    create(&cms, &config_map("not-me", &[("app", "web")], "x")).await;
     let rules: Api<CopyratorRule> = Api::namespaced(client.clone(), &src.name);
     let mut listed = names(&targets);
     listed.push(&later);
-    rules
-        .create(
-            &PostParams::default(),
-            &rule("r", RuleType::Configmap, &[("copy", "yes")], &listed, None),
-        )
-        .await
-        .unwrap();
+    create(
+        &rules,
+        &rule("r", RuleType::Configmap, &[("copy", "yes")], &listed, None),
+    )
+    .await;
 
     let t = names(&targets);
     wait_cm_value(&client, &t, "app-config", Some("v1")).await;
@@ -282,16 +284,14 @@ async fn configmap_rule_over_three_namespaces_and_a_new_one() {
     let later_ns = common::TestNamespace {
         name: later.clone(),
     };
-    Api::<Namespace>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(
-                json!({"metadata": {"name": later, "labels": {"kustomize-operator-test": "true"}}}),
-            )
-            .unwrap(),
+    create(
+        &Api::<Namespace>::all(client.clone()),
+        &serde_json::from_value(
+            json!({"metadata": {"name": later, "labels": {"kustomize-operator-test": "true"}}}),
         )
-        .await
-        .unwrap();
+        .unwrap(),
+    )
+    .await;
     wait_cm_value(&client, &[&later], "app-config", Some("v1")).await;
 
     // A source change reaches every copy within seconds.
@@ -337,21 +337,14 @@ async fn a_source_losing_its_label_or_deleted_loses_its_copies() {
     let operator = common::start_operator(&src.name, &["--kinds", "copyrator"]).await;
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &src.name);
     for name in ["a", "b", "c"] {
-        cms.create(
-            &PostParams::default(),
-            &config_map(name, &[("copy", "yes")], name),
-        )
-        .await
-        .unwrap();
+        create(&cms, &config_map(name, &[("copy", "yes")], name)).await;
     }
     let rules: Api<CopyratorRule> = Api::namespaced(client.clone(), &src.name);
-    rules
-        .create(
-            &PostParams::default(),
-            &rule("r", RuleType::Configmap, &[("copy", "yes")], &t, None),
-        )
-        .await
-        .unwrap();
+    create(
+        &rules,
+        &rule("r", RuleType::Configmap, &[("copy", "yes")], &t, None),
+    )
+    .await;
     for name in ["a", "b", "c"] {
         wait_cm_value(&client, &t, name, Some(name)).await;
     }
@@ -398,45 +391,31 @@ async fn deleting_a_rule_deletes_its_copies_unless_it_retains_them() {
     let t = [target.name.as_str()];
     let operator = common::start_operator(&src.name, &["--kinds", "copyrator"]).await;
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &src.name);
-    cms.create(
-        &PostParams::default(),
-        &config_map("dropped", &[("set", "delete")], "d"),
-    )
-    .await
-    .unwrap();
-    cms.create(
-        &PostParams::default(),
-        &config_map("kept", &[("set", "retain")], "k"),
-    )
-    .await
-    .unwrap();
+    create(&cms, &config_map("dropped", &[("set", "delete")], "d")).await;
+    create(&cms, &config_map("kept", &[("set", "retain")], "k")).await;
     let rules: Api<CopyratorRule> = Api::namespaced(client.clone(), &src.name);
-    rules
-        .create(
-            &PostParams::default(),
-            &rule(
-                "deleting",
-                RuleType::Configmap,
-                &[("set", "delete")],
-                &t,
-                None,
-            ),
-        )
-        .await
-        .unwrap();
-    rules
-        .create(
-            &PostParams::default(),
-            &rule(
-                "retaining",
-                RuleType::Configmap,
-                &[("set", "retain")],
-                &t,
-                Some(DeletionPolicy::Retain),
-            ),
-        )
-        .await
-        .unwrap();
+    create(
+        &rules,
+        &rule(
+            "deleting",
+            RuleType::Configmap,
+            &[("set", "delete")],
+            &t,
+            None,
+        ),
+    )
+    .await;
+    create(
+        &rules,
+        &rule(
+            "retaining",
+            RuleType::Configmap,
+            &[("set", "retain")],
+            &t,
+            Some(DeletionPolicy::Retain),
+        ),
+    )
+    .await;
     wait_cm_value(&client, &t, "dropped", Some("d")).await;
     wait_cm_value(&client, &t, "kept", Some("k")).await;
     wait_ready(&rules, "deleting").await;
@@ -466,29 +445,23 @@ async fn a_foreign_object_is_left_alone_and_reported() {
     let _release_src = ReleaseRules(src.name.clone());
     let targets = namespaces(&client, "cr-fgnt", 2).await;
     let t = names(&targets);
-    Api::<ConfigMap>::namespaced(client.clone(), t[0])
-        .create(
-            &PostParams::default(),
-            &config_map("app-config", &[("owner", "someone")], "mine"),
-        )
-        .await
-        .unwrap();
+    create(
+        &Api::<ConfigMap>::namespaced(client.clone(), t[0]),
+        &config_map("app-config", &[("owner", "someone")], "mine"),
+    )
+    .await;
     let operator = common::start_operator(&src.name, &["--kinds", "copyrator"]).await;
-    Api::<ConfigMap>::namespaced(client.clone(), &src.name)
-        .create(
-            &PostParams::default(),
-            &config_map("app-config", &[("copy", "yes")], "theirs"),
-        )
-        .await
-        .unwrap();
+    create(
+        &Api::<ConfigMap>::namespaced(client.clone(), &src.name),
+        &config_map("app-config", &[("copy", "yes")], "theirs"),
+    )
+    .await;
     let rules: Api<CopyratorRule> = Api::namespaced(client.clone(), &src.name);
-    rules
-        .create(
-            &PostParams::default(),
-            &rule("r", RuleType::Configmap, &[("copy", "yes")], &t, None),
-        )
-        .await
-        .unwrap();
+    create(
+        &rules,
+        &rule("r", RuleType::Configmap, &[("copy", "yes")], &t, None),
+    )
+    .await;
     wait_cm_value(&client, &[t[1]], "app-config", Some("theirs")).await;
     let status = wait_ready(&rules, "r").await;
     let foreign = get_cm(&client, t[0], "app-config").await.unwrap();
@@ -533,20 +506,13 @@ async fn a_value_kustomize_cannot_carry_is_reported_and_loses_nothing() {
     let t = names(&targets);
     let operator = common::start_operator(&src.name, &["--kinds", "copyrator"]).await;
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &src.name);
-    cms.create(
-        &PostParams::default(),
-        &config_map("settings", &[("copy", "yes")], "v1"),
-    )
-    .await
-    .unwrap();
+    create(&cms, &config_map("settings", &[("copy", "yes")], "v1")).await;
     let rules: Api<CopyratorRule> = Api::namespaced(client.clone(), &src.name);
-    rules
-        .create(
-            &PostParams::default(),
-            &rule("r", RuleType::Configmap, &[("copy", "yes")], &t, None),
-        )
-        .await
-        .unwrap();
+    create(
+        &rules,
+        &rule("r", RuleType::Configmap, &[("copy", "yes")], &t, None),
+    )
+    .await;
     wait_cm_value(&client, &t, "settings", Some("v1")).await;
 
     // The API server accepts a C1 control character; kustomize does not.
@@ -557,12 +523,7 @@ async fn a_value_kustomize_cannot_carry_is_reported_and_loses_nothing() {
     )
     .await
     .unwrap();
-    cms.create(
-        &PostParams::default(),
-        &config_map("other", &[("copy", "yes")], "ok"),
-    )
-    .await
-    .unwrap();
+    create(&cms, &config_map("other", &[("copy", "yes")], "ok")).await;
     wait_cm_value(&client, &t, "other", Some("ok")).await;
     common::wait_until(TIMEOUT, || async {
         rule_status(&rules, "r").await.copies.not_copyable
@@ -639,42 +600,36 @@ async fn a_secret_rule_copies_registry_and_tls_secrets_and_keeps_their_data_secr
     )
     .await;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &src.name);
-    secrets
-        .create(
-            &PostParams::default(),
-            &secret(
-                "registry",
-                "kubernetes.io/dockerconfigjson",
-                &[(".dockerconfigjson", docker.as_bytes())],
-            ),
-        )
-        .await
-        .unwrap();
-    secrets
-        .create(
-            &PostParams::default(),
-            &secret(
-                "tls",
-                "kubernetes.io/tls",
-                &[("tls.crt", cert.as_bytes()), ("tls.key", key.as_bytes())],
-            ),
-        )
-        .await
-        .unwrap();
+    create(
+        &secrets,
+        &secret(
+            "registry",
+            "kubernetes.io/dockerconfigjson",
+            &[(".dockerconfigjson", docker.as_bytes())],
+        ),
+    )
+    .await;
+    create(
+        &secrets,
+        &secret(
+            "tls",
+            "kubernetes.io/tls",
+            &[("tls.crt", cert.as_bytes()), ("tls.key", key.as_bytes())],
+        ),
+    )
+    .await;
     let rules: Api<CopyratorRule> = Api::namespaced(client.clone(), &src.name);
-    rules
-        .create(
-            &PostParams::default(),
-            &rule(
-                "pull-secrets",
-                RuleType::Secret,
-                &[("copy", "yes")],
-                &t,
-                None,
-            ),
-        )
-        .await
-        .unwrap();
+    create(
+        &rules,
+        &rule(
+            "pull-secrets",
+            RuleType::Secret,
+            &[("copy", "yes")],
+            &t,
+            None,
+        ),
+    )
+    .await;
     common::wait_until(TIMEOUT, || async {
         for ns in &t {
             let api: Api<Secret> = Api::namespaced(client.clone(), ns);
@@ -867,13 +822,11 @@ async fn the_articles_top_level_form_is_kept_and_honoured() {
         ],
     )
     .await;
-    Api::<ConfigMap>::namespaced(client.clone(), &src.name)
-        .create(
-            &PostParams::default(),
-            &config_map("settings", &[("copyrator", "true")], "s"),
-        )
-        .await
-        .unwrap();
+    create(
+        &Api::<ConfigMap>::namespaced(client.clone(), &src.name),
+        &config_map("settings", &[("copyrator", "true")], "s"),
+    )
+    .await;
     // The manifest as printed, but for the namespace its sources are read
     // from, which must be the rule's own (the article uses `default`).
     let manifest = ARTICLE.replace("namespace: default", &format!("namespace: {}", src.name));
@@ -971,21 +924,17 @@ exec {real} "$@""#,
         ],
     )
     .await;
-    Api::<ConfigMap>::namespaced(client.clone(), &src.name)
-        .create(
-            &PostParams::default(),
-            &config_map("app-config", &[("copy", "yes")], "v1"),
-        )
-        .await
-        .unwrap();
+    create(
+        &Api::<ConfigMap>::namespaced(client.clone(), &src.name),
+        &config_map("app-config", &[("copy", "yes")], "v1"),
+    )
+    .await;
     let rules: Api<CopyratorRule> = Api::namespaced(client.clone(), &src.name);
-    rules
-        .create(
-            &PostParams::default(),
-            &rule("r", RuleType::Configmap, &[("copy", "yes")], &t, None),
-        )
-        .await
-        .unwrap();
+    create(
+        &rules,
+        &rule("r", RuleType::Configmap, &[("copy", "yes")], &t, None),
+    )
+    .await;
     common::wait_until(TIMEOUT, || async {
         let s = rule_status(&rules, "r").await;
         s.common
