@@ -1,5 +1,5 @@
-//! Command-line interface: `run`, `render`, `crd`. Every flag can also be set
-//! through the environment variable named in its help.
+//! Command-line interface: `run`, `render`, `crd`, `rbac`. Every flag can
+//! also be set through the environment variable named in its help.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -8,8 +8,13 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::duration::parse_duration;
-use crate::kinds::KindName;
-use crate::kinds::{copyrator, exchange_rate};
+use crate::engine::shard;
+use crate::kind::{KustomizeDir, TemplateError};
+use crate::kinds::registry::{Registry, RegistryError};
+use crate::kinds::{KindOptions, copyrator, exchange_rate};
+
+/// The Lease's default name.
+pub const DEFAULT_LEASE_NAME: &str = "kustomize-operator";
 
 /// A Kubernetes operator that reconciles custom resources by rendering
 /// kustomize overlays and running kubectl.
@@ -43,31 +48,94 @@ pub enum Command {
     Render(RenderArgs),
     /// Print every CRD as YAML (or write one file per CRD with --out-dir).
     Crd(CrdArgs),
+    /// Print the RBAC (ClusterRole and binding) each declared kind needs.
+    Rbac(RbacArgs),
 }
 
-/// Flags shared by `run` and `render`.
+/// Where the kinds come from: the kustomize directories.
+#[derive(Debug, Clone, Args)]
+pub struct KindsDir {
+    /// Directories with one folder per kind (base/, patches/, resources/ and,
+    /// for a declared kind, kind.yaml); comma-separated, searched in order.
+    #[arg(
+        long,
+        env = "KUSTOMIZE_DIR",
+        value_delimiter = ',',
+        default_value = "kustomize"
+    )]
+    pub kustomize_dir: Vec<PathBuf>,
+}
+
+/// Why the kinds could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum KindsError {
+    /// A kind folder's templates or base are broken.
+    #[error(transparent)]
+    Templates(#[from] TemplateError),
+    /// A kind file is wrong, or `--kinds` names an unknown kind.
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+}
+
+impl KindsDir {
+    /// The kind folders, their templates parsed, and every kind they make
+    /// known (besides the built-in ones), each kind file checked.
+    pub fn load(&self) -> Result<(KustomizeDir, Registry), KindsError> {
+        let dir = KustomizeDir::load_all(&self.kustomize_dir)?;
+        let registry = Registry::load(&dir)?;
+        Ok((dir, registry))
+    }
+}
+
+/// Flags shared by `run` and `render`: what the kinds see.
 #[derive(Debug, Clone, Args)]
 pub struct CommonArgs {
-    /// Directory with one folder per kind (base/ and patches/).
-    #[arg(long, env = "KUSTOMIZE_DIR", default_value = "kustomize")]
-    pub kustomize_dir: PathBuf,
+    /// The kustomize directories.
+    #[command(flatten)]
+    pub dirs: KindsDir,
+    /// The namespace the operator itself runs in (the downward API sets it).
+    #[arg(long, env = "NAMESPACE")]
+    pub operator_namespace: Option<String>,
+    /// ExchangeRate flags.
+    #[command(flatten)]
+    pub exchange_rate: exchange_rate::Flags,
+    /// CopyratorRule flags.
+    #[command(flatten)]
+    pub copyrator: copyrator::Flags,
+}
+
+impl CommonArgs {
+    /// The kinds' settings, for an operator watching `watch_namespace`.
+    pub fn kind_options(&self, watch_namespace: Option<&str>) -> KindOptions {
+        KindOptions {
+            operator_namespace: self.operator_namespace.clone(),
+            exchange_rate: self.exchange_rate.options(),
+            watch_namespace: watch_namespace.map(str::to_string),
+            copyrator_namespace_selector: self.copyrator.namespace_selector.clone(),
+            copyrator_namespaces: self.copyrator.namespaces.clone(),
+            copyrator_allow_system_namespaces: self.copyrator.allow_system_namespaces,
+            copyrator_max_bytes: self.copyrator.max_bytes,
+        }
+    }
 }
 
 /// `run` flags.
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
-    /// Shared flags.
+    /// Shared flags (and every kind's).
     #[command(flatten)]
-    pub common: CommonArgs,
+    pub common: Box<CommonArgs>,
     /// Watch only this namespace (default: all namespaces).
     #[arg(long, env = "WATCH_NAMESPACE")]
     pub namespace: Option<String>,
-    /// Which controllers run, comma-separated (default: all).
-    #[arg(long, env = "KINDS", value_delimiter = ',', value_parser = parse_kind)]
-    pub kinds: Vec<KindName>,
-    /// The namespace the operator itself runs in (the downward API sets it).
-    #[arg(long, env = "NAMESPACE")]
-    pub operator_namespace: Option<String>,
+    /// Reconcile only resources labelled `kustomize-operator.io/shard=NAME`
+    /// (default: only resources without that label).
+    #[arg(long, env = "SHARD", value_parser = shard::parse_name)]
+    pub shard: Option<String>,
+    /// Which controllers run, comma-separated: built-in and declared kinds
+    /// by short name (default: all).
+    #[arg(long, env = "KINDS", value_delimiter = ',')]
+    pub kinds: Vec<String>,
     /// The kubectl executable (default: kubectl on PATH).
     #[arg(long, env = "KUBECTL")]
     pub kubectl: Option<PathBuf>,
@@ -80,6 +148,10 @@ pub struct RunArgs {
     /// Re-apply unchanged resources this often, to correct drift.
     #[arg(long, env = "RESYNC_INTERVAL", default_value = "10m", value_parser = parse_duration)]
     pub resync_interval: Duration,
+    /// Objects that are not healthy this long after an apply (a Deployment
+    /// whose Pods never become available) make their resource Stalled.
+    #[arg(long, env = "HEALTH_TIMEOUT", default_value = "5m", value_parser = parse_duration)]
+    pub health_timeout: Duration,
     /// Keep the last overlay of each resource at DIR/<kind>/<namespace>/<name>/.
     #[arg(long, env = "KEEP_OVERLAYS")]
     pub keep_overlays: Option<PathBuf>,
@@ -106,11 +178,11 @@ pub struct RunArgs {
     /// The Lease's namespace (default: the operator's namespace, NAMESPACE).
     #[arg(long, env = "LEADER_ELECT_NAMESPACE")]
     pub leader_elect_namespace: Option<String>,
-    /// The Lease's name.
+    /// The Lease's name (a shard's default: `kustomize-operator-<shard>`).
     #[arg(
         long,
         env = "LEADER_ELECT_LEASE_NAME",
-        default_value = "kustomize-operator"
+        default_value = DEFAULT_LEASE_NAME
     )]
     pub leader_elect_lease_name: String,
     /// This replica's name in the Lease (default: host name, process id, random suffix).
@@ -125,72 +197,14 @@ pub struct RunArgs {
     /// How often candidates try to take the Lease and the leader renews it.
     #[arg(long, env = "LEADER_ELECT_RETRY_PERIOD", default_value = "2s", value_parser = parse_duration)]
     pub leader_elect_retry_period: Duration,
-    /// CopyratorRule: only namespaces matching this label selector receive
-    /// copies (default: every namespace).
-    #[arg(long, env = "COPYRATOR_NAMESPACE_SELECTOR")]
-    pub copyrator_namespace_selector: Option<String>,
-    /// CopyratorRule: read and write ConfigMaps and Secrets only in these
-    /// namespaces (comma-separated; default: every namespace). Rules
-    /// elsewhere are not served. Lets the operator's Secret grants be
-    /// RoleBindings in these namespaces (deploy/components/copyrator-namespaces).
-    #[arg(long, env = "COPYRATOR_NAMESPACES", value_delimiter = ',', value_parser = copyrator::scope::parse_namespace)]
-    pub copyrator_namespaces: Vec<String>,
-    /// ExchangeRate flags (boxed: keeps `Command` small).
-    #[command(flatten)]
-    pub exchange_rate: Box<ExchangeRateArgs>,
-}
-
-/// ExchangeRate flags: the rate provider and the refresh limits.
-#[derive(Debug, Clone, Args)]
-pub struct ExchangeRateArgs {
-    /// ExchangeRate: provider URL; `{base}` and `{currency}` are replaced by the ISO 4217 codes.
-    #[arg(long = "exchange-rate-url", env = "EXCHANGE_RATE_URL", default_value = exchange_rate::DEFAULT_URL, value_parser = parse_url_template)]
-    pub url: String,
-    /// ExchangeRate: where the rate sits in the provider's JSON answer (dotted path; `{base}`, `{currency}` replaced).
-    #[arg(long = "exchange-rate-path", env = "EXCHANGE_RATE_PATH", default_value = exchange_rate::DEFAULT_RATE_PATH)]
-    pub rate_path: String,
-    /// ExchangeRate: the base currency when `spec.base` is not set.
-    #[arg(long = "exchange-rate-base", env = "EXCHANGE_RATE_BASE", default_value = exchange_rate::DEFAULT_BASE, value_parser = parse_currency)]
-    pub base: String,
-    /// ExchangeRate: provider requests taking longer fail.
-    #[arg(long = "exchange-rate-timeout", env = "EXCHANGE_RATE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
-    pub timeout: Duration,
-    /// ExchangeRate: the shortest `spec.refreshInterval` accepted (shorter is InvalidSpec).
-    #[arg(long = "exchange-rate-min-refresh", env = "EXCHANGE_RATE_MIN_REFRESH", default_value = "1m", value_parser = parse_duration)]
-    pub min_refresh: Duration,
-}
-
-impl ExchangeRateArgs {
-    /// The handler's settings.
-    pub fn options(&self) -> exchange_rate::ExchangeRateOptions {
-        exchange_rate::ExchangeRateOptions {
-            url: self.url.clone(),
-            rate_path: self.rate_path.clone(),
-            base: self.base.clone(),
-            timeout: self.timeout,
-            min_refresh: self.min_refresh,
-        }
-    }
-}
-
-fn parse_url_template(s: &str) -> Result<String, String> {
-    exchange_rate::provider::check_url_template(s).map(|()| s.to_string())
-}
-
-fn parse_currency(s: &str) -> Result<String, String> {
-    if exchange_rate::is_currency_code(s) {
-        Ok(s.to_string())
-    } else {
-        Err(format!("{s:?} is not an ISO 4217 code such as EUR"))
-    }
 }
 
 /// `render` flags.
 #[derive(Debug, Clone, Args)]
 pub struct RenderArgs {
-    /// Shared flags.
+    /// Shared flags (and every kind's, as for `run`).
     #[command(flatten)]
-    pub common: CommonArgs,
+    pub common: Box<CommonArgs>,
     /// A YAML file: the resource first, then any documents its kind needs offline.
     #[arg(short = 'f', long = "filename")]
     pub file: PathBuf,
@@ -202,13 +216,35 @@ pub struct RenderArgs {
 /// `crd` flags.
 #[derive(Debug, Clone, Args)]
 pub struct CrdArgs {
+    /// The kustomize directories (declared kinds' CRDs come from them).
+    #[command(flatten)]
+    pub dirs: KindsDir,
+    /// Only these kinds, comma-separated (default: all).
+    #[arg(long, value_delimiter = ',')]
+    pub kinds: Vec<String>,
     /// Write one `<name>.yaml` per CRD into this directory instead of printing.
     #[arg(long)]
     pub out_dir: Option<PathBuf>,
 }
 
-fn parse_kind(s: &str) -> Result<KindName, String> {
-    s.parse()
+/// `rbac` flags.
+#[derive(Debug, Clone, Args)]
+pub struct RbacArgs {
+    /// The kustomize directories.
+    #[command(flatten)]
+    pub dirs: KindsDir,
+    /// Only these declared kinds, comma-separated (default: every declared kind).
+    #[arg(long, value_delimiter = ',')]
+    pub kinds: Vec<String>,
+    /// The kubectl that builds each kind's base (default: kubectl on PATH).
+    #[arg(long, env = "KUBECTL")]
+    pub kubectl: Option<PathBuf>,
+    /// The operator's ServiceAccount.
+    #[arg(long, default_value = "kustomize-operator")]
+    pub service_account: String,
+    /// Its namespace.
+    #[arg(long, default_value = "kustomize-operator-system")]
+    pub service_account_namespace: String,
 }
 
 /// Where the metrics endpoint listens, if anywhere.
@@ -224,17 +260,6 @@ fn parse_addr(s: &str) -> Result<MetricsAddr, String> {
         .map_err(|e| format!("invalid address {s:?}: {e}"))
 }
 
-impl RunArgs {
-    /// The kinds to run: those given, or all.
-    pub fn selected_kinds(&self) -> Vec<KindName> {
-        if self.kinds.is_empty() {
-            KindName::ALL.to_vec()
-        } else {
-            self.kinds.clone()
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -245,18 +270,13 @@ mod tests {
         let Command::Run(args) = cli.command else {
             panic!()
         };
-        assert_eq!(args.kinds, vec![KindName::Sample]);
+        assert_eq!(args.kinds, vec!["sample".to_string()]);
         assert_eq!(args.kubectl_timeout, Duration::from_secs(60));
         assert_eq!(args.resync_interval, Duration::from_secs(600));
-        assert_eq!(args.common.kustomize_dir, PathBuf::from("kustomize"));
-    }
-
-    #[test]
-    fn unknown_kind_is_rejected_with_the_known_ones() {
-        let err = Cli::try_parse_from(["kustomize-operator", "run", "--kinds", "pods"])
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("known kinds: sample"), "{err}");
+        assert_eq!(
+            args.common.dirs.kustomize_dir,
+            vec![PathBuf::from("kustomize")]
+        );
     }
 
     #[test]
@@ -266,7 +286,7 @@ mod tests {
             panic!()
         };
         assert_eq!(
-            args.exchange_rate.options(),
+            args.common.exchange_rate.options(),
             exchange_rate::ExchangeRateOptions::default()
         );
         let cli = Cli::try_parse_from([
@@ -283,8 +303,11 @@ mod tests {
         let Command::Run(args) = cli.command else {
             panic!()
         };
-        assert_eq!(args.exchange_rate.min_refresh, Duration::from_secs(5));
-        assert_eq!(args.exchange_rate.base, "USD");
+        assert_eq!(
+            args.common.exchange_rate.min_refresh,
+            Duration::from_secs(5)
+        );
+        assert_eq!(args.common.exchange_rate.base, "USD");
         for bad in [
             ["--exchange-rate-url", "http://x/{base}"],
             ["--exchange-rate-url", "file:///{currency}"],
@@ -318,6 +341,28 @@ mod tests {
         };
         assert!(args.leader_elect);
         assert_eq!(args.leader_elect_retry_period, Duration::from_millis(500));
+    }
+
+    #[test]
+    fn render_sees_the_same_kind_flags_as_run() {
+        let cli = Cli::try_parse_from([
+            "kustomize-operator",
+            "render",
+            "-f",
+            "x.yaml",
+            "--out",
+            "o",
+            "--copyrator-allow-system-namespaces",
+            "--exchange-rate-base",
+            "USD",
+        ])
+        .unwrap();
+        let Command::Render(args) = cli.command else {
+            panic!()
+        };
+        let options = args.common.kind_options(None);
+        assert!(options.copyrator_allow_system_namespaces);
+        assert_eq!(options.exchange_rate.base, "USD");
     }
 
     #[test]

@@ -1,30 +1,31 @@
 //! kustomize-operator: a Kubernetes operator that reconciles custom resources
-//! the Nuvolaris way. For each resource a kind's handler builds a kustomize
-//! overlay as data ([`overlay::Overlay`]); the engine ([`controller`]) renders
-//! it into a temp dir, runs `kubectl apply -k` ([`kubectl`]) and records the
-//! outcome in the resource's status ([`status`]).
+//! the Nuvolaris way. For each resource a kind's handler says what it wants
+//! as data ([`kind::Plan`]: kustomize overlays and typed steps); the engine
+//! renders the overlay, builds it with `kubectl kustomize`, checks that it
+//! takes over nothing it does not own, applies it with
+//! `kubectl apply --server-side`, prunes what left it, and records the
+//! outcome in the resource's status.
+//!
+//! Kinds are written against the facade in [`kind`]; the engine behind it
+//! is private to the crate.
 
-pub mod batch;
 pub mod cli;
-pub mod controller;
 pub mod duration;
-pub mod handler;
+mod engine;
+pub mod kind;
 pub mod kinds;
-pub mod kubectl;
 pub mod leader;
+pub mod manifests;
 pub mod memory;
 pub mod metrics;
 pub mod operator;
-pub mod overlay;
 pub mod render;
-pub mod status;
-pub mod templates;
 
-pub use controller::{Engine, ReconcileError};
-pub use handler::{Handler, HandlerError, Kind, Plan, Step};
+pub use engine::controller::ReconcileError;
+pub use engine::kubectl::KubectlStats;
+pub use kind::{Handler, HandlerError, Plan, Step};
 pub use kinds::KindName;
 pub use operator::{Operator, StartError};
-pub use overlay::Overlay;
 
 /// Any error the command-line entry points report.
 #[derive(Debug, thiserror::Error)]
@@ -35,27 +36,13 @@ pub enum Error {
     /// `render` failed.
     #[error(transparent)]
     Render(#[from] render::RenderCommandError),
-    /// `crd` could not serialize or write.
-    #[error("cannot write CRDs: {0}")]
-    Crd(String),
+    /// `crd` or `rbac` failed.
+    #[error(transparent)]
+    Manifests(#[from] manifests::ManifestError),
     /// This replica lost the leader Lease; it exits so that it restarts as a candidate.
     #[error("lost the leader lease")]
     LostLeadership,
     /// Waiting for a signal failed.
     #[error("cannot install signal handlers: {0}")]
     Signal(#[source] std::io::Error),
-}
-
-/// Every CRD as one multi-document YAML stream, in registration order.
-pub fn crds_yaml() -> Result<Vec<(String, String)>, Error> {
-    KindName::ALL
-        .iter()
-        .map(|kind| {
-            let crd = kind.crd();
-            let name = crd.metadata.name.clone().unwrap_or_default();
-            serde_saphyr::to_string(&crd)
-                .map(|yaml| (name, yaml))
-                .map_err(|e| Error::Crd(e.to_string()))
-        })
-        .collect()
 }

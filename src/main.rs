@@ -4,8 +4,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use kustomize_operator::cli::{Cli, Command, LogFormat, RunArgs};
-use kustomize_operator::kinds::KindOptions;
-use kustomize_operator::{Error, Operator, crds_yaml};
+use kustomize_operator::{Error, Operator};
 use tracing_subscriber::EnvFilter;
 
 fn init_logging(format: LogFormat) {
@@ -25,22 +24,26 @@ async fn main() -> ExitCode {
     init_logging(cli.log_format);
     let result = match cli.command {
         Command::Run(args) => run(*args).await,
-        Command::Render(args) => kustomize_operator::render::render_file(
-            &args.file,
-            &args.out,
-            &args.common.kustomize_dir,
-            &KindOptions::default(),
-        )
-        .map(|summary| {
-            for (verb, dir) in &summary.overlays {
-                println!("{verb}: {}", dir.display());
-            }
-            for command in &summary.commands {
-                println!("run: kubectl {}", command.join(" "));
-            }
-        })
-        .map_err(Error::from),
-        Command::Crd(args) => crd(args.out_dir.as_deref()),
+        Command::Render(args) => {
+            kustomize_operator::render::render_file(&args.file, &args.out, &args.common)
+                .map(|summary| {
+                    for (verb, dir) in &summary.overlays {
+                        println!("{verb}: {}", dir.display());
+                    }
+                    for object in &summary.deletes {
+                        println!("delete: {object}");
+                    }
+                    if summary.placeholder_uid {
+                        eprintln!(
+                            "note: the resource has no metadata.uid; the ownership marker holds {} (render `kubectl get -o yaml` output to see the real one)",
+                            kustomize_operator::kinds::PLACEHOLDER_UID
+                        );
+                    }
+                })
+                .map_err(Error::from)
+        }
+        Command::Crd(args) => kustomize_operator::manifests::write_crds(&args).map_err(Error::from),
+        Command::Rbac(args) => rbac(&args).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -54,7 +57,7 @@ async fn main() -> ExitCode {
 async fn run(args: RunArgs) -> Result<(), Error> {
     let operator = Operator::start(&args).await?;
     tracing::info!(
-        kinds = ?args.selected_kinds().iter().map(|k| k.as_str()).collect::<Vec<_>>(),
+        kinds = ?operator.kinds(),
         namespace = args.namespace.as_deref().unwrap_or("<all>"),
         "operator running"
     );
@@ -85,22 +88,9 @@ async fn wait_for_signal() -> Result<(), Error> {
     Ok(())
 }
 
-fn crd(out_dir: Option<&std::path::Path>) -> Result<(), Error> {
-    let crds = crds_yaml()?;
-    match out_dir {
-        Some(dir) => {
-            std::fs::create_dir_all(dir).map_err(|e| Error::Crd(e.to_string()))?;
-            for (name, yaml) in crds {
-                let path = dir.join(format!("{name}.yaml"));
-                std::fs::write(&path, yaml)
-                    .map_err(|e| Error::Crd(format!("{}: {e}", path.display())))?;
-            }
-        }
-        None => {
-            for (_, yaml) in crds {
-                println!("---\n{}", yaml.trim_end());
-            }
-        }
+async fn rbac(args: &kustomize_operator::cli::RbacArgs) -> Result<(), Error> {
+    for (_, yaml) in kustomize_operator::manifests::rbac_yaml(args).await? {
+        println!("---\n{}", yaml.trim_end());
     }
     Ok(())
 }

@@ -17,7 +17,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::kubectl::KubectlStats;
+use crate::engine::kubectl::KubectlStats;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabel {
@@ -45,6 +45,7 @@ pub struct Metrics {
     leader: Gauge,
     ready: AtomicBool,
     leading: AtomicBool,
+    stopped: std::sync::Mutex<Vec<String>>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -133,6 +134,7 @@ impl Metrics {
             leader,
             ready: AtomicBool::new(false),
             leading: AtomicBool::new(false),
+            stopped: std::sync::Mutex::default(),
         }
     }
 
@@ -155,6 +157,13 @@ impl Metrics {
         self.skipped
             .get_or_create(&KindLabel { kind: kind.into() })
             .inc();
+    }
+
+    /// Reconciles of `kind` so far.
+    pub fn reconcile_count(&self, kind: &str) -> u64 {
+        self.reconciles
+            .get_or_create(&KindLabel { kind: kind.into() })
+            .get()
     }
 
     /// Reconciles of `kind` that were skipped so far.
@@ -202,9 +211,25 @@ impl Metrics {
         self.leader.set(i64::from(leading));
     }
 
-    /// True while this replica runs the controllers.
-    pub fn is_leading(&self) -> bool {
-        self.leading.load(Ordering::Relaxed)
+    /// Records that the controller of `kind` stopped while it should run
+    /// (its watch stream ended): `/healthz` fails from then on, so the
+    /// kubelet restarts the process.
+    pub fn controller_stopped(&self, kind: &str) {
+        let mut stopped = self.stopped.lock().unwrap_or_else(|e| e.into_inner());
+        stopped.push(kind.to_string());
+    }
+
+    /// The `/healthz` answer: healthy while every controller that should run does.
+    pub fn health(&self) -> (bool, String) {
+        let stopped = self.stopped.lock().unwrap_or_else(|e| e.into_inner());
+        if stopped.is_empty() {
+            (true, "ok".into())
+        } else {
+            (
+                false,
+                format!("controllers stopped unexpectedly: {}", stopped.join(", ")),
+            )
+        }
     }
 
     /// The `/readyz` answer: ready replicas say whether they lead or stand by.
@@ -251,7 +276,7 @@ impl Drop for InFlight {
 pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> std::io::Result<()> {
     let app = Router::new()
         .route("/metrics", get(metrics_handler))
-        .route("/healthz", get(|| async { "ok" }))
+        .route("/healthz", get(health_handler))
         .route("/readyz", get(ready_handler))
         .with_state(metrics);
     let listener = tokio::net::TcpListener::bind(addr).await?;
@@ -266,6 +291,13 @@ async fn metrics_handler(State(m): State<Arc<Metrics>>) -> impl IntoResponse {
         )],
         m.encode(),
     )
+}
+
+async fn health_handler(State(m): State<Arc<Metrics>>) -> impl IntoResponse {
+    match m.health() {
+        (true, text) => (StatusCode::OK, text),
+        (false, text) => (StatusCode::SERVICE_UNAVAILABLE, text),
+    }
 }
 
 async fn ready_handler(State(m): State<Arc<Metrics>>) -> impl IntoResponse {
@@ -348,5 +380,15 @@ mod tests {
         m.set_leading(true);
         assert_eq!(m.readiness(), (true, "ready: leading"));
         assert!(m.encode().contains("kustomize_operator_leader 1"));
+    }
+
+    #[test]
+    fn health_fails_once_a_controller_stopped() {
+        let m = Metrics::new();
+        assert_eq!(m.health(), (true, "ok".to_string()));
+        m.controller_stopped("sample");
+        let (healthy, text) = m.health();
+        assert!(!healthy);
+        assert!(text.contains("sample"), "{text}");
     }
 }

@@ -8,14 +8,15 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::RunArgs;
-use crate::controller::{Engine, Settings};
-use crate::kinds::{KindName, KindOptions};
-use crate::kubectl::{Kubectl, KubectlConfig, KubectlError};
+use crate::cli::{KindsError, RunArgs};
+use crate::engine::batch::BatchSettings;
+use crate::engine::kubectl::{Kubectl, KubectlConfig, KubectlError, KubectlStats};
+use crate::engine::status::OUTPUT_LIMIT;
+use crate::engine::{Engine, Settings};
+use crate::kinds::KindOptions;
+use crate::kinds::registry::Kind;
 use crate::leader::{LeaderConfig, LeaderConfigError, LeaderElector};
 use crate::metrics::Metrics;
-use crate::status::OUTPUT_LIMIT;
-use crate::templates::{KustomizeDir, TemplateError};
 
 /// Why the operator could not start.
 #[derive(Debug, thiserror::Error)]
@@ -23,9 +24,18 @@ pub enum StartError {
     /// kubectl is missing or not executable.
     #[error(transparent)]
     Kubectl(#[from] KubectlError),
-    /// The kustomize directory is missing or a template is broken.
+    /// A kustomize directory is missing, a template or a kind file is
+    /// broken, or `--kinds` names an unknown kind.
     #[error(transparent)]
-    Templates(#[from] TemplateError),
+    Kinds(#[from] KindsError),
+    /// A declared kind's base does not build.
+    #[error("{file}: the kind's base does not build: {reason}")]
+    Base {
+        /// The kind file.
+        file: PathBuf,
+        /// kubectl's message.
+        reason: String,
+    },
     /// No usable cluster configuration.
     #[error("cannot configure a Kubernetes client (KUBECONFIG or in-cluster): {0}")]
     Config(#[source] kube::Error),
@@ -58,12 +68,23 @@ pub enum StartError {
 
 /// A running operator.
 pub struct Operator {
-    /// The shared engine (kubectl stats, metrics, client).
-    pub engine: Arc<Engine>,
+    engine: Arc<Engine>,
     shutdown: CancellationToken,
     lost: CancellationToken,
     tasks: JoinSet<()>,
-    work_dir: PathBuf,
+    work_dir: WorkDir,
+    kinds: Vec<String>,
+}
+
+/// The Lease's name: as given, or, for a shard left with the default name,
+/// the default with the shard's (each shard elects its own leader).
+fn lease_name(args: &RunArgs) -> String {
+    match &args.shard {
+        Some(shard) if args.leader_elect_lease_name == crate::cli::DEFAULT_LEASE_NAME => {
+            format!("{}-{shard}", crate::cli::DEFAULT_LEASE_NAME)
+        }
+        _ => args.leader_elect_lease_name.clone(),
+    }
 }
 
 /// The leader election settings from the command line, checked; None without `--leader-elect`.
@@ -74,11 +95,11 @@ pub fn leader_config(args: &RunArgs) -> Result<Option<LeaderConfig>, StartError>
     let namespace = args
         .leader_elect_namespace
         .clone()
-        .or_else(|| args.operator_namespace.clone())
+        .or_else(|| args.common.operator_namespace.clone())
         .filter(|ns| !ns.is_empty())
         .ok_or(StartError::LeaseNamespace)?;
     let config = LeaderConfig {
-        lease_name: args.leader_elect_lease_name.clone(),
+        lease_name: lease_name(args),
         namespace,
         identity: args
             .leader_elect_identity
@@ -97,101 +118,74 @@ impl Operator {
     pub async fn start(args: &RunArgs) -> Result<Self, StartError> {
         let leader = leader_config(args)?;
         let kubectl_path = KubectlConfig::locate(args.kubectl.as_deref())?;
-        let templates = Arc::new(KustomizeDir::load(&args.common.kustomize_dir)?);
-        let config = kube::Config::infer()
-            .await
-            .map_err(|e| StartError::Config(kube::Error::InferConfig(e)))?;
-        let client = kube::Client::try_from(config).map_err(StartError::Config)?;
-        client
-            .apiserver_version()
-            .await
-            .map_err(StartError::Connect)?;
-
-        let kinds = args.selected_kinds();
-        let mut missing = Vec::new();
-        for kind in &kinds {
-            let installed = kind
-                .is_installed(&client, args.namespace.as_deref())
-                .await
-                .map_err(StartError::Connect)?;
-            if !installed {
-                missing.push(kind.crd().metadata.name.unwrap_or_default());
-            }
-        }
-        if !missing.is_empty() {
-            return Err(StartError::MissingCrds(missing));
-        }
-
+        let (templates, registry) = args.common.dirs.load()?;
+        let templates = Arc::new(templates);
+        let kinds = registry.select(&args.kinds).map_err(KindsError::from)?;
+        let client = connect().await?;
+        check_crds(&client, &kinds, args.namespace.as_deref()).await?;
         let base_dir = args
             .work_dir
             .clone()
             .unwrap_or_else(|| std::env::temp_dir().join("kustomize-operator"));
-        let work_dir = prepare_work_dir(&base_dir)?;
+        let work_dir = WorkDir::prepare(&base_dir)?;
         let metrics = Arc::new(Metrics::new());
-        let observer_metrics = metrics.clone();
-        let kubectl = Kubectl::new(KubectlConfig {
-            path: kubectl_path,
-            timeout: args.kubectl_timeout,
-            max_concurrent: args
-                .max_concurrent_kubectl
-                .unwrap_or_else(default_concurrency),
-            cache_dir: Some(base_dir.join("kubectl-cache")),
-            output_cap: OUTPUT_LIMIT * 4,
-        })
-        .with_observer(Arc::new(move |verb, code, duration| {
-            observer_metrics.kubectl_run(verb, code, duration);
-        }));
-        metrics.attach_kubectl(kubectl.shared_stats());
+        let kubectl = kubectl(args, kubectl_path, &base_dir, &metrics);
         let engine = Arc::new(Engine::new(
             client,
             kubectl,
             templates,
-            Settings {
-                resync_interval: args.resync_interval,
-                keep_overlays: args.keep_overlays.clone(),
-                work_dir: work_dir.clone(),
-                namespace: args.namespace.clone(),
-                reporter: "kustomize-operator".into(),
-                concurrency: 0,
-                batch: Some(crate::batch::BatchSettings {
-                    window: args.batch_window,
-                    max: args.batch_max,
-                }),
-            },
+            settings(args, work_dir.path.clone()),
             metrics.clone(),
         ));
-
-        let shutdown = CancellationToken::new();
-        let lost = CancellationToken::new();
-        let mut tasks = JoinSet::new();
-        let options = KindOptions {
-            operator_namespace: args.operator_namespace.clone(),
-            exchange_rate: args.exchange_rate.options(),
-            watch_namespace: args.namespace.clone(),
-            copyrator_namespace_selector: args.copyrator_namespace_selector.clone(),
-            copyrator_namespaces: args.copyrator_namespaces.clone(),
-        };
+        check_bases(&engine, &kinds).await?;
+        let names = kinds.iter().map(|k| k.name().to_string()).collect();
         let controllers = Controllers {
             kinds,
             engine: engine.clone(),
-            options,
+            options: args.common.kind_options(args.namespace.as_deref()),
         };
+        let mut operator = Self {
+            engine,
+            shutdown: CancellationToken::new(),
+            lost: CancellationToken::new(),
+            tasks: JoinSet::new(),
+            work_dir,
+            kinds: names,
+        };
+        operator.spawn_controllers(controllers, leader);
+        operator.spawn_services(args);
+        metrics.set_ready(true);
+        Ok(operator)
+    }
+
+    /// Starts the controllers: at once, or once this replica leads.
+    fn spawn_controllers(&mut self, controllers: Controllers, leader: Option<LeaderConfig>) {
         match leader {
             None => {
-                metrics.set_leading(true);
-                let mut running = controllers.start(&shutdown);
-                tasks.spawn(async move { while running.join_next().await.is_some() {} });
+                self.engine.metrics().set_leading(true);
+                let mut running = controllers.start(&self.shutdown);
+                self.tasks
+                    .spawn(async move { while running.join_next().await.is_some() {} });
             }
             Some(config) => {
                 tracing::info!(lease = %config.lease_name, namespace = %config.namespace, identity = %config.identity, "leader election: waiting for the lease before starting the controllers");
-                let elector = LeaderElector::new(engine.client.clone(), config);
-                tasks.spawn(lead(elector, controllers, shutdown.clone(), lost.clone()));
+                let elector = LeaderElector::new(self.engine.client().clone(), config);
+                self.tasks.spawn(lead(
+                    elector,
+                    controllers,
+                    self.shutdown.clone(),
+                    self.lost.clone(),
+                ));
             }
         }
+    }
+
+    /// Starts the metrics endpoint and the memory trimmer.
+    fn spawn_services(&mut self, args: &RunArgs) {
         if let Some(addr) = args.metrics_addr.0 {
-            let metrics = metrics.clone();
-            let token = shutdown.clone();
-            tasks.spawn(async move {
+            let metrics = self.engine.metrics().clone();
+            let token = self.shutdown.clone();
+            self.tasks.spawn(async move {
                 tokio::select! {
                     result = crate::metrics::serve(addr, metrics) => {
                         if let Err(e) = result {
@@ -202,18 +196,25 @@ impl Operator {
                 }
             });
         }
-        tasks.spawn(crate::memory::trim_until(
+        self.tasks.spawn(crate::memory::trim_until(
             crate::memory::TRIM_INTERVAL,
-            shutdown.clone(),
+            self.shutdown.clone(),
         ));
-        metrics.set_ready(true);
-        Ok(Self {
-            engine,
-            shutdown,
-            lost,
-            tasks,
-            work_dir,
-        })
+    }
+
+    /// The kinds whose controllers run.
+    pub fn kinds(&self) -> &[String] {
+        &self.kinds
+    }
+
+    /// kubectl run counters (spawned, failed, timed out, waiting, running).
+    pub fn kubectl_stats(&self) -> &KubectlStats {
+        self.engine.kubectl().stats()
+    }
+
+    /// The operator's metrics.
+    pub fn metrics(&self) -> &Metrics {
+        self.engine.metrics()
     }
 
     /// Resolves when this replica lost the leader Lease (its controllers are
@@ -224,14 +225,14 @@ impl Operator {
 
     /// Asks every controller to stop after its running reconciles finish.
     pub fn shutdown(&self) {
-        self.engine.metrics.set_ready(false);
+        self.engine.metrics().set_ready(false);
         self.shutdown.cancel();
     }
 
     /// Waits until every task stopped, then removes the work directory.
     pub async fn wait(mut self) {
         while self.tasks.join_next().await.is_some() {}
-        let _ = std::fs::remove_dir_all(&self.work_dir);
+        self.work_dir.remove();
     }
 
     /// Shuts down and waits.
@@ -245,7 +246,7 @@ impl Operator {
     /// reconciles record the kill in status before the process exits.
     /// Returns false if some task was still running at the deadline.
     pub async fn stop_within(self, grace: std::time::Duration) -> bool {
-        let kubectl = self.engine.kubectl.clone();
+        let kubectl = self.engine.kubectl().clone();
         let for_recording = grace.mul_f64(0.2).min(std::time::Duration::from_secs(5));
         self.shutdown();
         let wait = self.wait();
@@ -264,7 +265,7 @@ impl Operator {
 
 /// The controllers to run, one per kind.
 struct Controllers {
-    kinds: Vec<KindName>,
+    kinds: Vec<Kind>,
     engine: Arc<Engine>,
     options: KindOptions,
 }
@@ -273,14 +274,22 @@ impl Controllers {
     /// Starts one task per kind; each stops when `token` is cancelled.
     fn start(&self, token: &CancellationToken) -> JoinSet<()> {
         let mut set = JoinSet::new();
-        for &kind in &self.kinds {
+        for kind in &self.kinds {
+            let kind = kind.clone();
             let engine = self.engine.clone();
             let token = token.clone();
             let options = self.options.clone();
             set.spawn(async move {
                 tracing::info!(kind = %kind, "controller started");
-                kind.run(engine, &options, token.cancelled_owned()).await;
-                tracing::info!(kind = %kind, "controller stopped");
+                let metrics = engine.metrics().clone();
+                kind.run(engine, &options, token.clone().cancelled_owned())
+                    .await;
+                if token.is_cancelled() {
+                    tracing::info!(kind = %kind, "controller stopped");
+                } else {
+                    tracing::error!(kind = %kind, "controller stopped unexpectedly");
+                    metrics.controller_stopped(kind.name());
+                }
             });
         }
         set
@@ -297,7 +306,7 @@ async fn lead(
     shutdown: CancellationToken,
     lost: CancellationToken,
 ) {
-    let metrics = controllers.engine.metrics.clone();
+    let metrics = controllers.engine.metrics().clone();
     tokio::select! {
         () = elector.acquire() => {}
         () = shutdown.cancelled() => return,
@@ -346,41 +355,152 @@ fn default_concurrency() -> usize {
     std::thread::available_parallelism().map_or(2, |n| n.get() * 2)
 }
 
-/// Creates `<base>/run-<pid>` and removes directories left by processes that
-/// are gone (an operator killed mid-reconcile leaves its overlays behind).
-fn prepare_work_dir(base: &Path) -> Result<PathBuf, StartError> {
-    let err = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| StartError::WorkDir { path, source }
-    };
-    std::fs::create_dir_all(base).map_err(err(base))?;
-    if let Ok(entries) = std::fs::read_dir(base) {
-        for entry in entries.filter_map(Result::ok) {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let Some(pid) = name
-                .strip_prefix("run-")
-                .and_then(|rest| rest.split('-').next())
-                .and_then(|p| p.parse::<u32>().ok())
-            else {
-                continue;
-            };
-            if !Path::new(&format!("/proc/{pid}")).exists() {
-                tracing::info!(dir = %entry.path().display(), "removing work directory of a stopped operator");
-                let _ = std::fs::remove_dir_all(entry.path());
-            }
-        }
-    }
-    // One directory per operator instance (tests run several in one process).
-    static INSTANCE: AtomicU32 = AtomicU32::new(0);
-    let instance = INSTANCE.fetch_add(1, Ordering::Relaxed);
-    let dir = base.join(format!("run-{}-{instance}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(err(&dir))?;
-    Ok(dir)
+/// A client for the cluster in KUBECONFIG (or in-cluster), checked to answer.
+async fn connect() -> Result<kube::Client, StartError> {
+    let config = kube::Config::infer()
+        .await
+        .map_err(|e| StartError::Config(kube::Error::InferConfig(e)))?;
+    let client = kube::Client::try_from(config).map_err(StartError::Config)?;
+    client
+        .apiserver_version()
+        .await
+        .map_err(StartError::Connect)?;
+    Ok(client)
 }
 
-/// The kinds known to this build, for messages.
-pub fn known_kinds() -> Vec<&'static str> {
-    KindName::ALL.iter().map(|k| k.as_str()).collect()
+/// Fails, naming the kind file, when a declared kind's base does not build
+/// (found now rather than at the first reconcile).
+async fn check_bases(engine: &Engine, kinds: &[Kind]) -> Result<(), StartError> {
+    for declared in kinds.iter().filter_map(Kind::declared) {
+        engine
+            .build_base(declared.name())
+            .await
+            .map_err(|reason| StartError::Base {
+                file: declared.path.clone(),
+                reason,
+            })?;
+    }
+    Ok(())
+}
+
+/// Fails, naming them, when the CRDs of some of `kinds` are not installed.
+async fn check_crds(
+    client: &kube::Client,
+    kinds: &[Kind],
+    namespace: Option<&str>,
+) -> Result<(), StartError> {
+    let mut missing = Vec::new();
+    for kind in kinds {
+        let installed = kind
+            .is_installed(client, namespace)
+            .await
+            .map_err(StartError::Connect)?;
+        if !installed {
+            missing.push(kind.crd().metadata.name.unwrap_or_default());
+        }
+    }
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(StartError::MissingCrds(missing))
+    }
+}
+
+fn kubectl(args: &RunArgs, path: PathBuf, base_dir: &Path, metrics: &Arc<Metrics>) -> Kubectl {
+    let observer_metrics = metrics.clone();
+    let kubectl = Kubectl::new(KubectlConfig {
+        path,
+        timeout: args.kubectl_timeout,
+        max_concurrent: args
+            .max_concurrent_kubectl
+            .unwrap_or_else(default_concurrency),
+        cache_dir: Some(base_dir.join("kubectl-cache")),
+        output_cap: OUTPUT_LIMIT * 4,
+    })
+    .with_observer(Arc::new(move |verb, code, duration| {
+        observer_metrics.kubectl_run(verb, code, duration);
+    }));
+    metrics.attach_kubectl(kubectl.shared_stats());
+    kubectl
+}
+
+fn settings(args: &RunArgs, work_dir: PathBuf) -> Settings {
+    Settings {
+        resync_interval: args.resync_interval,
+        health_timeout: args.health_timeout,
+        keep_overlays: args.keep_overlays.clone(),
+        work_dir,
+        namespace: args.namespace.clone(),
+        shard: args.shard.clone(),
+        reporter: match &args.shard {
+            Some(shard) => format!("kustomize-operator-{shard}"),
+            None => "kustomize-operator".into(),
+        },
+        batch: BatchSettings {
+            window: args.batch_window,
+            max: args.batch_max,
+        },
+    }
+}
+
+/// This operator's private work directory, `<base>/run-<pid>-<n>`, locked
+/// while the operator runs.
+struct WorkDir {
+    path: PathBuf,
+    _lock: std::fs::File,
+}
+
+/// The lock file in each work directory.
+const LOCK_FILE: &str = ".lock";
+
+impl WorkDir {
+    /// Creates this operator's directory after removing every directory no
+    /// running operator holds: whatever an earlier run left (an operator
+    /// killed mid-reconcile, or a restarted container, whose PID 1 is the
+    /// PID of the one before), Secret data included, is gone before work
+    /// starts.
+    fn prepare(base: &Path) -> Result<Self, StartError> {
+        let err = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| StartError::WorkDir { path, source }
+        };
+        std::fs::create_dir_all(base).map_err(err(base))?;
+        remove_abandoned(base);
+        // One directory per operator instance (tests run several in one process).
+        static INSTANCE: AtomicU32 = AtomicU32::new(0);
+        let instance = INSTANCE.fetch_add(1, Ordering::Relaxed);
+        let path = base.join(format!("run-{}-{instance}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).map_err(err(&path))?;
+        let lock = std::fs::File::create(path.join(LOCK_FILE)).map_err(err(&path))?;
+        lock.try_lock()
+            .map_err(|e| err(&path)(std::io::Error::other(e.to_string())))?;
+        Ok(Self { path, _lock: lock })
+    }
+
+    fn remove(&self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// Removes the `run-*` directories under `base` whose lock nobody holds.
+fn remove_abandoned(base: &Path) {
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    for entry in entries.filter_map(Result::ok) {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.starts_with("run-") {
+            continue;
+        }
+        let held = std::fs::File::open(entry.path().join(LOCK_FILE))
+            .map(|f| f.try_lock().is_err())
+            .unwrap_or(false);
+        if !held {
+            tracing::info!(dir = %entry.path().display(), "removing the work directory of an operator that is gone");
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
 }
 
 #[cfg(test)]
@@ -418,6 +538,19 @@ mod tests {
             ("ops", "pod-1")
         );
         assert_eq!(config.lease_name, "kustomize-operator");
+        let shard = leader_config(&run_args(&[
+            "--leader-elect",
+            "--operator-namespace",
+            "ops",
+            "--shard",
+            "b",
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            shard.lease_name, "kustomize-operator-b",
+            "each shard its own Lease"
+        );
         let explicit = leader_config(&run_args(&[
             "--leader-elect",
             "--operator-namespace",
@@ -441,19 +574,23 @@ mod tests {
     }
 
     #[test]
-    fn stale_work_dirs_are_removed_and_live_ones_kept() {
+    fn work_dirs_nobody_holds_are_removed_and_held_ones_kept() {
         let base = tempfile::tempdir().unwrap();
-        let stale = base.path().join("run-4000000000-0");
-        let live = base.path().join("run-1-0");
-        std::fs::create_dir_all(stale.join("overlay-x")).unwrap();
-        std::fs::create_dir_all(&live).unwrap();
-        let dir = prepare_work_dir(base.path()).unwrap();
-        assert!(!stale.exists());
-        assert!(live.exists());
-        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
-        assert!(
-            name.starts_with(&format!("run-{}-", std::process::id())),
-            "{name}"
-        );
+        // Left by a restarted container: same PID, lock not held.
+        let abandoned = base.path().join(format!("run-{}-99", std::process::id()));
+        std::fs::create_dir_all(abandoned.join("build-x")).unwrap();
+        std::fs::write(abandoned.join(LOCK_FILE), "").unwrap();
+        // An older layout without a lock file.
+        let old = base.path().join("run-4000000000-0");
+        std::fs::create_dir_all(&old).unwrap();
+        let live = WorkDir::prepare(base.path()).unwrap();
+        assert!(!abandoned.exists());
+        assert!(!old.exists());
+        let second = WorkDir::prepare(base.path()).unwrap();
+        assert!(live.path.exists(), "held by a running operator");
+        assert_ne!(live.path, second.path);
+        drop(live);
+        let _third = WorkDir::prepare(base.path()).unwrap();
+        assert!(second.path.exists());
     }
 }

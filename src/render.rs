@@ -2,9 +2,9 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::handler::Step;
-use crate::kinds::{KindName, KindOptions, RenderError};
-use crate::templates::{KustomizeDir, TemplateError};
+use crate::cli::{CommonArgs, KindsError};
+use crate::kind::Step;
+use crate::kinds::RenderError;
 
 /// Why `render` failed.
 #[derive(Debug, thiserror::Error)]
@@ -25,9 +25,9 @@ pub enum RenderCommandError {
         /// The parser's message.
         reason: String,
     },
-    /// The templates could not be loaded.
+    /// The kind folders could not be loaded.
     #[error(transparent)]
-    Templates(#[from] TemplateError),
+    Kinds(#[from] KindsError),
     /// The resource could not be rendered.
     #[error(transparent)]
     Render(#[from] RenderError),
@@ -44,10 +44,15 @@ pub enum RenderCommandError {
 /// What `render` wrote.
 #[derive(Debug)]
 pub struct RenderSummary {
-    /// The overlay directories written, with the kubectl verb each is for.
+    /// The overlay directories written, with what each is for (`apply`: the
+    /// resource's own objects; `patch`: fields of objects it acts on).
     pub overlays: Vec<(String, PathBuf)>,
-    /// kubectl commands of the plan that are not overlays.
-    pub commands: Vec<Vec<String>>,
+    /// Objects the plan deletes that it does not own (`pod/x in ns`).
+    pub deletes: Vec<String>,
+    /// The resource had no `metadata.uid` (a file written by hand): the
+    /// ownership marker holds a placeholder instead of the UID the live
+    /// resource would have.
+    pub placeholder_uid: bool,
 }
 
 /// Renders the resource in `file` into `out`.
@@ -58,8 +63,7 @@ pub struct RenderSummary {
 pub fn render_file(
     file: &Path,
     out: &Path,
-    kustomize_dir: &Path,
-    options: &KindOptions,
+    common: &CommonArgs,
 ) -> Result<RenderSummary, RenderCommandError> {
     let text = std::fs::read_to_string(file).map_err(|source| RenderCommandError::Read {
         path: file.to_path_buf(),
@@ -77,44 +81,40 @@ pub fn render_file(
             reason: "no document in the file".into(),
         });
     };
-    let kind = KindName::of_document(resource).ok_or_else(|| {
+    let (dir, registry) = common.dirs.load()?;
+    let kind = registry.of_document(resource).ok_or_else(|| {
         RenderError::UnknownKind(format!(
             "{} {} is not a kind this operator reconciles ({})",
             resource["apiVersion"].as_str().unwrap_or("<no apiVersion>"),
             resource["kind"].as_str().unwrap_or("<no kind>"),
-            crate::operator::known_kinds().join(", ")
+            registry.names().join(", ")
         ))
     })?;
     let mut resource = resource.clone();
-    // `run` sees resources with a namespace; offline, default like kubectl does.
-    if resource["metadata"]["namespace"].is_null() && resource["metadata"].is_object() {
+    // `run` sees namespaced resources with a namespace; offline, default
+    // like kubectl does.
+    let namespaced = kind.crd().spec.scope == "Namespaced";
+    if namespaced && resource["metadata"]["namespace"].is_null() && resource["metadata"].is_object()
+    {
         resource["metadata"]["namespace"] = "default".into();
     }
-    let dir = KustomizeDir::load(kustomize_dir)?;
-    let plan = kind.render(&resource, rest, options, &dir)?;
+    let options = common.kind_options(None);
+    let plan = kind.render(&resource, rest, &options, &dir)?;
     prepare_out(out)?;
-    let overlay_steps = plan
-        .rendered
-        .overlays
-        .iter()
-        .filter(|o| o.is_some())
-        .count();
+    let overlay_steps = plan.overlays.iter().filter(|o| o.is_some()).count();
     let mut summary = RenderSummary {
         overlays: Vec::new(),
-        commands: Vec::new(),
+        deletes: Vec::new(),
+        placeholder_uid: resource["metadata"]["uid"].as_str().is_none(),
     };
-    for (i, (step, overlay)) in plan
-        .plan
-        .steps
-        .iter()
-        .zip(&plan.rendered.overlays)
-        .enumerate()
-    {
+    for (i, (step, overlay)) in plan.steps.iter().zip(&plan.overlays).enumerate() {
         let verb = match step {
             Step::Apply { .. } => "apply",
-            Step::Delete { .. } => "delete",
-            Step::Run { args } => {
-                summary.commands.push(args.clone());
+            Step::Patch { .. } => "patch",
+            Step::DeleteForeign { objects } => {
+                summary
+                    .deletes
+                    .extend(objects.iter().map(ToString::to_string));
                 continue;
             }
         };

@@ -67,13 +67,23 @@ impl Drop for AgentGuard {
 
 /// Creates an agent named after `ns` and confined to it.
 async fn create_agent(client: &Client, ns: &str, spec: ChaosAgentSpec) -> AgentGuard {
-    let mut agent = ChaosAgent::new(ns, spec);
+    create_named_agent(client, ns, ns, spec).await
+}
+
+/// Creates an agent named `name`, confined to `ns`.
+async fn create_named_agent(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    spec: ChaosAgentSpec,
+) -> AgentGuard {
+    let mut agent = ChaosAgent::new(name, spec);
     agent.metadata.labels = Some([(SCOPE_LABEL.to_string(), ns.to_string())].into());
     Api::<ChaosAgent>::all(client.clone())
         .create(&PostParams::default(), &agent)
         .await
         .expect("create agent");
-    AgentGuard { name: ns.into() }
+    AgentGuard { name: name.into() }
 }
 
 async fn status(client: &Client, name: &str) -> ChaosAgentStatus {
@@ -89,7 +99,7 @@ async fn status(client: &Client, name: &str) -> ChaosAgentStatus {
 async fn wait_round(client: &Client, name: &str, n: i64) -> ChaosAgentStatus {
     common::wait_until(TIMEOUT, || async {
         let s = status(client, name).await;
-        s.round.unwrap_or(0) >= n && s.common.is_ready()
+        s.round.round.unwrap_or(0) >= n && s.common.is_ready()
     })
     .await;
     status(client, name).await
@@ -181,12 +191,23 @@ async fn pod_uids(client: &Client, ns: &str, app: &str) -> BTreeSet<String> {
         .collect()
 }
 
-async fn wait_pods(client: &Client, ns: &str, app: &str, n: usize) -> BTreeSet<String> {
+/// UIDs of the Running Pods of Deployment `app`.
+async fn running_uids(client: &Client, ns: &str, app: &str) -> BTreeSet<String> {
+    pods(client, ns, app)
+        .await
+        .into_iter()
+        .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+        .filter_map(|p| p.metadata.uid)
+        .collect()
+}
+
+/// Waits until `n` Pods of `app` run (kwok's nodes run them); their UIDs.
+async fn wait_running(client: &Client, ns: &str, app: &str, n: usize) -> BTreeSet<String> {
     common::wait_until(TIMEOUT, || async {
-        pod_uids(client, ns, app).await.len() == n
+        running_uids(client, ns, app).await.len() == n
     })
     .await;
-    pod_uids(client, ns, app).await
+    running_uids(client, ns, app).await
 }
 
 async fn create_config_map(client: &Client, ns: &str, cm: serde_json::Value) {
@@ -254,7 +275,7 @@ async fn tantrum_kills_pods_only_when_their_number_reaches_the_tolerance() {
     let client = cluster_or_skip!();
     let ns = common::TestNamespace::new(&client, "chaos-tantrum").await;
     create_deployment(&client, &ns.name, "web", 3).await;
-    let original = wait_pods(&client, &ns.name, "web", 3).await;
+    let original = wait_running(&client, &ns.name, "web", 3).await;
     let original_names: BTreeSet<String> = pods(&client, &ns.name, "web")
         .await
         .into_iter()
@@ -266,13 +287,13 @@ async fn tantrum_kills_pods_only_when_their_number_reaches_the_tolerance() {
     s.pod_tolerance = 4;
     let _guard = create_agent(&client, &ns.name, s).await;
 
-    // Three Pods, tolerance four: rounds run and kill nothing.
+    // Three running Pods, tolerance four: rounds run and kill nothing.
     let st = wait_round(&client, &ns.name, 3).await;
     assert_eq!(pod_uids(&client, &ns.name, "web").await, original);
-    let last = st.last_round.unwrap();
+    let last = st.round.last_round.unwrap();
     assert!(last.tantrum_held, "{last:?}");
     assert_eq!(last.eligible_pods, 3);
-    assert_eq!(st.total.tantrum, 0);
+    assert_eq!(st.round.total.tantrum, 0);
 
     // Tolerance three: the number is reached, every Pod goes (eagerness 100).
     Api::<ChaosAgent>::all(client.clone())
@@ -291,7 +312,7 @@ async fn tantrum_kills_pods_only_when_their_number_reaches_the_tolerance() {
     .await;
     // The round's status is written after its kubectl commands ran.
     common::wait_until(TIMEOUT, || async {
-        status(&client, &ns.name).await.total.tantrum >= 3
+        status(&client, &ns.name).await.round.total.tantrum >= 3
     })
     .await;
     // One event per kill, related to the Pod it killed.
@@ -299,6 +320,20 @@ async fn tantrum_kills_pods_only_when_their_number_reaches_the_tolerance() {
         event_targets(&client, &ns.name, "KilledPod")
             .await
             .is_superset(&original_names)
+    })
+    .await;
+    // The tantrum calms down; the ReplicaSet has brought the Pods back.
+    Api::<ChaosAgent>::all(client.clone())
+        .patch(
+            &ns.name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"podTolerance": 100}})),
+        )
+        .await
+        .unwrap();
+    common::wait_until(TIMEOUT, || async {
+        let running = running_uids(&client, &ns.name, "web").await;
+        running.len() == 3 && running.is_disjoint(&original)
     })
     .await;
 
@@ -329,14 +364,14 @@ async fn cancer_doubles_replicas_and_stops_at_128() {
     })
     .await;
     // Two more rounds change nothing.
-    let now = status(&client, &ns.name).await.round.unwrap_or(0);
+    let now = status(&client, &ns.name).await.round.round.unwrap_or(0);
     let st = wait_round(&client, &ns.name, now + 2).await;
     assert_eq!(replicas(&client, &ns.name, "web").await, 128);
     assert_eq!(replicas(&client, &ns.name, "idle").await, 128);
     assert_eq!(replicas(&client, &ns.name, "big").await, 200);
     // 3 -> 6 -> 12 -> 24 -> 48 -> 96 -> 128 and 0 -> 1 -> 2 -> ... -> 128.
-    assert_eq!(st.total.cancer, 6 + 8, "{st:?}");
-    assert_eq!(st.last_round.unwrap().counts.cancer, 0);
+    assert_eq!(st.round.total.cancer, 6 + 8, "{st:?}");
+    assert_eq!(st.round.last_round.unwrap().counts.cancer, 0);
 
     // Only the replicas changed, and the change is owned by the agent.
     let after = Api::<Deployment>::namespaced(client.clone(), &ns.name)
@@ -405,11 +440,11 @@ async fn ipsum_rewrites_a_config_map_but_not_an_immutable_one() {
     assert_eq!(settings.metadata.labels.unwrap()["keep"], "me");
     assert_eq!(settings.binary_data.unwrap()["logo"].0, vec![0, 1, 2]);
 
-    let now = status(&client, &ns.name).await.round.unwrap_or(0);
+    let now = status(&client, &ns.name).await.round.round.unwrap_or(0);
     let st = wait_round(&client, &ns.name, now + 2).await;
     let frozen = config_map(&client, &ns.name, "frozen").await;
     assert_eq!(frozen.data.unwrap()["color"], "red");
-    assert!(st.total.ipsum >= 1);
+    assert!(st.round.total.ipsum >= 1);
     wait_event(&client, &ns.name, "WroteIpsum").await;
 
     delete_agent(&client, &ns.name).await;
@@ -420,7 +455,7 @@ async fn ipsum_rewrites_a_config_map_but_not_an_immutable_one() {
 /// an agent with every mode on.
 async fn everything_agent_in(client: &Client, ns: &str, excluded: bool) -> AgentGuard {
     create_deployment(client, ns, "web", 1).await;
-    wait_pods(client, ns, "web", 1).await;
+    wait_running(client, ns, "web", 1).await;
     create_config_map(
         client,
         ns,
@@ -445,10 +480,10 @@ async fn assert_untouched(client: &Client, ns: &str, pods: &BTreeSet<String>) {
     assert_eq!(cm.data.unwrap()["color"], "blue");
     let root_ca = config_map(client, ns, "kube-root-ca.crt").await;
     assert!(root_ca.data.unwrap()["ca.crt"].contains("BEGIN CERTIFICATE"));
-    let last = st.last_round.unwrap();
+    let last = st.round.last_round.unwrap();
     assert_eq!(last.counts, Default::default(), "{last:?}");
     assert_eq!(last.eligible_pods, 0);
-    assert_eq!(st.total, Default::default());
+    assert_eq!(st.round.total, Default::default());
 }
 
 #[tokio::test]
@@ -491,7 +526,7 @@ async fn max_actions_per_round_is_respected() {
     let _guard = create_agent(&client, &ns.name, s).await;
 
     let st = wait_round(&client, &ns.name, 1).await;
-    let last = st.last_round.clone().unwrap();
+    let last = st.round.last_round.clone().unwrap();
     assert_eq!(last.counts.cancer, 2, "{last:?}");
     assert_eq!(last.capped, 4);
     let mut scaled = 0;
@@ -503,9 +538,13 @@ async fn max_actions_per_round_is_respected() {
         }
     }
     assert_eq!(scaled, 2);
-    // One round per pause: nothing more for the next hour.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(status(&client, &ns.name).await.round, Some(1));
+    // One round per pause: the reconcile its own status write causes (the
+    // positive marker: an idle plan, counted as skipped) runs no round.
+    common::wait_until(TIMEOUT, || async {
+        operator.metrics().skipped_count("chaosagent") >= 1
+    })
+    .await;
+    assert_eq!(status(&client, &ns.name).await.round.round, Some(1));
 
     delete_agent(&client, &ns.name).await;
     operator.stop().await;
@@ -516,7 +555,7 @@ async fn dry_run_changes_nothing_and_reports() {
     let client = cluster_or_skip!();
     let ns = common::TestNamespace::new(&client, "chaos-dry").await;
     create_deployment(&client, &ns.name, "web", 2).await;
-    let pods = wait_pods(&client, &ns.name, "web", 2).await;
+    let pods = wait_running(&client, &ns.name, "web", 2).await;
     create_config_map(
         &client,
         &ns.name,
@@ -536,7 +575,7 @@ async fn dry_run_changes_nothing_and_reports() {
     assert_eq!(replicas(&client, &ns.name, "web").await, 2);
     let cm = config_map(&client, &ns.name, "settings").await;
     assert_eq!(cm.data.unwrap()["color"], "blue");
-    let last = st.last_round.unwrap();
+    let last = st.round.last_round.unwrap();
     assert!(last.dry_run);
     assert_eq!(last.counts.tantrum, 2, "{last:?}");
     assert_eq!(last.counts.cancer, 1);
@@ -550,7 +589,7 @@ async fn dry_run_changes_nothing_and_reports() {
         "{:?}",
         last.actions
     );
-    assert_eq!(st.total, Default::default());
+    assert_eq!(st.round.total, Default::default());
     for reason in ["WouldKillPod", "WouldScaleDeployment", "WouldWriteIpsum"] {
         wait_event(&client, &ns.name, reason).await;
     }
@@ -601,8 +640,22 @@ async fn deleting_the_agent_stops_the_rounds() {
     drop(guard);
     let after = replicas(&client, &ns.name, "web").await;
     assert!(after < 128, "too late to tell: {after}");
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    // The positive marker that rounds still happen: a second agent in the
+    // same namespace (writing Lorem Ipsum, never scaling) completes two more.
+    create_config_map(
+        &client,
+        &ns.name,
+        json!({"metadata": {"name": "cfg"}, "data": {"k": "v"}}),
+    )
+    .await;
+    let mut control = spec();
+    control.ipsum_mode = true;
+    let name = format!("{}-control", ns.name);
+    let _control = create_named_agent(&client, &ns.name, &name, control).await;
+    let first = wait_round(&client, &name, 1).await.round.round.unwrap_or(0);
+    wait_round(&client, &name, first + 2).await;
     assert_eq!(replicas(&client, &ns.name, "web").await, after);
+    delete_agent(&client, &name).await;
     operator.stop().await;
 }
 

@@ -1,11 +1,23 @@
 //! The foundation: the cluster in KUBECONFIG accepts `kubectl apply -k` of a
-//! base from `kustomize/`, and the kube client reads the result back.
+//! base from `kustomize/`, the kube client reads the result back, it has
+//! nodes that run Pods (on the local control plane: kwok's fake nodes, which
+//! the scheduler binds Pods to and kwok reports Running and Ready), and it
+//! enforces ValidatingAdmissionPolicies.
 
 mod common;
 
+use std::collections::BTreeSet;
+use std::time::Duration;
+
 use k8s_openapi::api::apps::v1::Deployment;
-use kube::Api;
-use kube::api::DeleteParams;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::{Api, Client};
+
+/// How long a Deployment may take to become Available (scheduling, kwok's
+/// status updates and the controllers' reactions take well under a second
+/// on the local control plane).
+const TIMEOUT: Duration = Duration::from_secs(60);
 
 #[tokio::test]
 async fn kubectl_apply_k_of_a_base_is_readable_with_the_client() {
@@ -29,4 +41,206 @@ async fn kubectl_apply_k_of_a_base_is_readable_with_the_client() {
         deployments.get_opt("nginx").await.unwrap().is_none()
     })
     .await;
+}
+
+#[tokio::test]
+async fn the_cluster_has_nodes_and_all_are_ready() {
+    let client = cluster_or_skip!();
+    let nodes: Api<Node> = Api::all(client);
+    common::wait_until(TIMEOUT, || async {
+        let list = nodes.list(&ListParams::default()).await.unwrap();
+        !list.items.is_empty() && list.items.iter().all(|n| condition_true(n, "Ready"))
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_deployment_becomes_available_with_running_pods() {
+    let client = cluster_or_skip!();
+    let ns = common::TestNamespace::new(&client, "nodes").await;
+    let pods = available_deployment(&client, &ns.name, "web", 2).await;
+    assert_eq!(pods.len(), 2, "{pods:?}");
+}
+
+#[tokio::test]
+async fn a_deleted_pod_is_replaced_by_its_replicaset() {
+    let client = cluster_or_skip!();
+    let ns = common::TestNamespace::new(&client, "replace").await;
+    let before = available_deployment(&client, &ns.name, "web", 2).await;
+    let victim = before.iter().next().unwrap().clone();
+    let api: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    api.delete(&victim, &DeleteParams::default()).await.unwrap();
+
+    // The victim goes away, and a Pod with a new name runs in its place.
+    common::wait_until(TIMEOUT, || async {
+        let running = running_pods(&api, "web").await;
+        let all = api
+            .list(&ListParams::default().labels("app=web"))
+            .await
+            .unwrap();
+        running.len() == 2
+            && !running.contains(&victim)
+            && running.difference(&before).count() == 1
+            && all
+                .items
+                .iter()
+                .all(|p| p.metadata.name.as_ref() != Some(&victim))
+    })
+    .await;
+}
+
+/// The API server enforces a ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1,
+/// on by default since Kubernetes 1.30; no flag needed): a policy bound to the
+/// test namespace denies what its CEL rule forbids, and allows the rest.
+#[tokio::test]
+async fn a_validating_admission_policy_denies_what_it_forbids() {
+    let client = cluster_or_skip!();
+    let ns = common::TestNamespace::new(&client, "policy").await;
+    let name = format!("{}-no-forbidden-key", ns.name);
+    let policy = format!(
+        r#"apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata:
+  name: {name}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+      - apiGroups: [""]
+        apiVersions: ["v1"]
+        operations: ["CREATE", "UPDATE"]
+        resources: ["configmaps"]
+  validations:
+    - expression: "!has(object.data) || !('forbidden' in object.data)"
+      message: "a ConfigMap may not have the key 'forbidden'"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: {name}
+spec:
+  policyName: {name}
+  validationActions: [Deny]
+  matchResources:
+    namespaceSelector:
+      matchLabels:
+        kubernetes.io/metadata.name: {ns}
+"#,
+        ns = ns.name
+    );
+    let (ok, _, err) = common::kubectl_stdin(&["apply", "-f", "-"], &policy);
+    assert!(ok, "creating the policy failed: {err}");
+
+    // The API server loads a new policy within a moment: until then the
+    // create succeeds, so remove what got through and try again.
+    common::wait_until(TIMEOUT, || async {
+        let (created, _, err) = common::kubectl(&[
+            "create",
+            "configmap",
+            "bad",
+            "-n",
+            &ns.name,
+            "--from-literal=forbidden=x",
+        ]);
+        if created {
+            let _ = common::kubectl(&["delete", "configmap", "bad", "-n", &ns.name]);
+            return false;
+        }
+        assert!(
+            err.contains("denied request: a ConfigMap may not have the key 'forbidden'"),
+            "{err}"
+        );
+        true
+    })
+    .await;
+    let (ok, _, err) = common::kubectl(&[
+        "create",
+        "configmap",
+        "good",
+        "-n",
+        &ns.name,
+        "--from-literal=allowed=x",
+    ]);
+    assert!(ok, "a ConfigMap without the key was denied: {err}");
+
+    let (ok, _, err) = common::kubectl_stdin(&["delete", "-f", "-"], &policy);
+    assert!(ok, "deleting the policy failed: {err}");
+}
+
+/// Creates a Deployment `name` (label `app=<name>`) with `replicas` Pods,
+/// waits until it is Available with all of them ready, and returns the names
+/// of its Pods, each Running and Ready on a node.
+async fn available_deployment(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    replicas: i32,
+) -> BTreeSet<String> {
+    let deployment: Deployment = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": name },
+        "spec": {
+            "replicas": replicas,
+            "selector": { "matchLabels": { "app": name } },
+            "template": {
+                "metadata": { "labels": { "app": name } },
+                "spec": { "containers": [{ "name": "app", "image": "nginx:1.27" }] }
+            }
+        }
+    }))
+    .unwrap();
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+    deployments
+        .create(&PostParams::default(), &deployment)
+        .await
+        .expect("create the Deployment");
+    common::wait_until(TIMEOUT, || async {
+        let d = deployments.get(name).await.unwrap();
+        let status = d.status.unwrap_or_default();
+        status.available_replicas == Some(replicas)
+            && status.ready_replicas == Some(replicas)
+            && status
+                .conditions
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Available" && c.status == "True")
+    })
+    .await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    common::wait_until(TIMEOUT, || async {
+        running_pods(&pods, name).await.len() == replicas as usize
+    })
+    .await;
+    let running = running_pods(&pods, name).await;
+    assert_eq!(running.len(), replicas as usize, "{running:?}");
+    running
+}
+
+/// The names of the Pods labelled `app=<app>` that run: phase Running,
+/// condition Ready, bound to a node, not being deleted.
+async fn running_pods(pods: &Api<Pod>, app: &str) -> BTreeSet<String> {
+    let list = pods
+        .list(&ListParams::default().labels(&format!("app={app}")))
+        .await
+        .unwrap();
+    list.items
+        .into_iter()
+        .filter(|p| {
+            p.metadata.deletion_timestamp.is_none()
+                && p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()
+                && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+                && p.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        })
+        .filter_map(|p| p.metadata.name)
+        .collect()
+}
+
+/// Whether the node's condition `type_` is True.
+fn condition_true(node: &Node, type_: &str) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == type_ && c.status == "True"))
 }

@@ -6,6 +6,8 @@
 
 mod common;
 
+use kustomize_operator::kind::{ConditionStatus, ConditionType, Reason};
+
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::sync::{Mutex, Once};
@@ -265,8 +267,12 @@ async fn configmap_rule_over_three_namespaces_and_a_new_one() {
     }
     let cmd = status.common.last_command.unwrap();
     assert!(
-        cmd.command.contains(" apply -k ") && cmd.command.contains("--server-side"),
-        "{}",
+        cmd.command.contains(" apply --server-side")
+            && cmd
+                .command
+                .contains(&format!("--field-manager=copyrator.{}.r", src.name))
+            && !cmd.command.contains("--force-conflicts"),
+        "new copies are created by the rule's own manager, never forced: {}",
         cmd.command
     );
     assert!(
@@ -276,9 +282,13 @@ async fn configmap_rule_over_three_namespaces_and_a_new_one() {
         cmd.stdout
     );
     // One kubectl run for the three copies; the reconciles their watch
-    // events trigger find nothing to do.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(operator.engine.kubectl.stats().spawned(), 1);
+    // events trigger (the positive marker: counted as skipped) find
+    // nothing to do.
+    common::wait_until(TIMEOUT, || async {
+        operator.metrics().skipped_count("copyrator") >= 1
+    })
+    .await;
+    assert_eq!(operator.kubectl_stats().spawned(), 1);
 
     // A listed namespace that appears receives copies.
     let later_ns = common::TestNamespace {
@@ -879,9 +889,9 @@ async fn the_articles_top_level_form_is_kept_and_honoured() {
         rule_status(&rules2, "main-rule")
             .await
             .common
-            .condition("Ready")
+            .condition(ConditionType::Ready)
             .is_some_and(|c| {
-                c.reason == "InvalidSpec"
+                c.reason == Reason::InvalidSpec
                     && c.message.contains("\"default\"")
                     && c.message.contains(&elsewhere.name)
             })
@@ -938,8 +948,8 @@ exec {real} "$@""#,
     common::wait_until(TIMEOUT, || async {
         let s = rule_status(&rules, "r").await;
         s.common
-            .condition("Ready")
-            .is_some_and(|c| c.status == "False" && c.reason == "ApplyFailed")
+            .condition(ConditionType::Ready)
+            .is_some_and(|c| c.status == ConditionStatus::False && c.reason == Reason::ApplyFailed)
             && s.copies
                 .targets
                 .first()

@@ -1,25 +1,67 @@
-//! The CRDs committed under deploy/crds are those the Rust types generate.
+//! The generated files are current: the CRDs under deploy/crds are those the
+//! Rust types and the kind files generate, and each declared kind's RBAC
+//! under deploy/rbac is what `rbac` derives. `hack/generate` rewrites them.
+
+mod common;
+
+use clap::Parser;
+use kustomize_operator::cli::{Cli, Command};
+
+/// Parses a `kustomize-operator` command line with the repo's kustomize dir.
+fn command(args: &[&str]) -> Command {
+    let kustomize = common::repo().join("kustomize");
+    let mut argv = vec!["kustomize-operator"];
+    argv.extend_from_slice(args);
+    argv.extend(["--kustomize-dir", kustomize.to_str().unwrap()]);
+    Cli::try_parse_from(argv).unwrap().command
+}
 
 #[test]
 fn committed_crds_are_current() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/crds");
-    for (name, yaml) in kustomize_operator::crds_yaml().unwrap() {
+    let dir = common::repo().join("deploy/crds");
+    let Command::Crd(args) = command(&["crd"]) else {
+        unreachable!()
+    };
+    let crds = kustomize_operator::manifests::crds_yaml(&args).unwrap();
+    assert!(
+        crds.iter().any(|(name, _)| name == "samples.nuvolaris.org"),
+        "the declared Sample's CRD is generated"
+    );
+    let kustomization = std::fs::read_to_string(dir.join("kustomization.yaml")).unwrap();
+    for (name, yaml) in crds {
         let path = dir.join(format!("{name}.yaml"));
-        let committed = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-            panic!(
-                "{}: {e}; run `cargo run -- crd --out-dir deploy/crds`",
-                path.display()
-            )
-        });
+        let committed = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}; run hack/generate", path.display()));
         assert!(
             committed == yaml,
-            "{} is out of date; run `cargo run -- crd --out-dir deploy/crds`",
+            "{} is out of date; run hack/generate",
             path.display()
         );
-        let kustomization = std::fs::read_to_string(dir.join("kustomization.yaml")).unwrap();
         assert!(
             kustomization.contains(&format!("{name}.yaml")),
             "deploy/crds/kustomization.yaml does not list {name}.yaml"
+        );
+    }
+}
+
+#[tokio::test]
+async fn committed_rbac_of_declared_kinds_is_current() {
+    let kubectl = common::kubectl_path();
+    let Command::Rbac(args) = command(&["rbac", "--kubectl", kubectl.to_str().unwrap()]) else {
+        unreachable!()
+    };
+    let generated = kustomize_operator::manifests::rbac_yaml(&args)
+        .await
+        .unwrap();
+    assert!(generated.iter().any(|(kind, _)| kind == "sample"));
+    for (kind, yaml) in generated {
+        let path = common::repo().join(format!("deploy/rbac/{kind}.yaml"));
+        let committed = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}; run hack/generate", path.display()));
+        assert!(
+            committed.trim_start_matches("---\n").trim_end() == yaml.trim_end(),
+            "{} is out of date; run hack/generate",
+            path.display()
         );
     }
 }

@@ -2,12 +2,13 @@
 //! every value that reaches a template or a generated file arrives as one
 //! scalar, byte for byte.
 
-use std::collections::BTreeSet;
-use std::path::PathBuf;
+mod common;
 
-use kustomize_operator::handler::Handler;
-use kustomize_operator::kinds::sample::{Sample, SampleHandler, SampleSpec};
-use kustomize_operator::templates::KustomizeDir;
+use std::collections::BTreeSet;
+
+use kustomize_operator::kind::{KustomizeDir, Step};
+use kustomize_operator::kinds::KindOptions;
+use serde_json::json;
 
 fn hostile_strings() -> Vec<String> {
     vec![
@@ -46,22 +47,31 @@ fn keys(v: &serde_json::Value, prefix: &str, out: &mut BTreeSet<String>) {
 
 #[test]
 fn hostile_names_stay_one_scalar_in_every_rendered_file() {
-    let dir =
-        KustomizeDir::load(&PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("kustomize")).unwrap();
-    let mut benign_sample = Sample::new("benign", SampleSpec { count: 1 });
-    benign_sample.metadata.namespace = Some("ns".into());
-    assert!(SampleHandler.plan(&benign_sample, &()).is_ok());
+    let dir = KustomizeDir::load(&common::repo().join("kustomize")).unwrap();
+    let benign_sample = json!({
+        "apiVersion": "nuvolaris.org/v1", "kind": "Sample",
+        "metadata": {"name": "benign", "namespace": "ns"}, "spec": {"count": 1},
+    });
+    let planned = common::kind_of(&benign_sample)
+        .render(&benign_sample, &[], &KindOptions::default(), &dir)
+        .unwrap();
+    let Some(Step::Apply {
+        overlay: planned, ..
+    }) = planned.steps.first()
+    else {
+        panic!("the Sample's plan applies an overlay")
+    };
     // The API server would refuse most of these as names; the overlay is fed
     // them directly, in every place a value lands: a patch template value,
     // a generated label and the generated namespace.
     let shape = |value: &str| {
-        let mut overlay = SampleHandler::overlay(&benign_sample).unwrap();
-        overlay.patches[0].values["name"] = value.into();
+        let mut overlay = planned.clone();
+        overlay.patches[0].values["metadata"]["name"] = value.into();
         overlay.labels[0]
             .pairs
             .insert("app.kubernetes.io/instance".into(), value.into());
         overlay.namespace = Some(value.into());
-        overlay.render(&dir).unwrap()
+        overlay.render(&dir, None).unwrap()
     };
     let benign = shape("benign");
     for hostile in hostile_strings() {

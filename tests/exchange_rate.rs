@@ -3,6 +3,8 @@
 
 mod common;
 
+use kustomize_operator::kind::{ConditionStatus, ConditionType, Reason};
+
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -18,11 +20,11 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
+use kustomize_operator::kind::{KustomizeDir, OWNER_LABEL};
 use kustomize_operator::kinds::exchange_rate::{
     ExchangeRate, ExchangeRateHandler, ExchangeRateSpec, ExchangeRateStatus, Fetched,
-    REFRESH_ANNOTATION, UID_LABEL, config_map_name,
+    REFRESH_ANNOTATION, config_map_name,
 };
-use kustomize_operator::templates::KustomizeDir;
 use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -151,7 +153,7 @@ async fn status(api: &Api<ExchangeRate>, name: &str) -> ExchangeRateStatus {
 async fn wait_rate(api: &Api<ExchangeRate>, name: &str, rate: &str) -> ExchangeRateStatus {
     common::wait_until(TIMEOUT, || async {
         let s = status(api, name).await;
-        s.common.is_ready() && s.rate.as_deref() == Some(rate)
+        s.common.is_ready() && s.rate.rate.as_deref() == Some(rate)
     })
     .await;
     status(api, name).await
@@ -162,8 +164,8 @@ async fn wait_fetch_failed(api: &Api<ExchangeRate>, name: &str) -> ExchangeRateS
         status(api, name)
             .await
             .common
-            .condition("Ready")
-            .is_some_and(|c| c.status == "False" && c.reason == "FetchFailed")
+            .condition(ConditionType::Ready)
+            .is_some_and(|c| c.status == ConditionStatus::False && c.reason == Reason::FetchFailed)
     })
     .await;
     status(api, name).await
@@ -179,9 +181,9 @@ async fn request_refresh(api: &Api<ExchangeRate>, name: &str, value: &str) {
     .unwrap();
 }
 
-/// The ConfigMaps carrying the ExchangeRate's UID label.
+/// The ConfigMaps carrying the ExchangeRate's ownership marker.
 async fn config_maps_of(client: &Client, ns: &str, er: &ExchangeRate) -> Vec<ConfigMap> {
-    let selector = format!("{UID_LABEL}={}", er.uid().unwrap());
+    let selector = format!("{OWNER_LABEL}={}", er.uid().unwrap());
     Api::<ConfigMap>::namespaced(client.clone(), ns)
         .list(&ListParams::default().labels(&selector))
         .await
@@ -221,13 +223,13 @@ async fn create_then_the_rate_changes_and_the_config_map_is_replaced() {
         .await
         .unwrap();
     let s = wait_rate(&api, "exchange-rate-usd", "1.1901").await;
-    assert_eq!(s.base.as_deref(), Some("EUR"));
-    assert_eq!(s.currency.as_deref(), Some("USD"));
-    let first = s.config_map_name.clone().expect("configMapName");
+    assert_eq!(s.rate.base.as_deref(), Some("EUR"));
+    assert_eq!(s.rate.currency.as_deref(), Some("USD"));
+    let first = s.rate.config_map_name.clone().expect("configMapName");
     assert!(first.starts_with("exchange-rate-usd-"), "{first}");
     let cmd = s.common.last_command.expect("last command");
     assert!(
-        cmd.command.contains("apply -k") && cmd.command.contains("--prune"),
+        cmd.command.contains("apply --server-side"),
         "{}",
         cmd.command
     );
@@ -239,7 +241,10 @@ async fn create_then_the_rate_changes_and_the_config_map_is_replaced() {
     assert_eq!(data["rate"], "1.1901");
     assert_eq!(data["base"], "EUR");
     assert_eq!(data["currency"], "USD");
-    assert_eq!(Some(&data["fetchedAt"]), s.fetched_at.as_ref());
+    assert_eq!(
+        Some(data["fetchedAt"].clone()),
+        s.rate.fetched_at.map(|t| t.to_string())
+    );
     let owner = &cm.metadata.owner_references.clone().unwrap()[0];
     assert_eq!(owner.kind, "ExchangeRate");
     assert_eq!(owner.api_version, "operators.brennerm.github.io/v1");
@@ -248,10 +253,10 @@ async fn create_then_the_rate_changes_and_the_config_map_is_replaced() {
     assert_eq!(owner.controller, Some(true));
 
     // The provider's rate changes: within the interval a new ConfigMap
-    // replaces the old one, which is pruned.
+    // replaces the old one, which the engine prunes (it left the inventory).
     provider.set(Mode::Rate("1.2345".into()));
     let s = wait_rate(&api, "exchange-rate-usd", "1.2345").await;
-    let second = s.config_map_name.clone().unwrap();
+    let second = s.rate.config_map_name.clone().unwrap();
     assert_ne!(first, second);
     assert_eq!(
         config_maps.get(&second).await.unwrap().data.unwrap()["rate"],
@@ -264,6 +269,19 @@ async fn create_then_the_rate_changes_and_the_config_map_is_replaced() {
     // Only the current ConfigMap (or, mid-refresh, the one replacing it) is left.
     let left = config_maps_of(&client, &ns.name, &created).await;
     assert!(left.len() <= 2, "{} ConfigMaps left", left.len());
+    // Two fetches with different notes are two events, not one series that
+    // keeps the first note.
+    let notes: Vec<String> = Api::<Event>::namespaced(client.clone(), &ns.name)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("Fetched"))
+        .filter_map(|e| e.note)
+        .collect();
+    assert!(notes.iter().any(|n| n.contains("1.1901")), "{notes:?}");
+    assert!(notes.iter().any(|n| n.contains("1.2345")), "{notes:?}");
     operator.stop().await;
 }
 
@@ -279,40 +297,53 @@ async fn quiet_until_due_and_the_annotation_forces_a_refresh() {
         .await
         .unwrap();
     let s = wait_rate(&api, "chf", "1.1").await;
-    // Nothing is due for an hour: the reconciles caused by the operator's own
-    // status patches fetch nothing and run no kubectl.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Nothing is due for an hour: the reconcile the operator's own status
+    // write causes (the positive marker: it is counted as skipped) fetches
+    // nothing and runs no kubectl.
+    let spawned = operator.kubectl_stats().spawned();
+    common::wait_until(TIMEOUT, || async {
+        operator.metrics().skipped_count("exchangerate") >= 1
+    })
+    .await;
     let fetches = provider.requests();
-    let spawned = operator.engine.kubectl.stats().spawned();
     assert_eq!(fetches, 1, "fetches on create");
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(provider.requests(), fetches);
-    assert_eq!(operator.engine.kubectl.stats().spawned(), spawned);
+    assert_eq!(operator.kubectl_stats().spawned(), spawned);
 
     // The annotation forces a fetch at once; the same value again does not.
     provider.set(Mode::Rate("1.2".into()));
     request_refresh(&api, "chf", "2026-01-01T00:00:00Z").await;
     let s2 = wait_rate(&api, "chf", "1.2").await;
     assert_eq!(
-        s2.refresh_requested_at.as_deref(),
+        s2.rate.refresh_requested_at.as_deref(),
         Some("2026-01-01T00:00:00Z")
     );
-    assert_ne!(s2.config_map_name, s.config_map_name);
+    assert_ne!(s2.rate.config_map_name, s.rate.config_map_name);
     assert_eq!(provider.requests(), fetches + 1);
+    let skipped = operator.metrics().skipped_count("exchangerate");
     request_refresh(&api, "chf", "2026-01-01T00:00:00Z").await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The same value again: a reconcile that finds nothing to do.
+    api.patch(
+        "chf",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"touched": "yes"}}})),
+    )
+    .await
+    .unwrap();
+    common::wait_until(TIMEOUT, || async {
+        operator.metrics().skipped_count("exchangerate") > skipped
+    })
+    .await;
     assert_eq!(provider.requests(), fetches + 1);
     operator.stop().await;
 
     // A restarted operator finds everything in status: no fetch, no kubectl.
     let second = start_operator(&ns.name, &provider).await;
     common::wait_until(TIMEOUT, || async {
-        second.engine.metrics.skipped_count("exchangerate") >= 1
+        second.metrics().skipped_count("exchangerate") >= 1
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(provider.requests(), fetches + 1);
-    assert_eq!(second.engine.kubectl.stats().spawned(), 0);
+    assert_eq!(second.kubectl_stats().spawned(), 0);
     second.stop().await;
 }
 
@@ -329,7 +360,7 @@ async fn a_failing_provider_keeps_the_last_value() {
         .await
         .unwrap();
     let good = wait_rate(&api, "jpy", "1.5").await;
-    let mut good_cm = good.config_map_name.clone().unwrap();
+    let mut good_cm = good.rate.config_map_name.clone().unwrap();
 
     let modes = [
         (Mode::Status(500), "HTTP 500"),
@@ -341,11 +372,11 @@ async fn a_failing_provider_keeps_the_last_value() {
         provider.set(mode.clone());
         request_refresh(&api, "jpy", &format!("attempt-{i}")).await;
         let s = wait_fetch_failed(&api, "jpy").await;
-        let message = &s.common.condition("Ready").unwrap().message;
+        let message = &s.common.condition(ConditionType::Ready).unwrap().message;
         assert!(message.contains(expected), "{mode:?}: {message}");
         // The last good value stays, in status and in its ConfigMap.
-        assert_eq!(s.rate.as_deref(), Some("1.5"), "{mode:?}");
-        assert_eq!(s.config_map_name.as_deref(), Some(good_cm.as_str()));
+        assert_eq!(s.rate.rate.as_deref(), Some("1.5"), "{mode:?}");
+        assert_eq!(s.rate.config_map_name.as_deref(), Some(good_cm.as_str()));
         assert_eq!(
             config_maps.get(&good_cm).await.unwrap().data.unwrap()["rate"],
             "1.5"
@@ -359,17 +390,17 @@ async fn a_failing_provider_keeps_the_last_value() {
         common::wait_until(TIMEOUT, || async {
             let s = status(&api, "jpy").await;
             s.common.is_ready()
-                && s.refresh_requested_at.as_deref() == Some(&format!("attempt-{i}"))
+                && s.rate.refresh_requested_at.as_deref() == Some(&format!("attempt-{i}"))
         })
         .await;
         // A new fetch: a new fetchedAt, so a new ConfigMap.
-        good_cm = status(&api, "jpy").await.config_map_name.unwrap();
+        good_cm = status(&api, "jpy").await.rate.config_map_name.unwrap();
     }
     operator.stop().await;
 }
 
 #[tokio::test]
-async fn deleting_the_exchange_rate_garbage_collects_its_config_maps() {
+async fn deleting_the_exchange_rate_deletes_its_config_maps() {
     let client = cluster_or_skip!();
     let ns = common::TestNamespace::new(&client, "er-gc").await;
     let provider = TestProvider::start("140.5").await;
@@ -388,11 +419,80 @@ async fn deleting_the_exchange_rate_garbage_collects_its_config_maps() {
         api.get_opt("pln").await.unwrap().is_none()
     })
     .await;
-    // kube-controller-manager's garbage collector follows the ownerReference.
+    // The engine deleted its inventory before the finalizer went (the
+    // ownerReference lets the garbage collector do it too, as a safety net).
     common::wait_until(TIMEOUT, || async {
         config_maps_of(&client, &ns.name, &created).await.is_empty()
     })
     .await;
+    operator.stop().await;
+}
+
+/// ExchangeRate reports field conflicts rather than overwriting them: a
+/// value someone else wrote into its ConfigMap is reported at the next
+/// apply (here, the resync), and the ConfigMap is left as they made it.
+#[tokio::test]
+async fn a_field_someone_else_changed_is_reported_not_overwritten() {
+    let client = cluster_or_skip!();
+    let ns = common::TestNamespace::new(&client, "er-conflict").await;
+    let provider = TestProvider::start("2.5").await;
+    let mut args = provider.operator_args();
+    args.extend(["--resync-interval".to_string(), "2s".to_string()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let operator = common::start_operator(&ns.name, &args).await;
+    let api: Api<ExchangeRate> = Api::namespaced(client.clone(), &ns.name);
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    api.create(&PostParams::default(), &exchange_rate("nok", "NOK", "1h"))
+        .await
+        .unwrap();
+    let cm = wait_rate(&api, "nok", "2.5")
+        .await
+        .rate
+        .config_map_name
+        .unwrap();
+    let (ok, _, err) = common::kubectl(&[
+        "-n",
+        &ns.name,
+        "patch",
+        "configmap",
+        &cm,
+        "--type=merge",
+        "--field-manager=someone-else",
+        "-p",
+        r#"{"data":{"rate":"9.9"}}"#,
+    ]);
+    assert!(ok, "{err}");
+    common::wait_until(TIMEOUT, || async {
+        status(&api, "nok")
+            .await
+            .common
+            .condition(ConditionType::Ready)
+            .is_some_and(|c| c.reason == Reason::FieldConflict)
+    })
+    .await;
+    let s = status(&api, "nok").await;
+    let message = &s.common.condition(ConditionType::Ready).unwrap().message;
+    assert!(
+        message.contains("someone-else") && message.contains(".data.rate"),
+        "{message}"
+    );
+    assert_eq!(
+        config_maps.get(&cm).await.unwrap().data.unwrap()["rate"],
+        "9.9"
+    );
+    // Removing the edited object resolves it: the operator makes it again.
+    config_maps
+        .delete(&cm, &DeleteParams::default())
+        .await
+        .unwrap();
+    common::wait_until(TIMEOUT, || async {
+        status(&api, "nok").await.common.is_ready()
+    })
+    .await;
+    assert_eq!(
+        config_maps.get(&cm).await.unwrap().data.unwrap()["rate"],
+        "2.5"
+    );
     operator.stop().await;
 }
 
@@ -416,8 +516,8 @@ async fn an_interval_below_the_minimum_is_an_invalid_spec() {
         status(&api, "cad")
             .await
             .common
-            .condition("Ready")
-            .is_some_and(|c| c.reason == "InvalidSpec" && c.message.contains("minimum"))
+            .condition(ConditionType::Ready)
+            .is_some_and(|c| c.reason == Reason::InvalidSpec && c.message.contains("minimum"))
     })
     .await;
     assert_eq!(provider.requests(), 0);
@@ -475,21 +575,25 @@ fn config_map_name_matches_kubectl_kustomize() {
     er.metadata.uid = Some("6c0d1c38-3d4e-4a5b-9f00-0123456789ab".into());
     let values = [
         ("1.1901", "2021-01-18T10:00:00Z"),
-        ("0.000012345", "2026-03-01T09:00:01.250Z"),
-        ("125", "x <&> \"quoted\" \\ é\u{2028}\ttab"),
+        ("0.000012345", "2026-03-01T09:00:01.25Z"),
+        ("x <&> \"quoted\" \\ é\u{2028}\ttab", "2026-03-01T09:00:01Z"),
     ];
     for (rate, at) in values {
         let fetched = Fetched {
             rate: rate.into(),
             base: "EUR".into(),
             currency: "USD".into(),
-            fetched_at: at.into(),
+            fetched_at: at.parse().unwrap(),
             generation: Some(1),
             refresh_requested_at: None,
         };
         let overlay = ExchangeRateHandler::overlay(&er, &fetched).unwrap();
         let out = tempfile::tempdir().unwrap();
-        overlay.render(&dir).unwrap().write_to(out.path()).unwrap();
+        overlay
+            .render(&dir, None)
+            .unwrap()
+            .write_to(out.path())
+            .unwrap();
         let (ok, built, err) = common::kubectl(&["kustomize", &out.path().display().to_string()]);
         assert!(ok, "{err}");
         let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&built).unwrap();

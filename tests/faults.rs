@@ -12,16 +12,46 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::sample::{Sample, SampleSpec};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
-use kustomize_operator::kinds::sample::{Sample, SampleSpec};
 use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(90);
 
 fn sample(name: &str, count: i32) -> Sample {
     Sample::new(name, SampleSpec { count })
+}
+
+/// Waits for `name` to be Ready; on timeout fails with its status and the
+/// operator's log.
+async fn wait_ready_or_explain(
+    samples: &Api<Sample>,
+    name: &str,
+    operator: &common::OperatorProcess,
+) {
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    while !is_ready(samples, name).await {
+        if tokio::time::Instant::now() >= deadline {
+            let status = samples.get_opt(name).await.ok().flatten().map(|s| s.status);
+            let deployments: Api<Deployment> = Api::namespaced(
+                samples.clone().into_client(),
+                samples.namespace().unwrap_or("default"),
+            );
+            let deployment = deployments
+                .get_opt(name)
+                .await
+                .ok()
+                .flatten()
+                .map(|d| d.status);
+            panic!(
+                "{name} not Ready within {TIMEOUT:?}: {status:#?}\nits deployment: {deployment:#?}\noperator log:\n{}",
+                operator.log_tail()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 async fn is_ready(samples: &Api<Sample>, name: &str) -> bool {
@@ -107,14 +137,15 @@ async fn operator_with_slow_apply(
     (ns, samples, operator, tmp)
 }
 
-/// A kubectl stand-in: runs `body` (sh) before handing over to the real kubectl.
-/// `$dir` is the last argument (the overlay directory for `apply -k`).
+/// A kubectl stand-in: runs `body` (sh) before handing over to the real
+/// kubectl. `$in` is a file holding what the operator wrote to its standard
+/// input (the objects of an apply).
 fn kubectl_wrapper(dir: &Path, body: &str) -> PathBuf {
     let path = dir.join("kubectl");
     common::write_script(
         &path,
         &format!(
-            "for a in \"$@\"; do dir=\"$a\"; done\n{body}\nexec {} \"$@\"",
+            "in=$(mktemp)\ntrap 'rm -f \"$in\"' EXIT\ncase \"$*\" in *' -f -'*) cat > \"$in\";; esac\n{body}\n{} \"$@\" < \"$in\"",
             common::kubectl_path().display()
         ),
     );
@@ -273,7 +304,7 @@ async fn api_server_outage_and_dropped_watches_converge_without_restart() {
         replicas(&deployments, "a").await == Some(3)
     })
     .await;
-    common::wait_until(TIMEOUT, || is_ready(&samples, "a")).await;
+    wait_ready_or_explain(&samples, "a", &operator).await;
     common::wait_until(TIMEOUT, || async {
         samples.get_opt("b").await.is_ok_and(|s| s.is_none())
     })
@@ -368,7 +399,7 @@ async fn hanging_kubectl_is_killed_recorded_and_retried_while_others_flow() {
     let tmp = tempfile::tempdir().unwrap();
     let hang = kubectl_wrapper(
         tmp.path(),
-        "if grep -rqs 'instance: stuck' \"$dir\"; then sleep 600; fi",
+        "if grep -qs '\"app.kubernetes.io/instance\":\"stuck\"' \"$in\"; then sleep 600; fi",
     );
     let operator = common::start_operator(
         &ns.name,
@@ -407,7 +438,7 @@ async fn hanging_kubectl_is_killed_recorded_and_retried_while_others_flow() {
     assert!(status.message.unwrap().contains("timed out"));
     // Retried with backoff: more timeouts follow, a second or more apart.
     common::wait_until(TIMEOUT, || async {
-        operator.engine.kubectl.stats().timed_out() >= 3
+        operator.kubectl_stats().timed_out() >= 3
     })
     .await;
     // Still flowing: a new Sample becomes Ready while "stuck" keeps failing.
@@ -437,12 +468,14 @@ async fn a_sample_deleted_while_the_operator_is_down_is_cleaned_up_after_restart
         .delete("web", &DeleteParams::default())
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let pending = samples.get("web").await.unwrap();
-    assert!(
-        pending.metadata.deletion_timestamp.is_some(),
-        "held by the finalizer"
-    );
+    common::wait_until(TIMEOUT, || async {
+        samples
+            .get_opt("web")
+            .await
+            .unwrap()
+            .is_some_and(|s| s.metadata.deletion_timestamp.is_some())
+    })
+    .await;
     assert!(replicas(&deployments, "web").await.is_some());
 
     let second = common::start_operator(&ns.name, &[]).await;
@@ -467,9 +500,14 @@ async fn sigterm_finishes_the_in_flight_run_and_records_it() {
         .expect("exits within the grace period");
     assert!(status.success(), "{status:?}");
     assert!(start.elapsed() < Duration::from_secs(20));
-    // The run in flight finished and its outcome was recorded before exit.
+    // The run in flight finished and its outcome was recorded before exit:
+    // applied (its Deployment may still be rolling out, so Ready may wait).
     let s = samples.get("web").await.unwrap().status.unwrap();
-    assert!(s.is_ready(), "{s:?}");
+    assert!(
+        s.ready_reason().is_some_and(|r| r.applied()),
+        "the apply is recorded as done: {s:?}"
+    );
+    assert!(s.applied_digest.is_some(), "{s:?}");
     assert_eq!(s.last_command.unwrap().exit_code, Some(0));
 }
 
@@ -499,7 +537,7 @@ async fn megabytes_of_kubectl_output_keep_the_status_small() {
     let tmp = tempfile::tempdir().unwrap();
     let noisy = kubectl_wrapper(
         tmp.path(),
-        "head -c 3000000 /dev/zero | tr '\\0' 'o'; head -c 3000000 /dev/zero | tr '\\0' 'e' >&2",
+        "case \"$*\" in *apply*) head -c 3000000 /dev/zero | tr '\\0' 'o'; head -c 3000000 /dev/zero | tr '\\0' 'e' >&2;; esac",
     );
     let operator = common::start_operator(&ns.name, &["--kubectl", noisy.to_str().unwrap()]).await;
     samples

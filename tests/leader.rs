@@ -8,11 +8,11 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::OperatorProcess;
+use common::sample::{Sample, SampleSpec};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::PostParams;
 use kube::{Api, Client};
-use kustomize_operator::kinds::sample::{Sample, SampleSpec};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 const LEASE: &str = "kustomize-operator";
@@ -72,6 +72,15 @@ impl Replica {
             &self.metrics().await,
             "kustomize_operator_kubectl_runs_total",
             &["verb=\"apply\""],
+        )
+    }
+
+    /// Reconciles that found nothing to do.
+    async fn skipped(&self) -> f64 {
+        common::metric_sum(
+            &self.metrics().await,
+            "kustomize_operator_reconcile_skipped_total",
+            &[],
         )
     }
 
@@ -139,7 +148,9 @@ async fn two_replicas_apply_once_and_a_killed_leader_is_replaced() {
     // One Sample, two replicas: applied once, by the leader.
     create_sample(&client, &ns.name, "web").await;
     wait_applied(&client, &ns.name, "web").await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The positive marker: the leader reconciled again (its own status
+    // write) and found nothing to do.
+    common::wait_until(TIMEOUT, || async { leader.skipped().await >= 1.0 }).await;
     assert_eq!(leader.applies().await, 1.0);
     assert_eq!(
         follower.applies().await,
@@ -190,7 +201,7 @@ async fn two_replicas_apply_once_and_a_killed_leader_is_replaced() {
     // ... and reconciles a new Sample; the old one, unchanged, spawns nothing.
     create_sample(&client, &ns.name, "api").await;
     wait_applied(&client, &ns.name, "api").await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    common::wait_until(TIMEOUT, || async { follower.skipped().await >= 1.0 }).await;
     assert_eq!(follower.applies().await, 1.0);
 }
 

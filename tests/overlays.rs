@@ -6,13 +6,16 @@ mod common;
 
 use std::path::Path;
 
-use kustomize_operator::kinds::KindOptions;
 use kustomize_operator::render::render_file;
 
 fn fixtures() -> Vec<std::path::PathBuf> {
     let root = common::repo().join("tests/fixtures");
     let mut found = Vec::new();
     for kind in std::fs::read_dir(&root).unwrap().filter_map(Result::ok) {
+        // tests/fixtures/kinds declares kinds; the others hold resources.
+        if kind.file_name() == "kinds" {
+            continue;
+        }
         for f in std::fs::read_dir(kind.path())
             .unwrap()
             .filter_map(Result::ok)
@@ -40,13 +43,8 @@ fn rendered_fixtures_build_to_the_expected_manifests() {
     assert!(!fixtures.is_empty());
     for fixture in fixtures {
         let out = tempfile::tempdir().unwrap();
-        let summary = render_file(
-            &fixture,
-            out.path(),
-            &common::repo().join("kustomize"),
-            &KindOptions::default(),
-        )
-        .unwrap_or_else(|e| panic!("{}: {e}", fixture.display()));
+        let summary = render_file(&fixture, out.path(), &common::render_args())
+            .unwrap_or_else(|e| panic!("{}: {e}", fixture.display()));
         let mut built = String::new();
         for (_, dir) in &summary.overlays {
             built.push_str(&kustomize(dir));
@@ -64,6 +62,53 @@ fn rendered_fixtures_build_to_the_expected_manifests() {
     }
 }
 
+/// The engine builds overlays of whole objects (Copyrator's copies,
+/// ChaosAgent's partial objects) in memory instead of running `kubectl
+/// kustomize`, so that Secret data is never written to disk: for every such
+/// fixture, what it builds must be what kustomize builds from the overlay
+/// `render` writes.
+#[test]
+fn overlays_built_in_memory_equal_what_kustomize_builds() {
+    let dir = common::kustomize_dirs();
+    let mut compared = 0;
+    for fixture in fixtures() {
+        let text = std::fs::read_to_string(&fixture).unwrap();
+        let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text).unwrap();
+        let (resource, rest) = docs.split_first().unwrap();
+        let mut resource = resource.clone();
+        // As `render` does: a resource without a namespace is in `default`.
+        if resource["metadata"]["namespace"].is_null() {
+            resource["metadata"]["namespace"] = "default".into();
+        }
+        let kind = common::kind_of(&resource);
+        let out = kind
+            .render(
+                &resource,
+                rest,
+                &common::render_args().kind_options(None),
+                &dir,
+            )
+            .unwrap();
+        for overlay in out.overlays.iter().flatten() {
+            let Some(prebuilt) = overlay.prebuilt() else {
+                continue;
+            };
+            let tmp = tempfile::tempdir().unwrap();
+            overlay.write_to(tmp.path()).unwrap();
+            let built: Vec<serde_json::Value> =
+                serde_saphyr::from_multiple(&kustomize(tmp.path())).unwrap();
+            let key = |v: &serde_json::Value| v.to_string();
+            let mut want: Vec<_> = built.iter().map(key).collect();
+            let mut got: Vec<_> = prebuilt.iter().map(key).collect();
+            want.sort();
+            got.sort();
+            assert_eq!(got, want, "{}", fixture.display());
+            compared += 1;
+        }
+    }
+    assert!(compared >= 3, "only {compared} in-memory overlays compared");
+}
+
 #[test]
 fn render_refuses_a_non_empty_output_directory() {
     let out = tempfile::tempdir().unwrap();
@@ -71,8 +116,7 @@ fn render_refuses_a_non_empty_output_directory() {
     let err = render_file(
         &common::repo().join("tests/fixtures/sample/web.yaml"),
         out.path(),
-        &common::repo().join("kustomize"),
-        &KindOptions::default(),
+        &common::render_args(),
     )
     .unwrap_err();
     assert!(err.to_string().contains("not empty"), "{err}");
@@ -87,14 +131,9 @@ fn render_names_an_unknown_kind() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("pod.yaml");
     std::fs::write(&file, "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n").unwrap();
-    let err = render_file(
-        &file,
-        &dir.path().join("out"),
-        &common::repo().join("kustomize"),
-        &KindOptions::default(),
-    )
-    .unwrap_err()
-    .to_string();
+    let err = render_file(&file, &dir.path().join("out"), &common::render_args())
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains("v1 Pod is not a kind this operator reconciles"),
         "{err}"

@@ -4,9 +4,8 @@
 
 mod common;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
-use kustomize_operator::KindName;
 use serde_json::Value;
 
 const NAMESPACE: &str = "kustomize-operator-system";
@@ -44,26 +43,127 @@ type Instruction = (String, String);
 /// A stage: its name (after AS), its image, its instructions after FROM.
 type Stage = (String, String, Vec<Instruction>);
 
-/// The stages, in order.
-fn stages(text: &str) -> Vec<Stage> {
+/// The global `ARG`s (before the first `FROM`) with their defaults.
+fn global_args(text: &str) -> BTreeMap<String, String> {
+    instructions(text)
+        .into_iter()
+        .take_while(|(keyword, _)| keyword != "FROM")
+        .filter(|(keyword, _)| keyword == "ARG")
+        .map(|(_, args)| match args.split_once('=') {
+            Some((name, value)) => (name.to_string(), value.to_string()),
+            None => (args, String::new()),
+        })
+        .collect()
+}
+
+/// `text` with `${NAME}` replaced by the value in `args`.
+fn expand(text: &str, args: &BTreeMap<String, String>) -> String {
+    let mut out = text.to_string();
+    for (name, value) in args {
+        out = out.replace(&format!("${{{name}}}"), value);
+    }
+    assert!(!out.contains('$'), "an ARG without a default in {text}");
+    out
+}
+
+/// The stages, in order, with the global ARGs' defaults (the images a plain
+/// `docker build .` uses) or `overrides` (`--build-arg`s) filled in.
+fn stages_with(text: &str, overrides: &[(&str, &str)]) -> Vec<Stage> {
+    let mut args = global_args(text);
+    for (name, value) in overrides {
+        assert!(args.contains_key(*name), "no ARG {name} in the Dockerfile");
+        args.insert(name.to_string(), value.to_string());
+    }
     let mut stages: Vec<Stage> = Vec::new();
-    for (keyword, args) in instructions(text) {
+    for (keyword, rest) in instructions(text) {
         if keyword == "FROM" {
-            let words: Vec<&str> = args
+            let words: Vec<&str> = rest
                 .split_whitespace()
                 .filter(|w| !w.starts_with("--"))
                 .collect();
-            let image = words[0].to_string();
+            let image = expand(words[0], &args);
             let name = match words.as_slice() {
                 [_, as_, name] if as_.eq_ignore_ascii_case("as") => name.to_string(),
                 _ => String::new(),
             };
             stages.push((name, image, Vec::new()));
         } else if let Some(stage) = stages.last_mut() {
-            stage.2.push((keyword, args));
+            stage.2.push((keyword, rest));
         }
     }
     stages
+}
+
+/// The stages of a plain `docker build .`.
+fn stages(text: &str) -> Vec<Stage> {
+    stages_with(text, &[])
+}
+
+/// The stage named `name`.
+fn stage<'a>(stages: &'a [Stage], name: &str) -> &'a Stage {
+    stages
+        .iter()
+        .find(|s| s.0 == name)
+        .unwrap_or_else(|| panic!("no stage {name}"))
+}
+
+/// The stages `target` is built from (itself included): its `FROM` when
+/// that is a stage, and the stages its `COPY --from` name, recursively.
+fn needed(stages: &[Stage], target: &Stage) -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    let mut pending = vec![target.clone()];
+    while let Some((name, image, instructions)) = pending.pop() {
+        if !found.insert(name) {
+            continue;
+        }
+        let from_copies = instructions.iter().filter_map(|(k, a)| {
+            (k == "COPY")
+                .then(|| a.strip_prefix("--from="))
+                .flatten()
+                .and_then(|a| a.split_whitespace().next())
+        });
+        for parent in from_copies.chain(std::iter::once(image.as_str())) {
+            if let Some(stage) = stages.iter().find(|s| s.0 == parent) {
+                pending.push(stage.clone());
+            }
+        }
+    }
+    found
+}
+
+/// The destination of each `COPY` of a stage, by source, as `(source, destination)`.
+fn copies(stage: &Stage) -> Vec<(String, String)> {
+    stage
+        .2
+        .iter()
+        .filter(|(k, _)| k == "COPY")
+        .flat_map(|(_, a)| {
+            let words: Vec<&str> = a
+                .split_whitespace()
+                .filter(|w| !w.starts_with("--"))
+                .collect();
+            let (dest, sources) = words.split_last().expect("COPY <src> <dest>");
+            sources
+                .iter()
+                .map(|s| (s.to_string(), dest.to_string()))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// The files a `binaries-*` stage provides (`COPY`'s destination, plus the
+/// source's file name when the destination is a directory).
+fn provided(stage: &Stage) -> BTreeSet<String> {
+    copies(stage)
+        .into_iter()
+        .map(|(source, dest)| {
+            if dest.ends_with('/') {
+                format!("{dest}{}", source.rsplit('/').next().unwrap())
+            } else {
+                dest
+            }
+        })
+        .collect()
 }
 
 /// `minor` of a `1.minor[.patch]` version in `text` after `prefix`.
@@ -88,7 +188,7 @@ fn dockerfile_has_the_essentials() {
 
     // Every base image is pinned to a tag, never `latest`.
     for (_, image, _) in &stages {
-        if names.contains(image.as_str()) {
+        if names.contains(image.as_str()) || image == "scratch" {
             continue;
         }
         let tag = image.rsplit_once(':').map(|(_, t)| t);
@@ -109,21 +209,32 @@ fn dockerfile_has_the_essentials() {
         );
     }
 
-    // kubectl is built from the wrapper module that pins the tests' version.
+    // kubectl is built, static, from the wrapper module that pins the tests'
+    // version, by the script hack/image runs too.
     let kubectl_stage = stages
         .iter()
         .find(|s| {
             s.2.iter()
-                .any(|(k, a)| k == "RUN" && a.contains("k8s.io/kubernetes/cmd/kubectl"))
+                .any(|(k, a)| k == "RUN" && a.contains("build-kubectl "))
         })
-        .expect("a stage that builds kubectl");
-    assert!(
-        kubectl_stage
-            .2
-            .iter()
-            .any(|(k, a)| k == "COPY" && a.contains("hack/control-plane/kubernetes")),
-        "the kubectl stage builds from hack/control-plane/kubernetes (go.mod + go.sum)"
-    );
+        .expect("a stage that runs hack/build-kubectl");
+    for source in ["hack/build-kubectl", "hack/control-plane/kubernetes"] {
+        assert!(
+            kubectl_stage
+                .2
+                .iter()
+                .any(|(k, a)| k == "COPY" && a.contains(source)),
+            "the kubectl stage copies {source}"
+        );
+    }
+    let script = read("hack/build-kubectl");
+    for part in [
+        "CGO_ENABLED=0",
+        "-trimpath",
+        "k8s.io/kubernetes/cmd/kubectl",
+    ] {
+        assert!(script.contains(part), "hack/build-kubectl: {part}");
+    }
     let go_needed = minor_after(&read("hack/control-plane/kubernetes/go.mod"), "\ngo ");
     assert!(
         minor_after(&kubectl_stage.1, "golang:") >= go_needed,
@@ -137,27 +248,48 @@ fn dockerfile_has_the_essentials() {
         .expect("a rust build stage");
     assert!(minor_after(&rust_stage.1, "rust:") >= rust_needed);
 
-    // The runtime stage: kubectl and the binary from the build stages,
-    // kustomize/ copied and named by KUSTOMIZE_DIR, a numeric non-root user,
-    // writes under /tmp, exec-form entrypoint.
+    // The runtime stage takes both binaries from the `binaries` stage: by
+    // default the kubectl and rust stages' output, with BINARIES=prebuilt
+    // (hack/image) the same two files from the build context, and then
+    // neither the Go nor the Rust image is needed.
     let (_, base, runtime) = stages.last().unwrap();
     assert!(base.contains("distroless"), "minimal base: {base}");
+    let runtime_stage = stages.last().unwrap();
+    for (from, to) in [
+        ("/kubectl", "/usr/local/bin/kubectl"),
+        ("/kustomize-operator", "/usr/local/bin/kustomize-operator"),
+    ] {
+        assert!(
+            runtime
+                .iter()
+                .any(|(k, a)| k == "COPY" && a == &format!("--from=binaries {from} {to}")),
+            "COPY --from=binaries {from} {to}"
+        );
+    }
+    let source = provided(stage(&stages, "binaries-source"));
+    assert_eq!(
+        source,
+        ["/kubectl", "/kustomize-operator"].map(String::from).into()
+    );
+    assert_eq!(provided(stage(&stages, "binaries-prebuilt")), source);
+    let by_default = needed(&stages, runtime_stage);
+    assert!(by_default.contains(&kubectl_stage.0) && by_default.contains(&rust_stage.0));
+    let prebuilt = stages_with(&text, &[("BINARIES", "prebuilt")]);
+    let with_prebuilt = needed(&prebuilt, prebuilt.last().unwrap());
+    assert!(
+        with_prebuilt.contains("binaries-prebuilt")
+            && !with_prebuilt.contains(&kubectl_stage.0)
+            && !with_prebuilt.contains(&rust_stage.0),
+        "{with_prebuilt:?}"
+    );
+
+    // kustomize/ copied and named by KUSTOMIZE_DIR, a numeric non-root user,
+    // writes under /tmp, exec-form entrypoint.
     let copies: Vec<&str> = runtime
         .iter()
         .filter(|(k, _)| k == "COPY")
         .map(|(_, a)| a.as_str())
         .collect();
-    let from_kubectl = format!("--from={} ", kubectl_stage.0);
-    assert!(
-        copies
-            .iter()
-            .any(|a| a.starts_with(&from_kubectl) && a.ends_with("/usr/local/bin/kubectl")),
-        "kubectl bundled at /usr/local/bin/kubectl: {copies:?}"
-    );
-    assert!(
-        copies.iter().any(|a| a.contains("kustomize-operator ")),
-        "{copies:?}"
-    );
     let kustomize_copy = copies
         .iter()
         .find(|a| a.starts_with("kustomize/ ") || a.starts_with("kustomize "))
@@ -203,20 +335,77 @@ fn dockerfile_has_the_essentials() {
 
     // The build context lets through exactly what is copied from it.
     let ignore = read(".dockerignore");
-    for (_, _, stage) in &stages {
-        for (keyword, args) in stage {
-            if keyword != "COPY" || args.starts_with("--from") {
-                continue;
-            }
-            let words: Vec<&str> = args.split_whitespace().collect();
-            for source in &words[..words.len() - 1] {
-                assert!(
-                    ignore.lines().any(|l| l.trim() == format!("!{source}")),
-                    ".dockerignore must let {source} through"
-                );
-            }
+    let let_through = |source: &str| {
+        ignore
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix('!'))
+            .any(|p| p == source || (p.ends_with('/') && source.starts_with(p)))
+    };
+    for stage in &stages {
+        for (source, _) in copies_from_context(stage) {
+            assert!(
+                let_through(&source),
+                ".dockerignore must let {source} through"
+            );
         }
     }
+}
+
+/// The sources a stage copies from the build context (not `--from`).
+fn copies_from_context(stage: &Stage) -> Vec<(String, String)> {
+    let from_context = (
+        stage.0.clone(),
+        stage.1.clone(),
+        stage
+            .2
+            .iter()
+            .filter(|(k, a)| k == "COPY" && !a.contains("--from="))
+            .cloned()
+            .collect(),
+    );
+    copies(&from_context)
+}
+
+/// hack/image builds this Dockerfile, not a copy of it: its build args are
+/// the Dockerfile's ARGs, it puts the binaries where `binaries-prebuilt`
+/// takes them, and it builds them with the commands the source stages run.
+#[test]
+fn hack_image_builds_the_dockerfile_with_its_prebuilt_binaries() {
+    let text = read("Dockerfile");
+    let script = read("hack/image");
+    let args = global_args(&text);
+    let mut passed = BTreeSet::new();
+    for (i, _) in script.match_indices("--build-arg ") {
+        let word = script[i + "--build-arg ".len()..]
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .trim_matches('"');
+        let name = word.split('=').next().unwrap();
+        assert!(
+            args.contains_key(name),
+            "hack/image passes {name}, which the Dockerfile lacks"
+        );
+        passed.insert(name.to_string());
+    }
+    assert_eq!(
+        passed,
+        ["BINARIES", "RUNTIME_IMAGE"].map(String::from).into(),
+        "hack/image passes BINARIES and RUNTIME_IMAGE"
+    );
+    assert!(script.contains("--build-arg BINARIES=prebuilt"));
+    let stages = stages_with(&text, &[("BINARIES", "prebuilt")]);
+    for (source, _) in copies(stage(&stages, "binaries-prebuilt")) {
+        assert!(
+            script.contains(&format!(" {source}\n")),
+            "hack/image must copy a binary to {source}"
+        );
+    }
+    assert!(script.contains("hack/build-kubectl hack/control-plane/kubernetes "));
+    let cargo = "cargo build --release --locked --bin kustomize-operator";
+    assert!(script.contains(cargo), "hack/image runs {cargo}");
+    let build = stages.iter().find(|s| s.1.starts_with("rust:")).unwrap();
+    assert!(build.2.iter().any(|(k, a)| k == "RUN" && a.contains(cargo)));
 }
 
 /// The documents `kubectl kustomize deploy` builds.
@@ -247,8 +436,8 @@ fn binds_operator(binding: &Value) -> bool {
 fn every_kind_has_its_rbac_file_listed_and_bound() {
     let kustomization = read("deploy/kustomization.yaml");
     let docs = deploy_documents();
-    for kind in KindName::ALL {
-        let file = format!("rbac/{}.yaml", kind.as_str());
+    for kind in common::all_kinds() {
+        let file = format!("rbac/{}.yaml", kind.name());
         assert!(
             common::repo().join("deploy").join(&file).exists(),
             "deploy/{file} is missing: every kind needs its ClusterRole (see README, RBAC)"
@@ -259,7 +448,7 @@ fn every_kind_has_its_rbac_file_listed_and_bound() {
                 .any(|l| l.trim() == format!("- {file}")),
             "deploy/kustomization.yaml does not list {file}"
         );
-        let role = format!("kustomize-operator-{}", kind.as_str());
+        let role = format!("kustomize-operator-{}", kind.name());
         find(&docs, "ClusterRole", &role);
         let binding = find(&docs, "ClusterRoleBinding", &role);
         assert_eq!(binding["roleRef"]["name"], role.as_str());
@@ -328,6 +517,16 @@ fn the_deployment_is_hardened_and_wired() {
         read("Dockerfile").contains(&format!("USER {uid}:")),
         "runAsUser {uid} matches the image's USER"
     );
+
+    // Nothing the operator writes rests on node disk.
+    let tmp = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "tmp")
+        .expect("the /tmp volume");
+    assert_eq!(tmp["emptyDir"]["medium"], "Memory", "{tmp}");
+    assert!(tmp["emptyDir"]["sizeLimit"].is_string(), "{tmp}");
 
     let container = &pod["containers"][0];
     let image = container["image"].as_str().unwrap();
@@ -463,4 +662,61 @@ fn the_copyrator_namespaces_overlay_grants_secrets_only_in_its_list() {
             "{role}"
         );
     }
+}
+
+/// `overlays/shards`: deploy/ plus a second operator for shard `b`, with
+/// selectors that do not overlap, its own shard and Lease, and the grant to
+/// take that Lease.
+#[test]
+fn the_shards_overlay_runs_a_second_operator_for_shard_b() {
+    let docs = common::kustomize_documents("overlays/shards");
+    let main = find(&docs, "Deployment", "kustomize-operator");
+    let shard_b = find(&docs, "Deployment", "kustomize-operator-shard-b");
+    let selector = |d: &Value| d["spec"]["selector"]["matchLabels"].clone();
+    let labels = |d: &Value| d["spec"]["template"]["metadata"]["labels"].clone();
+    let matches = |selector: &Value, labels: &Value| {
+        selector
+            .as_object()
+            .unwrap()
+            .iter()
+            .all(|(k, v)| labels.get(k) == Some(v))
+    };
+    assert!(
+        !matches(&selector(main), &labels(shard_b)),
+        "the main Deployment selects shard b's Pods"
+    );
+    assert!(
+        !matches(&selector(shard_b), &labels(main)),
+        "shard b selects the main Pods"
+    );
+    let env = |d: &Value, name: &str| {
+        d["spec"]["template"]["spec"]["containers"][0]["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == name)
+            .map(|e| e["value"].clone())
+    };
+    assert_eq!(env(shard_b, "SHARD"), Some(Value::from("b")));
+    assert_eq!(
+        env(main, "SHARD"),
+        None,
+        "deploy/'s operator is the default shard"
+    );
+    assert_eq!(
+        shard_b["metadata"]["namespace"],
+        "kustomize-operator-system"
+    );
+    assert_eq!(
+        shard_b["spec"]["template"]["spec"]["serviceAccountName"],
+        "kustomize-operator"
+    );
+    let role = find(&docs, "Role", "kustomize-operator-leader-election");
+    let leases: Vec<&Value> = role["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| r["resourceNames"].as_array().into_iter().flatten())
+        .collect();
+    assert_eq!(leases, ["kustomize-operator", "kustomize-operator-b"]);
 }

@@ -11,12 +11,11 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 
 use kube::api::ObjectMeta;
+use kustomize_operator::kind::{KustomizeDir, ObjectId, Step, kustomize_refuses};
 use kustomize_operator::kinds::chaos_agent::MAX_REPLICAS;
 use kustomize_operator::kinds::copyrator::marker;
 use kustomize_operator::kinds::exchange_rate::config_map_name;
-use kustomize_operator::kinds::{KindName, KindOptions, RenderError};
-use kustomize_operator::overlay::kustomize_refuses;
-use kustomize_operator::templates::KustomizeDir;
+use kustomize_operator::kinds::{KindOptions, RenderError};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -31,12 +30,13 @@ fn config() -> ProptestConfig {
 }
 
 fn kustomize_dir() -> KustomizeDir {
-    KustomizeDir::load(&common::repo().join("kustomize")).unwrap()
+    common::kustomize_dirs()
 }
 
 /// What rendering `resource` (followed by `rest`) and building each of its
 /// overlays with `kubectl kustomize` gave: the built objects, the plan's
-/// kind-specific status, and its kubectl commands; or the handler's error.
+/// kind-specific status, and the objects it deletes without owning them;
+/// or the handler's error.
 /// One object `kubectl kustomize` printed, read through types where it
 /// matters: a label or data value is text even when it looks like a number
 /// (as kubectl reads it), whatever a schema-less YAML reader would guess.
@@ -53,17 +53,17 @@ struct PrintedObject {
 struct Built {
     objects: Vec<Value>,
     status: serde_json::Map<String, Value>,
-    commands: Vec<Vec<String>>,
+    deletes: Vec<ObjectId>,
 }
 
 fn build(resource: &Value, rest: &[Value]) -> Result<Built, RenderError> {
-    let kind = KindName::of_document(resource).expect("a known kind");
+    let kind = common::kind_of(resource);
     let out = kind.render(resource, rest, &KindOptions::default(), &kustomize_dir())?;
     let mut objects = Vec::new();
-    let mut commands = Vec::new();
-    for (step, overlay) in out.plan.steps.iter().zip(&out.rendered.overlays) {
-        if let kustomize_operator::handler::Step::Run { args } = step {
-            commands.push(args.clone());
+    let mut deletes = Vec::new();
+    for (step, overlay) in out.steps.iter().zip(&out.overlays) {
+        if let Step::DeleteForeign { objects } = step {
+            deletes.extend(objects.iter().cloned());
         }
         let Some(overlay) = overlay else { continue };
         let dir = tempfile::tempdir().unwrap();
@@ -80,8 +80,11 @@ fn build(resource: &Value, rest: &[Value]) -> Result<Built, RenderError> {
     }
     Ok(Built {
         objects,
-        status: out.plan.status,
-        commands,
+        status: match out.status {
+            Some(Value::Object(map)) => map,
+            _ => serde_json::Map::new(),
+        },
+        deletes,
     })
 }
 
@@ -375,19 +378,17 @@ proptest! {
                 && !excluded.iter().any(|e| e == ns)
                 && scope.as_deref().is_none_or(|s| s == ns)
         };
-        // `delete pod --namespace=NS ... -- NAME...`: the names follow `--`.
-        let killed: usize = built.commands.iter()
-            .map(|c| c.iter().skip_while(|a| *a != "--").count().saturating_sub(1))
-            .sum();
+        let killed = built.deletes.len();
         let actions = built.objects.len() + killed;
         prop_assert!(actions <= usize::try_from(max_actions).unwrap(), "{actions} actions > {max_actions}");
         if dry_run {
-            prop_assert!(built.objects.is_empty() && built.commands.is_empty(), "a dry run changes nothing");
+            prop_assert!(built.objects.is_empty() && built.deletes.is_empty(), "a dry run changes nothing");
         }
-        for command in &built.commands {
-            prop_assert!(tantrum, "a kill without tantrumMode: {command:?}");
-            let ns = command.iter().find_map(|a| a.strip_prefix("--namespace=")).unwrap_or_default();
-            prop_assert!(touchable(ns), "killed pods in {ns}: {command:?}");
+        for pod in &built.deletes {
+            prop_assert!(tantrum, "a kill without tantrumMode: {pod}");
+            prop_assert_eq!(pod.kind.as_str(), "Pod");
+            let ns = pod.namespace.as_deref().unwrap_or_default();
+            prop_assert!(touchable(ns), "killed pods in {ns}: {pod}");
         }
         for object in &built.objects {
             let ns = object["metadata"]["namespace"].as_str().unwrap_or_default();
@@ -591,4 +592,148 @@ fn hex_as_base64(text: &str) -> String {
 
 fn hex_encode(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+// ------------------------------------------------------- declared kinds
+
+/// Values that follow an OpenAPI schema as a CRD declares it: strings
+/// (within `maxLength`, or one of `enum`), integers (within `minimum` and
+/// `maximum`), booleans, objects (required properties always, optional ones
+/// sometimes); anything else as a string.
+fn from_schema(schema: &Value) -> BoxedStrategy<Value> {
+    if let Some(choices) = schema["enum"].as_array().filter(|c| !c.is_empty()) {
+        return proptest::sample::select(choices.clone()).boxed();
+    }
+    match schema["type"].as_str() {
+        Some("integer") => {
+            let min = schema["minimum"].as_i64().unwrap_or(-1_000_000);
+            let max = schema["maximum"].as_i64().unwrap_or(1_000_000);
+            (min..=max).prop_map(Value::from).boxed()
+        }
+        Some("boolean") => any::<bool>().prop_map(Value::from).boxed(),
+        Some("object") => object_from_schema(schema),
+        _ => {
+            let max = schema["maxLength"].as_u64().unwrap_or(300) as usize;
+            let min = schema["minLength"].as_u64().unwrap_or(0) as usize;
+            any_text()
+                .prop_map(move |t| t.chars().take(max).collect::<String>())
+                .prop_filter("minLength", move |t| t.chars().count() >= min)
+                .prop_map(Value::from)
+                .boxed()
+        }
+    }
+}
+
+fn object_from_schema(schema: &Value) -> BoxedStrategy<Value> {
+    let required: BTreeSet<&str> = schema["required"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    let properties: Vec<(String, bool, BoxedStrategy<Value>)> = schema["properties"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(name, s)| {
+            (
+                name.clone(),
+                required.contains(name.as_str()),
+                from_schema(s),
+            )
+        })
+        .collect();
+    properties
+        .into_iter()
+        .fold(
+            Just(serde_json::Map::new()).boxed(),
+            |acc, (name, needed, value)| {
+                let value = if needed {
+                    value.prop_map(Some).boxed()
+                } else {
+                    proptest::option::of(value).boxed()
+                };
+                (acc, value)
+                    .prop_map(move |(mut map, v)| {
+                        if let Some(v) = v {
+                            map.insert(name.clone(), v);
+                        }
+                        map
+                    })
+                    .boxed()
+            },
+        )
+        .prop_map(Value::Object)
+        .boxed()
+}
+
+/// Every declared kind of the repo and of the test fixtures.
+fn declared_kinds() -> Vec<std::sync::Arc<kustomize_operator::kinds::declared::DeclaredKind>> {
+    kustomize_operator::kinds::registry::Registry::load(&kustomize_dir())
+        .unwrap()
+        .all()
+        .iter()
+        .filter_map(|k| k.declared().cloned())
+        .collect()
+}
+
+/// A resource of `kind` named `name` (in `namespace` when namespaced) with
+/// a spec that follows its schema.
+fn declared_resource() -> impl Strategy<Value = (Value, String)> {
+    let kinds = declared_kinds();
+    assert!(kinds.len() >= 3, "sample, webapp, tenant");
+    proptest::sample::select(kinds)
+        .prop_flat_map(|kind| {
+            let spec = from_schema(&kind.file.spec.schema);
+            (Just(kind), spec, dns_subdomain(), dns_label())
+        })
+        .prop_map(|(kind, spec, name, namespace)| {
+            let mut metadata = json!({"name": name});
+            if kind.namespaced() {
+                metadata["namespace"] = json!(namespace);
+            }
+            let resource = json!({
+                "apiVersion": kind.resource.api_version,
+                "kind": kind.resource.kind,
+                "metadata": metadata,
+                "spec": spec,
+            });
+            (resource, kind.name().to_string())
+        })
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// A spec the schema allows builds (or is refused as an invalid spec,
+    /// naming what), and a namespaced kind's objects all land in the
+    /// resource's namespace.
+    #[test]
+    fn declared_kinds_build_what_their_schema_allows_and_stay_in_their_namespace(
+        (resource, kind) in declared_resource()
+    ) {
+        let built = match build(&resource, &[]) {
+            Ok(built) => built,
+            Err(RenderError::Handler(e)) => {
+                // What a schema cannot say: a name too long for a label, a
+                // character kustomize cannot carry.
+                prop_assert!(e.is_permanent(), "{kind}: {e}");
+                let clear = e.to_string().contains("at most 63")
+                    || e.to_string().contains("a character kustomize cannot carry");
+                prop_assert!(clear, "{kind}: unclear: {e}");
+                return Ok(());
+            }
+            Err(e) => return Err(TestCaseError::fail(format!("{kind}: {e}"))),
+        };
+        prop_assert!(!built.objects.is_empty(), "{kind}: nothing built");
+        if let Some(namespace) = resource["metadata"]["namespace"].as_str() {
+            for object in &built.objects {
+                prop_assert_eq!(
+                    object["metadata"]["namespace"].as_str(),
+                    Some(namespace),
+                    "{}: {} escaped its namespace", kind, object["metadata"]["name"]
+                );
+            }
+        }
+    }
 }

@@ -5,10 +5,10 @@
 //! lists the Pods, Deployments and ConfigMaps the agent may touch; `plan`
 //! draws with a seeded RNG which of them to hit (each with probability
 //! `eagerness`%), keeps at most `maxActionsPerRound`, and turns the choice
-//! into kubectl steps: `kubectl delete pod` for kills, and one overlay of
-//! partial Deployments (`spec.replicas`) and ConfigMaps (`data`) applied with
-//! server-side apply, so nothing else of those objects changes. Between
-//! rounds the plan is idle: no kubectl, no status write.
+//! into typed steps: Pod deletions, and one overlay of partial Deployments
+//! (`spec.replicas`) and ConfigMaps (`data`) applied with server-side apply,
+//! so nothing else of those objects changes. Between rounds the plan is
+//! idle: no kubectl, no status write.
 //!
 //! Never touched, whatever the spec says: `kube-system`, `kube-public`,
 //! `kube-node-lease` and the operator's own namespace. An agent labelled
@@ -21,13 +21,12 @@ pub mod targets;
 
 use std::time::Duration;
 
-use kube::{CustomResource, Resource, ResourceExt};
+use kube::{CustomResource, ResourceExt};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::handler::{Handler, HandlerError, Kind, Plan};
+use crate::kind::{CommonStatus, Deletion, Handler, HandlerError, KindInfo, Plan, Policy, Reason};
 use crate::kinds::{FromOptions, KindOptions};
-use crate::status::CommonStatus;
 use targets::{Targets, Wanted};
 
 /// Namespaces no agent ever touches.
@@ -65,11 +64,11 @@ const MAX_IDLE: Duration = Duration::from_secs(3600);
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ChaosAgentSpec {
-    /// Kill Pods: when at least `podTolerance` are eligible, each with
-    /// probability `eagerness`%.
+    /// Kill Running Pods: when at least `podTolerance` are running where the
+    /// agent may act, each with probability `eagerness`%.
     #[serde(default)]
     pub tantrum_mode: bool,
-    /// Fewer eligible Pods than this and a tantrum kills none.
+    /// Fewer Running Pods than this and a tantrum kills none.
     #[serde(default)]
     #[schemars(range(min = 0))]
     pub pod_tolerance: i32,
@@ -136,10 +135,10 @@ pub struct RoundReport {
     /// Actions by type.
     #[serde(default)]
     pub counts: ActionCounts,
-    /// Pods a tantrum could choose from.
+    /// Running Pods a tantrum could choose from.
     #[serde(default)]
     pub eligible_pods: i64,
-    /// Fewer eligible Pods than `podTolerance`: no tantrum.
+    /// Fewer Running Pods than `podTolerance`: no tantrum.
     #[serde(default)]
     pub tantrum_held: bool,
     /// Actions drawn but dropped by `maxActionsPerRound`.
@@ -154,18 +153,18 @@ pub struct RoundReport {
 }
 
 /// A failed round (or a failed attempt to run one).
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RoundError {
     /// The round it happened in.
     #[serde(default)]
     pub round: i64,
-    /// When it was reported (RFC 3339).
-    #[serde(default)]
-    pub at: String,
-    /// The condition reason, e.g. `ApplyFailed`.
-    #[serde(default)]
-    pub reason: String,
+    /// When it was reported.
+    #[schemars(with = "String", extend("format" = "date-time"))]
+    pub at: jiff::Timestamp,
+    /// The condition reason, e.g. `ActionFailed`.
+    #[schemars(with = "String")]
+    pub reason: Reason,
     /// What went wrong (trimmed).
     #[serde(default)]
     pub message: String,
@@ -178,12 +177,22 @@ pub struct ChaosAgentStatus {
     /// Conditions, last command, message.
     #[serde(flatten)]
     pub common: CommonStatus,
+    /// Its rounds.
+    #[serde(flatten)]
+    pub round: RoundStatus,
+}
+
+/// What the rounds did, as recorded in status.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RoundStatus {
     /// The number of the last round.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub round: Option<i64>,
-    /// When the last round started (RFC 3339).
+    /// When the last round started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_round_at: Option<String>,
+    #[schemars(with = "Option<String>", extend("format" = "date-time"))]
+    pub last_round_at: Option<jiff::Timestamp>,
     /// What the last round did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_round: Option<RoundReport>,
@@ -193,24 +202,6 @@ pub struct ChaosAgentStatus {
     /// The last few errors, oldest first.
     #[serde(default)]
     pub last_errors: Vec<RoundError>,
-}
-
-impl Kind for ChaosAgent {
-    const NAME: &'static str = "chaosagent";
-    const FINALIZER: &'static str = "blackadder.io/kustomize-operator";
-
-    fn common_status(&self) -> Option<&CommonStatus> {
-        self.status.as_ref().map(|s| &s.common)
-    }
-
-    fn api(client: kube::Client, _namespace: Option<&str>) -> kube::Api<Self> {
-        // Cluster-scoped: the same API whatever namespace the operator watches.
-        kube::Api::all(client)
-    }
-
-    fn watch_selector(namespace: Option<&str>) -> Option<String> {
-        namespace.map(|ns| format!("{SCOPE_LABEL}={ns}"))
-    }
 }
 
 /// Where an agent may act.
@@ -245,8 +236,9 @@ pub struct RoundInput {
 }
 
 /// Runs ChaosAgent rounds.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct ChaosAgentHandler {
+    info: KindInfo<()>,
     /// The operator's own namespace: never touched.
     pub operator_namespace: Option<String>,
     /// The namespace the operator was started for (`--namespace`): the only
@@ -254,16 +246,45 @@ pub struct ChaosAgentHandler {
     pub watch_namespace: Option<String>,
 }
 
+impl Default for ChaosAgentHandler {
+    fn default() -> Self {
+        Self::new(None, None)
+    }
+}
+
 impl FromOptions for ChaosAgentHandler {
     fn from_options(options: &KindOptions) -> Self {
-        Self {
-            operator_namespace: options.operator_namespace.clone(),
-            watch_namespace: options.watch_namespace.clone(),
-        }
+        Self::new(
+            options.operator_namespace.clone(),
+            options.watch_namespace.clone(),
+        )
     }
 }
 
 impl ChaosAgentHandler {
+    /// The kind's short name.
+    pub const NAME: &'static str = "chaosagent";
+
+    /// A handler that never touches `operator_namespace` and, with
+    /// `watch_namespace`, acts only there.
+    pub fn new(operator_namespace: Option<String>, watch_namespace: Option<String>) -> Self {
+        Self {
+            info: KindInfo {
+                name: Self::NAME.into(),
+                finalizer: "blackadder.io/kustomize-operator".into(),
+                dyn_type: (),
+                // An agent owns nothing: its steps act on others' objects.
+                // It owns nothing that has a health of its own.
+                policy: Policy {
+                    health: false,
+                    ..Policy::default()
+                },
+            },
+            operator_namespace,
+            watch_namespace,
+        }
+    }
+
     /// Where `agent` may act: its [`SCOPE_LABEL`] namespace if labelled,
     /// else the whole cluster; with `--namespace NS` only agents labelled
     /// for `NS` are acted on.
@@ -299,11 +320,7 @@ impl ChaosAgentHandler {
 
 /// How long until the next round of `agent` is due, or `None` when it is due now.
 pub fn next_round_in(agent: &ChaosAgent, now: jiff::Timestamp) -> Option<Duration> {
-    let last = agent
-        .status
-        .as_ref()
-        .and_then(|s| s.last_round_at.as_deref())
-        .and_then(|t| t.parse::<jiff::Timestamp>().ok())?;
+    let last = agent.status.as_ref().and_then(|s| s.round.last_round_at)?;
     let pause = pause(agent);
     let elapsed = now.duration_since(last);
     if elapsed.is_negative() {
@@ -322,6 +339,24 @@ fn pause(agent: &ChaosAgent) -> Duration {
 impl Handler for ChaosAgentHandler {
     type Resource = ChaosAgent;
     type Observed = Observed;
+    type Status = RoundStatus;
+
+    fn info(&self) -> &KindInfo<()> {
+        &self.info
+    }
+
+    fn api(&self, client: kube::Client, _namespace: Option<&str>) -> kube::Api<ChaosAgent> {
+        // Cluster-scoped: the same API whatever namespace the operator watches.
+        kube::Api::all(client)
+    }
+
+    fn watch_selector(&self, namespace: Option<&str>) -> Option<String> {
+        namespace.map(|ns| format!("{SCOPE_LABEL}={ns}"))
+    }
+
+    fn common_status(&self, agent: &ChaosAgent) -> Option<CommonStatus> {
+        agent.status.as_ref().map(|s| s.common.clone())
+    }
 
     async fn observe(
         &self,
@@ -332,41 +367,27 @@ impl Handler for ChaosAgentHandler {
         if let Some(wait) = next_round_in(agent, now) {
             return Ok(Observed::Idle(wait));
         }
-        // The watch cache may lag behind the status written at the end of
-        // the last round: read the agent afresh before running another.
-        let api: kube::Api<ChaosAgent> = kube::Api::all(client.clone());
-        let fresh = match api.get_opt(&agent.name_any()).await? {
-            Some(fresh)
-                if fresh.meta().uid == agent.meta().uid
-                    && fresh.meta().deletion_timestamp.is_none() =>
-            {
-                fresh
-            }
-            // Gone, replaced or being deleted: no round.
-            _ => return Ok(Observed::Idle(MAX_IDLE)),
-        };
-        if let Some(wait) = next_round_in(&fresh, now) {
-            return Ok(Observed::Idle(wait));
-        }
-        let scope = self.scope(&fresh)?;
+        let scope = self.scope(agent)?;
         let wanted = Wanted {
-            pods: fresh.spec.tantrum_mode,
-            deployments: fresh.spec.cancer_mode,
-            config_maps: fresh.spec.ipsum_mode,
+            pods: agent.spec.tantrum_mode,
+            deployments: agent.spec.cancer_mode,
+            config_maps: agent.spec.ipsum_mode,
             namespace: match &scope {
                 Scope::Namespace(ns) => Some(ns.as_str()),
                 Scope::Cluster => None,
             },
         };
-        let targets = Targets::list(client, wanted, |ns| self.may_touch(&fresh, &scope, ns))
+        let targets = Targets::list(client, wanted, |ns| self.may_touch(agent, &scope, ns))
             .await
-            .map_err(|e| HandlerError::transient("ListFailed", e))?;
-        let seed = fresh
+            .map_err(|e| {
+                HandlerError::transient(Reason::ListFailed, crate::kind::api_message(&e))
+            })?;
+        let seed = agent
             .spec
             .seed
             .map_or_else(rand::random, i64::cast_unsigned);
         Ok(Observed::Round(Box::new(RoundInput {
-            agent: fresh,
+            agent: agent.clone(),
             now,
             seed,
             targets,
@@ -386,25 +407,21 @@ impl Handler for ChaosAgentHandler {
         })))
     }
 
-    fn plan(&self, _: &ChaosAgent, observed: &Observed) -> Result<Plan, HandlerError> {
+    fn plan(&self, _: &ChaosAgent, observed: &Observed) -> Result<Plan<RoundStatus>, HandlerError> {
         match observed {
-            Observed::Idle(wait) => Ok(Plan {
-                idle: true,
-                requeue_after: Some(*wait),
-                ..Default::default()
-            }),
+            Observed::Idle(wait) => Ok(Plan::idle(*wait)),
             Observed::Round(input) => {
                 let scope = self.scope(&input.agent)?;
-                let mut plan = round::plan(input, |ns| self.may_touch(&input.agent, &scope, ns))?;
+                let mut plan = round::plan(input, |ns| self.may_touch(&input.agent, &scope, ns));
                 plan.requeue_after = Some(pause(&input.agent).min(MAX_IDLE));
                 Ok(plan)
             }
         }
     }
 
-    fn cleanup(&self, _: &ChaosAgent) -> Result<Plan, HandlerError> {
-        // A round leaves nothing behind to undo.
-        Ok(Plan::default())
+    /// A round leaves nothing of the agent's own behind to undo.
+    fn deletion(&self, _: &ChaosAgent) -> Deletion {
+        Deletion::Retain
     }
 }
 

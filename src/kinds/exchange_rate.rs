@@ -4,11 +4,10 @@
 //! Recipe: fetch the rate of `spec.currency` in `spec.base` from the provider
 //! (only when a refresh is due, see below); put `rate`, `base`, `currency` and
 //! `fetchedAt` into a kustomize `configMapGenerator` named after the resource
-//! (kustomize adds its content-hash suffix); a patch adds an ownerReference to
-//! the ExchangeRate, so the garbage collector removes the ConfigMaps with it;
-//! `kubectl apply -k --prune` with a label unique to the resource removes the
-//! older hashed ConfigMaps. On deletion there is nothing to run: the garbage
-//! collector does it.
+//! (kustomize adds its content-hash suffix) and apply it. The engine marks
+//! the ConfigMap as the ExchangeRate's (and gives it an ownerReference), so
+//! the older hashed ConfigMaps are pruned when a new one is applied and the
+//! last one is deleted with the ExchangeRate.
 //!
 //! A refresh is due when nothing was fetched yet, the spec changed since the
 //! last fetch (its generation, or the base the default resolves to), the
@@ -16,26 +15,29 @@
 //! `fetchedAt + refreshInterval` (+ up to 10% jitter, at most 5 minutes) has
 //! passed. Otherwise the values recorded in status are reused, so the overlay
 //! and its digest stay the same and the engine spawns no kubectl: the
-//! reconciles caused by the operator's own status patches fetch nothing. A
+//! reconciles caused by the operator's own status writes fetch nothing. A
 //! failed fetch keeps the last ConfigMap and is reported as `FetchFailed`.
 
+mod flags;
 mod kustomize_hash;
 pub mod provider;
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
+pub use flags::Flags;
+
+use std::collections::BTreeMap;
 use std::time::Duration;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{CustomResource, Resource, ResourceExt};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 use sha2::{Digest, Sha256};
 
-use crate::handler::{Handler, HandlerError, Kind, Plan, PlannedEvent, Step, namespaced_api};
+use crate::kind::{
+    CommonStatus, ConfigMapGenerator, FieldConflicts, Handler, HandlerError, KindInfo, Labels,
+    OnFailure, Overlay, Plan, PlannedEvent, Policy, Reason, namespaced_api,
+};
 use crate::kinds::{FromOptions, KindOptions};
-use crate::overlay::{ConfigMapGenerator, Labels, Overlay, PatchTemplate, Target};
-use crate::status::CommonStatus;
 
 pub use kustomize_hash::config_map_name;
 use provider::Provider;
@@ -43,8 +45,8 @@ use provider::Provider;
 /// Setting this annotation to a new value forces a refresh.
 pub const REFRESH_ANNOTATION: &str =
     "exchangerates.operators.brennerm.github.io/refresh-requested-at";
-/// The label (value: the ExchangeRate's UID) on each of its ConfigMaps; it
-/// selects what `--prune` may remove.
+/// The label (value: the ExchangeRate's UID) that versions before the
+/// ownership marker put on each of its ConfigMaps: such a ConfigMap is adopted.
 pub const UID_LABEL: &str = "exchangerates.operators.brennerm.github.io/uid";
 /// The label naming this operator as the manager.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
@@ -108,9 +110,18 @@ pub struct ExchangeRateSpec {
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ExchangeRateStatus {
-    /// Conditions, last command, digest (shared by every kind).
+    /// Conditions, last command, digest, inventory (shared by every kind).
     #[serde(flatten)]
     pub common: CommonStatus,
+    /// The last fetch.
+    #[serde(flatten)]
+    pub rate: RateStatus,
+}
+
+/// The last good fetch, as recorded in status.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RateStatus {
     /// The last rate fetched: units of `currency` for one unit of `base`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate: Option<String>,
@@ -120,9 +131,10 @@ pub struct ExchangeRateStatus {
     /// The currency of `rate`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub currency: Option<String>,
-    /// When `rate` was fetched (RFC 3339).
+    /// When `rate` was fetched.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fetched_at: Option<String>,
+    #[schemars(with = "Option<String>", extend("format" = "date-time"))]
+    pub fetched_at: Option<jiff::Timestamp>,
     /// The ConfigMap holding `rate` (kustomize's hashed name).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_map_name: Option<String>,
@@ -132,19 +144,6 @@ pub struct ExchangeRateStatus {
     /// The refresh annotation's value when `rate` was fetched.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refresh_requested_at: Option<String>,
-}
-
-impl Kind for ExchangeRate {
-    const NAME: &'static str = "exchangerate";
-    const FINALIZER: &'static str = "operators.brennerm.github.io/kustomize-operator";
-
-    fn common_status(&self) -> Option<&CommonStatus> {
-        self.status.as_ref().map(|s| &s.common)
-    }
-
-    fn api(client: kube::Client, namespace: Option<&str>) -> kube::Api<Self> {
-        namespaced_api(client, namespace)
-    }
 }
 
 /// The operator's ExchangeRate settings (flags `--exchange-rate-*`).
@@ -188,8 +187,8 @@ pub struct Fetched {
     pub base: String,
     /// Currency.
     pub currency: String,
-    /// When (RFC 3339, kept verbatim: it is a ConfigMap value).
-    pub fetched_at: String,
+    /// When.
+    pub fetched_at: jiff::Timestamp,
     /// The resource generation it was fetched for.
     pub generation: Option<i64>,
     /// The refresh annotation's value at the time.
@@ -197,19 +196,15 @@ pub struct Fetched {
 }
 
 impl Fetched {
-    fn from_status(status: &ExchangeRateStatus) -> Option<Self> {
+    fn from_status(status: &RateStatus) -> Option<Self> {
         Some(Self {
             rate: status.rate.clone()?,
             base: status.base.clone()?,
             currency: status.currency.clone()?,
-            fetched_at: status.fetched_at.clone()?,
+            fetched_at: status.fetched_at?,
             generation: status.fetched_generation,
             refresh_requested_at: status.refresh_requested_at.clone(),
         })
-    }
-
-    fn fetched_at(&self) -> Option<jiff::Timestamp> {
-        self.fetched_at.parse().ok()
     }
 
     /// The ConfigMap data.
@@ -218,8 +213,21 @@ impl Fetched {
             ("rate".to_string(), self.rate.clone()),
             ("base".to_string(), self.base.clone()),
             ("currency".to_string(), self.currency.clone()),
-            ("fetchedAt".to_string(), self.fetched_at.clone()),
+            ("fetchedAt".to_string(), self.fetched_at.to_string()),
         ])
+    }
+
+    /// The status recording this fetch, its ConfigMap named `config_map`.
+    fn status(&self, config_map: String) -> RateStatus {
+        RateStatus {
+            rate: Some(self.rate.clone()),
+            base: Some(self.base.clone()),
+            currency: Some(self.currency.clone()),
+            fetched_at: Some(self.fetched_at),
+            config_map_name: Some(config_map),
+            fetched_generation: self.generation,
+            refresh_requested_at: self.refresh_requested_at.clone(),
+        }
     }
 }
 
@@ -269,12 +277,9 @@ struct Desired {
 /// Fetches rates and builds ExchangeRate overlays.
 #[derive(Debug)]
 pub struct ExchangeRateHandler {
+    info: KindInfo<()>,
     options: ExchangeRateOptions,
     provider: Provider,
-    /// The last fetch per resource UID. The status says the same once the
-    /// apply is through, but the watch cache may still show an older status;
-    /// this keeps a reconcile in between from fetching again.
-    last: Mutex<HashMap<String, Fetched>>,
 }
 
 impl FromOptions for ExchangeRateHandler {
@@ -284,13 +289,25 @@ impl FromOptions for ExchangeRateHandler {
 }
 
 impl ExchangeRateHandler {
+    /// The kind's short name.
+    pub const NAME: &'static str = "exchangerate";
+
     /// A handler with these settings.
     pub fn new(options: ExchangeRateOptions) -> Self {
         let provider = Provider::new(&options.url, &options.rate_path, options.timeout);
         Self {
+            info: KindInfo {
+                name: Self::NAME.into(),
+                finalizer: "operators.brennerm.github.io/kustomize-operator".into(),
+                dyn_type: (),
+                policy: Policy {
+                    conflicts: FieldConflicts::Report,
+                    owner_references: true,
+                    ..Policy::default()
+                },
+            },
             options,
             provider,
-            last: Mutex::default(),
         }
     }
 
@@ -336,69 +353,24 @@ impl ExchangeRateHandler {
         })
     }
 
-    fn remembered(&self, uid: &str) -> Option<Fetched> {
-        let map = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        map.get(uid).cloned()
-    }
-
-    fn remember(&self, uid: &str, fetched: Option<Fetched>) {
-        let mut map = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        match fetched {
-            Some(f) => map.insert(uid.to_string(), f),
-            None => map.remove(uid),
-        };
-    }
-
     /// The overlay for an ExchangeRate and the values to put in its ConfigMap.
     pub fn overlay(er: &ExchangeRate, fetched: &Fetched) -> Result<Overlay, HandlerError> {
-        let (name, namespace, uid) = identity(er)?;
+        let (name, namespace, _) = identity(er)?;
         Ok(Overlay {
-            base: Some(ExchangeRate::NAME.into()),
+            base: Some(Self::NAME.into()),
             namespace: Some(namespace),
             labels: vec![Labels {
-                pairs: BTreeMap::from([
-                    (UID_LABEL.into(), uid.clone()),
-                    (MANAGED_BY_LABEL.into(), "kustomize-operator".into()),
-                ]),
+                pairs: BTreeMap::from([(MANAGED_BY_LABEL.into(), "kustomize-operator".into())]),
                 include_selectors: false,
                 include_templates: false,
             }],
-            patches: vec![PatchTemplate {
-                template: "owner.yaml".into(),
-                values: json!({
-                    "name": name,
-                    "owner": {
-                        "apiVersion": ExchangeRate::api_version(&()),
-                        "kind": ExchangeRate::kind(&()),
-                        "name": name,
-                        "uid": uid,
-                    },
-                }),
-                target: Some(Target {
-                    kind: Some("ConfigMap".into()),
-                    name: Some(name.clone()),
-                    ..Default::default()
-                }),
-                allow_name_change: false,
-            }],
             config_map_generators: vec![ConfigMapGenerator {
                 name,
-                namespace: None,
                 data: fetched.data(),
+                ..Default::default()
             }],
             ..Default::default()
         })
-    }
-
-    /// `kubectl apply` flags removing this resource's older ConfigMaps: the
-    /// selector is built from its UID only.
-    pub fn prune_args(uid: &str) -> Vec<String> {
-        vec![
-            "--prune".into(),
-            "-l".into(),
-            format!("{UID_LABEL}={uid}"),
-            "--prune-allowlist=core/v1/ConfigMap".into(),
-        ]
     }
 }
 
@@ -444,12 +416,12 @@ fn refresh_requested(er: &ExchangeRate) -> Option<&str> {
 
 /// Up to 10% of the interval (at most [`JITTER_MAX`]), the same for the same
 /// resource and fetch, so repeated reconciles agree on when the next one is due.
-fn jitter(uid: &str, fetched_at: &str, interval: Duration) -> Duration {
+fn jitter(uid: &str, fetched_at: jiff::Timestamp, interval: Duration) -> Duration {
     let max = (interval / 10).min(JITTER_MAX);
     let digest = Sha256::new()
         .chain_update(uid.as_bytes())
         .chain_update([0])
-        .chain_update(fetched_at.as_bytes())
+        .chain_update(fetched_at.to_string().as_bytes())
         .finalize();
     let mut bytes = [0u8; 8];
     bytes.copy_from_slice(&digest[..8]);
@@ -457,12 +429,12 @@ fn jitter(uid: &str, fetched_at: &str, interval: Duration) -> Duration {
     max.mul_f64(fraction)
 }
 
-/// When the fetch `last` is due for a refresh; `None` when its time is unreadable.
+/// When the fetch `last` is due for a refresh; `None` when that is beyond
+/// the times jiff represents (an interval of centuries).
 fn next_due(uid: &str, last: &Fetched, interval: Duration) -> Option<jiff::Timestamp> {
-    let at = last.fetched_at()?;
-    let wait = interval + jitter(uid, &last.fetched_at, interval);
+    let wait = interval + jitter(uid, last.fetched_at, interval);
     let wait = jiff::SignedDuration::try_from(wait).ok()?;
-    at.checked_add(wait).ok()
+    last.fetched_at.checked_add(wait).ok()
 }
 
 /// Why a fetch is due now, or `None` to reuse `last`.
@@ -487,24 +459,8 @@ fn refresh_due(
         return Some(Refresh::Requested);
     }
     match next_due(&er.uid().unwrap_or_default(), last, desired.interval) {
-        Some(due) if due > now => None,
-        _ => Some(Refresh::Interval),
-    }
-}
-
-/// The more recent of two fetches.
-fn newest(a: Option<Fetched>, b: Option<Fetched>) -> Option<Fetched> {
-    match (a, b) {
-        (Some(a), Some(b)) => {
-            if a.fetched_at()
-                .is_some_and(|ta| b.fetched_at().is_none_or(|tb| ta > tb))
-            {
-                Some(a)
-            } else {
-                Some(b)
-            }
-        }
-        (a, b) => a.or(b),
+        Some(due) if due <= now => Some(Refresh::Interval),
+        _ => None,
     }
 }
 
@@ -517,16 +473,32 @@ fn now_ms() -> jiff::Timestamp {
 impl Handler for ExchangeRateHandler {
     type Resource = ExchangeRate;
     type Observed = Observed;
+    type Status = RateStatus;
+
+    fn info(&self) -> &KindInfo<()> {
+        &self.info
+    }
+
+    fn api(&self, client: kube::Client, namespace: Option<&str>) -> kube::Api<ExchangeRate> {
+        namespaced_api(client, namespace)
+    }
+
+    fn common_status(&self, er: &ExchangeRate) -> Option<CommonStatus> {
+        er.status.as_ref().map(|s| s.common.clone())
+    }
 
     async fn observe(&self, er: &ExchangeRate, _: &kube::Client) -> Result<Observed, HandlerError> {
         let desired = self.desired(er, None)?;
-        let (_, _, uid) = identity(er)?;
-        let from_status = er.status.as_ref().and_then(Fetched::from_status);
-        let last = newest(self.remembered(&uid), from_status);
+        identity(er)?;
+        let last = er
+            .status
+            .as_ref()
+            .and_then(|s| Fetched::from_status(&s.rate));
         let now = now_ms();
         let Some(refresh) = refresh_due(er, &desired, last.as_ref(), now) else {
-            let fetched =
-                last.ok_or_else(|| HandlerError::transient("FetchFailed", "no rate fetched yet"))?;
+            let fetched = last.ok_or_else(|| {
+                HandlerError::transient(Reason::FetchFailed, "no rate fetched yet")
+            })?;
             return Ok(Observed {
                 fetched,
                 refresh: None,
@@ -539,7 +511,7 @@ impl Handler for ExchangeRateHandler {
             .await
             .map_err(|e| {
                 HandlerError::transient(
-                    "FetchFailed",
+                    Reason::FetchFailed,
                     format!(
                         "fetching the {}/{} rate ({}): {e}; keeping the last value",
                         desired.base,
@@ -548,17 +520,15 @@ impl Handler for ExchangeRateHandler {
                     ),
                 )
             })?;
-        let fetched = Fetched {
-            rate,
-            base: desired.base,
-            currency: desired.currency,
-            fetched_at: now.to_string(),
-            generation: er.meta().generation,
-            refresh_requested_at: refresh_requested(er).map(str::to_string),
-        };
-        self.remember(&uid, Some(fetched.clone()));
         Ok(Observed {
-            fetched,
+            fetched: Fetched {
+                rate,
+                base: desired.base,
+                currency: desired.currency,
+                fetched_at: now,
+                generation: er.meta().generation,
+                refresh_requested_at: refresh_requested(er).map(str::to_string),
+            },
             refresh: Some(refresh),
             now,
         })
@@ -569,34 +539,9 @@ impl Handler for ExchangeRateHandler {
         er: &ExchangeRate,
         documents: &[serde_json::Value],
     ) -> Result<Observed, HandlerError> {
-        let from_document = documents.iter().find_map(|d| {
-            let data = &d["data"];
-            (d["kind"] == "ConfigMap" && data["rate"].is_string()).then(|| {
-                (
-                    data["rate"].as_str().map(str::to_string),
-                    data["base"].as_str().map(str::to_string),
-                    data["fetchedAt"].as_str().map(str::to_string),
-                )
-            })
-        });
-        let status = er.status.clone().unwrap_or_default();
-        let (rate, base, fetched_at) = from_document.unwrap_or((
-            status.rate.clone(),
-            status.base.clone(),
-            status.fetched_at.clone(),
-        ));
-        let (Some(rate), Some(fetched_at)) = (rate, fetched_at) else {
-            return Err(HandlerError::Invalid(
-                "render cannot fetch the rate: give it in the resource's status (rate, fetchedAt; as `kubectl get exchangerate NAME -o yaml` shows it) or in a ConfigMap document after the resource (data.rate, data.fetchedAt)".into(),
-            ));
-        };
+        let (rate, base, fetched_at) = offline_values(er, documents)?;
         provider::rate_at(&serde_json::Value::String(rate.clone()), "").map_err(|_| {
             HandlerError::Invalid(format!("rate {rate:?} is not a positive number"))
-        })?;
-        let now: jiff::Timestamp = fetched_at.parse().map_err(|e| {
-            HandlerError::Invalid(format!(
-                "fetchedAt {fetched_at:?} is not an RFC 3339 time: {e}"
-            ))
         })?;
         let desired = self.desired(er, base.as_deref())?;
         Ok(Observed {
@@ -609,42 +554,27 @@ impl Handler for ExchangeRateHandler {
                 refresh_requested_at: refresh_requested(er).map(str::to_string),
             },
             refresh: None,
-            now,
+            now: fetched_at,
         })
     }
 
-    fn plan(&self, er: &ExchangeRate, observed: &Observed) -> Result<Plan, HandlerError> {
+    fn plan(
+        &self,
+        er: &ExchangeRate,
+        observed: &Observed,
+    ) -> Result<Plan<RateStatus>, HandlerError> {
         let desired = self.desired(er, Some(&observed.fetched.base))?;
         let (name, _, uid) = identity(er)?;
         let fetched = &observed.fetched;
-        let overlay = Self::overlay(er, fetched)?;
         let config_map = config_map_name(&name, &fetched.data());
-        let mut plan = Plan {
-            steps: vec![Step::Apply {
-                overlay,
-                extra_args: Self::prune_args(&uid),
-            }],
-            // configMapName must name a ConfigMap that exists: on failure the
-            // previous kind-specific status stays.
-            status_on_failure: Some(serde_json::Map::new()),
-            ..Default::default()
-        };
-        plan.status = json!({
-            "rate": fetched.rate,
-            "base": fetched.base,
-            "currency": fetched.currency,
-            "fetchedAt": fetched.fetched_at,
-            "configMapName": config_map,
-            "fetchedGeneration": fetched.generation,
-            "refreshRequestedAt": fetched.refresh_requested_at,
-        })
-        .as_object()
-        .cloned()
-        .unwrap_or_default();
+        let mut plan = Plan::apply(Self::overlay(er, fetched)?);
+        plan.status = Some(fetched.status(config_map.clone()));
+        // configMapName must name a ConfigMap that exists: on failure the
+        // fields of the last success stay.
+        plan.on_failure = OnFailure::KeepPrevious;
         if let Some(refresh) = observed.refresh {
             plan.events.push(PlannedEvent {
-                warning: false,
-                reason: "Fetched".into(),
+                reason: "Fetched",
                 note: format!(
                     "1 {} = {} {} ({}); ConfigMap {config_map}",
                     fetched.base,
@@ -668,19 +598,57 @@ impl Handler for ExchangeRateHandler {
         Ok(plan)
     }
 
-    fn cleanup(&self, er: &ExchangeRate) -> Result<Plan, HandlerError> {
-        // The ConfigMaps are owned by the ExchangeRate: the garbage collector
-        // removes them once it is gone. Nothing to run.
-        if let Some(uid) = er.uid() {
-            self.remember(&uid, None);
-        }
-        Ok(Plan::default())
+    /// ConfigMaps made by versions before the ownership marker carry the
+    /// ExchangeRate's UID in a label of their own: those are its own.
+    fn adopts(&self, er: &ExchangeRate, live: &ObjectMeta) -> bool {
+        let uid = er.uid();
+        live.labels
+            .as_ref()
+            .and_then(|l| l.get(UID_LABEL))
+            .is_some_and(|v| Some(v) == uid.as_ref())
     }
+}
+
+/// The rate, base and fetch time `render` uses: from a ConfigMap document
+/// after the resource, or from the resource's status.
+fn offline_values(
+    er: &ExchangeRate,
+    documents: &[serde_json::Value],
+) -> Result<(String, Option<String>, jiff::Timestamp), HandlerError> {
+    let from_document = documents.iter().find_map(|d| {
+        let data = &d["data"];
+        (d["kind"] == "ConfigMap" && data["rate"].is_string()).then(|| {
+            (
+                data["rate"].as_str().map(str::to_string),
+                data["base"].as_str().map(str::to_string),
+                data["fetchedAt"].as_str().map(str::to_string),
+            )
+        })
+    });
+    let status = er.status.clone().unwrap_or_default().rate;
+    let (rate, base, fetched_at) = from_document.unwrap_or((
+        status.rate.clone(),
+        status.base.clone(),
+        status.fetched_at.map(|t| t.to_string()),
+    ));
+    let (Some(rate), Some(fetched_at)) = (rate, fetched_at) else {
+        return Err(HandlerError::Invalid(
+            "render cannot fetch the rate: give it in the resource's status (rate, fetchedAt; as `kubectl get exchangerate NAME -o yaml` shows it) or in a ConfigMap document after the resource (data.rate, data.fetchedAt)".into(),
+        ));
+    };
+    let fetched_at: jiff::Timestamp = fetched_at.parse().map_err(|e| {
+        HandlerError::Invalid(format!(
+            "fetchedAt {fetched_at:?} is not an RFC 3339 time: {e}"
+        ))
+    })?;
+    Ok((rate, base, fetched_at))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kind::Step;
+    use serde_json::json;
 
     const UID: &str = "6c0d1c38-3d4e-4a5b-9f00-0123456789ab";
 
@@ -704,7 +672,7 @@ mod tests {
             rate: "1.1901".into(),
             base: "EUR".into(),
             currency: "USD".into(),
-            fetched_at: at.into(),
+            fetched_at: at.parse().unwrap(),
             generation: Some(1),
             refresh_requested_at: None,
         }
@@ -719,7 +687,7 @@ mod tests {
     }
 
     #[test]
-    fn plan_applies_a_generated_config_map_owned_by_the_resource_and_prunes() {
+    fn plan_applies_a_generated_config_map_and_records_it() {
         let er = er("USD");
         let observed = Observed {
             fetched: fetched("2021-01-18T10:00:00Z"),
@@ -730,7 +698,7 @@ mod tests {
         let [
             Step::Apply {
                 overlay,
-                extra_args,
+                field_manager: None,
             },
         ] = plan.steps.as_slice()
         else {
@@ -741,21 +709,18 @@ mod tests {
         assert_eq!(generator.data["rate"], "1.1901");
         assert_eq!(generator.data["fetchedAt"], "2021-01-18T10:00:00Z");
         assert_eq!(overlay.namespace.as_deref(), Some("demo"));
-        assert_eq!(overlay.patches[0].values["owner"]["uid"], UID);
-        assert_eq!(overlay.patches[0].values["owner"]["kind"], "ExchangeRate");
-        assert_eq!(overlay.labels[0].pairs[UID_LABEL], UID);
-        assert_eq!(
-            extra_args,
-            &[
-                "--prune".to_string(),
-                "-l".into(),
-                format!("{UID_LABEL}={UID}"),
-                "--prune-allowlist=core/v1/ConfigMap".into()
-            ]
+        assert!(
+            overlay.patches.is_empty(),
+            "the engine adds the ownerReference"
         );
-        assert_eq!(plan.status["configMapName"], "exchange-rate-usd-895mkt58mt");
-        assert_eq!(plan.status["rate"], "1.1901");
-        assert_eq!(plan.status["fetchedGeneration"], 1);
+        let status = plan.status.as_ref().unwrap();
+        assert_eq!(
+            status.config_map_name.as_deref(),
+            Some("exchange-rate-usd-895mkt58mt")
+        );
+        assert_eq!(status.rate.as_deref(), Some("1.1901"));
+        assert_eq!(status.fetched_generation, Some(1));
+        assert_eq!(plan.on_failure, OnFailure::KeepPrevious);
         assert_eq!(plan.events[0].reason, "Fetched");
         let wait = plan.requeue_after.unwrap();
         assert!(
@@ -829,27 +794,12 @@ mod tests {
     #[test]
     fn jitter_is_small_and_stable() {
         let i = Duration::from_secs(3600);
-        let a = jitter(UID, "2021-01-18T10:00:00Z", i);
-        assert_eq!(a, jitter(UID, "2021-01-18T10:00:00Z", i));
+        let at = ts("2021-01-18T10:00:00Z");
+        let a = jitter(UID, at, i);
+        assert_eq!(a, jitter(UID, at, i));
         assert!(a <= Duration::from_secs(300));
-        assert!(jitter(UID, "x", Duration::from_secs(10)) <= Duration::from_secs(1));
-        assert!(jitter(UID, "x", Duration::from_secs(86400)) <= JITTER_MAX);
-    }
-
-    #[test]
-    fn newest_fetch_wins() {
-        let old = fetched("2021-01-18T10:00:00Z");
-        let new = fetched("2021-01-18T11:00:00Z");
-        assert_eq!(
-            newest(Some(old.clone()), Some(new.clone())),
-            Some(new.clone())
-        );
-        assert_eq!(
-            newest(Some(new.clone()), Some(old.clone())),
-            Some(new.clone())
-        );
-        assert_eq!(newest(None, Some(old.clone())), Some(old.clone()));
-        assert_eq!(newest(Some(old.clone()), None), Some(old));
+        assert!(jitter(UID, at, Duration::from_secs(10)) <= Duration::from_secs(1));
+        assert!(jitter(UID, at, Duration::from_secs(86400)) <= JITTER_MAX);
     }
 
     #[test]
@@ -914,9 +864,12 @@ mod tests {
         );
         let mut with_status = er("USD");
         with_status.status = Some(ExchangeRateStatus {
-            rate: Some("1.3".into()),
-            base: Some("EUR".into()),
-            fetched_at: Some("2021-01-18T10:00:00Z".into()),
+            rate: RateStatus {
+                rate: Some("1.3".into()),
+                base: Some("EUR".into()),
+                fetched_at: Some(ts("2021-01-18T10:00:00Z")),
+                ..Default::default()
+            },
             ..Default::default()
         });
         let o = handler().observe_offline(&with_status, &[]).unwrap();
@@ -947,7 +900,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn observe_fetches_once_even_if_the_status_lags_behind() {
+    async fn observe_fetches_when_due_and_reuses_the_status_otherwise() {
         use std::sync::atomic::Ordering;
         let (url, count) = loopback_provider().await;
         let h = ExchangeRateHandler::new(ExchangeRateOptions {
@@ -956,28 +909,32 @@ mod tests {
         });
         let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
         let client = kube::Client::try_from(config).unwrap();
-        let er = er("USD");
+        let mut er = er("USD");
         let first = h.observe(&er, &client).await.unwrap();
         assert_eq!(first.refresh, Some(Refresh::Initial));
         assert_eq!(first.fetched.rate, "1.25");
-        // The same resource without the status the apply wrote (a stale
-        // watch cache): the remembered fetch is reused.
+        // What the engine writes after the apply: the next look reuses it.
+        er.status = Some(ExchangeRateStatus {
+            rate: first.fetched.status("cm".into()),
+            ..Default::default()
+        });
         let again = h.observe(&er, &client).await.unwrap();
         assert_eq!(again.refresh, None);
         assert_eq!(again.fetched, first.fetched);
         assert_eq!(count.load(Ordering::SeqCst), 1);
-        // After cleanup nothing is remembered.
-        h.cleanup(&er).unwrap();
-        assert_eq!(
-            h.observe(&er, &client).await.unwrap().refresh,
-            Some(Refresh::Initial)
-        );
-        assert_eq!(count.load(Ordering::SeqCst), 2);
     }
 
     #[test]
-    fn cleanup_runs_nothing() {
-        assert_eq!(handler().cleanup(&er("USD")).unwrap(), Plan::default());
+    fn config_maps_of_earlier_versions_are_adopted_by_uid() {
+        let h = handler();
+        let er = er("USD");
+        let meta = |uid: &str| ObjectMeta {
+            labels: Some([(UID_LABEL.to_string(), uid.to_string())].into()),
+            ..Default::default()
+        };
+        assert!(h.adopts(&er, &meta(UID)));
+        assert!(!h.adopts(&er, &meta("another-uid")));
+        assert!(!h.adopts(&er, &ObjectMeta::default()));
     }
 
     #[test]

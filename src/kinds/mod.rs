@@ -1,11 +1,12 @@
-//! The kinds this operator reconciles. Each module holds one kind's resource
-//! type and its handler; this file registers them (one line per kind in the
-//! `kinds!` invocation below).
+//! The kinds this operator reconciles: the Rust kinds (one module each,
+//! registered by one line in the `kinds!` invocation below) and the kinds
+//! declared as folders ([`declared`]); [`registry`] serves both.
 
 pub mod chaos_agent;
 pub mod copyrator;
+pub mod declared;
 pub mod exchange_rate;
-pub mod sample;
+pub mod registry;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -14,12 +15,14 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::CustomResourceExt;
 use kube::api::ListParams;
 
-use crate::controller::Engine;
-use crate::handler::{Handler, HandlerError, Kind, Plan, RenderedPlan};
-use crate::templates::KustomizeDir;
+use crate::engine::Engine;
+use crate::engine::inventory::Owner;
+use crate::engine::overlay::{Marking, OverlayError};
+use crate::engine::{Rendered, render_plan};
+use crate::kind::{Handler, HandlerError, KustomizeDir, Step};
 
 /// Settings handlers take from the command line.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct KindOptions {
     /// The namespace the operator runs in (from the downward API), if known.
     pub operator_namespace: Option<String>,
@@ -32,6 +35,25 @@ pub struct KindOptions {
     /// CopyratorRule: the namespaces it may touch ConfigMaps and Secrets in
     /// (empty: every namespace).
     pub copyrator_namespaces: Vec<String>,
+    /// CopyratorRule: `kube-system`, `kube-public`, `kube-node-lease` and the
+    /// operator's namespace may be targets.
+    pub copyrator_allow_system_namespaces: bool,
+    /// CopyratorRule: the most bytes of copies one rule may want.
+    pub copyrator_max_bytes: usize,
+}
+
+impl Default for KindOptions {
+    fn default() -> Self {
+        Self {
+            operator_namespace: None,
+            exchange_rate: exchange_rate::ExchangeRateOptions::default(),
+            watch_namespace: None,
+            copyrator_namespace_selector: None,
+            copyrator_namespaces: Vec::new(),
+            copyrator_allow_system_namespaces: false,
+            copyrator_max_bytes: copyrator::plan::DEFAULT_MAX_BYTES,
+        }
+    }
 }
 
 /// A handler built from the command-line settings.
@@ -59,7 +81,7 @@ pub enum RenderError {
     Handler(#[from] HandlerError),
     /// Rendering failed.
     #[error(transparent)]
-    Overlay(#[from] crate::overlay::OverlayError),
+    Overlay(#[from] OverlayError),
 }
 
 macro_rules! kinds {
@@ -76,7 +98,7 @@ macro_rules! kinds {
 
             /// The short name (`sample`, ...), as in `--kinds` and `kustomize/<name>`.
             pub fn as_str(self) -> &'static str {
-                match self { $(KindName::$variant => <<$handler as Handler>::Resource as Kind>::NAME,)* }
+                match self { $(KindName::$variant => <$handler>::NAME,)* }
             }
 
             /// The CRD, generated from the Rust type.
@@ -86,7 +108,7 @@ macro_rules! kinds {
 
             /// True when the CRD is installed and its resources can be listed.
             pub async fn is_installed(self, client: &kube::Client, namespace: Option<&str>) -> Result<bool, kube::Error> {
-                match self { $(KindName::$variant => is_installed::<$handler>(client, namespace).await,)* }
+                match self { $(KindName::$variant => is_installed(&<$handler as FromOptions>::from_options(&KindOptions::default()), client, namespace).await,)* }
             }
 
             /// Runs this kind's controller until `shutdown` resolves.
@@ -99,7 +121,7 @@ macro_rules! kinds {
                 match self {
                     $(KindName::$variant => {
                         let handler = Arc::new(<$handler as FromOptions>::from_options(options));
-                        crate::controller::run(engine, handler, shutdown).await
+                        crate::engine::controller::run(engine, handler, shutdown).await
                     })*
                 }
             }
@@ -127,7 +149,6 @@ macro_rules! kinds {
 }
 
 kinds! {
-    Sample => sample::SampleHandler,
     ExchangeRate => exchange_rate::ExchangeRateHandler,
     ChaosAgent => chaos_agent::ChaosAgentHandler,
     Copyrator => copyrator::CopyratorHandler,
@@ -161,11 +182,12 @@ where
     <H::Resource as CustomResourceExt>::crd()
 }
 
-async fn is_installed<H: Handler>(
+pub(crate) async fn is_installed<H: Handler>(
+    handler: &H,
     client: &kube::Client,
     namespace: Option<&str>,
 ) -> Result<bool, kube::Error> {
-    let api = H::Resource::api(client.clone(), namespace);
+    let api = handler.api(client.clone(), namespace);
     match api.list_metadata(&ListParams::default().limit(1)).await {
         Ok(_) => Ok(true),
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(false),
@@ -173,34 +195,64 @@ async fn is_installed<H: Handler>(
     }
 }
 
-fn matches_kind<H: Handler>(doc: &serde_json::Value) -> bool {
+fn matches_kind<H: Handler>(doc: &serde_json::Value) -> bool
+where
+    H::Resource: kube::Resource<DynamicType = ()>,
+{
     use kube::Resource;
     doc.get("apiVersion").and_then(|v| v.as_str()) == Some(H::Resource::api_version(&()).as_ref())
         && doc.get("kind").and_then(|v| v.as_str()) == Some(H::Resource::kind(&()).as_ref())
 }
 
-/// A plan and its rendering, as `render` produces them.
+/// A plan's steps and their rendering, as `render` produces them.
 #[derive(Debug)]
 pub struct RenderOutput {
-    /// The plan.
-    pub plan: Plan,
-    /// Its overlays, rendered.
-    pub rendered: RenderedPlan,
+    /// The steps.
+    pub steps: Vec<Step>,
+    /// Each step's overlay, rendered (`None` for steps without one).
+    pub overlays: Vec<Option<crate::engine::overlay::RenderedOverlay>>,
+    /// The kind's own status fields the plan writes, as JSON.
+    pub status: Option<serde_json::Value>,
 }
 
-fn render_with<H: Handler>(
+/// The UID `render` uses in the ownership marker of a resource that has
+/// none (a file written by hand rather than read from the cluster).
+pub const PLACEHOLDER_UID: &str = "00000000-0000-0000-0000-000000000000";
+
+pub(crate) fn render_with<H: Handler>(
     handler: &H,
     doc: &serde_json::Value,
     rest: &[serde_json::Value],
     dir: &KustomizeDir,
 ) -> Result<RenderOutput, RenderError> {
+    use kube::{Resource, ResourceExt};
+    let dt = &handler.info().dyn_type;
     let resource: H::Resource =
         serde_json::from_value(doc.clone()).map_err(|e| RenderError::Invalid {
-            kind: <H::Resource as Kind>::NAME.to_string(),
+            kind: handler.info().name.clone(),
             reason: e.to_string(),
         })?;
     let observed = handler.observe_offline(&resource, rest)?;
     let plan = handler.plan(&resource, &observed)?;
-    let rendered = plan.render(dir)?;
-    Ok(RenderOutput { plan, rendered })
+    let marking = Marking {
+        owner: Owner {
+            api_version: H::Resource::api_version(dt).into_owned(),
+            kind: H::Resource::kind(dt).into_owned(),
+            namespace: resource.namespace(),
+            name: resource.name_any(),
+            uid: resource
+                .uid()
+                .unwrap_or_else(|| PLACEHOLDER_UID.to_string()),
+        },
+        owner_references: handler.info().policy.owner_references,
+    };
+    let Rendered { overlays, .. } = render_plan(&plan, dir, &marking)?;
+    Ok(RenderOutput {
+        status: plan
+            .status
+            .as_ref()
+            .and_then(|s| serde_json::to_value(s).ok()),
+        steps: plan.steps,
+        overlays,
+    })
 }

@@ -2,6 +2,8 @@
 //! KUBECONFIG, a fresh namespace per test, an operator started in-process.
 #![allow(dead_code)]
 
+pub mod deploy;
+
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -13,6 +15,43 @@ use kube::{Api, Client};
 use kustomize_operator::Operator;
 use kustomize_operator::cli::{Cli, Command, RunArgs};
 use tokio::sync::OnceCell;
+
+pub mod sample;
+mod tokens;
+#[allow(unused_imports)] // each test binary uses some of them
+pub use tokens::{TokenKubeconfig, admin_cluster, mint_token};
+
+/// The test's declared kinds (`tests/fixtures/kinds`).
+pub fn fixture_kinds() -> PathBuf {
+    repo().join("tests/fixtures/kinds")
+}
+
+/// The repo's kind folders and the test's declared kinds, loaded.
+pub fn kustomize_dirs() -> kustomize_operator::kind::KustomizeDir {
+    let dirs = [repo().join("kustomize"), fixture_kinds()];
+    kustomize_operator::kind::KustomizeDir::load_all(&dirs).expect("the kinds load")
+}
+
+/// The kind of the resource `doc` (its apiVersion and kind), among the
+/// repo's kinds and the test's declared kinds.
+pub fn kind_of(doc: &serde_json::Value) -> kustomize_operator::kinds::registry::Kind {
+    kustomize_operator::kinds::registry::Registry::load(&kustomize_dirs())
+        .expect("the kinds load")
+        .of_document(doc)
+        .cloned()
+        .unwrap_or_else(|| panic!("no kind serves {} {}", doc["apiVersion"], doc["kind"]))
+}
+
+/// Every kind of this repo: the built-in ones and those declared in
+/// `kustomize/`.
+pub fn all_kinds() -> Vec<kustomize_operator::kinds::registry::Kind> {
+    let dir = kustomize_operator::kind::KustomizeDir::load(&repo().join("kustomize"))
+        .expect("the repo's kustomize dir loads");
+    kustomize_operator::kinds::registry::Registry::load(&dir)
+        .expect("the repo's kinds load")
+        .all()
+        .to_vec()
+}
 
 /// The repository root.
 pub fn repo() -> PathBuf {
@@ -66,10 +105,10 @@ pub fn copyrator_namespaces_env(docs: &[serde_json::Value]) -> Vec<String> {
 
 static CRDS_INSTALLED: OnceCell<Result<(), String>> = OnceCell::const_new();
 
-/// A client for the cluster in KUBECONFIG with the CRDs installed, or None
-/// (with a loud message) when there is no cluster. Under CI=true a missing
-/// cluster fails the test instead of skipping it. Each test gets its own
-/// client: a client's connections belong to the test's runtime.
+/// A client for the cluster in KUBECONFIG with the CRDs installed. A
+/// cluster test without a cluster fails, naming the command that provides
+/// one: it never reports "passed" for what it did not check. Each test gets
+/// its own client: a client's connections belong to the test's runtime.
 pub async fn cluster() -> Option<Client> {
     if std::env::var_os("RUST_LOG").is_some() {
         let _ = tracing_subscriber::fmt()
@@ -88,15 +127,9 @@ pub async fn cluster() -> Option<Client> {
     .await;
     let client = match reachable {
         Ok(client) => client,
-        Err(e) => {
-            if std::env::var("CI").as_deref() == Ok("true") {
-                panic!("CI=true but no reachable cluster in KUBECONFIG: {e}");
-            }
-            eprintln!(
-                "\n*** SKIPPING cluster test: no reachable cluster ({e}).\n*** Run `hack/control-plane/control-plane up` and export the KUBECONFIG it prints.\n"
-            );
-            return None;
-        }
+        Err(e) => panic!(
+            "this test needs a cluster and none is reachable in KUBECONFIG ({e}); run the tests with `hack/test`, which starts the local control plane"
+        ),
     };
     let installed = CRDS_INSTALLED
         .get_or_init(|| async {
@@ -105,7 +138,7 @@ pub async fn cluster() -> Option<Client> {
             if !ok {
                 return Err(format!("installing CRDs failed: {err}"));
             }
-            for kind in kustomize_operator::KindName::ALL {
+            for kind in all_kinds() {
                 let name = kind.crd().metadata.name.unwrap_or_default();
                 let (ok, _, err) = kubectl(&[
                     "wait",
@@ -212,6 +245,29 @@ pub fn run_args(namespace: &str, extra: &[&str]) -> RunArgs {
     }
 }
 
+/// The flags `render` sees by default, with the repository's kustomize dir.
+pub fn render_args() -> kustomize_operator::cli::CommonArgs {
+    let kustomize = format!(
+        "{},{}",
+        repo().join("kustomize").display(),
+        fixture_kinds().display()
+    );
+    let argv = [
+        "kustomize-operator",
+        "render",
+        "-f",
+        "-",
+        "--out",
+        "-",
+        "--kustomize-dir",
+        &kustomize,
+    ];
+    match Cli::parse_from(argv).command {
+        Command::Render(args) => *args.common,
+        _ => unreachable!(),
+    }
+}
+
 /// Starts an operator in-process, watching only `namespace`.
 pub async fn start_operator(namespace: &str, extra: &[&str]) -> Operator {
     Operator::start(&run_args(namespace, extra))
@@ -250,26 +306,15 @@ pub fn kubectl_stdin(args: &[&str], input: &str) -> (bool, String, String) {
     )
 }
 
-/// Skips the test (returns) when there is no cluster.
+/// The cluster client; a test without a cluster fails (see [`cluster`]).
 #[macro_export]
 macro_rules! cluster_or_skip {
     () => {
         match common::cluster().await {
             Some(c) => c,
-            None => return,
+            None => unreachable!("cluster() fails rather than skip"),
         }
     };
-}
-
-/// How to start an [`OperatorProcess`] beyond the defaults.
-#[derive(Debug, Default)]
-pub struct Launch<'a> {
-    /// Variables to add to (or override in) the test's environment.
-    pub env: &'a [(&'a str, &'a str)],
-    /// Variables to remove from it.
-    pub unset: &'a [&'a str],
-    /// A command to run the operator under; the operator's argv is appended.
-    pub wrapper: &'a [&'a str],
 }
 
 /// The operator binary, run as a child process (for tests that need separate
@@ -285,29 +330,10 @@ impl OperatorProcess {
     /// repo's kustomize dir and the tests' kubectl; `env` is added to (and
     /// `KUBECONFIG` may replace) the test's environment.
     pub fn spawn(namespace: &str, env: &[(&str, &str)], extra: &[&str]) -> Self {
-        Self::spawn_with(
-            namespace,
-            &Launch {
-                env,
-                ..Launch::default()
-            },
-            extra,
-        )
-    }
-
-    /// Like [`OperatorProcess::spawn`], with more control over the process.
-    pub fn spawn_with(namespace: &str, launch: &Launch<'_>, extra: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("operator.log");
         let binary = env!("CARGO_BIN_EXE_kustomize-operator");
-        let mut cmd = match launch.wrapper.split_first() {
-            Some((program, args)) => {
-                let mut cmd = std::process::Command::new(program);
-                cmd.args(args).arg(binary);
-                cmd
-            }
-            None => std::process::Command::new(binary),
-        };
+        let mut cmd = std::process::Command::new(binary);
         cmd.arg("run")
             .args(["--namespace", namespace])
             .arg("--kustomize-dir")
@@ -329,13 +355,10 @@ impl OperatorProcess {
             "LEADER_ELECT_NAMESPACE",
             "COPYRATOR_NAMESPACES",
             "COPYRATOR_NAMESPACE_SELECTOR",
-        ]
-        .iter()
-        .chain(launch.unset)
-        {
+        ] {
             cmd.env_remove(var);
         }
-        cmd.envs(launch.env.iter().copied())
+        cmd.envs(env.iter().copied())
             .env("RUST_LOG", "info")
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
@@ -446,7 +469,9 @@ pub fn metric_sum(text: &str, metric: &str, labels: &[&str]) -> f64 {
 /// `namespace`, so that deleting the namespace does not hang once the
 /// operator that would have run their cleanup is gone.
 pub fn strip_finalizers(namespace: &str) {
-    for kind in kustomize_operator::KindName::ALL {
+    let kinds = kustomize_operator::kinds::registry::Registry::load(&kustomize_dirs())
+        .expect("the kinds load");
+    for kind in kinds.all() {
         let crd = kind.crd();
         if crd.spec.scope != "Namespaced" {
             continue;
@@ -476,5 +501,40 @@ pub struct StripFinalizersOnDrop(pub String);
 impl Drop for StripFinalizersOnDrop {
     fn drop(&mut self) {
         strip_finalizers(&self.0);
+    }
+}
+
+/// The helm CLI: `$HELM`, else the one `hack/helm/helm path` reports as
+/// built (`hack/helm/helm build` builds it; `hack/test` and `.ci/run` do);
+/// the error says why there is none.
+pub fn find_helm() -> Result<PathBuf, String> {
+    if let Some(helm) = std::env::var_os("HELM").filter(|h| !h.is_empty()) {
+        return Ok(PathBuf::from(helm));
+    }
+    let out = std::process::Command::new(repo().join("hack/helm/helm"))
+        .arg("path")
+        .output()
+        .map_err(|e| format!("cannot run hack/helm/helm: {e}"))?;
+    if out.status.success() {
+        Ok(PathBuf::from(
+            String::from_utf8_lossy(&out.stdout).trim().to_string(),
+        ))
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+    }
+}
+
+/// The helm CLI for the chart tests ([`find_helm`]), or None, loudly, when
+/// there is none; under `CI=true` that is a failure instead.
+pub fn helm_path() -> Option<PathBuf> {
+    match find_helm() {
+        Ok(helm) => Some(helm),
+        Err(why) if std::env::var("CI").as_deref() == Ok("true") => {
+            panic!("CI=true but no helm: {why}")
+        }
+        Err(why) => {
+            eprintln!("\n*** SKIPPING helm test: {why}\n");
+            None
+        }
     }
 }

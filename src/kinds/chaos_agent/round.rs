@@ -1,5 +1,6 @@
 //! One chaos round, planned: draw the victims with a seeded RNG, cap them,
-//! and turn them into kubectl steps, events and status. Pure.
+//! and turn them into typed steps (Pod deletions, a server-side apply of
+//! partial objects), events and status. Pure.
 
 use std::collections::BTreeMap;
 
@@ -11,16 +12,15 @@ use serde_json::json;
 
 use super::{
     ActionCounts, ChaosAgentStatus, FIELD_MANAGER, MAX_REPLICAS, RoundError, RoundInput,
-    RoundReport, lorem,
+    RoundReport, RoundStatus, lorem,
 };
-use crate::handler::{HandlerError, Plan, PlannedEvent, Step};
-use crate::overlay::Overlay;
-use crate::status::{READY, truncate};
+use crate::kind::{
+    ConditionStatus, ConditionType, EventType, ObjectId, Overlay, Plan, PlannedEvent, Step,
+    truncate,
+};
 
 /// Lorem Ipsum written into one ConfigMap, all keys together, in bytes.
 const IPSUM_BUDGET: usize = 64 * 1024;
-/// Pod names per `kubectl delete pod` command.
-const KILLS_PER_COMMAND: usize = 50;
 /// Action lines kept in `status.lastRound.actions`.
 const REPORTED_ACTIONS: usize = 20;
 /// An odd constant (2^64 / golden ratio) mixing the round number into the seed.
@@ -79,7 +79,7 @@ impl Action {
     /// The event: about the agent, related to the object acted on. Events
     /// about the same object fold into one series, so the note says nothing
     /// that changes from round to round.
-    fn event(&self, reason: &str) -> PlannedEvent {
+    fn event(&self, reason: &'static str) -> PlannedEvent {
         let (api_version, kind, namespace, name, note) = match self {
             Self::Kill { namespace, name } => (
                 "v1",
@@ -108,8 +108,8 @@ impl Action {
             ),
         };
         PlannedEvent {
-            warning: false,
-            reason: reason.into(),
+            type_: EventType::Normal,
+            reason,
             note,
             related: Some(ObjectReference {
                 api_version: Some(api_version.into()),
@@ -128,38 +128,78 @@ pub fn doubled(replicas: i32) -> i32 {
 }
 
 /// Plans one round of `input`, touching only namespaces that pass `eligible`.
-pub fn plan(input: &RoundInput, eligible: impl Fn(&str) -> bool) -> Result<Plan, HandlerError> {
-    let spec = &input.agent.spec;
+pub fn plan(input: &RoundInput, eligible: impl Fn(&str) -> bool) -> Plan<RoundStatus> {
     let previous = input.agent.status.clone().unwrap_or_default();
-    let round = previous.round.unwrap_or(0).saturating_add(1);
+    let round = previous.round.round.unwrap_or(0).saturating_add(1);
     // Spread the rounds apart, so agents with neighbouring seeds do not
     // replay each other's rounds shifted by one.
     let seed = input
         .seed
         .wrapping_add(round.cast_unsigned().wrapping_mul(ROUND_STRIDE));
     let mut rng = StdRng::seed_from_u64(seed);
-    let eagerness = spec.eagerness.clamp(0, 100).unsigned_abs();
-    let draw = |rng: &mut StdRng| rng.random_range(0..100u32) < eagerness;
+    let choice = choose(input, &eligible, &mut rng);
+    let dry_run = input.agent.spec.dry_run;
+    let acts = act(&choice.chosen, dry_run, &mut rng);
+    let mut total = previous.round.total.clone();
+    if !dry_run {
+        total.tantrum += acts.counts.tantrum;
+        total.cancer += acts.counts.cancer;
+        total.ipsum += acts.counts.ipsum;
+    }
+    let report = RoundReport {
+        dry_run,
+        seed: seed.cast_signed(),
+        summary: summary(&acts.counts, dry_run, choice.tantrum_held, choice.capped),
+        counts: acts.counts,
+        eligible_pods: i64::try_from(choice.eligible_pods).unwrap_or(i64::MAX),
+        tantrum_held: choice.tantrum_held,
+        capped: i64::try_from(choice.capped).unwrap_or(i64::MAX),
+        actions: acts.lines,
+    };
+    Plan {
+        steps: acts.steps,
+        status: Some(RoundStatus {
+            round: Some(round),
+            last_round_at: Some(input.now),
+            last_round: Some(report),
+            total,
+            last_errors: errors_seen(&previous),
+        }),
+        events: acts.events,
+        always_run: true,
+        ..Default::default()
+    }
+}
 
+/// What a round drew.
+struct Choice {
+    chosen: Vec<Action>,
+    eligible_pods: usize,
+    tantrum_held: bool,
+    capped: usize,
+}
+
+/// Draws the victims: each eligible object with probability `eagerness`%,
+/// at most `maxActionsPerRound` in all (a seeded shuffle picks which).
+fn choose(input: &RoundInput, eligible: &impl Fn(&str) -> bool, rng: &mut StdRng) -> Choice {
+    let spec = &input.agent.spec;
+    let eagerness = spec.eagerness.clamp(0, 100).unsigned_abs();
+    let mut draw = || rng.random_range(0..100u32) < eagerness;
     let mut chosen = Vec::new();
     let mut pods: Vec<_> = input
         .targets
         .pods
         .iter()
-        .filter(|p| !p.terminating && eligible(&p.namespace))
+        .filter(|p| p.running && !p.terminating && eligible(&p.namespace))
         .collect();
     pods.sort();
     let tolerance = usize::try_from(spec.pod_tolerance.max(0)).unwrap_or(usize::MAX);
     let tantrum_held = spec.tantrum_mode && pods.len() < tolerance;
     if spec.tantrum_mode && !tantrum_held {
-        for p in &pods {
-            if draw(&mut rng) {
-                chosen.push(Action::Kill {
-                    namespace: p.namespace.clone(),
-                    name: p.name.clone(),
-                });
-            }
-        }
+        chosen.extend(pods.iter().filter(|_| draw()).map(|p| Action::Kill {
+            namespace: p.namespace.clone(),
+            name: p.name.clone(),
+        }));
     }
     if spec.cancer_mode {
         let mut deployments: Vec<_> = input
@@ -169,16 +209,17 @@ pub fn plan(input: &RoundInput, eligible: impl Fn(&str) -> bool) -> Result<Plan,
             .filter(|d| !d.terminating && d.replicas < MAX_REPLICAS && eligible(&d.namespace))
             .collect();
         deployments.sort();
-        for d in deployments {
-            if draw(&mut rng) {
-                chosen.push(Action::Scale {
+        chosen.extend(
+            deployments
+                .into_iter()
+                .filter(|_| draw())
+                .map(|d| Action::Scale {
                     namespace: d.namespace.clone(),
                     name: d.name.clone(),
                     from: d.replicas,
                     to: doubled(d.replicas),
-                });
-            }
-        }
+                }),
+        );
     }
     if spec.ipsum_mode {
         let mut config_maps: Vec<_> = input
@@ -190,43 +231,65 @@ pub fn plan(input: &RoundInput, eligible: impl Fn(&str) -> bool) -> Result<Plan,
             })
             .collect();
         config_maps.sort();
-        for c in config_maps {
-            if draw(&mut rng) {
-                chosen.push(Action::Ipsum {
+        chosen.extend(
+            config_maps
+                .into_iter()
+                .filter(|_| draw())
+                .map(|c| Action::Ipsum {
                     namespace: c.namespace.clone(),
                     name: c.name.clone(),
                     keys: c.keys.clone(),
-                });
-            }
-        }
+                }),
+        );
     }
     let cap = usize::try_from(spec.max_actions_per_round.max(1)).unwrap_or(1);
     let capped = chosen.len().saturating_sub(cap);
     if capped > 0 {
-        chosen.shuffle(&mut rng);
+        chosen.shuffle(rng);
         chosen.truncate(cap);
     }
     chosen.sort();
+    Choice {
+        chosen,
+        eligible_pods: pods.len(),
+        tantrum_held,
+        capped,
+    }
+}
 
-    let dry_run = spec.dry_run;
-    let mut plan = Plan {
-        always_run: true,
-        ..Default::default()
+/// What a round does about its choice.
+struct Acts {
+    steps: Vec<Step>,
+    events: Vec<PlannedEvent>,
+    lines: Vec<String>,
+    counts: ActionCounts,
+}
+
+/// The steps (none in dry run), events and report lines for `chosen`.
+fn act(chosen: &[Action], dry_run: bool, rng: &mut StdRng) -> Acts {
+    let mut acts = Acts {
+        steps: Vec::new(),
+        events: Vec::new(),
+        lines: Vec::new(),
+        counts: ActionCounts::default(),
     };
-    let mut counts = ActionCounts::default();
-    let mut kills: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    let mut kills = Vec::new();
     let mut resources = Vec::new();
-    let mut lines = Vec::new();
-    for action in &chosen {
+    for action in chosen {
         let (reason, line) = action.describe(dry_run);
-        if lines.len() < REPORTED_ACTIONS {
-            lines.push(format!("{reason} {line}"));
+        if acts.lines.len() < REPORTED_ACTIONS {
+            acts.lines.push(format!("{reason} {line}"));
         }
-        plan.events.push(action.event(reason));
+        acts.events.push(action.event(reason));
         match action {
             Action::Kill { namespace, name } => {
-                counts.tantrum += 1;
-                kills.entry(namespace).or_default().push(name);
+                acts.counts.tantrum += 1;
+                kills.push(ObjectId {
+                    api_version: "v1".into(),
+                    kind: "Pod".into(),
+                    namespace: Some(namespace.clone()),
+                    name: name.clone(),
+                });
             }
             Action::Scale {
                 namespace,
@@ -234,7 +297,7 @@ pub fn plan(input: &RoundInput, eligible: impl Fn(&str) -> bool) -> Result<Plan,
                 to,
                 ..
             } => {
-                counts.cancer += 1;
+                acts.counts.cancer += 1;
                 resources.push(json!({
                     "apiVersion": "apps/v1",
                     "kind": "Deployment",
@@ -247,85 +310,41 @@ pub fn plan(input: &RoundInput, eligible: impl Fn(&str) -> bool) -> Result<Plan,
                 name,
                 keys,
             } => {
-                counts.ipsum += 1;
-                let budget = (IPSUM_BUDGET / keys.len().max(1)).max(80);
-                let data: BTreeMap<&str, String> = keys
-                    .iter()
-                    .map(|k| (k.as_str(), lorem::text(&mut rng, budget)))
-                    .collect();
-                resources.push(json!({
-                    "apiVersion": "v1",
-                    "kind": "ConfigMap",
-                    "metadata": {"name": name, "namespace": namespace},
-                    "data": data,
-                }));
+                acts.counts.ipsum += 1;
+                resources.push(ipsum(namespace, name, keys, rng));
             }
         }
     }
     if !dry_run {
-        for (namespace, names) in &kills {
-            for chunk in names.chunks(KILLS_PER_COMMAND) {
-                // Names after `--`: never read as flags.
-                let mut args = vec![
-                    "delete".to_string(),
-                    "pod".into(),
-                    format!("--namespace={namespace}"),
-                    "--ignore-not-found=true".into(),
-                    "--wait=false".into(),
-                    "--".into(),
-                ];
-                args.extend(chunk.iter().map(|n| n.to_string()));
-                plan.steps.push(Step::Run { args });
-            }
+        if !kills.is_empty() {
+            acts.steps.push(Step::DeleteForeign { objects: kills });
         }
         if !resources.is_empty() {
-            plan.steps.push(Step::Apply {
+            acts.steps.push(Step::Patch {
                 overlay: Overlay {
                     resources,
                     ..Default::default()
                 },
-                extra_args: vec![
-                    "--server-side".into(),
-                    "--force-conflicts".into(),
-                    format!("--field-manager={FIELD_MANAGER}"),
-                ],
+                field_manager: FIELD_MANAGER.into(),
             });
         }
     }
-
-    let mut total = previous.total.clone();
-    if !dry_run {
-        total.tantrum += counts.tantrum;
-        total.cancer += counts.cancer;
-        total.ipsum += counts.ipsum;
-    }
-    let summary = summary(&counts, dry_run, tantrum_held, capped);
-    let report = RoundReport {
-        dry_run,
-        seed: seed.cast_signed(),
-        counts,
-        eligible_pods: i64::try_from(pods.len()).unwrap_or(i64::MAX),
-        tantrum_held,
-        capped: i64::try_from(capped).unwrap_or(i64::MAX),
-        actions: lines,
-        summary,
-    };
-    let status = [
-        ("round", json!(round)),
-        ("lastRoundAt", json!(input.now.to_string())),
-        ("lastRound", to_json(&report)?),
-        ("total", to_json(&total)?),
-        ("lastErrors", to_json(&errors_seen(&previous))?),
-    ];
-    plan.status = status
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect();
-    Ok(plan)
+    acts
 }
 
-fn to_json(value: &impl serde::Serialize) -> Result<serde_json::Value, HandlerError> {
-    serde_json::to_value(value).map_err(|e| HandlerError::transient("StatusFailed", e))
+/// A partial ConfigMap replacing every value of `keys` with Lorem Ipsum.
+fn ipsum(namespace: &str, name: &str, keys: &[String], rng: &mut StdRng) -> serde_json::Value {
+    let budget = (IPSUM_BUDGET / keys.len().max(1)).max(80);
+    let data: BTreeMap<&str, String> = keys
+        .iter()
+        .map(|k| (k.as_str(), lorem::text(rng, budget)))
+        .collect();
+    json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": namespace},
+        "data": data,
+    })
 }
 
 fn summary(counts: &ActionCounts, dry_run: bool, tantrum_held: bool, capped: usize) -> String {
@@ -357,16 +376,16 @@ fn summary(counts: &ActionCounts, dry_run: bool, tantrum_held: bool, capped: usi
 /// appended: a failed round is only known at the next reconcile, from the
 /// `Ready=False` condition the engine wrote.
 pub fn errors_seen(previous: &ChaosAgentStatus) -> Vec<RoundError> {
-    let mut errors = previous.last_errors.clone();
+    let mut errors = previous.round.last_errors.clone();
     if let Some(c) = previous
         .common
-        .condition(READY)
-        .filter(|c| c.status == "False")
+        .condition(ConditionType::Ready)
+        .filter(|c| c.status == ConditionStatus::False)
     {
         let error = RoundError {
-            round: previous.round.unwrap_or(0),
-            at: c.last_transition_time.clone(),
-            reason: c.reason.clone(),
+            round: previous.round.round.unwrap_or(0),
+            at: c.last_transition_time,
+            reason: c.reason,
             message: truncate(&c.message, ERROR_MESSAGE_LIMIT),
         };
         if !errors.contains(&error) {

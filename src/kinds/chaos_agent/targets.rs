@@ -8,7 +8,7 @@ use kube::api::{ListParams, ObjectMeta};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
-use crate::handler::{HandlerError, namespaced_api};
+use crate::kind::{HandlerError, namespaced_api};
 
 /// At most this many objects of each type are considered in one round.
 pub const MAX_TARGETS: usize = 20_000;
@@ -24,6 +24,8 @@ pub struct PodTarget {
     pub name: String,
     /// Already being deleted.
     pub terminating: bool,
+    /// In phase `Running`: only those count toward `podTolerance`.
+    pub running: bool,
 }
 
 /// A Deployment cancer may scale up.
@@ -86,12 +88,13 @@ fn namespace_and_name(meta: &ObjectMeta) -> (String, String) {
 }
 
 impl PodTarget {
-    fn from_meta(meta: &ObjectMeta) -> Self {
+    fn from_meta(meta: &ObjectMeta, running: bool) -> Self {
         let (namespace, name) = namespace_and_name(meta);
         Self {
             namespace,
             name,
             terminating: meta.deletion_timestamp.is_some(),
+            running,
         }
     }
 }
@@ -135,12 +138,15 @@ impl Targets {
         let mut targets = Self::default();
         if wanted.pods {
             let api: Api<Pod> = namespaced_api(client.clone(), wanted.namespace);
-            let mut params = ListParams::default().limit(PAGE);
+            // Only Running Pods: the article's tolerance counts running ones.
+            let mut params = ListParams::default()
+                .fields("status.phase=Running")
+                .limit(PAGE);
             'pages: loop {
                 let page = api.list_metadata(&params).await?;
                 for p in &page.items {
                     if keep(p.metadata.namespace.as_deref().unwrap_or_default()) {
-                        targets.pods.push(PodTarget::from_meta(&p.metadata));
+                        targets.pods.push(PodTarget::from_meta(&p.metadata, true));
                         if targets.pods.len() >= MAX_TARGETS {
                             break 'pages;
                         }
@@ -181,7 +187,11 @@ impl Targets {
             match kind {
                 "Pod" => {
                     let pod: Pod = serde_json::from_value(doc.clone()).map_err(invalid)?;
-                    targets.pods.push(PodTarget::from_meta(&pod.metadata));
+                    let running =
+                        pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+                    targets
+                        .pods
+                        .push(PodTarget::from_meta(&pod.metadata, running));
                 }
                 "Deployment" => {
                     let d: Deployment = serde_json::from_value(doc.clone()).map_err(invalid)?;

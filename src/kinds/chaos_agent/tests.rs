@@ -3,7 +3,7 @@ use std::collections::BTreeMap;
 use super::round::{doubled, errors_seen};
 use super::targets::{ConfigMapTarget, DeploymentTarget, PodTarget};
 use super::*;
-use crate::handler::Step;
+use crate::kind::Step;
 
 fn spec() -> ChaosAgentSpec {
     ChaosAgentSpec {
@@ -33,6 +33,7 @@ fn pod(ns: &str, name: &str) -> PodTarget {
         namespace: ns.into(),
         name: name.into(),
         terminating: false,
+        running: true,
     }
 }
 
@@ -65,11 +66,10 @@ fn round_input(agent: ChaosAgent, targets: Targets) -> Observed {
 }
 
 fn cluster_handler() -> ChaosAgentHandler {
-    ChaosAgentHandler {
-        operator_namespace: Some("operator".into()),
-        watch_namespace: None,
-    }
+    ChaosAgentHandler::new(Some("operator".into()), None)
 }
+
+type Plan = crate::kind::Plan<RoundStatus>;
 
 fn plan_for(handler: &ChaosAgentHandler, agent: ChaosAgent, targets: Targets) -> Plan {
     handler
@@ -77,19 +77,24 @@ fn plan_for(handler: &ChaosAgentHandler, agent: ChaosAgent, targets: Targets) ->
         .unwrap()
 }
 
+fn status(plan: &Plan) -> serde_json::Value {
+    serde_json::to_value(&plan.status).unwrap()
+}
+
 fn reasons(plan: &Plan) -> Vec<String> {
-    plan.events.iter().map(|e| e.reason.clone()).collect()
+    plan.events.iter().map(|e| e.reason.to_string()).collect()
 }
 
 fn killed(plan: &Plan) -> Vec<String> {
     plan.steps
         .iter()
         .filter_map(|s| match s {
-            Step::Run { args } => {
-                let ns = args[2].trim_start_matches("--namespace=");
-                let names = args.iter().skip_while(|a| *a != "--").skip(1);
-                Some(names.map(|n| format!("{ns}/{n}")).collect::<Vec<_>>())
-            }
+            Step::DeleteForeign { objects } => Some(
+                objects
+                    .iter()
+                    .map(|o| format!("{}/{}", o.namespace.as_deref().unwrap_or_default(), o.name))
+                    .collect::<Vec<_>>(),
+            ),
             _ => None,
         })
         .flatten()
@@ -100,7 +105,7 @@ fn applied(plan: &Plan) -> Vec<serde_json::Value> {
     plan.steps
         .iter()
         .filter_map(|s| match s {
-            Step::Apply { overlay, .. } => Some(overlay.resources.clone()),
+            Step::Patch { overlay, .. } => Some(overlay.resources.clone()),
             _ => None,
         })
         .flatten()
@@ -172,10 +177,7 @@ fn scope_follows_the_label_and_the_operator_namespace() {
         h.scope(&agent(spec(), Some("team"))).unwrap(),
         Scope::Namespace("team".into())
     );
-    let confined = ChaosAgentHandler {
-        operator_namespace: None,
-        watch_namespace: Some("team".into()),
-    };
+    let confined = ChaosAgentHandler::new(None, Some("team".into()));
     assert_eq!(
         confined.scope(&agent(spec(), Some("team"))).unwrap(),
         Scope::Namespace("team".into())
@@ -189,10 +191,10 @@ fn scope_follows_the_label_and_the_operator_namespace() {
         Err(HandlerError::Invalid(_))
     ));
     assert_eq!(
-        ChaosAgent::watch_selector(Some("team")).as_deref(),
+        h.watch_selector(Some("team")).as_deref(),
         Some("blackadder.io/namespace=team")
     );
-    assert_eq!(ChaosAgent::watch_selector(None), None);
+    assert_eq!(h.watch_selector(None), None);
 }
 
 #[test]
@@ -259,8 +261,8 @@ fn tantrum_waits_for_the_tolerance() {
     };
     let plan = plan_for(&cluster_handler(), agent(s.clone(), None), two);
     assert!(plan.steps.is_empty());
-    assert_eq!(plan.status["lastRound"]["tantrumHeld"], true);
-    assert_eq!(plan.status["lastRound"]["eligiblePods"], 2);
+    assert_eq!(status(&plan)["lastRound"]["tantrumHeld"], true);
+    assert_eq!(status(&plan)["lastRound"]["eligiblePods"], 2);
 
     let three = Targets {
         pods: vec![
@@ -271,31 +273,26 @@ fn tantrum_waits_for_the_tolerance() {
                 terminating: true,
                 ..pod("app", "dying")
             },
+            PodTarget {
+                running: false,
+                ..pod("app", "pending")
+            },
         ],
         ..Default::default()
     };
     let plan = plan_for(&cluster_handler(), agent(s, None), three);
     assert_eq!(killed(&plan), ["app/a", "app/b", "app/c"]);
-    let Step::Run { args } = &plan.steps[0] else {
+    let Step::DeleteForeign { objects } = &plan.steps[0] else {
         panic!("{plan:?}")
     };
-    assert_eq!(
-        args,
-        &[
-            "delete",
-            "pod",
-            "--namespace=app",
-            "--ignore-not-found=true",
-            "--wait=false",
-            "--",
-            "a",
-            "b",
-            "c"
-        ]
+    assert!(
+        objects
+            .iter()
+            .all(|o| o.kind == "Pod" && o.api_version == "v1")
     );
     assert_eq!(reasons(&plan), ["KilledPod"; 3]);
-    assert_eq!(plan.status["lastRound"]["counts"]["tantrum"], 3);
-    assert_eq!(plan.status["total"]["tantrum"], 3);
+    assert_eq!(status(&plan)["lastRound"]["counts"]["tantrum"], 3);
+    assert_eq!(status(&plan)["total"]["tantrum"], 3);
 }
 
 #[test]
@@ -327,19 +324,12 @@ fn cancer_doubles_up_to_128() {
                 "metadata": {"name": "zero", "namespace": "app"}, "spec": {"replicas": 1}}),
         ]
     );
-    let Step::Apply { extra_args, .. } = &plan.steps[0] else {
+    let Step::Patch { field_manager, .. } = &plan.steps[0] else {
         panic!()
     };
+    assert_eq!(field_manager, "chaos-agent");
     assert_eq!(
-        extra_args,
-        &[
-            "--server-side",
-            "--force-conflicts",
-            "--field-manager=chaos-agent"
-        ]
-    );
-    assert_eq!(
-        plan.status["lastRound"]["actions"][0],
+        status(&plan)["lastRound"]["actions"][0],
         "ScaledDeployment deployment app/three: 3 -> 6 replicas"
     );
     let related = plan.events[0].related.as_ref().unwrap();
@@ -401,7 +391,7 @@ fn max_actions_per_round_caps_every_type_together() {
     let plan = plan_for(&cluster_handler(), agent(s, None), targets);
     assert_eq!(plan.events.len(), 4);
     assert_eq!(killed(&plan).len() + applied(&plan).len(), 4);
-    let report = &plan.status["lastRound"];
+    let report = &status(&plan)["lastRound"];
     assert_eq!(report["capped"], 26);
     let c = &report["counts"];
     assert_eq!(
@@ -426,10 +416,13 @@ fn dry_run_plans_no_step_and_reports() {
     };
     let mut a = agent(s, None);
     a.status = Some(ChaosAgentStatus {
-        total: ActionCounts {
-            tantrum: 5,
-            cancer: 0,
-            ipsum: 1,
+        round: RoundStatus {
+            total: ActionCounts {
+                tantrum: 5,
+                cancer: 0,
+                ipsum: 1,
+            },
+            ..Default::default()
         },
         ..Default::default()
     });
@@ -440,14 +433,14 @@ fn dry_run_plans_no_step_and_reports() {
         reasons(&plan),
         ["WouldKillPod", "WouldScaleDeployment", "WouldWriteIpsum"]
     );
-    assert_eq!(plan.status["lastRound"]["dryRun"], true);
-    assert_eq!(plan.status["lastRound"]["counts"]["tantrum"], 1);
+    assert_eq!(status(&plan)["lastRound"]["dryRun"], true);
+    assert_eq!(status(&plan)["lastRound"]["counts"]["tantrum"], 1);
     assert_eq!(
-        plan.status["total"],
+        status(&plan)["total"],
         serde_json::json!({"tantrum": 5, "cancer": 0, "ipsum": 1})
     );
     assert_eq!(
-        plan.status["lastRound"]["actions"][0],
+        status(&plan)["lastRound"]["actions"][0],
         "WouldKillPod pod app/p"
     );
 }
@@ -478,12 +471,15 @@ fn a_fixed_seed_gives_reproducible_rounds() {
     // The next round draws again.
     let mut later = agent(s, None);
     later.status = Some(ChaosAgentStatus {
-        round: Some(1),
+        round: RoundStatus {
+            round: Some(1),
+            ..Default::default()
+        },
         ..Default::default()
     });
     let d = plan_for(&h, later, targets);
     assert_ne!(killed(&a), killed(&d));
-    assert_eq!(d.status["round"], 2);
+    assert_eq!(status(&d)["round"], 2);
 }
 
 #[test]
@@ -495,7 +491,7 @@ fn idle_plans_do_nothing_until_the_next_round() {
         )
         .unwrap();
     assert!(plan.idle);
-    assert!(plan.steps.is_empty() && plan.status.is_empty() && plan.events.is_empty());
+    assert!(plan.steps.is_empty() && plan.status.is_none() && plan.events.is_empty());
     assert_eq!(plan.requeue_after, Some(Duration::from_secs(3)));
 }
 
@@ -505,7 +501,10 @@ fn rounds_are_due_every_pause() {
     let mut a = agent(spec(), None);
     assert_eq!(next_round_in(&a, now), None, "never ran: due");
     let at = |t: &str| ChaosAgentStatus {
-        last_round_at: Some(t.into()),
+        round: RoundStatus {
+            last_round_at: Some(t.parse().unwrap()),
+            ..Default::default()
+        },
         ..Default::default()
     };
     a.status = Some(at("2026-01-01T00:00:08Z"));
@@ -524,51 +523,63 @@ fn a_round_plan_runs_and_requeues_after_the_pause() {
     let plan = plan_for(&cluster_handler(), agent(spec(), None), Targets::default());
     assert!(plan.always_run && !plan.idle);
     assert_eq!(plan.requeue_after, Some(Duration::from_secs(5)));
-    assert_eq!(plan.status["round"], 1);
-    assert_eq!(plan.status["lastRoundAt"], "2026-01-01T00:00:00Z");
+    assert_eq!(status(&plan)["round"], 1);
+    assert_eq!(status(&plan)["lastRoundAt"], "2026-01-01T00:00:00Z");
     assert_eq!(
-        plan.status["lastRound"]["seed"],
+        status(&plan)["lastRound"]["seed"],
         42_u64.wrapping_add(0x9E37_79B9_7F4A_7C15).cast_signed()
     );
 }
 
 #[test]
 fn failures_are_kept_in_last_errors_once_and_bounded() {
+    use crate::engine::status::{ConditionStatus, ConditionType, ConditionUpdate, Reason};
+    fn ready(status: ConditionStatus, reason: Reason, message: &str) -> ConditionUpdate<'_> {
+        ConditionUpdate {
+            type_: ConditionType::Ready,
+            status,
+            reason,
+            message,
+            generation: Some(1),
+        }
+    }
+    let at: jiff::Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
     let mut status = ChaosAgentStatus {
-        round: Some(3),
+        round: RoundStatus {
+            round: Some(3),
+            ..Default::default()
+        },
         ..Default::default()
     };
-    status
-        .common
-        .set_condition("Ready", false, "ApplyFailed", "forbidden", Some(1));
+    status.common.set_condition(
+        ready(ConditionStatus::False, Reason::ActionFailed, "forbidden"),
+        at,
+    );
     let errors = errors_seen(&status);
     assert_eq!(errors.len(), 1);
     assert_eq!(errors[0].round, 3);
-    assert_eq!(errors[0].reason, "ApplyFailed");
-    status.last_errors = errors;
+    assert_eq!(errors[0].reason, Reason::ActionFailed);
+    status.round.last_errors = errors;
     assert_eq!(
         errors_seen(&status).len(),
         1,
         "the same failure is kept once"
     );
     for r in 4..20 {
-        status.round = Some(r);
-        status.last_errors = errors_seen(&status);
+        status.round.round = Some(r);
+        status.round.last_errors = errors_seen(&status);
     }
-    assert_eq!(status.last_errors.len(), 5);
-    assert_eq!(status.last_errors[4].round, 19);
+    assert_eq!(status.round.last_errors.len(), 5);
+    assert_eq!(status.round.last_errors[4].round, 19);
     status
         .common
-        .set_condition("Ready", true, "Applied", "ok", Some(1));
-    assert_eq!(errors_seen(&status), status.last_errors);
+        .set_condition(ready(ConditionStatus::True, Reason::Applied, "ok"), at);
+    assert_eq!(errors_seen(&status), status.round.last_errors);
 }
 
 #[test]
 fn a_confined_operator_refuses_an_unlabelled_agent() {
-    let confined = ChaosAgentHandler {
-        operator_namespace: None,
-        watch_namespace: Some("team".into()),
-    };
+    let confined = ChaosAgentHandler::new(None, Some("team".into()));
     let mut s = spec();
     s.tantrum_mode = true;
     let a = agent(s, None);

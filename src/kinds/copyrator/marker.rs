@@ -5,9 +5,6 @@
 //!   hash when that is too long for a label value), for label-selected lists,
 //!   watches and deletes;
 //! - label `copyrator.flant.com/source`: the source's name (or a hash);
-//! - label `copyrator.flant.com/copy`: a short hash of kind, namespace and
-//!   name, so that stale copies can be deleted with one label-selected
-//!   `kubectl delete` that can never touch an object without the marker;
 //! - annotations `copyrator.flant.com/rule` and `copyrator.flant.com/source`:
 //!   `<namespace>/<name>` of the rule and of the source, exact. An object is
 //!   the rule's copy only when the rule annotation names it;
@@ -16,16 +13,12 @@
 
 use sha2::{Digest, Sha256};
 
-use super::resource::RuleType;
-
 /// Prefix of every marker key.
 pub const PREFIX: &str = "copyrator.flant.com/";
 /// Label and annotation naming the rule.
 pub const RULE: &str = "copyrator.flant.com/rule";
 /// Label and annotation naming the source.
 pub const SOURCE: &str = "copyrator.flant.com/source";
-/// Label identifying one copy (kind, namespace, name).
-pub const COPY: &str = "copyrator.flant.com/copy";
 /// Annotation: sha256 of what the copy should hold (labels and content).
 pub const DIGEST: &str = "copyrator.flant.com/digest";
 
@@ -51,11 +44,6 @@ pub fn source_label(name: &str) -> String {
     } else {
         format!("h.{}", short_hash(name, 32))
     }
-}
-
-/// The value of the [`COPY`] label for a copy.
-pub fn copy_id(kind: RuleType, namespace: &str, name: &str) -> String {
-    short_hash(&format!("{kind}/{namespace}/{name}"), 16)
 }
 
 fn short_hash(s: &str, len: usize) -> String {
@@ -116,15 +104,6 @@ mod tests {
         let long = rule_label("team-a", &"r".repeat(70));
         assert!(long.starts_with("h.") && is_label_value(&long), "{long}");
         assert_ne!(long, rule_label("team-b", &"r".repeat(70)));
-    }
-
-    #[test]
-    fn copy_ids_differ_by_kind_namespace_and_name() {
-        let a = copy_id(RuleType::Configmap, "a", "x");
-        assert_eq!(a.len(), 16);
-        assert_ne!(a, copy_id(RuleType::Secret, "a", "x"));
-        assert_ne!(a, copy_id(RuleType::Configmap, "b", "x"));
-        assert_ne!(a, copy_id(RuleType::Configmap, "a", "y"));
     }
 
     #[test]

@@ -4,10 +4,13 @@
 //! match the selector is copied into each target namespace. The copies are
 //! one overlay of whole objects (data, binaryData, type and labels of the
 //! source, plus a marker naming the rule and the source), applied with one
-//! `kubectl apply -k --server-side` per reconcile. Copies no longer wanted
-//! are deleted with one label-selected `kubectl delete` (unless the rule
-//! retains them); a same-named object without the rule's marker is never
+//! server-side apply per reconcile under the rule's own field manager. The
+//! copies are the rule's inventory: copies no longer wanted are deleted by
+//! the engine (by name, only while they carry the rule's marker) unless the
+//! rule retains them; a same-named object without the marker is never
 //! touched, only reported. Deleting the rule deletes its copies the same way.
+//! The rails (never the cluster's own namespaces or credentials, a size
+//! cap) are in [`plan::Rails`].
 //!
 //! - [`resource`]: the CRD type (spec and the article's top-level form);
 //! - [`observe`]: the cluster reads;
@@ -16,6 +19,7 @@
 //! - [`scope`]: the namespaces it may touch (`--copyrator-namespaces`);
 //! - `watch`: the triggers (sources, copies, namespaces).
 
+mod flags;
 pub mod marker;
 pub mod observe;
 pub mod plan;
@@ -23,55 +27,98 @@ pub mod resource;
 pub mod scope;
 mod watch;
 
+pub use flags::Flags;
 pub use resource::{
     CopiesStatus, CopyratorRule, CopyratorRuleSpec, CopyratorRuleStatus, DeletionPolicy, RuleType,
     TargetStatus,
 };
 pub use scope::Scope;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::Controller;
 
-use crate::handler::{Handler, HandlerError, Kind, Plan, namespaced_api};
+use crate::kind::{
+    CommonStatus, Deletion, FieldConflicts, Handler, HandlerError, KindInfo, Plan, Policy,
+    namespaced_api,
+};
 use crate::kinds::{FromOptions, KindOptions};
-use crate::status::CommonStatus;
+use plan::Rails;
 
 /// The kind's short name (`--kinds copyrator`, `kustomize/copyrator`).
 pub const NAME: &str = "copyrator";
 
-impl Kind for CopyratorRule {
-    const NAME: &'static str = NAME;
-    const FINALIZER: &'static str = "flant.com/kustomize-operator";
+/// Plans CopyratorRules.
+#[derive(Debug)]
+pub struct CopyratorHandler {
+    info: KindInfo<()>,
+    /// Only namespaces matching this label selector are targets.
+    pub namespace_selector: Option<String>,
+    /// The rails every rule runs within.
+    pub rails: Rails,
+}
 
-    fn common_status(&self) -> Option<&CommonStatus> {
-        self.status.as_ref().map(|s| &s.common)
-    }
-
-    fn api(client: kube::Client, namespace: Option<&str>) -> kube::Api<Self> {
-        namespaced_api(client, namespace)
+impl Default for CopyratorHandler {
+    fn default() -> Self {
+        Self::new(None, Rails::default())
     }
 }
 
-/// Plans CopyratorRules.
-#[derive(Debug, Default)]
-pub struct CopyratorHandler {
-    /// Only namespaces matching this label selector are targets.
-    pub namespace_selector: Option<String>,
-    /// The namespaces it may touch ConfigMaps and Secrets in.
-    pub scope: Scope,
+impl CopyratorHandler {
+    /// The kind's short name.
+    pub const NAME: &'static str = NAME;
+
+    /// A handler with these settings.
+    pub fn new(namespace_selector: Option<String>, rails: Rails) -> Self {
+        Self {
+            info: KindInfo {
+                name: NAME.into(),
+                finalizer: "flant.com/kustomize-operator".into(),
+                dyn_type: (),
+                policy: Policy {
+                    // A copy follows its source: an edited copy is taken back
+                    // (new copies are still created without force).
+                    conflicts: FieldConflicts::TakeBack,
+                    // Copies live in other namespaces.
+                    owner_references: false,
+                    ..Policy::default()
+                },
+            },
+            namespace_selector,
+            rails,
+        }
+    }
 }
 
 impl FromOptions for CopyratorHandler {
     fn from_options(options: &KindOptions) -> Self {
-        Self {
-            namespace_selector: options.copyrator_namespace_selector.clone(),
-            scope: Scope::new(&options.copyrator_namespaces),
-        }
+        Self::new(
+            options.copyrator_namespace_selector.clone(),
+            Rails {
+                scope: Scope::new(&options.copyrator_namespaces),
+                operator_namespace: options.operator_namespace.clone(),
+                allow_system_namespaces: options.copyrator_allow_system_namespaces,
+                max_bytes: options.copyrator_max_bytes,
+            },
+        )
     }
 }
 
 impl Handler for CopyratorHandler {
     type Resource = CopyratorRule;
     type Observed = observe::Observed;
+    type Status = CopiesStatus;
+
+    fn info(&self) -> &KindInfo<()> {
+        &self.info
+    }
+
+    fn api(&self, client: kube::Client, namespace: Option<&str>) -> kube::Api<CopyratorRule> {
+        namespaced_api(client, namespace)
+    }
+
+    fn common_status(&self, rule: &CopyratorRule) -> Option<CommonStatus> {
+        rule.status.as_ref().map(|s| s.common.clone())
+    }
 
     async fn observe(
         &self,
@@ -79,12 +126,12 @@ impl Handler for CopyratorHandler {
         client: &kube::Client,
     ) -> Result<observe::Observed, HandlerError> {
         let resolved = rule.resolve()?;
-        self.scope.check_rule_namespace(&resolved.namespace)?;
+        self.rails.scope.check_rule_namespace(&resolved.namespace)?;
         observe::observe(
             client,
             &resolved,
             self.namespace_selector.as_deref(),
-            &self.scope,
+            &self.rails,
         )
         .await
     }
@@ -101,21 +148,30 @@ impl Handler for CopyratorHandler {
         &self,
         rule: &CopyratorRule,
         observed: &observe::Observed,
-    ) -> Result<Plan, HandlerError> {
+    ) -> Result<Plan<CopiesStatus>, HandlerError> {
         let last_digest = rule
             .status
             .as_ref()
             .and_then(|s| s.common.applied_digest.as_deref());
-        Ok(plan::plan(
-            &rule.resolve()?,
-            observed,
-            last_digest,
-            &self.scope,
-        ))
+        plan::plan(&rule.resolve()?, observed, last_digest, &self.rails)
     }
 
-    fn cleanup(&self, rule: &CopyratorRule) -> Result<Plan, HandlerError> {
-        Ok(plan::cleanup(rule, &self.scope))
+    fn deletion(&self, rule: &CopyratorRule) -> Deletion {
+        match rule.cleanup_policy() {
+            DeletionPolicy::Retain => Deletion::Retain,
+            DeletionPolicy::Delete => Deletion::Delete,
+        }
+    }
+
+    /// Copies made by versions before the ownership marker carry the rule's
+    /// own marker (annotation and label naming it): those are its own.
+    fn adopts(&self, rule: &CopyratorRule, live: &ObjectMeta) -> bool {
+        let namespace = kube::ResourceExt::namespace(rule).unwrap_or_default();
+        let name = kube::ResourceExt::name_any(rule);
+        let annotation = live.annotations.as_ref().and_then(|a| a.get(marker::RULE));
+        let label = live.labels.as_ref().and_then(|l| l.get(marker::RULE));
+        annotation == Some(&marker::rule_annotation(&namespace, &name))
+            && label == Some(&marker::rule_label(&namespace, &name))
     }
 
     fn configure(
@@ -124,7 +180,7 @@ impl Handler for CopyratorHandler {
         client: &kube::Client,
         namespace: Option<&str>,
     ) -> Controller<CopyratorRule> {
-        if let Some(ns) = namespace.filter(|ns| !self.scope.contains(ns)) {
+        if let Some(ns) = namespace.filter(|ns| !self.rails.scope.contains(ns)) {
             tracing::warn!(
                 namespace = ns,
                 "the watched namespace is not among --copyrator-namespaces: its rules will report NamespaceNotServed"
@@ -135,7 +191,7 @@ impl Handler for CopyratorHandler {
             client,
             namespace,
             self.namespace_selector.as_deref(),
-            &self.scope,
+            &self.rails.scope,
         )
     }
 }

@@ -30,7 +30,7 @@ use super::marker;
 use super::plan;
 use super::resource::{ResolvedRule, RuleType};
 use super::scope::Scope;
-use crate::handler::{HandlerError, namespaced_api};
+use crate::kind::{HandlerError, Reason, namespaced_api};
 
 /// Parallel metadata lists when looking for same-named objects.
 const LIST_CONCURRENCY: usize = 8;
@@ -172,7 +172,7 @@ impl From<Secret> for Object {
 }
 
 fn api_error(what: &str, e: kube::Error) -> HandlerError {
-    HandlerError::transient("ApiError", format!("cannot list {what}: {e}"))
+    HandlerError::transient(Reason::ApiError, format!("cannot list {what}: {e}"))
 }
 
 /// Lists `K` in `namespace` (all when `None`); `what` names them in errors.
@@ -304,8 +304,9 @@ pub async fn observe(
     client: &Client,
     rule: &ResolvedRule,
     namespace_selector: Option<&str>,
-    scope: &Scope,
+    rails: &plan::Rails,
 ) -> Result<Observed, HandlerError> {
+    let scope = &rails.scope;
     let kind = rule.rule_type;
     let sources_params = ListParams::default().labels(&source_selector(&rule.selector));
     let copies_params = ListParams::default().labels(&format!(
@@ -333,7 +334,7 @@ pub async fn observe(
     };
     // Where a wanted copy is not among the rule's copies, something else may
     // hold its name: look at that namespace's objects (names only).
-    let unknown = plan::namespaces_with_unknown_names(rule, &observed, scope);
+    let unknown = plan::namespaces_with_unknown_names(rule, &observed, rails);
     let found: Vec<Vec<Object>> = futures::stream::iter(unknown)
         .map(|ns| async move { list_meta(client, kind, Some(&ns), &ListParams::default()).await })
         .buffer_unordered(LIST_CONCURRENCY)

@@ -1,15 +1,20 @@
 //! The plan of a rule, as data (pure): one overlay holding, as whole objects,
 //! the wanted copies that are missing or differ from their source, applied
-//! with one `kubectl apply -k --server-side`, and, when copies are no longer
-//! wanted, a label-selected `kubectl delete`.
+//! with the rule's own server-side apply field manager; the copies the rule
+//! owns once it ran (its inventory: copies no longer wanted are pruned by the
+//! engine, unless the rule retains them); status and events.
 //!
-//! Which copies are wanted: every matching source, in every target namespace.
-//! Targets are the listed namespaces, or (none listed) every Active namespace
-//! except `kube-system`, `kube-public`, `kube-node-lease`; never the rule's
-//! own namespace; with `--copyrator-namespace-selector`, only namespaces
-//! matching it; with `--copyrator-namespaces`, only those. A wanted copy
-//! whose name is held by an object the rule did not create (no marker naming
-//! the rule) is skipped and reported.
+//! Which copies are wanted: every matching source that may be copied, in
+//! every target namespace. Targets are the listed namespaces, or (none
+//! listed) every Active namespace; never the rule's own namespace; never
+//! `kube-system`, `kube-public`, `kube-node-lease` or the operator's own
+//! namespace unless the operator is started with
+//! `--copyrator-allow-system-namespaces`; with
+//! `--copyrator-namespace-selector`, only namespaces matching it; with
+//! `--copyrator-namespaces`, only those. A wanted copy whose name is held by
+//! an object the rule did not create is skipped and reported. Secrets that
+//! are credentials of the cluster itself (ServiceAccount and bootstrap
+//! tokens) are never copied.
 //!
 //! Each copy carries a digest of what it should hold (labels and content), so
 //! a copy is up to date when it carries that digest and everything it names;
@@ -26,28 +31,77 @@ use sha2::{Digest, Sha256};
 
 use super::marker;
 use super::observe::{NamespaceState, Object, Observed};
-use super::resource::{
-    CopiesStatus, CopyratorRule, DeletionPolicy, ResolvedRule, RuleType, TargetStatus,
-};
+use super::resource::{CopiesStatus, DeletionPolicy, ResolvedRule, RuleType, TargetStatus};
 use super::scope::Scope;
-use crate::handler::{Plan, PlannedEvent, Step};
-use crate::overlay::{Overlay, kustomize_refuses};
-use crate::status;
+use crate::kind::{
+    EventType, HandlerError, ObjectId, OnFailure, Overlay, Plan, PlannedEvent, Step,
+    kustomize_refuses, truncate,
+};
 
-/// Namespaces that are targets only when a rule lists them.
+/// Namespaces holding the cluster's own machinery: never targets unless the
+/// operator is started with `--copyrator-allow-system-namespaces`.
 pub const PROTECTED_NAMESPACES: [&str; 3] = ["kube-system", "kube-public", "kube-node-lease"];
-/// The server-side apply field manager of the copies.
-pub const FIELD_MANAGER: &str = "kustomize-operator-copyrator";
+/// Secret types that are credentials of the cluster itself: never copied.
+pub const NEVER_COPIED_TYPES: [&str; 2] = [
+    "kubernetes.io/service-account-token",
+    "bootstrap.kubernetes.io/token",
+];
+/// The default of `--copyrator-max-bytes`.
+pub const DEFAULT_MAX_BYTES: usize = 32 * 1024 * 1024;
 /// Names listed per status list (counts are always complete).
 const LISTED: usize = 50;
 /// Target namespaces listed in status.
 const LISTED_TARGETS: usize = 100;
+/// The most bytes the rule-specific status takes (far below etcd's 1.5 MiB).
+pub const STATUS_LIMIT: usize = 64 * 1024;
 /// Objects named in one event.
 const IN_EVENT: usize = 10;
-/// Copies deleted per `kubectl delete` (each adds ~17 bytes to its selector).
-const DELETE_CHUNK: usize = 200;
 /// How soon a rule with foreign objects in the way looks again.
 const FOREIGN_RECHECK: Duration = Duration::from_secs(60);
+
+/// The operator's rails around every rule.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rails {
+    /// Which namespaces the operator touches ConfigMaps and Secrets in.
+    pub scope: Scope,
+    /// The operator's own namespace (protected like `kube-system`).
+    pub operator_namespace: Option<String>,
+    /// Protected namespaces may be targets (`--copyrator-allow-system-namespaces`).
+    pub allow_system_namespaces: bool,
+    /// The most bytes of copies one rule may want (`--copyrator-max-bytes`).
+    pub max_bytes: usize,
+}
+
+impl Default for Rails {
+    fn default() -> Self {
+        Self {
+            scope: Scope::All,
+            operator_namespace: None,
+            allow_system_namespaces: false,
+            max_bytes: DEFAULT_MAX_BYTES,
+        }
+    }
+}
+
+impl Rails {
+    /// Why `namespace` is never a target, if it is protected.
+    fn protected(&self, namespace: &str) -> Option<&'static str> {
+        if self.allow_system_namespaces {
+            return None;
+        }
+        if PROTECTED_NAMESPACES.contains(&namespace) {
+            Some(
+                "the cluster's own namespace: copies go there only when the operator runs with --copyrator-allow-system-namespaces",
+            )
+        } else if self.operator_namespace.as_deref() == Some(namespace) {
+            Some(
+                "the operator's own namespace: copies go there only when the operator runs with --copyrator-allow-system-namespaces",
+            )
+        } else {
+            None
+        }
+    }
+}
 
 /// Whether a namespace receives copies.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -73,7 +127,7 @@ pub struct TargetNamespace {
 pub fn targets(
     rule: &ResolvedRule,
     namespaces: &[NamespaceState],
-    scope: &Scope,
+    rails: &Rails,
 ) -> Vec<TargetNamespace> {
     let known: BTreeMap<&str, &NamespaceState> =
         namespaces.iter().map(|n| (n.name.as_str(), n)).collect();
@@ -83,9 +137,9 @@ pub fn targets(
             .filter(|n| {
                 n.active
                     && n.eligible
-                    && scope.contains(&n.name)
+                    && rails.scope.contains(&n.name)
                     && n.name != rule.namespace
-                    && !PROTECTED_NAMESPACES.contains(&n.name.as_str())
+                    && rails.protected(&n.name).is_none()
             })
             .map(|n| TargetNamespace {
                 name: n.name.clone(),
@@ -96,27 +150,36 @@ pub fn targets(
     let listed: BTreeSet<&String> = rule.namespaces.iter().collect();
     listed
         .into_iter()
-        .map(|name| {
-            let state = if *name == rule.namespace {
-                TargetState::Excluded("the rule's own namespace holds the sources")
-            } else if !scope.contains(name) {
-                TargetState::Excluded("not among the operator's --copyrator-namespaces")
-            } else {
-                match known.get(name.as_str()) {
-                    Some(n) if n.active && n.eligible => TargetState::Target,
-                    Some(n) if !n.eligible => TargetState::Excluded(
-                        "not matched by the operator's --copyrator-namespace-selector",
-                    ),
-                    Some(_) => TargetState::NotFound("the namespace is terminating"),
-                    None => TargetState::NotFound("no such namespace (yet)"),
-                }
-            };
-            TargetNamespace {
-                name: name.clone(),
-                state,
-            }
+        .map(|name| TargetNamespace {
+            name: name.clone(),
+            state: listed_state(rule, name, known.get(name.as_str()).copied(), rails),
         })
         .collect()
+}
+
+fn listed_state(
+    rule: &ResolvedRule,
+    name: &str,
+    known: Option<&NamespaceState>,
+    rails: &Rails,
+) -> TargetState {
+    if name == rule.namespace {
+        return TargetState::Excluded("the rule's own namespace holds the sources");
+    }
+    if let Some(why) = rails.protected(name) {
+        return TargetState::Excluded(why);
+    }
+    if !rails.scope.contains(name) {
+        return TargetState::Excluded("not among the operator's --copyrator-namespaces");
+    }
+    match known {
+        Some(n) if n.active && n.eligible => TargetState::Target,
+        Some(n) if !n.eligible => {
+            TargetState::Excluded("not matched by the operator's --copyrator-namespace-selector")
+        }
+        Some(_) => TargetState::NotFound("the namespace is terminating"),
+        None => TargetState::NotFound("no such namespace (yet)"),
+    }
 }
 
 /// True when `obj` is a copy made by `rule`: both marker label and
@@ -142,10 +205,10 @@ fn our_copies<'a>(rule: &ResolvedRule, observed: &'a Observed) -> BTreeMap<CopyK
 pub fn namespaces_with_unknown_names(
     rule: &ResolvedRule,
     observed: &Observed,
-    scope: &Scope,
+    rails: &Rails,
 ) -> Vec<String> {
     let ours = our_copies(rule, observed);
-    targets(rule, &observed.namespaces, scope)
+    targets(rule, &observed.namespaces, rails)
         .into_iter()
         .filter(|t| t.state == TargetState::Target)
         .filter(|t| {
@@ -166,20 +229,6 @@ pub fn desired_copy(rule: &ResolvedRule, source: &Object, namespace: &str) -> Ob
         marker::rule_label(&rule.namespace, &rule.name),
     );
     labels.insert(marker::SOURCE.into(), marker::source_label(&source.name));
-    labels.insert(
-        marker::COPY.into(),
-        marker::copy_id(source.kind, namespace, &source.name),
-    );
-    let mut annotations = BTreeMap::from([
-        (
-            marker::RULE.to_string(),
-            marker::rule_annotation(&rule.namespace, &rule.name),
-        ),
-        (
-            marker::SOURCE.to_string(),
-            format!("{}/{}", source.namespace, source.name),
-        ),
-    ]);
     let mut copy = Object {
         kind: source.kind,
         namespace: namespace.to_string(),
@@ -188,8 +237,17 @@ pub fn desired_copy(rule: &ResolvedRule, source: &Object, namespace: &str) -> Ob
         annotations: BTreeMap::new(),
         content: source.content.clone(),
     };
-    annotations.insert(marker::DIGEST.to_string(), content_digest(&copy));
-    copy.annotations = annotations;
+    copy.annotations = BTreeMap::from([
+        (
+            marker::RULE.to_string(),
+            marker::rule_annotation(&rule.namespace, &rule.name),
+        ),
+        (
+            marker::SOURCE.to_string(),
+            format!("{}/{}", source.namespace, source.name),
+        ),
+        (marker::DIGEST.to_string(), content_digest(&copy)),
+    ]);
     copy
 }
 
@@ -236,6 +294,30 @@ pub fn manifest(obj: &Object) -> Value {
     m
 }
 
+/// The identity of a copy, for the inventory.
+pub fn object_id(kind: RuleType, namespace: &str, name: &str) -> ObjectId {
+    ObjectId {
+        api_version: "v1".into(),
+        kind: kind.kind().into(),
+        namespace: Some(namespace.into()),
+        name: name.into(),
+    }
+}
+
+/// The field manager of a rule's applies: its own, so two rules never
+/// silently take each other's fields.
+pub fn field_manager(rule: &ResolvedRule) -> String {
+    let plain = format!("copyrator.{}.{}", rule.namespace, rule.name);
+    if plain.len() <= 128 {
+        plain
+    } else {
+        format!(
+            "copyrator.{}",
+            marker::rule_label(&rule.namespace, &rule.name)
+        )
+    }
+}
+
 /// True when `existing` carries everything `desired` sets (server-side apply
 /// leaves alone what others add, so extra keys are not drift).
 fn satisfies(existing: &Object, desired: &Object) -> bool {
@@ -263,74 +345,87 @@ fn count(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
-/// A label-selected `kubectl delete` of copies (of both kinds) in one
-/// namespace, or in all when `namespace` is `None`.
-fn delete_copies(namespace: Option<&str>, selector: String) -> Step {
-    let where_ = match namespace {
-        Some(ns) => format!("--namespace={ns}"),
-        None => "--all-namespaces".into(),
-    };
-    Step::Run {
-        args: vec![
-            "delete".into(),
-            "configmaps,secrets".into(),
-            where_,
-            "--ignore-not-found=true".into(),
-            "--wait=false".into(),
-            format!("--selector={selector}"),
-        ],
+/// The sources of the rule's kind, sorted, split into those it copies and
+/// those it cannot (with why).
+struct Sources<'a> {
+    copied: Vec<&'a Object>,
+    not_copyable: Vec<(String, String)>,
+}
+
+fn sources<'a>(rule: &ResolvedRule, observed: &'a Observed) -> Sources<'a> {
+    let mut copied: Vec<&Object> = observed
+        .sources
+        .iter()
+        .filter(|s| s.kind == rule.rule_type)
+        .collect();
+    copied.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut not_copyable = Vec::new();
+    copied.retain(|s| match why_not_copyable(s) {
+        Some(why) => {
+            not_copyable.push((s.name.clone(), why));
+            false
+        }
+        None => true,
+    });
+    Sources {
+        copied,
+        not_copyable,
     }
 }
 
-/// `kubectl delete` of these copies, in chunks: across all namespaces, or,
-/// with `--copyrator-namespaces`, per namespace (the grants are per namespace).
-fn delete_steps(rule: &ResolvedRule, stale: &[&Object], scope: &Scope) -> Vec<Step> {
-    let rule_label = marker::rule_label(&rule.namespace, &rule.name);
-    let mut ids: BTreeMap<Option<&str>, Vec<String>> = BTreeMap::new();
-    for copy in stale {
-        let namespace = scope.namespaces().map(|_| copy.namespace.as_str());
-        ids.entry(namespace).or_default().push(marker::copy_id(
-            copy.kind,
-            &copy.namespace,
-            &copy.name,
+/// Why `source` is not copied, if it is not: a credential of the cluster
+/// itself, or a data value holding a character kustomize refuses.
+fn why_not_copyable(source: &Object) -> Option<String> {
+    let content = source.content.as_ref()?;
+    if let Some(t) = content
+        .type_
+        .as_deref()
+        .filter(|t| NEVER_COPIED_TYPES.contains(t))
+    {
+        return Some(format!(
+            "a Secret of type {t} is a credential of the cluster itself and is never copied"
         ));
     }
-    ids.into_iter()
-        .flat_map(|(namespace, ids)| {
-            ids.chunks(DELETE_CHUNK)
-                .map(|chunk| {
-                    let selector = format!(
-                        "{}={rule_label},{} in ({})",
-                        marker::RULE,
-                        marker::COPY,
-                        chunk.join(",")
-                    );
-                    delete_copies(namespace, selector)
-                })
-                .collect::<Vec<_>>()
+    content.data.iter().find_map(|(key, value)| {
+        value.chars().find(|c| kustomize_refuses(*c)).map(|c| {
+            format!(
+                "the value of {key:?} holds U+{:04X}, a character kustomize cannot process",
+                u32::from(c)
+            )
         })
-        .collect()
+    })
 }
 
-fn status_map(status: &CopiesStatus) -> serde_json::Map<String, Value> {
-    match serde_json::to_value(status) {
-        Ok(Value::Object(map)) => map,
-        _ => serde_json::Map::new(),
-    }
+/// Bytes a source's content takes (keys and values).
+fn content_bytes(source: &Object) -> usize {
+    source.content.as_ref().map_or(0, |c| {
+        c.data
+            .iter()
+            .chain(&c.binary_data)
+            .map(|(k, v)| k.len() + v.len())
+            .sum()
+    })
 }
 
-/// The plan for an existing rule. `last_digest` is the `appliedDigest` its
-/// status recorded: copies that are missing or differ while the wanted
-/// copies are those last applied (someone deleted or edited a copy) force a
-/// run, since the plan's digest is then unchanged.
-pub fn plan(
+/// What the rule wants, target by target.
+#[derive(Default)]
+struct Wanted {
+    outdated: Vec<Value>,
+    keys: BTreeSet<CopyKey>,
+    targets: Vec<TargetStatus>,
+    target_count: usize,
+    foreign: Vec<String>,
+    digest: String,
+}
+
+fn wanted(
     rule: &ResolvedRule,
     observed: &Observed,
-    last_digest: Option<&str>,
-    scope: &Scope,
-) -> Plan {
+    sources: &[&Object],
+    ours: &BTreeMap<CopyKey, &Object>,
+    rails: &Rails,
+) -> Wanted {
     let kind = rule.rule_type;
-    let ours = our_copies(rule, observed);
     let taken: BTreeSet<(&str, &str)> = observed
         .existing
         .iter()
@@ -343,227 +438,279 @@ pub fn plan(
                 .map(|o| (o.namespace.as_str(), o.name.as_str())),
         )
         .collect();
-    let mut sources: Vec<&Object> = observed.sources.iter().filter(|s| s.kind == kind).collect();
-    sources.sort_by(|a, b| a.name.cmp(&b.name));
-    // Sources kustomize cannot carry are reported, not copied.
-    let mut not_copyable = Vec::new();
-    let mut skipped = BTreeSet::new();
-    sources.retain(|s| match why_not_copyable(s) {
-        Some(why) => {
-            not_copyable.push(format!("{}: {why}", s.name));
-            skipped.insert(s.name.as_str());
-            false
-        }
-        None => true,
-    });
-
-    let mut outdated = Vec::new();
-    let mut wanted: BTreeSet<CopyKey> = BTreeSet::new();
-    let mut desired_state = Sha256::new();
-    let mut target_status = Vec::new();
-    let mut foreign_all = Vec::new();
-    let mut target_count = 0;
-    for target in targets(rule, &observed.namespaces, scope) {
-        let (copied, foreign) = match &target.state {
-            TargetState::Target => {
-                target_count += 1;
-                let mut copied = Vec::new();
-                let mut foreign = Vec::new();
-                for source in &sources {
-                    let key = (kind, target.name.clone(), source.name.clone());
-                    let desired = desired_copy(rule, source, &target.name);
-                    let up_to_date = match ours.get(&key) {
-                        Some(existing) => satisfies(existing, &desired),
-                        None if taken.contains(&(target.name.as_str(), source.name.as_str())) => {
-                            foreign.push(source.name.clone());
-                            continue;
-                        }
-                        None => false,
-                    };
-                    if !up_to_date {
-                        outdated.push(manifest(&desired));
+    let mut w = Wanted::default();
+    let mut state = Sha256::new();
+    for target in targets(rule, &observed.namespaces, rails) {
+        let (mut copied, mut foreign) = (Vec::new(), Vec::new());
+        if target.state == TargetState::Target {
+            w.target_count += 1;
+            for source in sources {
+                let key = (kind, target.name.clone(), source.name.clone());
+                let desired = desired_copy(rule, source, &target.name);
+                match ours.get(&key) {
+                    Some(existing) if satisfies(existing, &desired) => {}
+                    Some(_) => w.outdated.push(manifest(&desired)),
+                    None if taken.contains(&(target.name.as_str(), source.name.as_str())) => {
+                        foreign.push(source.name.clone());
+                        continue;
                     }
-                    desired_state.update(
-                        format!(
-                            "{kind}/{}/{}/{}\n",
-                            desired.namespace,
-                            desired.name,
-                            desired.annotations[marker::DIGEST]
-                        )
-                        .as_bytes(),
-                    );
-                    wanted.insert(key);
-                    copied.push(source.name.clone());
+                    None => w.outdated.push(manifest(&desired)),
                 }
-                (copied, foreign)
+                state.update(
+                    format!(
+                        "{kind}/{}/{}/{}\n",
+                        desired.namespace,
+                        desired.name,
+                        desired.annotations[marker::DIGEST]
+                    )
+                    .as_bytes(),
+                );
+                w.keys.insert(key);
+                copied.push(source.name.clone());
             }
-            _ => (Vec::new(), Vec::new()),
-        };
-        let (result, message) = match &target.state {
-            TargetState::Target if foreign.is_empty() => ("Copied", None),
-            TargetState::Target => (
-                "Conflict",
-                Some(format!(
-                    "{} same-named object(s) not created by this rule were left alone",
-                    foreign.len()
-                )),
-            ),
-            TargetState::NotFound(why) => ("NotFound", Some(why.to_string())),
-            TargetState::Excluded(why) => ("Excluded", Some(why.to_string())),
-        };
-        foreign_all.extend(foreign.iter().map(|f| format!("{}/{f}", target.name)));
-        target_status.push(TargetStatus {
-            namespace: target.name,
-            result: result.into(),
-            copied: listed(&copied, LISTED),
-            foreign: listed(&foreign, LISTED),
-            message,
-        });
+        }
+        w.foreign
+            .extend(foreign.iter().map(|f| format!("{}/{f}", target.name)));
+        w.targets.push(target_status(target, &copied, &foreign));
     }
+    w.digest = format!("sha256:{}", hex::encode(state.finalize()));
+    w
+}
 
+fn target_status(target: TargetNamespace, copied: &[String], foreign: &[String]) -> TargetStatus {
+    let (result, message) = match &target.state {
+        TargetState::Target if foreign.is_empty() => ("Copied", None),
+        TargetState::Target => (
+            "Conflict",
+            Some(format!(
+                "{} same-named object(s) not created by this rule were left alone",
+                foreign.len()
+            )),
+        ),
+        TargetState::NotFound(why) => ("NotFound", Some(why.to_string())),
+        TargetState::Excluded(why) => ("Excluded", Some(why.to_string())),
+    };
+    TargetStatus {
+        namespace: target.name,
+        result: result.into(),
+        copied: listed(copied, LISTED),
+        foreign: listed(foreign, LISTED),
+        message,
+    }
+}
+
+/// The plan for an existing rule. `last_digest` is the `appliedDigest` its
+/// status recorded: copies that are missing or differ while the wanted
+/// copies are those last applied (someone deleted or edited a copy) force a
+/// run, since the plan's digest is then unchanged.
+pub fn plan(
+    rule: &ResolvedRule,
+    observed: &Observed,
+    last_digest: Option<&str>,
+    rails: &Rails,
+) -> Result<Plan<CopiesStatus>, HandlerError> {
+    let ours = our_copies(rule, observed);
+    let sources = sources(rule, observed);
+    let wanted = wanted(rule, observed, &sources.copied, &ours, rails);
+    let bytes: usize = sources
+        .copied
+        .iter()
+        .map(|s| content_bytes(s))
+        .sum::<usize>()
+        * wanted.target_count;
+    if bytes > rails.max_bytes {
+        return Err(HandlerError::TooLarge(format!(
+            "the rule would copy {bytes} bytes ({} sources into {} namespaces); the operator allows {} (--copyrator-max-bytes)",
+            sources.copied.len(),
+            wanted.target_count,
+            rails.max_bytes
+        )));
+    }
     // The copies of a source that cannot be copied now stay as they are.
-    wanted.extend(
+    let skipped: BTreeSet<&str> = sources
+        .not_copyable
+        .iter()
+        .map(|(n, _)| n.as_str())
+        .collect();
+    let mut kept = wanted.keys.clone();
+    kept.extend(
         ours.keys()
-            .filter(|key| skipped.contains(key.2.as_str()))
+            .filter(|k| skipped.contains(k.2.as_str()))
             .cloned(),
     );
+    let stale = stale_copies(observed, &ours, &kept);
+    let retain = rule.deletion_policy == DeletionPolicy::Retain;
+    let status = copies_status(rule, &sources, &wanted, kept.len(), &stale, retain);
+    let always_run = !wanted.outdated.is_empty() && last_digest == Some(wanted.digest.as_str());
+    let mut steps = Vec::new();
+    if !wanted.outdated.is_empty() {
+        steps.push(Step::Apply {
+            overlay: Overlay {
+                // No base: the copies are the whole overlay.
+                resources: wanted.outdated,
+                sensitive: rule.rule_type == RuleType::Secret,
+                ..Default::default()
+            },
+            field_manager: Some(field_manager(rule)),
+        });
+    }
+    Ok(Plan {
+        steps,
+        on_failure: OnFailure::Write(failed(&status)),
+        status: Some(status),
+        events: events(&wanted.foreign, &sources.not_copyable, rule.rule_type),
+        requeue_after: (!wanted.foreign.is_empty()).then_some(FOREIGN_RECHECK),
+        always_run,
+        digest: Some(wanted.digest),
+        inventory: Some(kept.iter().map(|(k, ns, n)| object_id(*k, ns, n)).collect()),
+        stale: stale
+            .iter()
+            .map(|o| object_id(o.kind, &o.namespace, &o.name))
+            .collect(),
+        prune: !retain,
+        idle: false,
+    })
+}
 
-    // Copies in a terminating namespace go with it.
+/// The rule's copies it no longer wants (copies in a terminating namespace
+/// go with it, so they are not counted).
+fn stale_copies<'a>(
+    observed: &Observed,
+    ours: &BTreeMap<CopyKey, &'a Object>,
+    kept: &BTreeSet<CopyKey>,
+) -> Vec<&'a Object> {
     let terminating: BTreeSet<&str> = observed
         .namespaces
         .iter()
         .filter(|n| !n.active)
         .map(|n| n.name.as_str())
         .collect();
-    let stale: Vec<&Object> = ours
-        .iter()
-        .filter(|(key, o)| !wanted.contains(*key) && !terminating.contains(o.namespace.as_str()))
+    ours.iter()
+        .filter(|(key, o)| !kept.contains(*key) && !terminating.contains(o.namespace.as_str()))
         .map(|(_, o)| *o)
-        .collect();
+        .collect()
+}
+
+fn copies_status(
+    rule: &ResolvedRule,
+    sources: &Sources<'_>,
+    wanted: &Wanted,
+    copies: usize,
+    stale: &[&Object],
+    retain: bool,
+) -> CopiesStatus {
     let stale_names: Vec<String> = stale
         .iter()
         .map(|o| format!("{}/{}", o.namespace, o.name))
         .collect();
-
-    let digest = format!("sha256:{}", hex::encode(desired_state.finalize()));
-    let always_run = !outdated.is_empty() && last_digest == Some(digest.as_str());
-    let mut steps = Vec::new();
-    let copy_count = wanted.len();
-    if !outdated.is_empty() {
-        steps.push(Step::Apply {
-            overlay: Overlay {
-                // No base: the copies are the whole overlay.
-                base: None,
-                resources: outdated,
-                sensitive: kind == RuleType::Secret,
-                ..Default::default()
-            },
-            extra_args: vec![
-                "--server-side".into(),
-                format!("--field-manager={FIELD_MANAGER}"),
-                "--force-conflicts".into(),
-            ],
-        });
-    }
-    let mut events = Vec::new();
-    let deleting = rule.deletion_policy == DeletionPolicy::Delete && !stale.is_empty();
-    if deleting {
-        steps.extend(delete_steps(rule, &stale, scope));
-        events.push(PlannedEvent {
-            warning: false,
-            reason: "CopiesRemoved".into(),
-            note: format!(
-                "deleted {} copies no longer wanted: {}",
-                stale.len(),
-                name_list(&stale_names)
-            ),
-            ..Default::default()
-        });
-    }
-    if !foreign_all.is_empty() {
-        events.push(PlannedEvent {
-            warning: true,
-            reason: "ForeignObject".into(),
-            note: format!(
-                "left alone {} same-named {}(s) not created by this rule: {}",
-                foreign_all.len(),
-                kind,
-                name_list(&foreign_all)
-            ),
-            ..Default::default()
-        });
-    }
-
-    if !not_copyable.is_empty() {
-        events.push(PlannedEvent {
-            warning: true,
-            reason: "NotCopyable".into(),
-            note: format!(
-                "{} source(s) not copied (existing copies left as they are): {}",
-                not_copyable.len(),
-                name_list(&not_copyable)
-            ),
-            ..Default::default()
-        });
-    }
-
-    let mut copies = CopiesStatus {
-        rule_type: Some(kind),
-        sources: sources
-            .iter()
-            .map(|s| s.name.as_str())
-            .chain(skipped.iter().copied())
-            .take(LISTED)
-            .map(str::to_string)
-            .collect(),
-        source_count: count(sources.len() + skipped.len()),
-        copy_count: count(copy_count),
-        targets: listed(&target_status, LISTED_TARGETS),
-        target_count,
-        removed: if deleting {
-            listed(&stale_names, LISTED)
-        } else {
-            Vec::new()
-        },
-        retained: if deleting {
+    let mut names: Vec<String> = sources.copied.iter().map(|s| s.name.clone()).collect();
+    names.extend(sources.not_copyable.iter().map(|(n, _)| n.clone()));
+    let mut status = CopiesStatus {
+        rule_type: Some(rule.rule_type),
+        sources: listed(&names, LISTED),
+        source_count: count(names.len()),
+        copy_count: count(copies),
+        targets: listed(&wanted.targets, LISTED_TARGETS),
+        target_count: count(wanted.target_count),
+        removed: if retain {
             Vec::new()
         } else {
             listed(&stale_names, LISTED)
         },
-        foreign_count: count(foreign_all.len()),
-        not_copyable: listed(&not_copyable, LISTED),
+        retained: if retain {
+            listed(&stale_names, LISTED)
+        } else {
+            Vec::new()
+        },
+        foreign_count: count(wanted.foreign.len()),
+        not_copyable: listed(
+            &sources
+                .not_copyable
+                .iter()
+                .map(|(n, why)| format!("{n}: {why}"))
+                .collect::<Vec<_>>(),
+            LISTED,
+        ),
     };
-    let status = status_map(&copies);
-    for t in &mut copies.targets {
+    fit(&mut status, STATUS_LIMIT);
+    status
+}
+
+/// Shortens the lists of `status` until it takes at most `limit` bytes
+/// (names can be 253 characters long; the counts stay complete).
+pub fn fit(status: &mut CopiesStatus, limit: usize) {
+    let size = |s: &CopiesStatus| serde_json::to_string(s).map_or(0, |j| j.len());
+    for keep in [20, 5, 1, 0] {
+        if size(status) <= limit {
+            return;
+        }
+        for t in &mut status.targets {
+            t.copied.truncate(keep);
+            t.foreign.truncate(keep);
+            if let Some(m) = &mut t.message {
+                *m = truncate(m, 200);
+            }
+        }
+        status.targets.truncate(keep.max(1) * 5);
+        for list in [
+            &mut status.sources,
+            &mut status.removed,
+            &mut status.retained,
+            &mut status.not_copyable,
+        ] {
+            list.truncate(keep);
+        }
+    }
+}
+
+/// The status written when the apply fails: no target got its copies.
+fn failed(status: &CopiesStatus) -> CopiesStatus {
+    let mut failed = status.clone();
+    for t in &mut failed.targets {
         if t.result == "Copied" || t.result == "Conflict" {
             t.result = "ApplyFailed".into();
         }
     }
-    copies.removed.clear();
-    Plan {
-        steps,
-        status,
-        status_on_failure: Some(status_map(&copies)),
-        events,
-        requeue_after: (!foreign_all.is_empty()).then_some(FOREIGN_RECHECK),
-        always_run,
-        digest: Some(digest),
-        ..Default::default()
-    }
+    failed.removed.clear();
+    failed
 }
 
-/// Why `source` cannot be copied through kustomize, if it cannot: the first
-/// data value holding a character kustomize refuses.
-fn why_not_copyable(source: &Object) -> Option<String> {
-    let content = source.content.as_ref()?;
-    content.data.iter().find_map(|(key, value)| {
-        value.chars().find(|c| kustomize_refuses(*c)).map(|c| {
-            format!(
-                "the value of {key:?} holds U+{:04X}, a character kustomize cannot process",
-                u32::from(c)
-            )
-        })
-    })
+fn events(
+    foreign: &[String],
+    not_copyable: &[(String, String)],
+    kind: RuleType,
+) -> Vec<PlannedEvent> {
+    let mut events = Vec::new();
+    if !foreign.is_empty() {
+        events.push(PlannedEvent {
+            type_: EventType::Warning,
+            reason: "ForeignObject",
+            note: format!(
+                "left alone {} same-named {}(s) not created by this rule: {}",
+                foreign.len(),
+                kind,
+                name_list(foreign)
+            ),
+            related: None,
+        });
+    }
+    if !not_copyable.is_empty() {
+        let lines: Vec<String> = not_copyable
+            .iter()
+            .map(|(n, why)| format!("{n}: {why}"))
+            .collect();
+        events.push(PlannedEvent {
+            type_: EventType::Warning,
+            reason: "NotCopyable",
+            note: format!(
+                "{} source(s) not copied (existing copies left as they are): {}",
+                lines.len(),
+                name_list(&lines)
+            ),
+            related: None,
+        });
+    }
+    events
 }
 
 fn name_list(names: &[String]) -> String {
@@ -574,29 +721,9 @@ fn name_list(names: &[String]) -> String {
         .collect::<Vec<_>>()
         .join(", ");
     if names.len() > IN_EVENT {
-        status::truncate(&format!("{shown}, ... ({} in all)", names.len()), 900)
+        truncate(&format!("{shown}, ... ({} in all)", names.len()), 900)
     } else {
-        status::truncate(&shown, 900)
-    }
-}
-
-/// The plan for a deleted rule: delete every copy carrying its marker label
-/// (both kinds; all namespaces, or each of `--copyrator-namespaces`), unless
-/// it retains its copies.
-pub fn cleanup(rule: &CopyratorRule, scope: &Scope) -> Plan {
-    if rule.cleanup_policy() == DeletionPolicy::Retain {
-        return Plan::default();
-    }
-    let namespace = kube::ResourceExt::namespace(rule).unwrap_or_default();
-    let name = kube::ResourceExt::name_any(rule);
-    let selector = format!("{}={}", marker::RULE, marker::rule_label(&namespace, &name));
-    Plan {
-        steps: scope
-            .call_namespaces(None)
-            .into_iter()
-            .map(|ns| delete_copies(ns, selector.clone()))
-            .collect(),
-        ..Default::default()
+        truncate(&shown, 900)
     }
 }
 
@@ -604,6 +731,8 @@ pub fn cleanup(rule: &CopyratorRule, scope: &Scope) -> Plan {
 mod tests {
     use super::*;
     use crate::kinds::copyrator::observe::Content;
+
+    type P = Plan<CopiesStatus>;
 
     fn rule(namespaces: &[&str]) -> ResolvedRule {
         ResolvedRule {
@@ -613,6 +742,13 @@ mod tests {
             selector: BTreeMap::from([("copy".into(), "yes".into())]),
             namespaces: namespaces.iter().map(|s| s.to_string()).collect(),
             deletion_policy: DeletionPolicy::Delete,
+        }
+    }
+
+    fn rails() -> Rails {
+        Rails {
+            operator_namespace: Some("ops".into()),
+            ..Rails::default()
         }
     }
 
@@ -649,7 +785,15 @@ mod tests {
         }
     }
 
-    fn applied(plan: &Plan) -> Vec<Value> {
+    fn plan_of(rule: &ResolvedRule, observed: &Observed, last: Option<&str>) -> P {
+        plan(rule, observed, last, &rails()).unwrap()
+    }
+
+    fn status(plan: &P) -> Value {
+        serde_json::to_value(&plan.status).unwrap()
+    }
+
+    fn applied(plan: &P) -> Vec<Value> {
         match plan.steps.first() {
             Some(Step::Apply { overlay, .. }) => overlay.resources.clone(),
             _ => Vec::new(),
@@ -669,12 +813,19 @@ mod tests {
             .collect()
     }
 
+    fn ids(list: &[ObjectId]) -> Vec<String> {
+        list.iter()
+            .map(|o| format!("{}/{}", o.namespace.as_deref().unwrap_or_default(), o.name))
+            .collect()
+    }
+
     #[test]
     fn all_mode_skips_own_protected_inactive_and_ineligible_namespaces() {
         let mut spaces: Vec<NamespaceState> = [
             "src",
             "a",
             "b",
+            "ops",
             "kube-system",
             "kube-public",
             "kube-node-lease",
@@ -692,34 +843,104 @@ mod tests {
             active: true,
             eligible: false,
         });
-        let t: Vec<_> = targets(&rule(&[]), &spaces, &Scope::All)
-            .into_iter()
-            .map(|t| t.name)
-            .collect();
-        assert_eq!(t, ["a", "b"]);
+        let names = |rails: &Rails| -> Vec<String> {
+            targets(&rule(&[]), &spaces, rails)
+                .into_iter()
+                .map(|t| t.name)
+                .collect()
+        };
+        assert_eq!(names(&rails()), ["a", "b"]);
+        let open = Rails {
+            allow_system_namespaces: true,
+            ..rails()
+        };
+        assert_eq!(
+            names(&open),
+            [
+                "a",
+                "b",
+                "kube-node-lease",
+                "kube-public",
+                "kube-system",
+                "ops"
+            ]
+        );
     }
 
     #[test]
     fn listed_mode_reports_what_cannot_be_a_target() {
-        let spaces = vec![ns("src"), ns("a"), ns("kube-system")];
+        let spaces = vec![ns("src"), ns("a"), ns("kube-system"), ns("ops")];
         let t = targets(
-            &rule(&["kube-system", "a", "src", "later", "a"]),
+            &rule(&["kube-system", "a", "src", "later", "a", "ops"]),
             &spaces,
-            &Scope::All,
+            &rails(),
         );
-        let states: Vec<_> = t.iter().map(|t| (t.name.as_str(), &t.state)).collect();
+        let states: Vec<_> = t
+            .iter()
+            .map(|t| (t.name.as_str(), t.state.clone()))
+            .collect();
+        let TargetState::Excluded(system) = &states[1].1 else {
+            panic!("{states:?}")
+        };
+        assert!(
+            system.contains("--copyrator-allow-system-namespaces"),
+            "{system}"
+        );
+        assert_eq!(states[0], ("a", TargetState::Target));
         assert_eq!(
-            states,
-            [
-                ("a", &TargetState::Target),
-                ("kube-system", &TargetState::Target),
-                ("later", &TargetState::NotFound("no such namespace (yet)")),
-                (
-                    "src",
-                    &TargetState::Excluded("the rule's own namespace holds the sources")
-                ),
-            ]
+            states[2],
+            ("later", TargetState::NotFound("no such namespace (yet)"))
         );
+        assert!(
+            matches!(states[3], ("ops", TargetState::Excluded(why)) if why.contains("operator's own"))
+        );
+        assert_eq!(
+            states[4],
+            (
+                "src",
+                TargetState::Excluded("the rule's own namespace holds the sources")
+            )
+        );
+        let open = Rails {
+            allow_system_namespaces: true,
+            ..rails()
+        };
+        let t = targets(&rule(&["kube-system"]), &spaces, &open);
+        assert_eq!(t[0].state, TargetState::Target);
+    }
+
+    #[test]
+    fn cluster_credentials_are_never_copied_and_other_sources_still_are() {
+        let mut r = rule(&["t1"]);
+        r.rule_type = RuleType::Secret;
+        let mut token = source(RuleType::Secret, "bootstrap-token-abcdef", "dG9r");
+        if let Some(c) = token.content.as_mut() {
+            c.type_ = Some("bootstrap.kubernetes.io/token".into());
+        }
+        let mut sa = source(RuleType::Secret, "sa", "dG9r");
+        if let Some(c) = sa.content.as_mut() {
+            c.type_ = Some("kubernetes.io/service-account-token".into());
+        }
+        let p = plan_of(
+            &r,
+            &observed(
+                vec![token, sa, source(RuleType::Secret, "tls", "a2V5")],
+                &["t1"],
+            ),
+            None,
+        );
+        assert_eq!(names(&applied(&p)), ["t1/tls"]);
+        let reported = status(&p)["notCopyable"].clone();
+        assert_eq!(reported.as_array().unwrap().len(), 2);
+        assert!(
+            reported[0]
+                .as_str()
+                .unwrap()
+                .contains("bootstrap.kubernetes.io/token"),
+            "{reported}"
+        );
+        let warning = p.events.iter().find(|e| e.reason == "NotCopyable").unwrap();
+        assert_eq!(warning.type_, EventType::Warning);
     }
 
     #[test]
@@ -736,58 +957,50 @@ mod tests {
             &source(RuleType::Configmap, "bad", "old"),
             "t1",
         ));
-        let plan = plan(&rule, &obs, None, &Scope::All);
+        let plan = plan_of(&rule, &obs, None);
         assert_eq!(names(&applied(&plan)), ["t1/good"]);
         assert!(
-            !plan.steps.iter().any(|s| matches!(s, Step::Run { .. })),
+            plan.stale.is_empty(),
             "the old copy must stay: {:?}",
-            plan.steps
+            plan.stale
         );
-        let reported = &plan.status["notCopyable"];
         assert_eq!(
-            reported,
-            &json!(["bad: the value of \"k\" holds U+0091, a character kustomize cannot process"])
+            ids(plan.inventory.as_ref().unwrap()),
+            ["t1/bad", "t1/good"],
+            "the kept copy stays in the inventory"
         );
-        let event = plan
-            .events
-            .iter()
-            .find(|e| e.reason == "NotCopyable")
-            .unwrap();
-        assert!(
-            event.warning && event.note.contains("bad: the value"),
-            "{event:?}"
+        assert_eq!(
+            status(&plan)["notCopyable"],
+            json!(["bad: the value of \"k\" holds U+0091, a character kustomize cannot process"])
         );
-        assert_eq!(plan.status["sourceCount"], json!(2));
+        assert_eq!(status(&plan)["sources"], json!(["good", "bad"]));
     }
 
     #[test]
-    fn one_server_side_apply_of_every_copy() {
-        let obs = observed(
-            vec![
-                source(RuleType::Configmap, "b", "2"),
-                source(RuleType::Configmap, "a", "1"),
-            ],
-            &["t1", "t2"],
+    fn copies_are_whole_objects_with_the_marker_applied_by_the_rules_own_manager() {
+        let plan = plan_of(
+            &rule(&["t1", "t2"]),
+            &observed(
+                vec![
+                    source(RuleType::Configmap, "b", "1"),
+                    source(RuleType::Configmap, "a", "1"),
+                ],
+                &["t1", "t2"],
+            ),
+            None,
         );
-        let plan = plan(&rule(&[]), &obs, None, &Scope::All);
-        assert_eq!(plan.steps.len(), 1);
-        let Step::Apply {
-            overlay,
-            extra_args,
-        } = &plan.steps[0]
+        let [
+            Step::Apply {
+                overlay,
+                field_manager,
+            },
+        ] = plan.steps.as_slice()
         else {
             panic!("{:?}", plan.steps)
         };
-        assert_eq!(
-            extra_args,
-            &[
-                "--server-side",
-                "--field-manager=kustomize-operator-copyrator",
-                "--force-conflicts"
-            ]
-        );
+        assert_eq!(field_manager.as_deref(), Some("copyrator.src.r"));
         assert!(!overlay.sensitive);
-        assert_eq!(overlay.base, None);
+        assert!(overlay.is_plain(), "built in memory, never written to disk");
         assert_eq!(names(&overlay.resources), ["t1/a", "t1/b", "t2/a", "t2/b"]);
         let copy = &overlay.resources[0];
         assert_eq!(copy["kind"], "ConfigMap");
@@ -795,13 +1008,8 @@ mod tests {
         assert_eq!(copy["binaryData"]["b"], "AAE=");
         let labels = &copy["metadata"]["labels"];
         assert_eq!(labels["app"], "web");
-        assert_eq!(labels["copy"], "yes");
         assert_eq!(labels[marker::RULE], "src.r");
         assert_eq!(labels[marker::SOURCE], "a");
-        assert_eq!(
-            labels[marker::COPY],
-            marker::copy_id(RuleType::Configmap, "t1", "a")
-        );
         assert_eq!(copy["metadata"]["annotations"][marker::RULE], "src/r");
         assert_eq!(copy["metadata"]["annotations"][marker::SOURCE], "src/a");
         assert_eq!(
@@ -810,26 +1018,31 @@ mod tests {
                 .map(str::len),
             Some(64)
         );
-        // The copies are missing, but the overlay is new: no need to force.
         assert!(!plan.always_run);
-        assert_eq!(plan.status["copyCount"], 4);
-        assert_eq!(plan.status["targetCount"], 2);
-        assert_eq!(plan.status["sources"], json!(["a", "b"]));
-        assert_eq!(plan.status["targets"][0]["result"], "Copied");
-        assert_eq!(plan.status["targets"][0]["copied"], json!(["a", "b"]));
-        let failed = plan.status_on_failure.as_ref().unwrap();
-        assert_eq!(failed["targets"][0]["result"], "ApplyFailed");
+        assert_eq!(
+            ids(plan.inventory.as_ref().unwrap()),
+            ["t1/a", "t1/b", "t2/a", "t2/b"]
+        );
+        let s = status(&plan);
+        assert_eq!(s["copyCount"], 4);
+        assert_eq!(s["targetCount"], 2);
+        assert_eq!(s["sources"], json!(["a", "b"]));
+        assert_eq!(s["targets"][0]["result"], "Copied");
+        assert_eq!(s["targets"][0]["copied"], json!(["a", "b"]));
+        let OnFailure::Write(failed) = &plan.on_failure else {
+            panic!()
+        };
+        assert_eq!(failed.targets[0].result, "ApplyFailed");
     }
 
     #[test]
-    fn secret_copies_keep_their_type_and_are_not_kept_on_disk() {
+    fn secret_copies_keep_their_type_and_are_sensitive() {
         let mut r = rule(&["t1"]);
         r.rule_type = RuleType::Secret;
-        let plan = plan(
+        let plan = plan_of(
             &r,
             &observed(vec![source(RuleType::Secret, "tls", "a2V5")], &["t1"]),
             None,
-            &Scope::All,
         );
         let Step::Apply { overlay, .. } = &plan.steps[0] else {
             panic!()
@@ -839,9 +1052,7 @@ mod tests {
         assert_eq!(copy["kind"], "Secret");
         assert_eq!(copy["type"], "kubernetes.io/tls");
         assert_eq!(copy["data"]["k"], "a2V5");
-        let status = serde_json::to_string(&plan.status).unwrap();
-        let events = format!("{:?}", plan.events);
-        for text in [status, events] {
+        for text in [status(&plan).to_string(), format!("{:?}", plan.events)] {
             assert!(!text.contains("a2V5"), "{text}");
         }
     }
@@ -862,20 +1073,25 @@ mod tests {
         obs.copies[0]
             .labels
             .insert("added-by-someone".into(), "x".into());
-        let in_sync = plan(&r, &obs, None, &Scope::All);
+        let in_sync = plan_of(&r, &obs, None);
         assert!(in_sync.steps.is_empty(), "{:?}", in_sync.steps);
         assert!(!in_sync.always_run);
-        assert_eq!(in_sync.status["copyCount"], 4);
+        assert_eq!(in_sync.inventory.as_ref().unwrap().len(), 4);
         let last = in_sync.digest.clone();
         assert!(last.as_deref().is_some_and(|d| d.starts_with("sha256:")));
 
         // A source changes: only its copies are applied, and the desired
         // state (the plan's digest) changed, so nothing needs forcing.
         obs.sources[0] = source(RuleType::Configmap, "a", "2");
-        let changed = plan(&r, &obs, last.as_deref(), &Scope::All);
+        let changed = plan_of(&r, &obs, last.as_deref());
         assert_eq!(names(&applied(&changed)), ["t1/a", "t2/a"]);
         assert_ne!(changed.digest, last);
         assert!(!changed.always_run);
+        assert_eq!(
+            changed.inventory.as_ref().unwrap().len(),
+            4,
+            "the whole desired set"
+        );
         obs.sources[0] = a.clone();
 
         // Someone edits one copy and deletes another: the same desired state,
@@ -884,7 +1100,7 @@ mod tests {
             c.data.insert("k".into(), "edited".into());
         }
         obs.copies.remove(2);
-        let drifted = plan(&r, &obs, last.as_deref(), &Scope::All);
+        let drifted = plan_of(&r, &obs, last.as_deref());
         assert_eq!(drifted.digest, last);
         assert!(drifted.always_run);
         assert_eq!(names(&applied(&drifted)), ["t1/b", "t2/a"]);
@@ -918,14 +1134,15 @@ mod tests {
             .annotations
             .insert(marker::RULE.into(), "src/other".into());
         obs.copies.push(other);
-        let plan = plan(&r, &obs, None, &Scope::All);
-        assert!(applied(&plan).is_empty());
+        let plan = plan_of(&r, &obs, None);
         assert!(plan.steps.is_empty(), "{:?}", plan.steps);
-        assert_eq!(plan.status["foreignCount"], 2);
-        assert_eq!(plan.status["targets"][0]["result"], "Conflict");
-        assert_eq!(plan.status["targets"][0]["foreign"], json!(["a"]));
+        assert!(plan.inventory.as_ref().unwrap().is_empty());
+        let s = status(&plan);
+        assert_eq!(s["foreignCount"], 2);
+        assert_eq!(s["targets"][0]["result"], "Conflict");
+        assert_eq!(s["targets"][0]["foreign"], json!(["a"]));
         let warning = &plan.events[0];
-        assert!(warning.warning && warning.reason == "ForeignObject");
+        assert!(warning.type_ == EventType::Warning && warning.reason == "ForeignObject");
         assert!(
             warning.note.contains("t1/a") && warning.note.contains("t2/a"),
             "{}",
@@ -935,7 +1152,7 @@ mod tests {
     }
 
     #[test]
-    fn copies_no_longer_wanted_are_deleted_by_marker_or_retained() {
+    fn copies_no_longer_wanted_are_pruned_or_retained() {
         let r = rule(&["t1"]);
         let kept = source(RuleType::Configmap, "a", "1");
         let gone = source(RuleType::Configmap, "old", "1");
@@ -951,48 +1168,23 @@ mod tests {
                 ..desired_copy(&r, &kept, "t1")
             },
         ];
-        let p = plan(&r, &obs, None, &Scope::All);
-        // t1/a is up to date: only the delete runs.
-        let [Step::Run { args }] = p.steps.as_slice() else {
-            panic!("{:?}", p.steps)
-        };
-        let selector = args.last().unwrap();
-        assert_eq!(
-            &args[..5],
-            [
-                "delete",
-                "configmaps,secrets",
-                "--all-namespaces",
-                "--ignore-not-found=true",
-                "--wait=false"
-            ]
-        );
-        assert!(
-            selector.starts_with(
-                "--selector=copyrator.flant.com/rule=src.r,copyrator.flant.com/copy in ("
-            ),
-            "{selector}"
-        );
-        for (kind, ns, name) in [
-            (RuleType::Configmap, "t1", "old"),
-            (RuleType::Configmap, "t9", "a"),
-            (RuleType::Secret, "t1", "a"),
-        ] {
-            assert!(
-                selector.contains(&marker::copy_id(kind, ns, name)),
-                "{kind} {ns}/{name}"
-            );
-        }
-        assert!(!selector.contains(&marker::copy_id(RuleType::Configmap, "t1", "a")));
-        assert_eq!(p.status["removed"].as_array().unwrap().len(), 3);
-        assert!(p.events.iter().any(|e| e.reason == "CopiesRemoved"));
+        let p = plan_of(&r, &obs, None);
+        // t1/a is up to date: nothing to apply; the rest is pruned by the engine.
+        assert!(p.steps.is_empty(), "{:?}", p.steps);
+        assert!(p.prune);
+        assert_eq!(ids(p.inventory.as_ref().unwrap()), ["t1/a"]);
+        let mut stale = ids(&p.stale);
+        stale.sort();
+        assert_eq!(stale, ["t1/a", "t1/old", "t9/a"]);
+        assert!(p.stale.iter().any(|o| o.kind == "Secret"));
+        assert_eq!(status(&p)["removed"].as_array().unwrap().len(), 3);
 
         let mut retain = r.clone();
         retain.deletion_policy = DeletionPolicy::Retain;
-        let p = plan(&retain, &obs, None, &Scope::All);
-        assert!(p.steps.is_empty(), "{:?}", p.steps);
-        assert_eq!(p.status["retained"].as_array().unwrap().len(), 3);
-        assert_eq!(p.status["removed"], json!([]));
+        let p = plan_of(&retain, &obs, None);
+        assert!(!p.prune);
+        assert_eq!(status(&p)["retained"].as_array().unwrap().len(), 3);
+        assert_eq!(status(&p)["removed"], json!([]));
     }
 
     #[test]
@@ -1009,66 +1201,66 @@ mod tests {
             desired_copy(&r, &src, "t1"),
             desired_copy(&r, &src, "dying"),
         ];
-        let p = plan(&r, &obs, None, &Scope::All);
+        let p = plan_of(&r, &obs, None);
         assert!(p.steps.is_empty(), "{:?}", p.steps);
+        assert!(p.stale.is_empty());
         assert!(!p.always_run);
-    }
-
-    #[test]
-    fn many_stale_copies_are_deleted_in_bounded_commands() {
-        let r = rule(&["t1"]);
-        let mut obs = observed(vec![], &["t1"]);
-        obs.copies = (0..450)
-            .map(|i| {
-                desired_copy(
-                    &r,
-                    &source(RuleType::Configmap, &format!("s{i}"), "1"),
-                    "t1",
-                )
-            })
-            .collect();
-        let p = plan(&r, &obs, None, &Scope::All);
-        assert_eq!(p.steps.len(), 3);
-        for step in &p.steps {
-            let Step::Run { args } = step else { panic!() };
-            assert!(args.last().unwrap().len() < 4 * 1024);
-        }
-        assert_eq!(p.status["removed"].as_array().unwrap().len(), LISTED);
     }
 
     #[test]
     fn nothing_to_copy_means_no_kubectl() {
-        let p = plan(&rule(&[]), &observed(vec![], &["t1"]), None, &Scope::All);
+        let p = plan_of(&rule(&[]), &observed(vec![], &["t1"]), None);
         assert!(p.steps.is_empty());
         assert!(!p.always_run);
-        assert_eq!(p.status["copyCount"], 0);
+        assert_eq!(status(&p)["copyCount"], 0);
     }
 
     #[test]
-    fn cleanup_deletes_by_marker_unless_retained() {
-        let mut r = CopyratorRule::new("r", Default::default());
-        r.metadata.namespace = Some("src".into());
-        let p = cleanup(&r, &Scope::All);
-        let [Step::Run { args }] = p.steps.as_slice() else {
-            panic!("{:?}", p.steps)
-        };
-        assert_eq!(
-            args,
-            &[
-                "delete",
-                "configmaps,secrets",
-                "--all-namespaces",
-                "--ignore-not-found=true",
-                "--wait=false",
-                "--selector=copyrator.flant.com/rule=src.r"
-            ]
-        );
-        r.top_level.deletion_policy = Some(DeletionPolicy::Retain);
-        assert!(cleanup(&r, &Scope::All).steps.is_empty());
+    fn a_rule_over_the_byte_cap_is_too_large() {
+        let r = rule(&[]);
+        let big = source(RuleType::Configmap, "big", &"x".repeat(1024 * 1024));
+        let spaces: Vec<String> = (0..40).map(|i| format!("t{i}")).collect();
+        let names: Vec<&str> = spaces.iter().map(String::as_str).collect();
+        let err = plan(&r, &observed(vec![big], &names), None, &rails()).unwrap_err();
+        assert!(matches!(err, HandlerError::TooLarge(_)), "{err}");
+        assert!(err.to_string().contains("--copyrator-max-bytes"), "{err}");
     }
 
-    fn only(namespaces: &[&str]) -> Scope {
-        Scope::Only(namespaces.iter().map(|n| n.to_string()).collect())
+    #[test]
+    fn the_status_is_fitted_under_its_byte_limit() {
+        let long = "n".repeat(250);
+        let mut status = CopiesStatus {
+            targets: (0..100)
+                .map(|i| TargetStatus {
+                    namespace: format!("ns-{i}"),
+                    result: "Copied".into(),
+                    copied: (0..50).map(|j| format!("{long}{j}")).collect(),
+                    ..Default::default()
+                })
+                .collect(),
+            sources: (0..50).map(|j| format!("{long}{j}")).collect(),
+            target_count: 100,
+            ..Default::default()
+        };
+        assert!(serde_json::to_string(&status).unwrap().len() > 1_000_000);
+        fit(&mut status, STATUS_LIMIT);
+        assert!(serde_json::to_string(&status).unwrap().len() <= STATUS_LIMIT);
+        assert_eq!(status.target_count, 100, "counts stay complete");
+    }
+
+    #[test]
+    fn a_long_rule_name_gets_a_field_manager_within_the_limit() {
+        let mut r = rule(&[]);
+        r.name = "r".repeat(200);
+        assert!(field_manager(&r).len() <= 128);
+        assert_eq!(field_manager(&rule(&[])), "copyrator.src.r");
+    }
+
+    fn only(namespaces: &[&str]) -> Rails {
+        Rails {
+            scope: Scope::Only(namespaces.iter().map(|n| n.to_string()).collect()),
+            ..rails()
+        }
     }
 
     #[test]
@@ -1088,53 +1280,8 @@ mod tests {
             [
                 ("a", &TargetState::Target),
                 ("b", &outside),
-                ("later", &outside),
+                ("later", &outside)
             ]
         );
-    }
-
-    #[test]
-    fn with_copyrator_namespaces_stale_copies_are_deleted_per_namespace() {
-        let r = rule(&["t1"]);
-        let gone = source(RuleType::Configmap, "old", "1");
-        let mut obs = observed(vec![], &["t1", "t2"]);
-        obs.copies = vec![desired_copy(&r, &gone, "t1"), desired_copy(&r, &gone, "t2")];
-        let p = plan(&r, &obs, None, &only(&["src", "t1", "t2"]));
-        let namespaces: Vec<&str> = p
-            .steps
-            .iter()
-            .map(|step| match step {
-                Step::Run { args } => {
-                    let id = marker::copy_id(RuleType::Configmap, "t1", "old");
-                    let ns = args[2].as_str();
-                    assert_eq!(args.last().unwrap().contains(&id), ns == "--namespace=t1");
-                    ns
-                }
-                other => panic!("{other:?}"),
-            })
-            .collect();
-        assert_eq!(namespaces, ["--namespace=t1", "--namespace=t2"]);
-    }
-
-    #[test]
-    fn with_copyrator_namespaces_cleanup_deletes_in_each() {
-        let mut r = CopyratorRule::new("r", Default::default());
-        r.metadata.namespace = Some("src".into());
-        let p = cleanup(&r, &only(&["src", "t1"]));
-        let wheres: Vec<&str> = p
-            .steps
-            .iter()
-            .map(|step| match step {
-                Step::Run { args } => {
-                    assert_eq!(
-                        args.last().unwrap(),
-                        "--selector=copyrator.flant.com/rule=src.r"
-                    );
-                    args[2].as_str()
-                }
-                other => panic!("{other:?}"),
-            })
-            .collect();
-        assert_eq!(wheres, ["--namespace=src", "--namespace=t1"]);
     }
 }

@@ -31,8 +31,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::handler::HandlerError;
-use crate::status::CommonStatus;
+use crate::kind::{CommonStatus, HandlerError};
 
 /// API group.
 pub const GROUP: &str = "flant.com";
@@ -170,8 +169,7 @@ pub struct CopyratorRuleStatus {
     pub copies: CopiesStatus,
 }
 
-/// The CopyratorRule-specific status fields (every one is always written, so
-/// a merge patch replaces what an earlier run recorded).
+/// The CopyratorRule-specific status fields.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CopiesStatus {

@@ -10,7 +10,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::handler::HandlerError;
+use crate::kind::{HandlerError, Reason};
 
 /// The flag that lists the namespaces, for messages.
 pub const FLAG: &str = "--copyrator-namespaces";
@@ -69,7 +69,7 @@ impl Scope {
     pub fn check_rule_namespace(&self, namespace: &str) -> Result<(), HandlerError> {
         match self {
             Self::Only(set) if !set.contains(namespace) => Err(HandlerError::transient(
-                "NamespaceNotServed",
+                Reason::NamespaceNotServed,
                 format!(
                     "the operator copies only within the namespaces given by {FLAG} ({}); \
                      it does not read sources in {namespace:?}",
@@ -124,7 +124,7 @@ mod tests {
         assert!(scope.contains("a") && !scope.contains("c"));
         assert!(scope.check_rule_namespace("a").is_ok());
         let err = scope.check_rule_namespace("c").unwrap_err();
-        assert_eq!(err.reason(), "NamespaceNotServed");
+        assert_eq!(err.reason(), Reason::NamespaceNotServed);
         assert!(
             err.to_string().contains("--copyrator-namespaces (a, b)"),
             "{err}"

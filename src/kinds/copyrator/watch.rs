@@ -29,7 +29,7 @@ use kube::{Api, Client, ResourceExt};
 use super::marker;
 use super::resource::{CopyratorRule, RuleType};
 use super::scope::Scope;
-use crate::handler::namespaced_api;
+use crate::kind::namespaced_api;
 
 /// Adds the rule's triggers to its controller.
 pub fn configure(

@@ -47,6 +47,16 @@ pub enum TemplateError {
         /// The kind folder.
         kind: String,
     },
+    /// Two kustomize directories hold a folder of the same name.
+    #[error("kind folder {kind} is in both {first} and {second}")]
+    Duplicate {
+        /// The folder.
+        kind: String,
+        /// One directory.
+        first: PathBuf,
+        /// The other.
+        second: PathBuf,
+    },
     /// A template asked for by a kind does not exist.
     #[error("no template named {0}")]
     Unknown(String),
@@ -60,85 +70,113 @@ pub enum TemplateError {
     },
 }
 
-/// The parsed kustomize directory: base files and patch templates per kind.
+/// The parsed kustomize directories: per kind folder, its base files and
+/// its templates (`patches/`, `resources/`).
 #[derive(Debug)]
 pub struct KustomizeDir {
-    root: PathBuf,
     tera: Tera,
     bases: BTreeMap<String, BTreeMap<String, Vec<u8>>>,
+    roots: BTreeMap<String, PathBuf>,
 }
+
+/// The folders of a kind folder that hold templates.
+const TEMPLATE_DIRS: [&str; 2] = ["patches", "resources"];
 
 impl KustomizeDir {
     /// Loads every kind folder under `root`, parsing all templates. A broken
     /// template is an error naming its file.
     pub fn load(root: &Path) -> Result<Self, TemplateError> {
-        let read_err = |path: &Path| {
-            let path = path.to_path_buf();
-            move |source| TemplateError::Read { path, source }
+        Self::load_all(std::slice::from_ref(&root.to_path_buf()))
+    }
+
+    /// Loads every kind folder under each of `roots` (a kind folder's name
+    /// must be unique across them).
+    pub fn load_all(roots: &[PathBuf]) -> Result<Self, TemplateError> {
+        let mut dir = Self {
+            tera: new_tera(),
+            bases: BTreeMap::new(),
+            roots: BTreeMap::new(),
         };
-        let mut tera = new_tera();
-        let mut bases = BTreeMap::new();
         let mut templates = Vec::new();
-        let mut kinds: Vec<_> = std::fs::read_dir(root)
-            .map_err(read_err(root))?
-            .filter_map(Result::ok)
-            .filter(|e| e.path().is_dir())
-            .collect();
-        kinds.sort_by_key(|e| e.file_name());
-        for entry in kinds {
-            let kind = entry.file_name().to_string_lossy().into_owned();
-            let base_dir = entry.path().join("base");
-            if !base_dir.join("kustomization.yaml").is_file() {
-                return Err(TemplateError::MissingBase {
-                    dir: root.to_path_buf(),
-                    kind,
-                });
-            }
-            let mut files = BTreeMap::new();
-            collect_files(&base_dir, &base_dir, &mut files)?;
-            bases.insert(kind.clone(), files);
-            let patches = entry.path().join("patches");
-            if patches.is_dir() {
-                let mut found = BTreeMap::new();
-                collect_files(&patches, &patches, &mut found)?;
-                for (rel, bytes) in found {
-                    let name = format!("{kind}/patches/{rel}");
-                    let text = String::from_utf8(bytes).map_err(|_| TemplateError::Invalid {
-                        name: name.clone(),
-                        reason: "not UTF-8".into(),
-                    })?;
-                    check_no_escape_bypass(&name, &text)?;
-                    templates.push((name, text));
+        for root in roots {
+            for entry in kind_folders(root)? {
+                let kind = entry.file_name().to_string_lossy().into_owned();
+                if let Some(other) = dir.roots.get(&kind) {
+                    return Err(TemplateError::Duplicate {
+                        kind,
+                        first: other.clone(),
+                        second: root.clone(),
+                    });
                 }
+                dir.load_kind(root, &entry.path(), &kind, &mut templates)?;
+                dir.roots.insert(kind, root.clone());
             }
         }
         for (name, text) in &templates {
-            tera.add_raw_template(name, text)
+            dir.tera
+                .add_raw_template(name, text)
                 .map_err(|e| TemplateError::Invalid {
                     name: name.clone(),
                     reason: error_chain(&e),
                 })?;
         }
-        Ok(Self {
-            root: root.to_path_buf(),
-            tera,
-            bases,
-        })
+        Ok(dir)
     }
 
-    /// The directory the templates were loaded from.
-    pub fn root(&self) -> &Path {
-        &self.root
+    fn load_kind(
+        &mut self,
+        root: &Path,
+        folder: &Path,
+        kind: &str,
+        templates: &mut Vec<(String, String)>,
+    ) -> Result<(), TemplateError> {
+        let base_dir = folder.join("base");
+        if !base_dir.join("kustomization.yaml").is_file() {
+            return Err(TemplateError::MissingBase {
+                dir: root.to_path_buf(),
+                kind: kind.to_string(),
+            });
+        }
+        let mut files = BTreeMap::new();
+        collect_files(&base_dir, &base_dir, &mut files)?;
+        self.bases.insert(kind.to_string(), files);
+        for sub in TEMPLATE_DIRS {
+            let dir = folder.join(sub);
+            if !dir.is_dir() {
+                continue;
+            }
+            let mut found = BTreeMap::new();
+            collect_files(&dir, &dir, &mut found)?;
+            for (rel, bytes) in found {
+                let name = format!("{kind}/{sub}/{rel}");
+                let text = String::from_utf8(bytes).map_err(|_| TemplateError::Invalid {
+                    name: name.clone(),
+                    reason: "not UTF-8".into(),
+                })?;
+                check_no_escape_bypass(&name, &text)?;
+                templates.push((name, text));
+            }
+        }
+        Ok(())
+    }
+
+    /// The kind folders found, with the directory each was found in.
+    pub fn kinds(&self) -> impl Iterator<Item = (&str, &Path)> {
+        self.roots.iter().map(|(k, r)| (k.as_str(), r.as_path()))
+    }
+
+    /// The templates of `kind`, relative to its folder (`patches/x.yaml`).
+    pub fn templates_of(&self, kind: &str) -> Vec<String> {
+        let prefix = format!("{kind}/");
+        self.tera
+            .get_template_names()
+            .filter_map(|n| n.strip_prefix(&prefix).map(str::to_string))
+            .collect()
     }
 
     /// The base files of `kind` (relative path → content).
     pub fn base(&self, kind: &str) -> Option<&BTreeMap<String, Vec<u8>>> {
         self.bases.get(kind)
-    }
-
-    /// The kinds (folders) found.
-    pub fn kinds(&self) -> impl Iterator<Item = &str> {
-        self.bases.keys().map(String::as_str)
     }
 
     /// Renders the template `name` (e.g. `sample/patches/deployment.yaml`) with `values`.
@@ -157,6 +195,20 @@ impl KustomizeDir {
                 reason: error_chain(&e),
             })
     }
+}
+
+/// The kind folders (directories) under `root`, sorted.
+fn kind_folders(root: &Path) -> Result<Vec<std::fs::DirEntry>, TemplateError> {
+    let mut kinds: Vec<_> = std::fs::read_dir(root)
+        .map_err(|source| TemplateError::Read {
+            path: root.to_path_buf(),
+            source,
+        })?
+        .filter_map(Result::ok)
+        .filter(|e| e.path().is_dir())
+        .collect();
+    kinds.sort_by_key(|e| e.file_name());
+    Ok(kinds)
 }
 
 fn new_tera() -> Tera {

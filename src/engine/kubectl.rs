@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
-use tokio::process::Command;
+use tokio::process::{Child, Command};
 use tokio::sync::Semaphore;
 
 /// An error that prevented kubectl from running at all.
@@ -63,6 +63,81 @@ impl KubectlConfig {
     }
 }
 
+/// The most a `kubectl kustomize` may print: a larger overlay is refused.
+pub const BUILD_OUTPUT_CAP: usize = 64 * 1024 * 1024;
+
+/// A kubectl command the engine runs. Every command line the operator runs
+/// is built here, from data: values never become flags.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Invocation {
+    /// `kubectl kustomize DIR`: builds an overlay.
+    Build {
+        /// The overlay directory.
+        dir: PathBuf,
+    },
+    /// `kubectl apply --server-side --field-manager=M [--force-conflicts] -f -`:
+    /// applies the objects given on standard input.
+    Apply {
+        /// The field manager.
+        field_manager: String,
+        /// Take fields owned by other managers.
+        force_conflicts: bool,
+    },
+    /// `kubectl delete [--namespace=NS] --ignore-not-found=true --wait=false -- TYPE/NAME...`.
+    Delete {
+        /// The namespace of the objects; `None` for cluster-scoped ones.
+        namespace: Option<String>,
+        /// `resource.group/name` of each object.
+        objects: Vec<String>,
+    },
+}
+
+impl Invocation {
+    /// The verb, for metrics and messages.
+    pub fn verb(&self) -> &'static str {
+        match self {
+            Self::Build { .. } => "kustomize",
+            Self::Apply { .. } => "apply",
+            Self::Delete { .. } => "delete",
+        }
+    }
+
+    /// The arguments after `kubectl`.
+    pub fn args(&self) -> Vec<String> {
+        match self {
+            Self::Build { dir } => vec!["kustomize".into(), dir.display().to_string()],
+            Self::Apply {
+                field_manager,
+                force_conflicts,
+            } => {
+                let mut args = vec![
+                    "apply".to_string(),
+                    "--server-side".into(),
+                    format!("--field-manager={field_manager}"),
+                ];
+                if *force_conflicts {
+                    args.push("--force-conflicts".into());
+                }
+                args.extend(["-f".into(), "-".into()]);
+                args
+            }
+            Self::Delete { namespace, objects } => {
+                let mut args = vec!["delete".to_string()];
+                if let Some(ns) = namespace {
+                    args.push(format!("--namespace={ns}"));
+                }
+                args.extend([
+                    "--ignore-not-found=true".into(),
+                    "--wait=false".into(),
+                    "--".into(),
+                ]);
+                args.extend(objects.iter().cloned());
+                args
+            }
+        }
+    }
+}
+
 /// What one kubectl run did. Stored (trimmed) in every resource's status.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -76,8 +151,9 @@ pub struct CommandRecord {
     pub stdout: String,
     /// The tail of standard error.
     pub stderr: String,
-    /// When the process started (RFC 3339).
-    pub started_at: String,
+    /// When the process started.
+    #[schemars(with = "String", extend("format" = "date-time"))]
+    pub started_at: jiff::Timestamp,
     /// How long it ran.
     pub duration_ms: u64,
     /// True when it was killed at the timeout.
@@ -87,6 +163,10 @@ pub struct CommandRecord {
     /// `stdout` then holds only the lines about this resource's objects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch_size: Option<u32>,
+    /// More was printed than the runner keeps (never stored).
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub output_truncated: bool,
 }
 
 impl CommandRecord {
@@ -231,24 +311,19 @@ impl Kubectl {
         self.stats.clone()
     }
 
-    /// The configuration.
-    pub fn config(&self) -> &KubectlConfig {
-        &self.config
-    }
-
-    /// Runs `kubectl <args>`, feeding `stdin` if given. Waits for a
-    /// concurrency permit first. A non-zero exit or a timeout is a normal
-    /// outcome recorded in the returned [`CommandRecord`]; only a failure to
-    /// start the process is an error.
+    /// Runs `invocation`, feeding `stdin` if given. Waits for a concurrency
+    /// permit first. A non-zero exit or a timeout is a normal outcome
+    /// recorded in the returned [`CommandRecord`]; only a failure to start
+    /// the process is an error.
     pub async fn run(
         &self,
-        args: &[String],
+        invocation: &Invocation,
         stdin: Option<Vec<u8>>,
     ) -> Result<CommandRecord, KubectlError> {
         let waiting = Counted::new(&self.stats.waiting);
         let permit = self.acquire().await;
         drop(waiting);
-        self.run_with(permit, args, stdin).await
+        self.run_with(permit, invocation, stdin).await
     }
 
     /// Waits for a concurrency slot.
@@ -262,19 +337,67 @@ impl Kubectl {
     pub async fn run_with(
         &self,
         slot: Slot,
-        args: &[String],
+        invocation: &Invocation,
         stdin: Option<Vec<u8>>,
     ) -> Result<CommandRecord, KubectlError> {
         let _slot = slot;
         let _running = Counted::new(&self.stats.running);
-        let mut argv: Vec<OsString> = Vec::with_capacity(args.len() + 1);
+        let argv = self.argv(invocation);
+        let started_at = jiff::Timestamp::now();
+        let start = Instant::now();
+        let mut child = self.spawn(&argv, stdin.is_some())?;
+        self.stats.spawned.fetch_add(1, Ordering::Relaxed);
+        let group = ProcessGroup(child.id());
+        let _registered = child.id().map(|pid| Registered::new(&self.running, pid));
+        let stdout_cap = match invocation {
+            Invocation::Build { .. } => BUILD_OUTPUT_CAP,
+            _ => self.config.output_cap,
+        };
+        let stdout = child
+            .stdout
+            .take()
+            .map(|s| tokio::spawn(read_tail(s, stdout_cap)));
+        let stderr = child
+            .stderr
+            .take()
+            .map(|s| tokio::spawn(read_tail(s, self.config.output_cap)));
+        if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
+            tokio::spawn(async move {
+                let _ = pipe.write_all(&input).await;
+            });
+        }
+        let (exit_code, timed_out) = self.wait(&mut child, &group).await;
+        let (out, err) = tokio::join!(collect(stdout), collect(stderr));
+        let duration = start.elapsed();
+        let record = CommandRecord {
+            command: display_command(&self.config.path, &argv),
+            exit_code,
+            output_truncated: out.total > out.bytes.len() as u64,
+            stdout: out.into_string(),
+            stderr: err.into_string(),
+            started_at,
+            duration_ms: u64::try_from(duration.as_millis()).unwrap_or(u64::MAX),
+            timed_out,
+            batch_size: None,
+        };
+        self.count(&record, invocation, duration);
+        Ok(record)
+    }
+
+    /// The full argument vector: the shared cache dir, then the invocation's.
+    fn argv(&self, invocation: &Invocation) -> Vec<OsString> {
+        let mut argv: Vec<OsString> = Vec::new();
         if let Some(dir) = &self.config.cache_dir {
             argv.push(format!("--cache-dir={}", dir.display()).into());
         }
-        argv.extend(args.iter().map(OsString::from));
-        let mut cmd = Command::new(&self.config.path);
-        cmd.args(&argv)
-            .stdin(if stdin.is_some() {
+        argv.extend(invocation.args().into_iter().map(OsString::from));
+        argv
+    }
+
+    fn spawn(&self, argv: &[OsString], with_stdin: bool) -> Result<Child, KubectlError> {
+        Command::new(&self.config.path)
+            .args(argv)
+            .stdin(if with_stdin {
                 Stdio::piped()
             } else {
                 Stdio::null()
@@ -282,26 +405,19 @@ impl Kubectl {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true)
-            .process_group(0);
-        let started_at = jiff::Timestamp::now();
-        let start = Instant::now();
-        let mut child = cmd.spawn().map_err(|source| KubectlError::Spawn {
-            path: self.config.path.clone(),
-            source,
-        })?;
-        self.stats.spawned.fetch_add(1, Ordering::Relaxed);
-        let group = ProcessGroup(child.id());
-        let _registered = child.id().map(|pid| Registered::new(&self.running, pid));
-        let cap = self.config.output_cap;
-        let stdout = child.stdout.take().map(|s| tokio::spawn(read_tail(s, cap)));
-        let stderr = child.stderr.take().map(|s| tokio::spawn(read_tail(s, cap)));
-        if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
-            tokio::spawn(async move {
-                let _ = pipe.write_all(&input).await;
-            });
-        }
+            .process_group(0)
+            .spawn()
+            .map_err(|source| KubectlError::Spawn {
+                path: self.config.path.clone(),
+                source,
+            })
+    }
+
+    /// Waits for the process up to the timeout; then kills its group.
+    /// Returns the exit code (none when killed) and whether it timed out.
+    async fn wait(&self, child: &mut Child, group: &ProcessGroup) -> (Option<i32>, bool) {
         let waited = tokio::time::timeout(self.config.timeout, child.wait()).await;
-        let (exit_code, timed_out) = match waited {
+        let result = match waited {
             Ok(Ok(status)) => (status.code(), false),
             Ok(Err(_)) => (None, false),
             Err(_) => {
@@ -312,42 +428,31 @@ impl Kubectl {
         };
         // The direct child is gone; anything it left behind goes with the group.
         group.kill();
-        let collect = |task: Option<tokio::task::JoinHandle<Tail>>| async move {
-            match task {
-                Some(t) => tokio::time::timeout(Duration::from_secs(5), t)
-                    .await
-                    .ok()
-                    .and_then(Result::ok)
-                    .unwrap_or_default(),
-                None => Tail::default(),
-            }
-        };
-        let (out, err) = tokio::join!(collect(stdout), collect(stderr));
-        let duration = start.elapsed();
-        let record = CommandRecord {
-            command: display_command(&self.config.path, &argv),
-            exit_code,
-            stdout: out.into_string(),
-            stderr: err.into_string(),
-            started_at: started_at.to_string(),
-            duration_ms: u64::try_from(duration.as_millis()).unwrap_or(u64::MAX),
-            timed_out,
-            batch_size: None,
-        };
+        result
+    }
+
+    fn count(&self, record: &CommandRecord, invocation: &Invocation, duration: Duration) {
         if !record.succeeded() {
             self.stats.failed.fetch_add(1, Ordering::Relaxed);
         }
-        if timed_out {
+        if record.timed_out {
             self.stats.timed_out.fetch_add(1, Ordering::Relaxed);
         }
         if let Some(observer) = &self.observer {
-            let verb = args
-                .iter()
-                .find(|a| !a.starts_with('-'))
-                .map_or("", String::as_str);
-            observer(verb, exit_code, duration);
+            observer(invocation.verb(), record.exit_code, duration);
         }
-        Ok(record)
+    }
+}
+
+/// The output a reader task gathered (empty if it did not finish in time).
+async fn collect(task: Option<tokio::task::JoinHandle<Tail>>) -> Tail {
+    match task {
+        Some(t) => tokio::time::timeout(Duration::from_secs(5), t)
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or_default(),
+        None => Tail::default(),
     }
 }
 
@@ -488,8 +593,15 @@ mod tests {
         })
     }
 
-    fn args(a: &[&str]) -> Vec<String> {
-        a.iter().map(|s| s.to_string()).collect()
+    fn build(dir: &str) -> Invocation {
+        Invocation::Build { dir: dir.into() }
+    }
+
+    fn apply() -> Invocation {
+        Invocation::Apply {
+            field_manager: "m".into(),
+            force_conflicts: false,
+        }
     }
 
     #[tokio::test]
@@ -503,15 +615,12 @@ mod tests {
             Duration::from_secs(10),
             1024,
         );
-        let r = k
-            .run(&args(&["apply", "-k", "/tmp/a b"]), None)
-            .await
-            .unwrap();
+        let r = k.run(&build("/tmp/a b"), None).await.unwrap();
         assert!(r.succeeded());
         assert_eq!(r.exit_code, Some(0));
         assert_eq!(r.summary(), "deployment.apps/x configured");
-        assert_eq!(r.stderr.trim(), "apply -k /tmp/a b");
-        assert_eq!(r.command, "kubectl apply -k '/tmp/a b'");
+        assert_eq!(r.stderr.trim(), "kustomize /tmp/a b");
+        assert_eq!(r.command, "kubectl kustomize '/tmp/a b'");
         assert_eq!(k.stats().spawned(), 1);
     }
 
@@ -523,7 +632,7 @@ mod tests {
             Duration::from_secs(10),
             1024,
         );
-        let r = k.run(&args(&["apply"]), None).await.unwrap();
+        let r = k.run(&apply(), None).await.unwrap();
         assert!(!r.succeeded());
         assert_eq!(r.exit_code, Some(3));
         assert_eq!(r.summary(), "error: boom");
@@ -543,7 +652,7 @@ mod tests {
             1024,
         );
         let start = Instant::now();
-        let r = k.run(&args(&["apply"]), None).await.unwrap();
+        let r = k.run(&apply(), None).await.unwrap();
         assert!(start.elapsed() < Duration::from_secs(5));
         assert!(r.timed_out);
         assert!(!r.succeeded());
@@ -574,7 +683,7 @@ mod tests {
             Duration::from_secs(20),
             2048,
         );
-        let r = k.run(&args(&["apply"]), None).await.unwrap();
+        let r = k.run(&apply(), None).await.unwrap();
         assert!(r.stdout.len() < 2200, "{}", r.stdout.len());
         assert!(r.stdout.starts_with("[output truncated"));
         assert!(r.stdout.ends_with("END\n"));
@@ -597,7 +706,7 @@ mod tests {
         let runs: Vec<_> = (0..3)
             .map(|_| {
                 let k = k.clone();
-                tokio::spawn(async move { k.run(&args(&["apply"]), None).await })
+                tokio::spawn(async move { k.run(&apply(), None).await })
             })
             .collect();
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -620,10 +729,7 @@ mod tests {
     async fn stdin_is_fed() {
         let dir = tempfile::tempdir().unwrap();
         let k = runner(script(dir.path(), "cat"), Duration::from_secs(10), 1024);
-        let r = k
-            .run(&args(&["apply", "-f", "-"]), Some(b"hello".to_vec()))
-            .await
-            .unwrap();
+        let r = k.run(&apply(), Some(b"hello".to_vec())).await.unwrap();
         assert_eq!(r.stdout, "hello");
     }
 
@@ -636,7 +742,7 @@ mod tests {
             1024,
         );
         let k2 = k.clone();
-        let run = tokio::spawn(async move { k2.run(&args(&["apply"]), None).await });
+        let run = tokio::spawn(async move { k2.run(&apply(), None).await });
         while k.running() == 0 {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -646,6 +752,56 @@ mod tests {
         assert!(start.elapsed() < Duration::from_secs(5));
         assert_eq!(r.exit_code, None);
         assert_eq!(k.running(), 0);
+    }
+
+    #[test]
+    fn every_command_line_is_built_from_data() {
+        assert_eq!(
+            Invocation::Apply {
+                field_manager: "copyrator.a.b".into(),
+                force_conflicts: true
+            }
+            .args(),
+            [
+                "apply",
+                "--server-side",
+                "--field-manager=copyrator.a.b",
+                "--force-conflicts",
+                "-f",
+                "-"
+            ]
+        );
+        assert_eq!(
+            Invocation::Delete {
+                namespace: Some("ns".into()),
+                objects: vec!["deployments.apps/--all".into()],
+            }
+            .args(),
+            [
+                "delete",
+                "--namespace=ns",
+                "--ignore-not-found=true",
+                "--wait=false",
+                "--",
+                "deployments.apps/--all"
+            ]
+        );
+        assert_eq!(build("/d").verb(), "kustomize");
+    }
+
+    #[tokio::test]
+    async fn a_build_keeps_all_of_its_output() {
+        let dir = tempfile::tempdir().unwrap();
+        let k = runner(
+            script(dir.path(), "head -c 100000 /dev/zero | tr '\\0' 'a'"),
+            Duration::from_secs(10),
+            1024,
+        );
+        let r = k.run(&build("/d"), None).await.unwrap();
+        assert_eq!(r.stdout.len(), 100_000);
+        assert!(!r.output_truncated);
+        let r = k.run(&apply(), None).await.unwrap();
+        assert!(r.output_truncated, "other runs keep the tail only");
     }
 
     #[test]

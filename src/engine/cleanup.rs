@@ -1,0 +1,147 @@
+//! The deletion path: a resource being deleted has its objects deleted
+//! (those in its inventory that still carry its marker) before its
+//! finalizer goes. A failed delete keeps the resource, and says why.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::ResourceExt;
+use kube::runtime::controller::Action;
+
+use super::controller::{Context, ReconcileError};
+use super::inventory::{ObjectId, Owner};
+use super::outcome::Failure;
+use super::overlay::Marking;
+use super::reconcile::{fail, publish, render};
+use super::status::Reason;
+use super::status_writer::{self, Current};
+use super::steps::{self, Actor, Done};
+use crate::kind::{Deletion, EventType, Handler, Step};
+
+/// Objects named in the deletion event.
+const IN_EVENT: usize = 10;
+
+/// Reconciles a resource being deleted.
+pub(crate) async fn cleanup<H: Handler>(
+    ctx: &Context<H>,
+    obj: &H::Resource,
+) -> Result<Action, ReconcileError> {
+    let current = status_writer::current(&ctx.engine, &*ctx.handler, obj);
+    if ctx.handler.deletion(obj) == Deletion::Retain {
+        forget(ctx, obj);
+        return Ok(Action::await_change());
+    }
+    let Some(owner) = ctx.owner(obj) else {
+        return Ok(Action::await_change());
+    };
+    let ids = to_delete(ctx, &current, &owner).await;
+    let adopts = |meta: &ObjectMeta| ctx.handler.adopts(obj, meta);
+    let actor = Actor {
+        owner: &owner,
+        conflicts: ctx.handler.info().policy.conflicts,
+        adopts: &adopts,
+        confined: ctx.handler.info().policy.confined_to_namespace,
+    };
+    let mut done = Done::default();
+    match steps::delete_owned(&ctx.engine, &actor, ids, Reason::DeleteFailed, &mut done).await {
+        Ok(report) => {
+            let mut note = match report.deleted.len() {
+                0 => "nothing to delete".to_string(),
+                n => format!("deleted {n} object(s): {}", names(&report.deleted)),
+            };
+            if !report.left.is_empty() {
+                note.push_str(&format!(
+                    "; left {} that no longer carry its marker: {}",
+                    report.left.len(),
+                    report
+                        .left
+                        .iter()
+                        .take(IN_EVENT)
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
+            publish(ctx, obj, EventType::Normal, "Deleted", &note, None).await;
+            forget(ctx, obj);
+            Ok(Action::await_change())
+        }
+        Err(failure) => fail(ctx, &current, failure, None, false).await,
+    }
+}
+
+fn forget<H: Handler>(ctx: &Context<H>, obj: &H::Resource) {
+    if let Some(uid) = obj.uid() {
+        ctx.engine.memo.forget(&uid);
+    }
+}
+
+fn names(ids: &[ObjectId]) -> String {
+    let shown: Vec<String> = ids.iter().take(IN_EVENT).map(ToString::to_string).collect();
+    match ids.len().saturating_sub(IN_EVENT) {
+        0 => shown.join(", "),
+        more => format!("{} (and {more} more)", shown.join(", ")),
+    }
+}
+
+/// What to delete: the inventory. A resource last applied by a version
+/// without inventories (it has an applied digest, no inventory) gets the
+/// objects its current plan renders, each still checked for the marker or
+/// the kind's adoption rule before it is deleted.
+async fn to_delete<H: Handler>(
+    ctx: &Context<H>,
+    current: &Current<H::Resource>,
+    owner: &Owner,
+) -> Vec<ObjectId> {
+    if let Some(inventory) = &current.common.inventory {
+        return inventory.ids().into_iter().collect();
+    }
+    if current.common.applied_digest.is_none() {
+        return Vec::new();
+    }
+    match rendered_objects(ctx, current, owner).await {
+        Ok(ids) => ids.into_iter().collect(),
+        Err(e) => {
+            tracing::warn!(object = %ctx.key(&current.object), error = %e, "cannot tell what a resource without an inventory applied; deleting nothing");
+            Vec::new()
+        }
+    }
+}
+
+/// The objects the resource's owned applies would produce now.
+async fn rendered_objects<H: Handler>(
+    ctx: &Context<H>,
+    current: &Current<H::Resource>,
+    owner: &Owner,
+) -> Result<BTreeSet<ObjectId>, String> {
+    let observed = ctx
+        .handler
+        .observe(&current.object, &ctx.engine.client)
+        .await
+        .map_err(|e| e.to_string())?;
+    let plan = ctx
+        .handler
+        .plan(&current.object, &observed)
+        .map_err(|e| e.to_string())?;
+    let owned = crate::kind::Plan::<H::Status> {
+        steps: plan
+            .steps
+            .into_iter()
+            .filter(|s| matches!(s, Step::Apply { .. }))
+            .collect(),
+        ..Default::default()
+    };
+    let marking = Marking {
+        owner: owner.clone(),
+        owner_references: ctx.handler.info().policy.owner_references,
+    };
+    let rendered = render(&owned, &ctx.engine.templates, &marking).map_err(|e| e.to_string())?;
+    let mut ids = BTreeSet::new();
+    for overlay in rendered.overlays.iter().flatten() {
+        let manifests = steps::build_owned(&ctx.engine, owner, overlay)
+            .await
+            .map_err(|f: Failure| f.message)?;
+        ids.extend(manifests.iter().filter_map(ObjectId::of_manifest));
+    }
+    Ok(ids)
+}

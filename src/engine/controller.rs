@@ -1,0 +1,341 @@
+//! The controller of one kind: the watch, the finalizer, per-object backoff,
+//! and one reconcile (the apply path in `reconcile`, the deletion path in
+//! `cleanup`).
+
+use std::future::Future;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{Controller, WatchStreamExt, reflector, watcher};
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+use tokio::sync::broadcast;
+
+use super::inventory::Owner;
+use super::status::Reason;
+use super::{Engine, backoff, cleanup, reconcile};
+use crate::kind::{DynType, Handler};
+
+/// Why a reconcile did not succeed (its status says it in full).
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// The reconcile failed; the resource's status and an event say why.
+    #[error("{reason}: {message}")]
+    Failed {
+        /// The condition reason.
+        reason: Reason,
+        /// What went wrong.
+        message: String,
+        /// Retrying cannot help until the resource changes.
+        permanent: bool,
+    },
+    /// An API call failed (e.g. writing status).
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+}
+
+/// What every reconcile of one kind shares.
+pub(crate) struct Context<H: Handler> {
+    pub engine: Arc<Engine>,
+    pub handler: Arc<H>,
+}
+
+impl<H: Handler> Context<H> {
+    /// `kind/namespace/name`, for logs and the backoff counter.
+    pub fn key(&self, obj: &H::Resource) -> String {
+        format!(
+            "{}/{}/{}",
+            self.handler.info().name,
+            obj.namespace().unwrap_or_default(),
+            obj.name_any()
+        )
+    }
+
+    /// The resource as the owner of what it applies.
+    pub fn owner(&self, obj: &H::Resource) -> Option<Owner> {
+        let dt = &self.handler.info().dyn_type;
+        Some(Owner {
+            api_version: H::Resource::api_version(dt).into_owned(),
+            kind: H::Resource::kind(dt).into_owned(),
+            namespace: obj.namespace(),
+            name: obj.name_any(),
+            uid: obj.uid()?,
+        })
+    }
+}
+
+/// Runs the controller for one kind until `shutdown` resolves.
+pub async fn run<H: Handler>(
+    engine: Arc<Engine>,
+    handler: Arc<H>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let namespace = engine.settings.namespace.clone();
+    let api = handler.api(engine.client.clone(), namespace.as_deref());
+    let shard = super::shard::selector(engine.settings.shard.as_deref());
+    let selector = super::shard::combine(handler.watch_selector(namespace.as_deref()), &shard);
+    let watch = watcher::Config::default().any_semantic().labels(&selector);
+    let dyn_type = handler.info().dyn_type.clone();
+    // The controller's own reflector, fed objects without what no handler
+    // reads: with many resources, managedFields and kubectl's
+    // last-applied annotation are most of the cache.
+    let writer = reflector::store::Writer::new(dyn_type.clone());
+    let reader = writer.as_reader();
+    let objects = watcher(api, watch)
+        .modify(slim::<H::Resource>)
+        .reflect(writer)
+        .applied_objects();
+    let owned_changed = owners_of_changed_objects::<H>(&engine, dyn_type.clone());
+    let controller =
+        Controller::for_stream_with(objects, reader, dyn_type).reconcile_on(owned_changed);
+    let controller = handler.configure(controller, &engine.client, namespace.as_deref());
+    let name = handler.info().name.clone();
+    let context = Arc::new(Context { engine, handler });
+    controller
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile_one::<H>, error_policy::<H>, context)
+        .for_each(|result| {
+            let name = name.clone();
+            async move {
+                match result {
+                    Ok((obj, _)) => tracing::debug!(kind = %name, object = %obj, "reconciled"),
+                    Err(e) => tracing::debug!(kind = %name, error = %e, "reconcile error"),
+                }
+            }
+        })
+        .await;
+}
+
+/// The resources of this kind whose owned objects changed (as the
+/// watches of [`super::watch`] see them).
+fn owners_of_changed_objects<H: Handler>(
+    engine: &Engine,
+    dyn_type: DynType<H::Resource>,
+) -> impl futures::Stream<Item = ObjectRef<H::Resource>> + Send + 'static {
+    let kind = H::Resource::kind(&dyn_type);
+    let group = H::Resource::group(&dyn_type);
+    let prefix = if group.is_empty() {
+        format!("{kind}/")
+    } else {
+        format!("{kind}.{group}/")
+    };
+    let changes = engine.objects.changes();
+    futures::stream::unfold(changes, |mut changes| async move {
+        loop {
+            match changes.recv().await {
+                Ok(owner) => return Some((owner, changes)),
+                // Missed changes are caught by the next resync.
+                Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    })
+    .filter_map(move |owner| {
+        let reference = owner_ref::<H::Resource>(&owner, &prefix, &dyn_type);
+        async move { reference }
+    })
+}
+
+/// The resource an owner annotation (`Kind.group/namespace/name`, or
+/// `Kind.group/name` when cluster-scoped) names, if it is of this kind.
+fn owner_ref<K: Resource>(
+    annotation: &str,
+    prefix: &str,
+    dyn_type: &K::DynamicType,
+) -> Option<ObjectRef<K>>
+where
+    K::DynamicType: Clone,
+{
+    let rest = annotation.strip_prefix(prefix)?;
+    Some(match rest.split_once('/') {
+        Some((namespace, name)) => ObjectRef::new_with(name, dyn_type.clone()).within(namespace),
+        None => ObjectRef::new_with(rest, dyn_type.clone()),
+    })
+}
+
+/// The annotation `kubectl apply` (client-side) keeps the whole last
+/// applied object in.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Drops from a watched object what the cache need not hold: its
+/// managedFields and kubectl's last-applied annotation.
+pub(crate) fn slim<K: Resource>(obj: &mut K) {
+    let meta = obj.meta_mut();
+    meta.managed_fields = None;
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.remove(LAST_APPLIED);
+    }
+}
+
+type FinalizerError = kube::runtime::finalizer::Error<ReconcileError>;
+
+async fn reconcile_one<H: Handler>(
+    obj: Arc<H::Resource>,
+    ctx: Arc<Context<H>>,
+) -> Result<Action, FinalizerError> {
+    let engine = &ctx.engine;
+    let kind = ctx.handler.info().name.as_str();
+    engine.metrics.reconcile(kind);
+    let _in_flight = engine.metrics.reconcile_in_flight(kind);
+    let api = ctx
+        .handler
+        .api(engine.client.clone(), obj.namespace().as_deref());
+    let finalizer_name = ctx.handler.info().finalizer.clone();
+    // A new resource: add the finalizer and go on with the object the API
+    // server returned, instead of waiting for the watch to bring it back.
+    let obj = if needs_finalizer(&*obj, &finalizer_name) {
+        Arc::new(add_finalizer(&api, &*obj, &finalizer_name).await?)
+    } else {
+        obj
+    };
+    let result = finalizer(&api, &finalizer_name, obj.clone(), |event| async {
+        match event {
+            FinalizerEvent::Apply(obj) => reconcile::apply(&ctx, &obj).await,
+            FinalizerEvent::Cleanup(obj) => cleanup::cleanup(&ctx, &obj).await,
+        }
+    })
+    .await;
+    if result.is_ok() {
+        engine.failure_count(&ctx.key(&obj), false);
+    }
+    result
+}
+
+/// True when `obj` is not being deleted and lacks `finalizer`.
+pub(crate) fn needs_finalizer<K: Resource>(obj: &K, finalizer: &str) -> bool {
+    obj.meta().deletion_timestamp.is_none() && !obj.finalizers().iter().any(|f| f == finalizer)
+}
+
+/// Adds the finalizer with the JSON patch kube-runtime's `finalizer` uses:
+/// a `test` of the current list first, so a concurrent change makes the
+/// patch fail (and the reconcile retry) rather than duplicate or drop an
+/// entry. Returns the updated object.
+async fn add_finalizer<K: crate::kind::Object>(
+    api: &kube::Api<K>,
+    obj: &K,
+    finalizer: &str,
+) -> Result<K, FinalizerError> {
+    let operations = if obj.finalizers().is_empty() {
+        json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": null},
+            {"op": "add", "path": "/metadata/finalizers", "value": [finalizer]},
+        ])
+    } else {
+        json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": obj.finalizers()},
+            {"op": "add", "path": "/metadata/finalizers/-", "value": finalizer},
+        ])
+    };
+    let patch: Patch<()> = Patch::Json(
+        serde_json::from_value(operations).map_err(|_| FinalizerError::InvalidFinalizer)?,
+    );
+    let name = obj
+        .meta()
+        .name
+        .as_deref()
+        .ok_or(FinalizerError::UnnamedObject)?;
+    api.patch(name, &PatchParams::default(), &patch)
+        .await
+        .map_err(FinalizerError::AddFinalizer)
+}
+
+fn error_policy<H: Handler>(
+    obj: Arc<H::Resource>,
+    error: &FinalizerError,
+    ctx: Arc<Context<H>>,
+) -> Action {
+    let engine = &ctx.engine;
+    let kind = ctx.handler.info().name.as_str();
+    engine.metrics.reconcile_error(kind);
+    let permanent = match error {
+        kube::runtime::finalizer::Error::ApplyFailed(e)
+        | kube::runtime::finalizer::Error::CleanupFailed(e) => {
+            matches!(
+                e,
+                ReconcileError::Failed {
+                    permanent: true,
+                    ..
+                }
+            )
+        }
+        _ => false,
+    };
+    let key = ctx.key(&obj);
+    if permanent {
+        tracing::info!(object = %key, error = %error, "waiting for the resource to change");
+        return Action::await_change();
+    }
+    let failures = engine.failure_count(&key, true);
+    let delay = backoff(failures);
+    tracing::warn!(object = %key, error = %error, failures, retry_in_ms = delay.as_millis() as u64, "reconcile failed");
+    Action::requeue(delay)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::api::{ApiResource, DynamicObject};
+
+    fn samples() -> ApiResource {
+        ApiResource {
+            group: "nuvolaris.org".into(),
+            version: "v1".into(),
+            api_version: "nuvolaris.org/v1".into(),
+            kind: "Sample".into(),
+            plural: "samples".into(),
+        }
+    }
+
+    #[test]
+    fn owner_annotations_name_resources_of_this_kind_only() {
+        let prefix = "Sample.nuvolaris.org/";
+        let r =
+            owner_ref::<DynamicObject>("Sample.nuvolaris.org/ns/web", prefix, &samples()).unwrap();
+        assert_eq!(
+            (r.name.as_str(), r.namespace.as_deref()),
+            ("web", Some("ns"))
+        );
+        let r = owner_ref::<DynamicObject>("Sample.nuvolaris.org/web", prefix, &samples()).unwrap();
+        assert_eq!((r.name.as_str(), r.namespace), ("web", None));
+        assert!(
+            owner_ref::<DynamicObject>("Samples.nuvolaris.org/ns/web", prefix, &samples())
+                .is_none()
+        );
+        assert!(
+            owner_ref::<DynamicObject>("CopyratorRule.flant.com/ns/web", prefix, &samples())
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn the_cache_holds_objects_without_managed_fields_or_last_applied() {
+        let mut sample: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "nuvolaris.org/v1",
+            "kind": "Sample",
+            "metadata": {
+                "name": "web",
+                "annotations": {LAST_APPLIED: "{\"big\": true}", "keep": "me"},
+                "managedFields": [{"manager": "kubectl", "operation": "Apply"}],
+                "finalizers": ["nuvolaris.org/kustomize-operator"],
+            },
+            "spec": {"count": 2},
+        }))
+        .unwrap();
+        assert!(!needs_finalizer(
+            &sample,
+            "nuvolaris.org/kustomize-operator"
+        ));
+        slim(&mut sample);
+        assert_eq!(sample.metadata.managed_fields, None);
+        assert_eq!(
+            sample.metadata.annotations,
+            Some([("keep".to_string(), "me".to_string())].into())
+        );
+        sample.metadata.finalizers = None;
+        assert!(needs_finalizer(&sample, "nuvolaris.org/kustomize-operator"));
+    }
+}

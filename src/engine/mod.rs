@@ -1,0 +1,210 @@
+//! The engine: the only code that spawns kubectl, writes files or writes
+//! status. Kinds reach it only through the facade in [`crate::kind`].
+//!
+//! - [`controller`]: the watch, the finalizer, backoff, one reconcile;
+//! - `reconcile` / `cleanup`: the apply path and the deletion path;
+//! - `steps`: a plan's steps carried out (build, ownership check, apply,
+//!   prune, deletes);
+//! - [`outcome`]: the outcome of a reconcile → status (one pure function);
+//! - `status_writer`: the one place status is written;
+//! - [`inventory`], `ownership`: what a resource owns, and who owns what;
+//! - [`overlay`], [`templates`]: overlays as data → files;
+//! - `build`, `applier`, `batch`: kubectl runs, coalesced;
+//! - [`kubectl`]: the runner (argv only, timeout, process group, bounded output);
+//! - `events`: Kubernetes events.
+
+mod applier;
+pub(crate) mod batch;
+mod build;
+mod checkup;
+mod cleanup;
+pub(crate) mod controller;
+mod events;
+mod health;
+pub(crate) mod inventory;
+pub(crate) mod kubectl;
+pub(crate) mod outcome;
+pub(crate) mod overlay;
+mod ownership;
+mod reconcile;
+pub mod shard;
+pub(crate) mod status;
+mod status_writer;
+mod steps;
+pub(crate) mod templates;
+mod watch;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kube::Client;
+
+use self::applier::{Applied, ApplyJob};
+use self::batch::{BatchSettings, Queue};
+use self::build::{BuildJob, Built};
+use self::events::Events;
+use self::kubectl::Kubectl;
+use self::ownership::Discovery;
+use self::status_writer::StatusMemo;
+use self::templates::KustomizeDir;
+use self::watch::ObjectCache;
+use crate::metrics::Metrics;
+
+pub(crate) use self::build::build_base;
+pub(crate) use self::reconcile::{Rendered, render as render_plan};
+pub(crate) use self::status_writer::COMMON_KEYS as COMMON_STATUS_KEYS;
+pub(crate) use self::watch::always_current_kind;
+
+/// The field manager of the engine's server-side applies (objects and status).
+pub const FIELD_MANAGER: &str = "kustomize-operator";
+
+/// Shortest and longest retry delay after a failure.
+const BACKOFF_MIN: Duration = Duration::from_secs(1);
+const BACKOFF_MAX: Duration = Duration::from_secs(300);
+
+/// How the engine behaves, shared by every controller.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Re-apply unchanged resources this often, to correct drift.
+    pub resync_interval: Duration,
+    /// Objects not healthy this long after an apply stall their resource.
+    pub health_timeout: Duration,
+    /// Keep the last overlay of each resource under this directory.
+    pub keep_overlays: Option<PathBuf>,
+    /// Where per-reconcile temp dirs are created.
+    pub work_dir: PathBuf,
+    /// Watch only this namespace (namespaced kinds).
+    pub namespace: Option<String>,
+    /// Reconcile only the resources of this shard (`None`: the unlabelled).
+    pub shard: Option<String>,
+    /// Name reported on events.
+    pub reporter: String,
+    /// How kubectl runs are coalesced.
+    pub batch: BatchSettings,
+}
+
+/// Everything a reconcile needs, shared by every controller.
+pub struct Engine {
+    client: Client,
+    kubectl: Kubectl,
+    templates: Arc<KustomizeDir>,
+    settings: Settings,
+    metrics: Arc<Metrics>,
+    events: Events,
+    failures: Mutex<HashMap<String, u32>>,
+    memo: StatusMemo,
+    builds: Queue<BuildJob, Built>,
+    applies: Queue<ApplyJob, Applied>,
+    discovery: Discovery,
+    objects: ObjectCache,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("settings", &self.settings)
+            .finish()
+    }
+}
+
+impl Engine {
+    /// Builds the engine (and starts its kubectl queues).
+    pub fn new(
+        client: Client,
+        kubectl: Kubectl,
+        templates: Arc<KustomizeDir>,
+        settings: Settings,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        let batch = BatchSettings {
+            max: settings.batch.max.max(1),
+            ..settings.batch
+        };
+        let builds = Queue::start(
+            kubectl.clone(),
+            batch,
+            build::runner(kubectl.clone(), settings.work_dir.clone()),
+        );
+        let applies = Queue::start(kubectl.clone(), batch, applier::runner(kubectl.clone()));
+        Self {
+            events: Events::new(client.clone(), &settings.reporter),
+            objects: ObjectCache::new(client.clone(), settings.namespace.clone()),
+            client,
+            kubectl,
+            templates,
+            settings,
+            metrics,
+            failures: Mutex::default(),
+            memo: StatusMemo::default(),
+            builds,
+            applies,
+            discovery: Discovery::default(),
+        }
+    }
+
+    /// The API client.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The kubectl runner.
+    pub fn kubectl(&self) -> &Kubectl {
+        &self.kubectl
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Builds the base of the kind folder `kind` alone (`kubectl
+    /// kustomize`): what it produces, or kubectl's message.
+    pub async fn build_base(&self, kind: &str) -> Result<Vec<serde_json::Value>, String> {
+        build::build_base(
+            &self.kubectl,
+            &self.settings.work_dir,
+            &self.templates,
+            kind,
+        )
+        .await
+    }
+
+    /// Counts a failure of `key` (returns how many in a row), or clears them.
+    fn failure_count(&self, key: &str, failed: bool) -> u32 {
+        let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        if failed {
+            let n = failures.entry(key.to_string()).or_insert(0);
+            *n = n.saturating_add(1);
+            *n
+        } else {
+            failures.remove(key);
+            0
+        }
+    }
+}
+
+/// The retry delay after `failures` consecutive failures: exponential from
+/// one second, capped at five minutes, with up to 10% jitter.
+pub fn backoff(failures: u32) -> Duration {
+    let exp = failures.saturating_sub(1).min(16);
+    let base = BACKOFF_MIN.saturating_mul(1 << exp).min(BACKOFF_MAX);
+    let jitter = base.mul_f64(rand::random::<f64>() * 0.1);
+    base + jitter
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_and_is_capped() {
+        let d1 = backoff(1);
+        assert!(d1 >= Duration::from_secs(1) && d1 < Duration::from_millis(1100));
+        let d4 = backoff(4);
+        assert!(d4 >= Duration::from_secs(8) && d4 < Duration::from_millis(8900));
+        let d30 = backoff(30);
+        assert!(d30 >= BACKOFF_MAX && d30 <= BACKOFF_MAX.mul_f64(1.1));
+    }
+}

@@ -1,0 +1,597 @@
+//! The apply path of one reconcile: plan, render, skip when nothing
+//! changed, carry out the steps, prune, and write the outcome.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Resource;
+use kube::runtime::controller::Action;
+use sha2::{Digest, Sha256};
+
+use super::checkup::{self, Source};
+use super::controller::{Context, ReconcileError};
+use super::inventory::{Inventory, ObjectId, Owner, prune_set};
+use super::outcome::{self, Applied, Failure, HealthState, Outcome};
+use super::overlay::{Marking, RenderedOverlay};
+use super::status::{CommonStatus, ConditionStatus, ConditionType, Reason};
+use super::status_writer::{self, Current};
+use super::steps::{self, Actor, Done};
+use crate::kind::{EventType, Handler, OnFailure, Plan, PlannedEvent, Step};
+
+/// A run that takes longer than this shows `Reconciling=True` meanwhile.
+const PROGRESS_AFTER: Duration = Duration::from_secs(1);
+/// Objects named in one event.
+const IN_EVENT: usize = 10;
+
+/// The plan's steps, rendered in memory, and a digest over all of them.
+pub(crate) struct Rendered {
+    /// Each step's overlay (`None` for steps without one).
+    pub overlays: Vec<Option<RenderedOverlay>>,
+    /// sha256 over every step.
+    pub digest: String,
+}
+
+/// Renders every overlay of `plan`; owned ones get `marking`.
+pub(crate) fn render<S>(
+    plan: &Plan<S>,
+    templates: &super::templates::KustomizeDir,
+    marking: &Marking,
+) -> Result<Rendered, super::overlay::OverlayError> {
+    let mut hasher = Sha256::new();
+    let mut overlays = Vec::with_capacity(plan.steps.len());
+    for step in &plan.steps {
+        let (tag, overlay) = match step {
+            Step::Apply {
+                overlay,
+                field_manager,
+            } => {
+                hasher.update(format!("apply {field_manager:?}\n"));
+                ("apply", Some(overlay.render(templates, Some(marking))?))
+            }
+            Step::Patch {
+                overlay,
+                field_manager,
+            } => {
+                hasher.update(format!("patch {field_manager}\n"));
+                ("patch", Some(overlay.render(templates, None)?))
+            }
+            Step::DeleteForeign { objects } => {
+                for o in objects {
+                    hasher.update(format!("delete {o}/{}\n", o.api_version));
+                }
+                ("delete", None)
+            }
+        };
+        hasher.update(tag.as_bytes());
+        if let Some(o) = &overlay {
+            hasher.update(o.digest().as_bytes());
+        }
+        overlays.push(overlay);
+    }
+    Ok(Rendered {
+        overlays,
+        digest: format!("sha256:{}", hex::encode(hasher.finalize())),
+    })
+}
+
+/// Reconciles a resource that exists.
+pub(crate) async fn apply<H: Handler>(
+    ctx: &Context<H>,
+    obj: &H::Resource,
+) -> Result<Action, ReconcileError> {
+    let current = status_writer::current(&ctx.engine, &*ctx.handler, obj);
+    let plan = match planned(ctx, &current.object).await {
+        Ok(plan) => plan,
+        Err(e) => {
+            let failure = Failure::new(e.reason(), e.to_string());
+            return fail(ctx, &current, failure, None, e.is_permanent()).await;
+        }
+    };
+    if plan.idle {
+        ctx.engine.metrics.skipped(&ctx.handler.info().name);
+        let next = plan
+            .requeue_after
+            .unwrap_or(ctx.engine.settings.resync_interval);
+        return Ok(Action::requeue(next));
+    }
+    let Some(owner) = ctx.owner(obj) else {
+        let failure = Failure::new(Reason::InvalidSpec, "the resource has no UID yet");
+        return fail(ctx, &current, failure, Some(&plan), false).await;
+    };
+    let marking = Marking {
+        owner,
+        owner_references: ctx.handler.info().policy.owner_references,
+    };
+    let rendered = match render(&plan, &ctx.engine.templates, &marking) {
+        Ok(r) => r,
+        Err(e) => {
+            let failure = Failure::new(Reason::RenderFailed, e.to_string());
+            return fail(ctx, &current, failure, Some(&plan), false).await;
+        }
+    };
+    let digest = plan
+        .digest
+        .clone()
+        .unwrap_or_else(|| rendered.digest.clone());
+    if let Some(next) = unchanged(ctx, &current, &plan, &digest) {
+        match recheck(ctx, &current, next).await {
+            Recheck::Done(result) => {
+                ctx.engine.metrics.skipped(&ctx.handler.info().name);
+                return result;
+            }
+            Recheck::Reapply => {}
+        }
+    }
+    match run_showing_progress(ctx, &current, &plan, &rendered, &marking.owner).await {
+        Ok((done, after)) => succeed(ctx, &current, &plan, done, after, digest).await,
+        Err(failure) => fail(ctx, &current, failure, Some(&plan), false).await,
+    }
+}
+
+async fn planned<H: Handler>(
+    ctx: &Context<H>,
+    obj: &H::Resource,
+) -> Result<Plan<H::Status>, crate::kind::HandlerError> {
+    let observed = ctx.handler.observe(obj, &ctx.engine.client).await?;
+    ctx.handler.plan(obj, &observed)
+}
+
+/// `Some(when to look again)` when the plan changes nothing since the last
+/// successful run and no resync is due.
+fn unchanged<H: Handler>(
+    ctx: &Context<H>,
+    current: &Current<H::Resource>,
+    plan: &Plan<H::Status>,
+    digest: &str,
+) -> Option<Duration> {
+    let status = &current.common;
+    let interval = ctx.engine.settings.resync_interval;
+    let resync_in = status
+        .last_applied_at
+        .map(|last| {
+            interval.saturating_sub(jiff::Timestamp::now().duration_since(last).unsigned_abs())
+        })
+        .unwrap_or(Duration::ZERO);
+    let same = !plan.always_run
+        && status.observed_generation == current.object.meta().generation
+        && status.applied_digest.as_deref() == Some(digest)
+        && status.ready_reason().is_some_and(Reason::applied)
+        && !resync_in.is_zero();
+    same.then(|| plan.requeue_after.map_or(resync_in, |r| r.min(resync_in)))
+}
+
+/// What a look at an unchanged resource's objects calls for.
+enum Recheck {
+    /// Nothing to apply: the reconcile is over.
+    Done(Result<Action, ReconcileError>),
+    /// A watched object went missing: apply again.
+    Reapply,
+}
+
+/// A resource whose desired state is in place: how healthy its objects are
+/// now, by the watches; the status follows (written only when it changed),
+/// and an object deleted behind the operator's back is applied again.
+async fn recheck<H: Handler>(
+    ctx: &Context<H>,
+    current: &Current<H::Resource>,
+    next: Duration,
+) -> Recheck {
+    if !ctx.handler.info().policy.health {
+        return Recheck::Done(Ok(Action::requeue(next)));
+    }
+    let ids = current
+        .common
+        .inventory
+        .as_ref()
+        .map(Inventory::ids)
+        .unwrap_or_default();
+    let checkup = checkup::look(ctx, &current.object, &ids, Source::Watched).await;
+    let now = jiff::Timestamp::now();
+    if !checkup.missing.is_empty() {
+        let missing: Vec<String> = checkup.missing.iter().map(ToString::to_string).collect();
+        tracing::info!(object = %ctx.key(&current.object), missing = ?missing, "owned objects were deleted; applying again");
+        return Recheck::Reapply;
+    }
+    let waiting = checkup::waiting(&current.common, false, now);
+    let timeout = ctx.engine.settings.health_timeout;
+    let health = checkup::verdict(&checkup, waiting, now, timeout);
+    let next = match &health {
+        HealthState::Waiting(_) => {
+            checkup::deadline(waiting, now, timeout).map_or(next, |d| d.min(next))
+        }
+        _ => next,
+    };
+    let outcome = Outcome::Checked(health);
+    let common = outcome::status_after(
+        &current.common,
+        &outcome,
+        current.object.meta().generation,
+        now,
+    );
+    let fields_changed = checkup
+        .fields
+        .as_ref()
+        .is_some_and(|f| *f != status_writer::kind_fields(&current.status));
+    if common != current.common || fields_changed {
+        let kind = checkup.fields.clone().map(serde_json::Value::Object);
+        health_events(ctx, &current.object, &current.common, &common).await;
+        if let Err(e) = write(ctx, current, &common, kind).await {
+            return Recheck::Done(Err(e));
+        }
+    }
+    Recheck::Done(Ok(Action::requeue(next)))
+}
+
+/// Runs the steps; if they take a while, shows `Reconciling=True` meanwhile.
+async fn run_showing_progress<H: Handler>(
+    ctx: &Context<H>,
+    current: &Current<H::Resource>,
+    plan: &Plan<H::Status>,
+    rendered: &Rendered,
+    owner: &Owner,
+) -> Result<(Done, BTreeSet<ObjectId>), Failure> {
+    let run = run_steps(ctx, current, plan, rendered, owner);
+    tokio::pin!(run);
+    tokio::select! {
+        result = &mut run => return result,
+        () = tokio::time::sleep(PROGRESS_AFTER) => {}
+    }
+    let progressing = outcome::status_after(
+        &current.common,
+        &Outcome::Progressing,
+        current.object.meta().generation,
+        jiff::Timestamp::now(),
+    );
+    let status = status_writer::compose(&current.status, &progressing, None);
+    if let Err(e) = status_writer::write(&ctx.engine, &*ctx.handler, &current.object, status).await
+    {
+        tracing::warn!(object = %ctx.key(&current.object), error = %e, "could not mark the resource Reconciling");
+    }
+    run.await
+}
+
+/// The steps, then the prune; returns what ran and what the resource owns now.
+async fn run_steps<H: Handler>(
+    ctx: &Context<H>,
+    current: &Current<H::Resource>,
+    plan: &Plan<H::Status>,
+    rendered: &Rendered,
+    owner: &Owner,
+) -> Result<(Done, BTreeSet<ObjectId>), Failure> {
+    let engine = &ctx.engine;
+    let adopts = |meta: &ObjectMeta| ctx.handler.adopts(&current.object, meta);
+    let actor = Actor {
+        owner,
+        conflicts: ctx.handler.info().policy.conflicts,
+        adopts: &adopts,
+        confined: ctx.handler.info().policy.confined_to_namespace,
+    };
+    let before = current
+        .common
+        .inventory
+        .as_ref()
+        .map(Inventory::ids)
+        .unwrap_or_default();
+    let mut done = Done::default();
+    for (step, overlay) in plan.steps.iter().zip(&rendered.overlays) {
+        let result = match (step, overlay) {
+            (Step::Apply { field_manager, .. }, Some(overlay)) => {
+                keep(ctx, &current.object, overlay);
+                steps::apply_owned(engine, &actor, overlay, field_manager.as_deref(), &mut done)
+                    .await
+            }
+            (Step::Patch { field_manager, .. }, Some(overlay)) => {
+                steps::patch_foreign(engine, overlay, field_manager, &mut done).await
+            }
+            (Step::DeleteForeign { objects }, _) => {
+                steps::delete_foreign(engine, objects, &mut done).await
+            }
+            _ => Err(Failure::new(
+                Reason::RenderFailed,
+                "a step lost its overlay",
+            )),
+        };
+        if let Err(mut failure) = result {
+            let widened: BTreeSet<ObjectId> = before.union(&done.attempted).cloned().collect();
+            if widened != before {
+                failure.inventory = Some(Inventory::of(&widened));
+            }
+            return Err(failure);
+        }
+    }
+    let after: BTreeSet<ObjectId> = match &plan.inventory {
+        Some(declared) => declared.iter().cloned().collect(),
+        None => done.applied.clone(),
+    };
+    if plan.prune {
+        let mut gone: BTreeSet<ObjectId> = prune_set(&before, &after).into_iter().collect();
+        gone.extend(plan.stale.iter().filter(|s| !after.contains(*s)).cloned());
+        prune(ctx, &actor, gone, &before, &after, &mut done).await?;
+    }
+    Ok((done, after))
+}
+
+/// Deletes what left the inventory (only objects still carrying the marker).
+async fn prune<H: Handler>(
+    ctx: &Context<H>,
+    actor: &Actor<'_>,
+    gone: BTreeSet<ObjectId>,
+    before: &BTreeSet<ObjectId>,
+    after: &BTreeSet<ObjectId>,
+    done: &mut Done,
+) -> Result<(), Failure> {
+    if gone.is_empty() {
+        return Ok(());
+    }
+    let gone: Vec<ObjectId> = gone.into_iter().collect();
+    let report = steps::delete_owned(&ctx.engine, actor, gone, Reason::PruneFailed, done)
+        .await
+        .map_err(|mut f| {
+            let kept: BTreeSet<ObjectId> = before.union(after).cloned().collect();
+            f.inventory = Some(Inventory::of(&kept));
+            f
+        })?;
+    let deleted: Vec<String> = report.deleted.iter().map(ToString::to_string).collect();
+    if !deleted.is_empty() {
+        done.events.push(event(
+            EventType::Normal,
+            "Pruned",
+            "deleted what it no longer renders",
+            &deleted,
+        ));
+    }
+    if !report.left.is_empty() {
+        done.events.push(event(
+            EventType::Warning,
+            "PruneSkipped",
+            "left objects that no longer carry its marker",
+            &report.left,
+        ));
+    }
+    Ok(())
+}
+
+fn event(type_: EventType, reason: &'static str, what: &str, names: &[String]) -> PlannedEvent {
+    let shown = names
+        .iter()
+        .take(IN_EVENT)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    let more = names.len().saturating_sub(IN_EVENT);
+    PlannedEvent {
+        type_,
+        reason,
+        note: if more > 0 {
+            format!("{what}: {shown} (and {more} more)")
+        } else {
+            format!("{what}: {shown}")
+        },
+        related: None,
+    }
+}
+
+fn keep<K: Resource>(ctx: &Context<impl Handler>, obj: &K, overlay: &RenderedOverlay) {
+    if let Some(root) = &ctx.engine.settings.keep_overlays {
+        let ns = obj.meta().namespace.as_deref();
+        let name = obj.meta().name.as_deref().unwrap_or_default();
+        steps::keep_overlay(root, &ctx.handler.info().name, ns, name, overlay);
+    }
+}
+
+/// One short line for the status: kubectl's line, or the first and a count.
+fn summarize(lines: &[String]) -> String {
+    match lines {
+        [] => "nothing to do".into(),
+        [one] => one.clone(),
+        [first, rest @ ..] => format!("{first} (and {} more)", rest.len()),
+    }
+}
+
+async fn succeed<H: Handler>(
+    ctx: &Context<H>,
+    current: &Current<H::Resource>,
+    plan: &Plan<H::Status>,
+    done: Done,
+    after: BTreeSet<ObjectId>,
+    digest: String,
+) -> Result<Action, ReconcileError> {
+    let summary = summarize(&done.lines);
+    let now = jiff::Timestamp::now();
+    let before = &current.common;
+    let applied_new = before.applied_digest.as_deref() != Some(digest.as_str())
+        || before.observed_generation != current.object.meta().generation;
+    let (health, fields, next) = if ctx.handler.info().policy.health {
+        let checkup = checkup::look(ctx, &current.object, &after, Source::Fresh).await;
+        let waiting = checkup::waiting(before, applied_new, now);
+        let timeout = ctx.engine.settings.health_timeout;
+        let health = checkup::verdict(&checkup, waiting, now, timeout);
+        let next = match &health {
+            HealthState::Waiting(_) => checkup::deadline(waiting, now, timeout),
+            _ => None,
+        };
+        (health, checkup.fields, next)
+    } else {
+        (HealthState::Healthy, None, None)
+    };
+    let applied = Outcome::Applied(Applied {
+        summary: summary.clone(),
+        record: done.record,
+        digest,
+        inventory: Inventory::of(&after),
+        health,
+    });
+    let kind = plan
+        .status
+        .as_ref()
+        .and_then(|s| serde_json::to_value(s).ok());
+    let kind = status_writer::with_fields(kind, fields);
+    let common = next_common(current, &applied);
+    if !plan.always_run {
+        let note = if done.lines.len() > 1 {
+            done.lines.join("\n")
+        } else {
+            summary
+        };
+        publish(
+            ctx,
+            &current.object,
+            EventType::Normal,
+            Reason::Applied.as_str(),
+            &note,
+            None,
+        )
+        .await;
+    }
+    for e in done.events.iter().chain(&plan.events) {
+        publish(
+            ctx,
+            &current.object,
+            e.type_,
+            e.reason,
+            &e.note,
+            e.related.as_ref(),
+        )
+        .await;
+    }
+    health_events(ctx, &current.object, before, &common).await;
+    write(ctx, current, &common, kind).await?;
+    let requeue = plan
+        .requeue_after
+        .unwrap_or(ctx.engine.settings.resync_interval);
+    Ok(Action::requeue(next.map_or(requeue, |n| n.min(requeue))))
+}
+
+/// Events for changes of health: `Unhealthy` when the resource stalls,
+/// `Healthy` when objects it waited for became healthy.
+async fn health_events<H: Handler>(
+    ctx: &Context<H>,
+    obj: &H::Resource,
+    before: &CommonStatus,
+    after: &CommonStatus,
+) {
+    let stalled = |s: &CommonStatus| {
+        s.condition(ConditionType::Stalled)
+            .filter(|c| c.status == ConditionStatus::True)
+            .map(|c| c.message.clone())
+    };
+    let waited = before
+        .ready_reason()
+        .is_some_and(|r| matches!(r, Reason::Progressing | Reason::Unhealthy))
+        && !before.is_ready();
+    if let (None, Some(why)) = (stalled(before), stalled(after)) {
+        publish(
+            ctx,
+            obj,
+            EventType::Warning,
+            Reason::Unhealthy.as_str(),
+            &why,
+            None,
+        )
+        .await;
+    } else if waited && after.is_ready() {
+        let note = "every object it applied is healthy";
+        publish(ctx, obj, EventType::Normal, "Healthy", note, None).await;
+    }
+}
+
+/// Records a failure: status, a warning event; the error for the backoff.
+pub(crate) async fn fail<H: Handler>(
+    ctx: &Context<H>,
+    current: &Current<H::Resource>,
+    failure: Failure,
+    plan: Option<&Plan<H::Status>>,
+    permanent: bool,
+) -> Result<Action, ReconcileError> {
+    let kind = plan.and_then(|p| match &p.on_failure {
+        OnFailure::Same => p.status.as_ref(),
+        OnFailure::KeepPrevious => None,
+        OnFailure::Write(s) => Some(s),
+    });
+    let kind = kind.and_then(|s| serde_json::to_value(s).ok());
+    let common = next_common(current, &Outcome::Failed(failure.clone()));
+    publish(
+        ctx,
+        &current.object,
+        EventType::Warning,
+        failure.reason.as_str(),
+        &failure.message,
+        None,
+    )
+    .await;
+    write(ctx, current, &common, kind).await?;
+    Err(ReconcileError::Failed {
+        reason: failure.reason,
+        message: failure.message,
+        permanent,
+    })
+}
+
+/// The engine's status fields after `outcome`.
+fn next_common<K: Resource>(current: &Current<K>, outcome: &Outcome) -> CommonStatus {
+    let common = outcome::status_after(
+        &current.common,
+        outcome,
+        current.object.meta().generation,
+        jiff::Timestamp::now(),
+    );
+    debug_assert!(
+        !(common.is_ready()
+            && common
+                .condition(ConditionType::Reconciling)
+                .is_some_and(|c| c.status == ConditionStatus::True))
+    );
+    common
+}
+
+/// Writes `common` and the kind's fields. Events about the outcome are
+/// published before, so whoever sees the status sees its events too.
+async fn write<H: Handler>(
+    ctx: &Context<H>,
+    current: &Current<H::Resource>,
+    common: &CommonStatus,
+    kind: Option<serde_json::Value>,
+) -> Result<(), ReconcileError> {
+    let status = status_writer::compose(&current.status, common, kind);
+    status_writer::write(&ctx.engine, &*ctx.handler, &current.object, status).await?;
+    Ok(())
+}
+
+/// Publishes an event about `obj`; a failure to publish is only logged.
+pub(crate) async fn publish<H: Handler>(
+    ctx: &Context<H>,
+    obj: &H::Resource,
+    type_: EventType,
+    reason: &str,
+    note: &str,
+    related: Option<&k8s_openapi::api::core::v1::ObjectReference>,
+) {
+    let regarding = obj.object_ref(&ctx.handler.info().dyn_type);
+    let event = super::events::Publish {
+        regarding: &regarding,
+        type_,
+        reason,
+        action: "Reconcile",
+        note,
+        related,
+    };
+    if let Err(e) = ctx.engine.events.publish(&event).await {
+        tracing::warn!(object = %ctx.key(obj), error = %e, "cannot publish event");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_summary_is_one_line() {
+        assert_eq!(summarize(&[]), "nothing to do");
+        assert_eq!(summarize(&["a x".into()]), "a x");
+        assert_eq!(
+            summarize(&["a x".into(), "b y".into(), "c z".into()]),
+            "a x (and 2 more)"
+        );
+    }
+}

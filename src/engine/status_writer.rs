@@ -1,0 +1,262 @@
+//! The one place status is written: a server-side apply of the whole status
+//! (the engine's fields, from [`super::outcome::status_after`], beside the
+//! kind's own fields), and the memory that hides the watch cache's lag
+//! behind these writes.
+//!
+//! The watch may deliver an object older than the status the engine just
+//! wrote; a reconcile of that stale object would think nothing was applied
+//! yet. The engine remembers what it wrote (per UID, until the watch shows
+//! it or a few minutes passed) and reconciles with that instead. Handlers
+//! hold no such state.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use kube::api::{Patch, PatchParams};
+use kube::{Resource, ResourceExt};
+use serde_json::{Value, json};
+
+use super::status::CommonStatus;
+use super::{Engine, FIELD_MANAGER};
+use crate::kind::Handler;
+
+/// The engine's keys in a status; every other key is the kind's.
+pub(crate) const COMMON_KEYS: [&str; 7] = [
+    "observedGeneration",
+    "conditions",
+    "message",
+    "lastCommand",
+    "appliedDigest",
+    "lastAppliedAt",
+    "inventory",
+];
+
+/// How long a written status is remembered at most.
+const MEMO_TTL: Duration = Duration::from_secs(300);
+
+#[derive(Debug)]
+struct Memo {
+    resource_version: Option<String>,
+    status: Value,
+    at: Instant,
+}
+
+/// The statuses the engine wrote that the watch may not show yet.
+#[derive(Debug, Default)]
+pub(crate) struct StatusMemo {
+    entries: Mutex<HashMap<String, Memo>>,
+}
+
+impl StatusMemo {
+    /// The status last written for `uid`, if the cached object (at
+    /// `cached_version`) may not show it yet.
+    pub fn fresher(&self, uid: &str, cached_version: Option<&str>) -> Option<Value> {
+        let mut entries = self.lock();
+        entries.retain(|_, m| m.at.elapsed() < MEMO_TTL);
+        let memo = entries.get(uid)?;
+        if memo.resource_version.as_deref() == cached_version {
+            // The watch caught up.
+            entries.remove(uid);
+            return None;
+        }
+        Some(memo.status.clone())
+    }
+
+    /// Remembers a status written for `uid`.
+    pub fn remember(&self, uid: String, resource_version: Option<String>, status: Value) {
+        self.lock().insert(
+            uid,
+            Memo {
+                resource_version,
+                status,
+                at: Instant::now(),
+            },
+        );
+    }
+
+    /// Forgets `uid` (its resource is gone).
+    pub fn forget(&self, uid: &str) {
+        self.lock().remove(uid);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Memo>> {
+        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A resource as the engine reconciles it: with the freshest status known.
+pub(crate) struct Current<K> {
+    /// The resource.
+    pub object: K,
+    /// Its whole status, as JSON (an object; empty when it has none).
+    pub status: Value,
+    /// The engine's part of it.
+    pub common: CommonStatus,
+}
+
+/// `obj` with the status the engine last wrote, if the watch lags behind it.
+pub(crate) fn current<H: Handler>(
+    engine: &Engine,
+    handler: &H,
+    obj: &H::Resource,
+) -> Current<H::Resource> {
+    let remembered = obj
+        .uid()
+        .and_then(|uid| engine.memo.fresher(&uid, obj.resource_version().as_deref()));
+    let object = remembered
+        .as_ref()
+        .and_then(|status| with_status(obj, status))
+        .unwrap_or_else(|| obj.clone());
+    let status = serde_json::to_value(&object)
+        .ok()
+        .and_then(|v| v.get("status").cloned())
+        .filter(Value::is_object)
+        .unwrap_or_else(|| json!({}));
+    let common = handler.common_status(&object).unwrap_or_default();
+    Current {
+        object,
+        status,
+        common,
+    }
+}
+
+fn with_status<K: Resource + serde::Serialize + serde::de::DeserializeOwned>(
+    obj: &K,
+    status: &Value,
+) -> Option<K> {
+    let mut value = serde_json::to_value(obj).ok()?;
+    value["status"] = status.clone();
+    serde_json::from_value(value).ok()
+}
+
+/// The whole status to write: the engine's fields, and the kind's own
+/// (`kind`, or the previous ones when `None`).
+pub(crate) fn compose(previous: &Value, common: &CommonStatus, kind: Option<Value>) -> Value {
+    let mut status = serde_json::Map::new();
+    match kind {
+        Some(Value::Object(fields)) => status.extend(fields),
+        Some(_) => {}
+        None => {
+            if let Some(previous) = previous.as_object() {
+                status.extend(
+                    previous
+                        .iter()
+                        .filter(|(k, _)| !COMMON_KEYS.contains(&k.as_str()))
+                        .map(|(k, v)| (k.clone(), v.clone())),
+                );
+            }
+        }
+    }
+    if let Ok(Value::Object(fields)) = serde_json::to_value(common) {
+        status.extend(fields);
+    }
+    Value::Object(status)
+}
+
+/// The kind's own fields of a status (everything but the engine's).
+pub(crate) fn kind_fields(status: &Value) -> serde_json::Map<String, Value> {
+    status
+        .as_object()
+        .map(|fields| {
+            fields
+                .iter()
+                .filter(|(k, _)| !COMMON_KEYS.contains(&k.as_str()))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The kind's fields to write: the plan's (`kind`) with `fields` read from
+/// the objects on top.
+pub(crate) fn with_fields(
+    kind: Option<Value>,
+    fields: Option<serde_json::Map<String, Value>>,
+) -> Option<Value> {
+    match (kind, fields) {
+        (Some(Value::Object(mut own)), Some(read)) => {
+            own.extend(read);
+            Some(Value::Object(own))
+        }
+        (_, Some(read)) => Some(Value::Object(read)),
+        (kind, None) => kind,
+    }
+}
+
+/// Writes `status` as the resource's whole status (server-side apply, the
+/// engine's field manager), and remembers it.
+pub(crate) async fn write<H: Handler>(
+    engine: &Engine,
+    handler: &H,
+    obj: &H::Resource,
+    status: Value,
+) -> Result<(), kube::Error> {
+    let dt = &handler.info().dyn_type;
+    let body = json!({
+        "apiVersion": H::Resource::api_version(dt),
+        "kind": H::Resource::kind(dt),
+        "status": status,
+    });
+    let api = handler.api(engine.client.clone(), obj.namespace().as_deref());
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let written = api
+        .patch_status(&obj.name_any(), &params, &Patch::Apply(&body))
+        .await?;
+    if let Some(uid) = written.uid() {
+        let stored = serde_json::to_value(&written)
+            .ok()
+            .and_then(|v| v.get("status").cloned())
+            .unwrap_or(status);
+        engine
+            .memo
+            .remember(uid, written.resource_version(), stored);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_memo_answers_until_the_watch_catches_up() {
+        let memo = StatusMemo::default();
+        assert_eq!(memo.fresher("u", Some("1")), None);
+        memo.remember("u".into(), Some("5".into()), json!({"message": "new"}));
+        assert_eq!(
+            memo.fresher("u", Some("4")),
+            Some(json!({"message": "new"}))
+        );
+        assert_eq!(memo.fresher("u", Some("5")), None, "caught up");
+        assert_eq!(memo.fresher("u", Some("4")), None, "forgotten once seen");
+        memo.remember("v".into(), Some("7".into()), json!({}));
+        memo.forget("v");
+        assert_eq!(memo.fresher("v", Some("6")), None);
+    }
+
+    #[test]
+    fn the_engine_replaces_its_fields_and_keeps_or_replaces_the_kinds() {
+        let previous = json!({
+            "message": "old", "lastCommand": {"command": "x"}, "rate": "1.1", "stale": true
+        });
+        let common = CommonStatus {
+            message: Some("new".into()),
+            ..Default::default()
+        };
+        let kept = compose(&previous, &common, None);
+        assert_eq!(kept["message"], "new");
+        assert!(
+            kept.get("lastCommand").is_none(),
+            "an engine field unset is removed"
+        );
+        assert_eq!(kept["rate"], "1.1");
+        assert_eq!(kept["stale"], true);
+        let replaced = compose(&previous, &common, Some(json!({"rate": "1.2"})));
+        assert_eq!(replaced["rate"], "1.2");
+        assert!(
+            replaced.get("stale").is_none(),
+            "the kind's fields are replaced as a whole"
+        );
+    }
+}

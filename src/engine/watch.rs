@@ -1,0 +1,346 @@
+//! The live state of the objects resources own, kept by watches: one per
+//! kind of object that appears in some inventory (and has a state worth
+//! watching), selected by the owner label, each object cut down to what
+//! health rules and status fields read. A change to a watched object wakes
+//! its owner's controller; reading the state costs no API call.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::{FutureExt, StreamExt, stream};
+use kube::api::{ApiResource, DynamicObject};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use serde_json::{Value, json};
+use tokio::sync::broadcast;
+
+use super::inventory::{OWNER_ANNOTATION, OWNER_LABEL, ObjectId};
+use super::ownership::{Discovery, Served};
+use crate::kind::api_message;
+
+/// How long the first list of a new watch may take before reads go on
+/// without it.
+const READY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Changes queued for slow controllers.
+const CHANGES: usize = 4096;
+/// Deleted objects remembered per watch.
+const DELETED_KEPT: usize = 10_000;
+/// Parallel reads of fresh states.
+const CONCURRENCY: usize = 16;
+
+/// Kinds whose objects are current as soon as they exist: not watched.
+const ALWAYS_CURRENT: [(&str, &str); 14] = [
+    ("", "ConfigMap"),
+    ("", "Secret"),
+    ("", "ServiceAccount"),
+    ("", "Endpoints"),
+    ("", "LimitRange"),
+    ("", "ResourceQuota"),
+    ("", "Namespace"),
+    ("rbac.authorization.k8s.io", "Role"),
+    ("rbac.authorization.k8s.io", "RoleBinding"),
+    ("rbac.authorization.k8s.io", "ClusterRole"),
+    ("rbac.authorization.k8s.io", "ClusterRoleBinding"),
+    ("networking.k8s.io", "NetworkPolicy"),
+    ("networking.k8s.io", "IngressClass"),
+    ("scheduling.k8s.io", "PriorityClass"),
+];
+
+/// True when objects of `id`'s kind need no watch to be judged.
+pub(crate) fn always_current(id: &ObjectId) -> bool {
+    always_current_kind(id.group(), &id.kind)
+}
+
+/// True when objects of this group and kind are current once they exist
+/// (they have no status worth watching).
+pub(crate) fn always_current_kind(group: &str, kind: &str) -> bool {
+    ALWAYS_CURRENT.contains(&(group, kind))
+}
+
+/// What is known of one object.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Seen {
+    /// Its state (metadata, `spec.replicas`, `spec.type`, `status`).
+    Object(Value),
+    /// It does not exist (and was not seen deleted).
+    Absent,
+    /// The watch saw it deleted, and it has not come back.
+    Deleted,
+    /// It cannot be read: why.
+    Unreadable(String),
+}
+
+/// An object's place: its namespace and name.
+type Place = (Option<String>, String);
+
+/// One watch: its store, its last error, and the objects it saw deleted.
+#[derive(Clone)]
+struct Watch {
+    store: Store<DynamicObject>,
+    resource: ApiResource,
+    error: Arc<Mutex<Option<String>>>,
+    deleted: Arc<Mutex<HashSet<Place>>>,
+}
+
+impl Watch {
+    fn error(&self) -> Option<String> {
+        self.error.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+/// One watch: a kind of object (group, version, kind), in one namespace
+/// when the operator watches only one (`None`: every namespace).
+type WatchKey = (String, String, String, Option<String>);
+
+/// The watches, started on first use.
+pub(crate) struct ObjectCache {
+    client: Client,
+    namespace: Option<String>,
+    watches: Mutex<HashMap<WatchKey, Watch>>,
+    changes: broadcast::Sender<String>,
+}
+
+impl ObjectCache {
+    /// A cache for an operator watching `namespace` (all when `None`).
+    pub fn new(client: Client, namespace: Option<String>) -> Self {
+        Self {
+            client,
+            namespace,
+            watches: Mutex::default(),
+            changes: broadcast::channel(CHANGES).0,
+        }
+    }
+
+    /// Owner annotations (`Kind.group/ns/name`) of objects that changed.
+    pub fn changes(&self) -> broadcast::Receiver<String> {
+        self.changes.subscribe()
+    }
+
+    /// What the watches know of each of `ids` whose kind is watched.
+    pub async fn states(
+        &self,
+        discovery: &Discovery,
+        ids: &BTreeSet<ObjectId>,
+    ) -> BTreeMap<ObjectId, Seen> {
+        let mut found = BTreeMap::new();
+        for id in ids.iter().filter(|id| !always_current(id)) {
+            let seen = match discovery.resolve(&self.client, id).await {
+                Ok(served) => self.watch(id, &served).await.seen(id, served.namespaced),
+                Err(e) => Seen::Unreadable(api_message(&e)),
+            };
+            found.insert(id.clone(), seen);
+        }
+        found
+    }
+
+    /// Each of `ids` whose kind is watched, read from the API server now
+    /// (what was just applied, before the watches catch up).
+    pub async fn fresh_states(
+        &self,
+        discovery: &Discovery,
+        ids: &BTreeSet<ObjectId>,
+    ) -> BTreeMap<ObjectId, Seen> {
+        let watched: Vec<ObjectId> = ids
+            .iter()
+            .filter(|id| !always_current(id))
+            .cloned()
+            .collect();
+        stream::iter(watched)
+            .map(|id| self.read(discovery, id))
+            .buffer_unordered(CONCURRENCY)
+            .collect()
+            .await
+    }
+
+    async fn read(&self, discovery: &Discovery, id: ObjectId) -> (ObjectId, Seen) {
+        let seen = self.read_one(discovery, &id).await;
+        (id, seen)
+    }
+
+    async fn read_one(&self, discovery: &Discovery, id: &ObjectId) -> Seen {
+        let served = match discovery.resolve(&self.client, id).await {
+            Ok(served) => served,
+            Err(e) => return Seen::Unreadable(api_message(&e)),
+        };
+        // Started now, the watch wakes the owner when the object changes.
+        self.watch(id, &served).await;
+        let api: Api<DynamicObject> = match (&id.namespace, served.namespaced) {
+            (Some(ns), true) => Api::namespaced_with(self.client.clone(), ns, &served.resource),
+            _ => Api::all_with(self.client.clone(), &served.resource),
+        };
+        match api.get_opt(&id.name).await {
+            Ok(Some(mut object)) => {
+                slim(&mut object);
+                Seen::Object(serde_json::to_value(&object).unwrap_or_default())
+            }
+            Ok(None) => Seen::Absent,
+            Err(e) => Seen::Unreadable(api_message(&e)),
+        }
+    }
+
+    /// The watch of `id`'s kind, started (and given a moment to list) if it
+    /// was not yet.
+    async fn watch(&self, id: &ObjectId, served: &Served) -> Watch {
+        // An operator for one namespace watches each namespace its
+        // resources' objects are in (a cluster-scoped resource may put them
+        // anywhere) rather than asking to list the whole cluster.
+        let scope = match (&self.namespace, served.namespaced) {
+            (Some(_), true) => id.namespace.clone(),
+            _ => None,
+        };
+        let key = (
+            id.group().to_string(),
+            id.version().to_string(),
+            id.kind.clone(),
+            scope.clone(),
+        );
+        let started = {
+            let mut watches = self.watches.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(watch) = watches.get(&key) {
+                return watch.clone();
+            }
+            let watch = self.start(&served.resource, scope.as_deref());
+            watches.insert(key, watch.clone());
+            watch
+        };
+        let _ = tokio::time::timeout(READY_TIMEOUT, started.store.wait_until_ready()).await;
+        started
+    }
+
+    fn start(&self, resource: &ApiResource, namespace: Option<&str>) -> Watch {
+        let api: Api<DynamicObject> = match namespace {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, resource),
+            None => Api::all_with(self.client.clone(), resource),
+        };
+        let writer = reflector::store::Writer::new(resource.clone());
+        let watch = Watch {
+            store: writer.as_reader(),
+            resource: resource.clone(),
+            error: Arc::default(),
+            deleted: Arc::default(),
+        };
+        let config = watcher::Config::default()
+            .labels(OWNER_LABEL)
+            .any_semantic();
+        let events = watcher(api, config)
+            .default_backoff()
+            .modify(slim)
+            .reflect(writer);
+        let changes = self.changes.clone();
+        let error = watch.error.clone();
+        let deleted = watch.deleted.clone();
+        let plural = resource.plural.clone();
+        tokio::spawn(async move {
+            futures::pin_mut!(events);
+            // Owners of objects seen during a (re)list: the store shows the
+            // new list only once it is done, so they are woken then.
+            let mut relisted = BTreeSet::new();
+            while let Some(event) = events.next().await {
+                let failed = match event {
+                    Ok(event) => {
+                        remember_deletions(&deleted, &event);
+                        wake_owners(&changes, &event, &mut relisted);
+                        None
+                    }
+                    Err(e) => {
+                        tracing::warn!(resource = %plural, error = %e, "watch of owned objects failed");
+                        Some(format!("cannot watch {plural}: {e}"))
+                    }
+                };
+                *error.lock().unwrap_or_else(|e| e.into_inner()) = failed;
+            }
+        });
+        watch
+    }
+}
+
+impl Watch {
+    /// What the store knows of `id`.
+    fn seen(&self, id: &ObjectId, namespaced: bool) -> Seen {
+        if let Some(error) = self.error() {
+            return Seen::Unreadable(error);
+        }
+        let mut reference = ObjectRef::<DynamicObject>::new_with(&id.name, self.resource.clone());
+        if namespaced && let Some(ns) = &id.namespace {
+            reference = reference.within(ns);
+        }
+        let place = (reference.namespace.clone(), id.name.clone());
+        match self.store.get(&reference) {
+            Some(object) => Seen::Object(serde_json::to_value(&*object).unwrap_or_default()),
+            None if self
+                .deleted
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(&place) =>
+            {
+                Seen::Deleted
+            }
+            None if self.store.wait_until_ready().now_or_never().is_some() => Seen::Absent,
+            None => Seen::Unreadable(format!("{} not listed yet", self.resource.plural)),
+        }
+    }
+}
+
+/// Notes an object the watch saw deleted; forgets it when it comes back.
+fn remember_deletions(deleted: &Mutex<HashSet<Place>>, event: &watcher::Event<DynamicObject>) {
+    let place = |o: &DynamicObject| (o.namespace(), o.name_any());
+    let mut deleted = deleted.lock().unwrap_or_else(|e| e.into_inner());
+    match event {
+        watcher::Event::Delete(o) => {
+            // Bounded: past the cap, drift waits for the resync instead.
+            if deleted.len() >= DELETED_KEPT {
+                deleted.clear();
+            }
+            deleted.insert(place(o));
+        }
+        watcher::Event::Apply(o) | watcher::Event::InitApply(o) => {
+            deleted.remove(&place(o));
+        }
+        watcher::Event::Init | watcher::Event::InitDone => {}
+    }
+}
+
+/// Wakes the owners of the objects an event is about, once the store shows
+/// the change: at once for a change, at the end of a (re)list for the
+/// objects it listed (collected in `relisted` until then).
+fn wake_owners(
+    changes: &broadcast::Sender<String>,
+    event: &watcher::Event<DynamicObject>,
+    relisted: &mut BTreeSet<String>,
+) {
+    let owner = |o: &DynamicObject| o.annotations().get(OWNER_ANNOTATION).cloned();
+    match event {
+        watcher::Event::Apply(o) | watcher::Event::Delete(o) => {
+            if let Some(owner) = owner(o) {
+                let _ = changes.send(owner);
+            }
+        }
+        watcher::Event::Init => relisted.clear(),
+        watcher::Event::InitApply(o) => relisted.extend(owner(o)),
+        watcher::Event::InitDone => {
+            for owner in std::mem::take(relisted) {
+                let _ = changes.send(owner);
+            }
+        }
+    }
+}
+
+/// Cuts a watched object down to what health rules and status fields read.
+fn slim(object: &mut DynamicObject) {
+    let meta = &mut object.metadata;
+    meta.managed_fields = None;
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.retain(|k, _| k == OWNER_ANNOTATION);
+    }
+    if let Some(labels) = meta.labels.as_mut() {
+        labels.retain(|k, _| k == OWNER_LABEL);
+    }
+    let spec = &object.data["spec"];
+    let kept = json!({
+        "spec": {"replicas": spec["replicas"], "type": spec["type"]},
+        "status": object.data["status"],
+    });
+    object.data = kept;
+}

@@ -1,0 +1,144 @@
+//! The CRD of a declared kind: its names and scope, the schema of `spec`
+//! from the kind file, the status every kind shares (the same schema the
+//! Rust kinds get) plus the kind's status fields, a status subresource, and
+//! its printer columns.
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceColumnDefinition, CustomResourceDefinition, CustomResourceDefinitionNames,
+    CustomResourceDefinitionSpec, CustomResourceDefinitionVersion, CustomResourceSubresourceStatus,
+    CustomResourceSubresources, CustomResourceValidation, JSONSchemaProps,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::CustomResourceExt;
+use serde_json::{Value, json};
+
+use super::DeclaredKind;
+use super::file::{PrinterColumn, Scope};
+use crate::kind::CommonStatus;
+
+/// A CRD type whose only purpose is to lend its status schema (the shared
+/// status, processed by kube exactly as the Rust kinds' are).
+#[derive(
+    kube::CustomResource, serde::Deserialize, serde::Serialize, Clone, Debug, schemars::JsonSchema,
+)]
+#[kube(
+    group = "kustomize-operator.io",
+    version = "v1",
+    kind = "StatusShape",
+    status = "CommonStatus"
+)]
+struct StatusShapeSpec {}
+
+/// The shared status schema.
+fn common_status_schema() -> Value {
+    let crd = serde_json::to_value(StatusShape::crd()).unwrap_or_default();
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"].clone()
+}
+
+/// The printer columns when a kind file lists none.
+fn default_columns() -> Vec<PrinterColumn> {
+    let column = |name: &str, type_: &str, json_path: &str| PrinterColumn {
+        name: name.into(),
+        type_: type_.into(),
+        json_path: json_path.into(),
+        priority: None,
+        description: None,
+    };
+    vec![
+        column(
+            "Ready",
+            "string",
+            r#".status.conditions[?(@.type=="Ready")].status"#,
+        ),
+        column("Message", "string", ".status.message"),
+        column("Age", "date", ".metadata.creationTimestamp"),
+    ]
+}
+
+impl DeclaredKind {
+    /// The CRD.
+    pub fn crd(&self) -> CustomResourceDefinition {
+        let spec = &self.file.spec;
+        let names = &spec.names;
+        CustomResourceDefinition {
+            metadata: ObjectMeta {
+                name: Some(format!("{}.{}", names.plural, spec.group)),
+                ..Default::default()
+            },
+            spec: CustomResourceDefinitionSpec {
+                group: spec.group.clone(),
+                names: CustomResourceDefinitionNames {
+                    kind: names.kind.clone(),
+                    plural: names.plural.clone(),
+                    singular: Some(
+                        names
+                            .singular
+                            .clone()
+                            .unwrap_or_else(|| names.kind.to_lowercase()),
+                    ),
+                    short_names: (!names.short_names.is_empty()).then(|| names.short_names.clone()),
+                    ..Default::default()
+                },
+                scope: match spec.scope {
+                    Scope::Namespaced => "Namespaced".into(),
+                    Scope::Cluster => "Cluster".into(),
+                },
+                versions: vec![CustomResourceDefinitionVersion {
+                    name: spec.version.clone(),
+                    served: true,
+                    storage: true,
+                    schema: Some(CustomResourceValidation {
+                        open_api_v3_schema: self.schema(),
+                    }),
+                    subresources: Some(CustomResourceSubresources {
+                        status: Some(CustomResourceSubresourceStatus(json!({}))),
+                        ..Default::default()
+                    }),
+                    additional_printer_columns: Some(self.columns()),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            },
+            status: None,
+        }
+    }
+
+    /// The whole object's schema: spec from the kind file, the status.
+    fn schema(&self) -> Option<JSONSchemaProps> {
+        let mut status = common_status_schema();
+        for field in &self.file.spec.status {
+            status["properties"][&field.field] = json!({
+                "type": field.type_,
+                "description": format!("Copied from the {} it applied ({}).", field.from.kind, field.path),
+            });
+        }
+        let schema = json!({
+            "type": "object",
+            "description": format!("{} (declared by the kustomize folder {}).", self.file.spec.names.kind, self.name()),
+            "required": ["spec"],
+            "properties": {
+                "spec": self.file.spec.schema,
+                "status": status,
+            },
+        });
+        serde_json::from_value(schema).ok()
+    }
+
+    fn columns(&self) -> Vec<CustomResourceColumnDefinition> {
+        self.file
+            .spec
+            .printer_columns
+            .clone()
+            .unwrap_or_else(default_columns)
+            .into_iter()
+            .map(|c| CustomResourceColumnDefinition {
+                name: c.name,
+                type_: c.type_,
+                json_path: c.json_path,
+                priority: c.priority,
+                description: c.description,
+                format: None,
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,362 @@
+//! The kind file, `kustomize/<kind>/kind.yaml`: a kind declared as data.
+//!
+//! It reads like a CRD whose "controller" is a kustomize recipe:
+//!
+//! ```yaml
+//! apiVersion: kustomize-operator.io/v1alpha1
+//! kind: KindDefinition
+//! metadata:
+//!   name: greeting                 # the folder; --kinds greeting
+//! spec:
+//!   group: hello.nuvolaris.org
+//!   version: v1
+//!   names: {kind: Greeting, plural: greetings, shortNames: [greet]}
+//!   scope: Namespaced              # or Cluster
+//!   schema:                        # OpenAPI v3 schema of .spec
+//!     type: object
+//!     required: [message]
+//!     properties:
+//!       message: {type: string, maxLength: 200}
+//!   printerColumns:
+//!   - {name: Message, type: string, jsonPath: .spec.message}
+//!   overlay:                       # how each resource's overlay is built
+//!     labels:
+//!     - pairs: {app.kubernetes.io/instance: "{{ metadata.name }}"}
+//!     patches:
+//!     - {template: deployment.yaml, target: {kind: Deployment, name: web}}
+//!     resources:
+//!     - {template: configmap.yaml}
+//!     configMapGenerator:
+//!     - name: "{{ metadata.name }}"
+//!       literals: {message: "{{ spec.message }}"}
+//!   status:                        # copied from the objects it applied
+//!   - field: available
+//!     type: integer
+//!     from: {kind: Deployment, name: "{{ metadata.name }}"}
+//!     path: .status.availableReplicas
+//!   readiness:                     # Ready also waits for these
+//!   - from: {kind: Deployment, name: "{{ metadata.name }}"}
+//!     path: .status.readyReplicas
+//!     atLeast: "{{ spec.replicas }}"
+//!   reconcile: {deletionPolicy: Delete, fieldConflicts: Report, interval: 10m}
+//! ```
+//!
+//! Unknown fields are errors; every error names the file and the field.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The kind file's `apiVersion`.
+pub const API_VERSION: &str = "kustomize-operator.io/v1alpha1";
+/// The kind file's `kind`.
+pub const KIND: &str = "KindDefinition";
+/// The kind file's name in a kind folder.
+pub const FILE_NAME: &str = "kind.yaml";
+
+/// A kind file.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct KindFile {
+    /// `kustomize-operator.io/v1alpha1`.
+    pub api_version: String,
+    /// `KindDefinition`.
+    pub kind: String,
+    /// `name`: the kind's short name, the same as its folder.
+    pub metadata: Metadata,
+    /// The kind.
+    pub spec: KindSpec,
+}
+
+/// The kind file's metadata.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Metadata {
+    /// The kind's short name (`--kinds` value, folder name).
+    pub name: String,
+}
+
+/// Namespaced or cluster-scoped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
+pub enum Scope {
+    /// Resources live in a namespace; so do the objects they make.
+    #[default]
+    Namespaced,
+    /// Resources have no namespace.
+    Cluster,
+}
+
+/// The kind: its API, schema and recipe.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct KindSpec {
+    /// API group.
+    pub group: String,
+    /// The served and stored version.
+    pub version: String,
+    /// Names, as in a CRD.
+    pub names: Names,
+    /// Namespaced (default) or Cluster.
+    #[serde(default)]
+    pub scope: Scope,
+    /// OpenAPI v3 schema of `.spec`.
+    pub schema: Value,
+    /// Printer columns (default: Ready, Message, Age).
+    #[serde(default)]
+    pub printer_columns: Option<Vec<PrinterColumn>>,
+    /// How each resource's overlay is built.
+    #[serde(default)]
+    pub overlay: OverlaySpec,
+    /// Status fields copied from the objects a resource applied.
+    #[serde(default)]
+    pub status: Vec<StatusField>,
+    /// What `Ready` waits for besides the engine's health rules.
+    #[serde(default)]
+    pub readiness: Vec<ReadinessRule>,
+    /// How the engine treats the kind's objects.
+    #[serde(default)]
+    pub reconcile: ReconcileSpec,
+}
+
+/// A CRD's names.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Names {
+    /// `Greeting`.
+    pub kind: String,
+    /// `greetings`.
+    pub plural: String,
+    /// `greeting` (default: the kind, lowercased).
+    #[serde(default)]
+    pub singular: Option<String>,
+    /// `[greet]`.
+    #[serde(default)]
+    pub short_names: Vec<String>,
+}
+
+/// An additional printer column, as in a CRD.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PrinterColumn {
+    /// Header.
+    pub name: String,
+    /// `string`, `integer`, `number`, `boolean` or `date`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// JSONPath into the resource.
+    pub json_path: String,
+    /// Shown only with `-o wide` when greater than 0.
+    #[serde(default)]
+    pub priority: Option<i32>,
+    /// What the column means.
+    #[serde(default)]
+    pub description: Option<String>,
+}
+
+/// The overlay recipe, on top of the kind folder's `base/`. Strings marked
+/// "templated" are Tera templates that
+/// see the resource (`metadata.name`, `metadata.namespace`, `metadata.uid`,
+/// `metadata.labels`, `spec`); their result is written as data, never
+/// pasted into YAML.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OverlaySpec {
+    /// kustomize `namePrefix` (templated).
+    #[serde(default)]
+    pub name_prefix: Option<String>,
+    /// kustomize `nameSuffix` (templated).
+    #[serde(default)]
+    pub name_suffix: Option<String>,
+    /// kustomize `namespace` for a cluster-scoped kind (templated). A
+    /// namespaced kind's objects always go to the resource's namespace.
+    #[serde(default)]
+    pub namespace: Option<String>,
+    /// kustomize `labels` entries (values templated).
+    #[serde(default)]
+    pub labels: Vec<LabelsSpec>,
+    /// Patches rendered from `patches/<template>`.
+    #[serde(default)]
+    pub patches: Vec<PatchSpec>,
+    /// Whole objects rendered from `resources/<template>`.
+    #[serde(default)]
+    pub resources: Vec<ResourceSpec>,
+    /// kustomize `configMapGenerator` entries (name and values templated).
+    #[serde(default)]
+    pub config_map_generator: Vec<GeneratorSpec>,
+    /// kustomize `secretGenerator` entries (name and values templated).
+    #[serde(default)]
+    pub secret_generator: Vec<GeneratorSpec>,
+}
+
+/// A kustomize `labels` entry.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LabelsSpec {
+    /// Label keys and (templated) values.
+    pub pairs: BTreeMap<String, String>,
+    /// Add them to selectors too.
+    #[serde(default)]
+    pub include_selectors: bool,
+    /// Add them to Pod templates too.
+    #[serde(default)]
+    pub include_templates: bool,
+}
+
+/// A patch template and what it applies to.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PatchSpec {
+    /// File in `patches/`.
+    pub template: String,
+    /// kustomize target (`kind`, `name`, `group`, `version`).
+    #[serde(default)]
+    pub target: Option<TargetSpec>,
+}
+
+/// A kustomize patch target.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TargetSpec {
+    /// API group.
+    #[serde(default)]
+    pub group: Option<String>,
+    /// API version.
+    #[serde(default)]
+    pub version: Option<String>,
+    /// Kind.
+    #[serde(default)]
+    pub kind: Option<String>,
+    /// Name.
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+/// A whole object rendered from a template.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceSpec {
+    /// File in `resources/`.
+    pub template: String,
+}
+
+/// A kustomize generator (ConfigMap or Secret).
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GeneratorSpec {
+    /// Name (templated); kustomize appends a content hash unless
+    /// `disableNameSuffixHash`.
+    pub name: String,
+    /// Keys and (templated) values, written as files.
+    #[serde(default)]
+    pub literals: BTreeMap<String, String>,
+    /// Keep the name as it is.
+    #[serde(default)]
+    pub disable_name_suffix_hash: bool,
+}
+
+/// A status field copied from an object the resource applied.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StatusField {
+    /// The field of the resource's status (`available`).
+    pub field: String,
+    /// Its OpenAPI type: `integer`, `number`, `string` or `boolean`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// Which applied object (kind and templated name; apiVersion optional).
+    pub from: ObjectSelector,
+    /// Where in it: a dotted path (`.status.availableReplicas`).
+    pub path: String,
+}
+
+/// A condition on an object a resource applied; `Ready` waits until it
+/// holds (and the resource stalls if it does not within the health
+/// timeout). Exactly one of `equals` and `atLeast`.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReadinessRule {
+    /// Which applied object (kind and templated name; apiVersion optional).
+    pub from: ObjectSelector,
+    /// A dotted path into its status (`.status.readyReplicas`).
+    pub path: String,
+    /// The value must equal this (templated; compared as text).
+    #[serde(default)]
+    pub equals: Option<String>,
+    /// The value must be a number at least this (templated); an unset
+    /// field reads as 0 (Kubernetes leaves zero counts out of a status).
+    #[serde(default)]
+    pub at_least: Option<String>,
+}
+
+/// One of the objects a resource applied.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ObjectSelector {
+    /// apiVersion (default: any).
+    #[serde(default)]
+    pub api_version: Option<String>,
+    /// Kind.
+    pub kind: String,
+    /// Name (templated).
+    pub name: String,
+}
+
+/// Whether copies of a kind's objects outlive a deleted resource.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+pub enum DeletionPolicy {
+    /// Delete them with the resource.
+    #[default]
+    Delete,
+    /// Leave them.
+    Retain,
+}
+
+/// Field conflicts: report them, or take the resource's fields back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+pub enum FieldConflicts {
+    /// Report `FieldConflict`.
+    #[default]
+    Report,
+    /// Take back fields of objects the resource owns.
+    TakeBack,
+}
+
+/// How the engine treats the kind's objects.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReconcileSpec {
+    /// What a deleted resource's objects become.
+    #[serde(default)]
+    pub deletion_policy: DeletionPolicy,
+    /// Field conflicts on the resource's objects.
+    #[serde(default)]
+    pub field_conflicts: FieldConflicts,
+    /// Namespaced objects get an ownerReference to the resource.
+    #[serde(default = "yes")]
+    pub owner_references: bool,
+    /// Existing objects carrying all these labels (values templated) are the
+    /// resource's own (objects made before it was declared). Default: none.
+    #[serde(default)]
+    pub adopt: BTreeMap<String, String>,
+    /// Apply every resource again this often even when nothing changed
+    /// (`30s`, `10m`; default: the operator's `--resync-interval`).
+    #[serde(default)]
+    pub interval: Option<String>,
+}
+
+impl Default for ReconcileSpec {
+    fn default() -> Self {
+        Self {
+            deletion_policy: DeletionPolicy::Delete,
+            field_conflicts: FieldConflicts::Report,
+            owner_references: true,
+            adopt: BTreeMap::new(),
+            interval: None,
+        }
+    }
+}
+
+fn yes() -> bool {
+    true
+}

@@ -1,0 +1,220 @@
+//! The handler serving a declared kind: its resources are `DynamicObject`s,
+//! its plan is the kind file's recipe, and the engine does the rest as for
+//! any kind.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{ApiResource, DynamicObject};
+use kube::{Api, Client};
+use serde_json::Value;
+
+use super::DeclaredKind;
+use super::file::{self, ObjectSelector, ReadinessRule, Scope};
+use super::recipe::Wanted;
+use crate::kind::{
+    CommonStatus, Deletion, FieldConflicts, FromObjects, Handler, HandlerError, KindInfo, ObjectId,
+    Plan, Policy,
+};
+
+/// Serves one declared kind.
+#[derive(Debug, Clone)]
+pub struct DeclaredHandler {
+    kind: Arc<DeclaredKind>,
+    info: KindInfo<ApiResource>,
+}
+
+impl DeclaredHandler {
+    /// The handler of `kind`.
+    pub fn new(kind: Arc<DeclaredKind>) -> Self {
+        let reconcile = &kind.file.spec.reconcile;
+        let info = KindInfo {
+            name: kind.name().to_string(),
+            finalizer: format!("{}/kustomize-operator", kind.file.spec.group),
+            dyn_type: kind.resource.clone(),
+            policy: Policy {
+                conflicts: match reconcile.field_conflicts {
+                    file::FieldConflicts::Report => FieldConflicts::Report,
+                    file::FieldConflicts::TakeBack => FieldConflicts::TakeBack,
+                },
+                owner_references: reconcile.owner_references,
+                health: true,
+                confined_to_namespace: kind.namespaced(),
+            },
+        };
+        Self { kind, info }
+    }
+
+    /// The kind it serves.
+    pub fn kind(&self) -> &DeclaredKind {
+        &self.kind
+    }
+}
+
+impl Handler for DeclaredHandler {
+    type Resource = DynamicObject;
+    type Observed = ();
+    type Status = ();
+
+    fn info(&self) -> &KindInfo<ApiResource> {
+        &self.info
+    }
+
+    fn api(&self, client: Client, namespace: Option<&str>) -> Api<DynamicObject> {
+        match (self.kind.file.spec.scope, namespace) {
+            (Scope::Namespaced, Some(ns)) => Api::namespaced_with(client, ns, &self.kind.resource),
+            _ => Api::all_with(client, &self.kind.resource),
+        }
+    }
+
+    fn common_status(&self, resource: &DynamicObject) -> Option<CommonStatus> {
+        let status = resource.data.get("status")?;
+        serde_json::from_value(status.clone()).ok()
+    }
+
+    async fn observe(&self, _: &DynamicObject, _: &Client) -> Result<(), HandlerError> {
+        Ok(())
+    }
+
+    fn observe_offline(&self, _: &DynamicObject, _: &[Value]) -> Result<(), HandlerError> {
+        Ok(())
+    }
+
+    fn plan(&self, resource: &DynamicObject, _: &()) -> Result<Plan<()>, HandlerError> {
+        let overlay = self
+            .kind
+            .recipe
+            .overlay(self.kind.name(), &self.kind.file.spec, resource)?;
+        Ok(Plan {
+            requeue_after: self.kind.interval,
+            ..Plan::apply(overlay)
+        })
+    }
+
+    fn deletion(&self, _: &DynamicObject) -> Deletion {
+        match self.kind.file.spec.reconcile.deletion_policy {
+            file::DeletionPolicy::Delete => Deletion::Delete,
+            file::DeletionPolicy::Retain => Deletion::Retain,
+        }
+    }
+
+    /// Objects carrying every `reconcile.adopt` label (values rendered for
+    /// the resource) are its own.
+    fn adopts(&self, resource: &DynamicObject, live: &ObjectMeta) -> bool {
+        let Some(wanted) = self.kind.recipe.adoption(&self.kind.file.spec, resource) else {
+            return false;
+        };
+        let labels = live.labels.clone().unwrap_or_default();
+        wanted.iter().all(|(k, v)| labels.get(k) == Some(v))
+    }
+
+    /// The kind file's status fields and readiness rules, on the objects
+    /// the resource applied.
+    fn read_objects(
+        &self,
+        resource: &DynamicObject,
+        objects: &BTreeMap<ObjectId, Value>,
+    ) -> FromObjects {
+        let spec = &self.kind.file.spec;
+        let recipe = &self.kind.recipe;
+        let mut read = FromObjects::default();
+        if !spec.status.is_empty() {
+            let mut fields = serde_json::Map::new();
+            for (i, field) in spec.status.iter().enumerate() {
+                let name = recipe.status_source(i, resource).ok();
+                let value = name
+                    .and_then(|n| find(objects, &field.from, &n))
+                    .and_then(|(_, o)| dotted(o, &field.path));
+                if let Some(value) = value {
+                    fields.insert(field.field.clone(), value.clone());
+                }
+            }
+            read.status = Some(fields);
+        }
+        for (i, rule) in spec.readiness.iter().enumerate() {
+            if let Some(unmet) = readiness(recipe, i, rule, resource, objects) {
+                read.not_ready.push(unmet);
+            }
+        }
+        read
+    }
+}
+
+/// The object of `objects` that `from` names (`name` rendered).
+fn find<'a>(
+    objects: &'a BTreeMap<ObjectId, Value>,
+    from: &ObjectSelector,
+    name: &str,
+) -> Option<(&'a ObjectId, &'a Value)> {
+    objects.iter().find(|(id, _)| {
+        id.kind == from.kind
+            && id.name == name
+            && from
+                .api_version
+                .as_ref()
+                .is_none_or(|v| *v == id.api_version)
+    })
+}
+
+/// `None` when readiness rule `i` holds for `resource`, else what it waits for.
+fn readiness(
+    recipe: &super::recipe::Recipe,
+    i: usize,
+    rule: &ReadinessRule,
+    resource: &DynamicObject,
+    objects: &BTreeMap<ObjectId, Value>,
+) -> Option<String> {
+    let rendered = match recipe.readiness(i, rule, resource) {
+        Ok(r) => r,
+        Err(e) => return Some(format!("readiness rule {i}: {e}")),
+    };
+    let label = format!("{}/{}", rule.from.kind.to_lowercase(), rendered.name);
+    let Some((_, object)) = find(objects, &rule.from, &rendered.name) else {
+        return Some(format!("{label}: not found"));
+    };
+    let value = dotted(object, &rule.path);
+    let shown = value.map_or_else(|| "unset".to_string(), Value::to_string);
+    match rendered.wanted {
+        Wanted::Equals(want) => {
+            let text = value.map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string));
+            (text.as_deref() != Some(want.as_str()))
+                .then(|| format!("{label}: {} is {shown}, waiting for {want}", rule.path))
+        }
+        Wanted::AtLeast(want) => {
+            // Kubernetes leaves zero counts out of a status: unset reads as 0.
+            let have = value.map_or(Some(0.0), Value::as_f64);
+            let Ok(min) = want.trim().parse::<f64>() else {
+                return Some(format!("{label}: atLeast {want:?} is not a number"));
+            };
+            (have.is_none_or(|h| h < min)).then(|| {
+                format!(
+                    "{label}: {} is {shown}, waiting for at least {want}",
+                    rule.path
+                )
+            })
+        }
+    }
+}
+
+/// The value at a dotted path (`.status.availableReplicas`).
+pub fn dotted<'a>(value: &'a Value, path: &str) -> Option<&'a Value> {
+    path.trim_start_matches('.')
+        .split('.')
+        .filter(|p| !p.is_empty())
+        .try_fold(value, |v, part| v.get(part))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn dotted_paths_read_nested_fields() {
+        let v = json!({"status": {"availableReplicas": 2}});
+        assert_eq!(dotted(&v, ".status.availableReplicas"), Some(&json!(2)));
+        assert_eq!(dotted(&v, ".status.missing"), None);
+        assert_eq!(dotted(&v, "status"), Some(&json!({"availableReplicas": 2})));
+    }
+}

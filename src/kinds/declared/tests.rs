@@ -1,0 +1,487 @@
+//! Kind files end to end, without a cluster: parsing and every validation
+//! error (each naming the file and the field), the CRD generated, what
+//! templates see, status mappings and readiness rules.
+
+use std::collections::BTreeMap;
+
+use kube::api::DynamicObject;
+use serde_json::{Value, json};
+
+use super::*;
+use crate::kind::{Handler, ObjectId, Step};
+
+/// A kind file that passes every check.
+const VALID: &str = r#"
+apiVersion: kustomize-operator.io/v1alpha1
+kind: KindDefinition
+metadata:
+  name: greeting
+spec:
+  group: hello.example.com
+  version: v1
+  names: {kind: Greeting, plural: greetings, shortNames: [greet]}
+  schema:
+    type: object
+    required: [message]
+    properties:
+      message: {type: string, maxLength: 200}
+      replicas: {type: integer, default: 2}
+      style:
+        type: object
+        default: {}
+        properties:
+          color: {type: string, default: blue}
+  printerColumns:
+    - {name: Message, type: string, jsonPath: .spec.message}
+  overlay:
+    labels:
+      - pairs: {app.kubernetes.io/instance: "{{ metadata.name }}"}
+    patches:
+      - {template: deployment.yaml, target: {kind: Deployment, name: web}}
+    resources:
+      - {template: service.yaml}
+    configMapGenerator:
+      - name: "{{ metadata.name }}-text"
+        literals: {message: "{{ spec.message }}"}
+  status:
+    - field: available
+      type: integer
+      from: {kind: Deployment, name: web}
+      path: .status.availableReplicas
+  readiness:
+    - from: {kind: Deployment, name: web}
+      path: .status.readyReplicas
+      atLeast: "{{ spec.replicas }}"
+  reconcile: {interval: 5m}
+"#;
+
+/// A kind folder `greeting` holding `kind_file`, a base and templates.
+fn folder(kind_file: &str) -> tempfile::TempDir {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("greeting");
+    for sub in ["base", "patches", "resources"] {
+        std::fs::create_dir_all(dir.join(sub)).unwrap();
+    }
+    std::fs::write(dir.join("kind.yaml"), kind_file).unwrap();
+    std::fs::write(dir.join("base/kustomization.yaml"), "resources: []\n").unwrap();
+    std::fs::write(dir.join("patches/deployment.yaml"), "[]\n").unwrap();
+    std::fs::write(
+        dir.join("resources/service.yaml"),
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\n",
+    )
+    .unwrap();
+    root
+}
+
+fn load(kind_file: &str) -> Result<DeclaredKind, KindFileError> {
+    let root = folder(kind_file);
+    let templates = vec![
+        "patches/deployment.yaml".to_string(),
+        "resources/service.yaml".to_string(),
+    ];
+    DeclaredKind::load(&root.path().join("greeting"), &templates)
+}
+
+fn resource(spec: Value) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "hello.example.com/v1",
+        "kind": "Greeting",
+        "metadata": {"name": "hi", "namespace": "ns", "uid": "u-1"},
+        "spec": spec,
+    }))
+    .unwrap()
+}
+
+#[test]
+fn a_valid_kind_file_loads() {
+    let kind = load(VALID).unwrap();
+    assert_eq!(kind.name(), "greeting");
+    assert_eq!(kind.resource.api_version, "hello.example.com/v1");
+    assert_eq!(kind.resource.plural, "greetings");
+    assert!(kind.namespaced());
+    assert_eq!(kind.interval, Some(std::time::Duration::from_secs(300)));
+    assert_eq!(kind.resource_types, vec![("v1".into(), "Service".into())]);
+}
+
+/// Every check, each by one change to the valid file: what the error names.
+#[test]
+fn every_error_names_the_file_and_the_field() {
+    let cases: &[(&str, &str, &str)] = &[
+        ("spec:\n  group", "spec:\n  grupo: x\n  group", "grupo"),
+        ("kind: KindDefinition", "kind: KindDefinitions", "kind"),
+        (
+            "apiVersion: kustomize-operator.io/v1alpha1",
+            "apiVersion: v1",
+            "apiVersion",
+        ),
+        ("name: greeting", "name: greetings", "metadata.name"),
+        ("group: hello.example.com", "group: hello", "spec.group"),
+        ("version: v1", "version: one", "spec.version"),
+        ("kind: Greeting,", "kind: greeting,", "spec.names.kind"),
+        (
+            "plural: greetings",
+            "plural: Greetings",
+            "spec.names.plural",
+        ),
+        (
+            "shortNames: [greet]",
+            "shortNames: [Greet]",
+            "spec.names.shortNames[0]",
+        ),
+        (
+            "  schema:\n    type: object",
+            "  schema:\n    type: string",
+            "spec.schema",
+        ),
+        (
+            "message: {type: string, maxLength: 200}",
+            "message: {maxLength: 200}",
+            "spec.schema.properties.message",
+        ),
+        (
+            "message: {type: string, maxLength: 200}",
+            "message: {type: text}",
+            "spec.schema.properties.message",
+        ),
+        (
+            "message: {type: string, maxLength: 200}",
+            "message: {type: array}",
+            "spec.schema.properties.message",
+        ),
+        (
+            "{name: Message, type: string, jsonPath: .spec.message}",
+            "{name: Message, type: text, jsonPath: .spec.message}",
+            "spec.printerColumns[0].type",
+        ),
+        (
+            "jsonPath: .spec.message}",
+            "jsonPath: spec.message}",
+            "spec.printerColumns[0].jsonPath",
+        ),
+        (
+            "template: deployment.yaml",
+            "template: deploy.yaml",
+            "spec.overlay.patches[0].template",
+        ),
+        (
+            "template: service.yaml",
+            "template: svc.yaml",
+            "spec.overlay.resources[0].template",
+        ),
+        (
+            "  overlay:\n",
+            "  overlay:\n    namespace: elsewhere\n",
+            "spec.overlay.namespace",
+        ),
+        (
+            "\"{{ metadata.name }}\"}",
+            "\"{{ metadata.name \"}",
+            "spec.overlay.labels[0].pairs.app.kubernetes.io/instance",
+        ),
+        (
+            "name: \"{{ metadata.name }}-text\"",
+            "name: \"{% if %}\"",
+            "spec.overlay.configMapGenerator[0].name",
+        ),
+        (
+            "field: available",
+            "field: Available",
+            "spec.status[0].field",
+        ),
+        (
+            "field: available",
+            "field: conditions",
+            "spec.status[0].field",
+        ),
+        (
+            "type: integer\n      from",
+            "type: object\n      from",
+            "spec.status[0].type",
+        ),
+        (
+            "path: .status.availableReplicas",
+            "path: .spec.replicas",
+            "spec.status[0].path",
+        ),
+        (
+            "from: {kind: Deployment, name: web}\n      path: .status.availableReplicas",
+            "from: {kind: ConfigMap, name: web}\n      path: .status.availableReplicas",
+            "spec.status[0].from.kind",
+        ),
+        (
+            "atLeast: \"{{ spec.replicas }}\"",
+            "atLeast: \"1\"\n      equals: \"1\"",
+            "spec.readiness[0]",
+        ),
+        (
+            "path: .status.readyReplicas",
+            "path: status.readyReplicas",
+            "spec.readiness[0].path",
+        ),
+        (
+            "interval: 5m",
+            "interval: 5 minutes",
+            "spec.reconcile.interval",
+        ),
+        ("interval: 5m", "interval: 1s", "spec.reconcile.interval"),
+        (
+            "reconcile: {interval: 5m}",
+            "reconcile: {deletionPolicy: Keep}",
+            "spec.reconcile.deletionPolicy",
+        ),
+    ];
+    for (from, to, field) in cases {
+        assert!(VALID.contains(from), "the case {from:?} does not apply");
+        let broken = VALID.replacen(from, to, 1);
+        let err = load(&broken).expect_err(&format!("{to:?} was accepted"));
+        let text = err.to_string();
+        assert!(
+            text.contains("greeting/kind.yaml") && text.contains(field),
+            "{to:?}: the error does not name the file and {field}: {text}"
+        );
+    }
+    let err = load("spec: [unclosed").unwrap_err().to_string();
+    assert!(
+        err.contains("kind.yaml") && err.contains("not YAML"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_resource_template_must_name_its_kind_literally() {
+    let root = folder(VALID);
+    let dir = root.path().join("greeting");
+    std::fs::write(
+        dir.join("resources/service.yaml"),
+        "apiVersion: v1\nkind: {{ spec.kind }}\n",
+    )
+    .unwrap();
+    let templates = vec![
+        "patches/deployment.yaml".to_string(),
+        "resources/service.yaml".to_string(),
+    ];
+    let err = DeclaredKind::load(&dir, &templates)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("spec.overlay.resources[0].template") && err.contains("literal"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_crd_has_the_schema_the_status_and_the_columns() {
+    let crd = serde_json::to_value(load(VALID).unwrap().crd()).unwrap();
+    assert_eq!(crd["metadata"]["name"], "greetings.hello.example.com");
+    assert_eq!(crd["spec"]["scope"], "Namespaced");
+    assert_eq!(crd["spec"]["names"]["singular"], "greeting");
+    assert_eq!(crd["spec"]["names"]["shortNames"], json!(["greet"]));
+    let version = &crd["spec"]["versions"][0];
+    assert_eq!(version["name"], "v1");
+    assert_eq!(version["subresources"]["status"], json!({}));
+    let schema = &version["schema"]["openAPIV3Schema"];
+    assert_eq!(schema["required"], json!(["spec"]));
+    assert_eq!(
+        schema["properties"]["spec"]["properties"]["message"]["maxLength"],
+        200
+    );
+    let status = &schema["properties"]["status"]["properties"];
+    assert_eq!(status["available"]["type"], "integer");
+    assert!(status["conditions"].is_object() && status["inventory"].is_object());
+    let columns: Vec<&str> = version["additionalPrinterColumns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(columns, ["Message"]);
+    let without = VALID.replace(
+        "  printerColumns:\n    - {name: Message, type: string, jsonPath: .spec.message}\n",
+        "",
+    );
+    let crd = serde_json::to_value(load(&without).unwrap().crd()).unwrap();
+    let defaults = crd["spec"]["versions"][0]["additionalPrinterColumns"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(defaults, 3, "Ready, Message, Age");
+}
+
+#[test]
+fn templates_see_the_resource_with_the_schemas_defaults() {
+    let kind = load(VALID).unwrap();
+    let context = kind.recipe.context(&resource(json!({"message": "hey"})));
+    assert_eq!(context["metadata"]["name"], "hi");
+    assert_eq!(context["metadata"]["namespace"], "ns");
+    assert_eq!(context["metadata"]["uid"], "u-1");
+    assert_eq!(
+        context["spec"],
+        json!({"message": "hey", "replicas": 2, "style": {"color": "blue"}})
+    );
+    let given = kind.recipe.context(&resource(
+        json!({"message": "x", "replicas": 0, "style": {"color": "red"}}),
+    ));
+    assert_eq!(given["spec"]["replicas"], 0);
+    assert_eq!(given["spec"]["style"]["color"], "red");
+}
+
+#[test]
+fn the_plan_is_the_recipe_for_the_resource() {
+    let handler = DeclaredHandler::new(std::sync::Arc::new(load(VALID).unwrap()));
+    let plan = handler
+        .plan(&resource(json!({"message": "hey"})), &())
+        .unwrap();
+    assert_eq!(
+        plan.requeue_after,
+        Some(std::time::Duration::from_secs(300))
+    );
+    let [Step::Apply { overlay, .. }] = plan.steps.as_slice() else {
+        panic!("{plan:?}")
+    };
+    assert_eq!(overlay.base.as_deref(), Some("greeting"));
+    assert_eq!(overlay.namespace.as_deref(), Some("ns"));
+    assert_eq!(overlay.labels[0].pairs["app.kubernetes.io/instance"], "hi");
+    assert_eq!(overlay.config_map_generators[0].name, "hi-text");
+    assert_eq!(overlay.config_map_generators[0].data["message"], "hey");
+    assert_eq!(overlay.patches[0].values["spec"]["replicas"], 2);
+    assert_eq!(overlay.resource_templates[0].template, "service.yaml");
+    assert!(handler.info().policy.confined_to_namespace);
+}
+
+#[test]
+fn text_kustomize_cannot_carry_is_an_invalid_spec_naming_the_field() {
+    let handler = DeclaredHandler::new(std::sync::Arc::new(load(VALID).unwrap()));
+    let err = handler
+        .plan(&resource(json!({"message": "bell\u{7f}"})), &())
+        .unwrap_err();
+    assert!(err.is_permanent());
+    assert!(
+        err.to_string().contains("spec.message contains U+007F"),
+        "{err}"
+    );
+    // Other control characters are escaped, and go through.
+    assert!(
+        handler
+            .plan(
+                &resource(json!({"message": "tab\t nul\u{0} esc\u{1b}"})),
+                &()
+            )
+            .is_ok()
+    );
+}
+
+#[test]
+fn a_label_value_kubernetes_would_refuse_is_an_invalid_spec() {
+    let handler = DeclaredHandler::new(std::sync::Arc::new(load(VALID).unwrap()));
+    let mut long = resource(json!({"message": "x"}));
+    long.metadata.name = Some("a".repeat(64));
+    let err = handler.plan(&long, &()).unwrap_err();
+    assert!(err.is_permanent());
+    assert!(err.to_string().contains("at most 63"), "{err}");
+}
+
+fn deployment(ready: i64, available: i64) -> BTreeMap<ObjectId, Value> {
+    let id = ObjectId {
+        api_version: "apps/v1".into(),
+        kind: "Deployment".into(),
+        namespace: Some("ns".into()),
+        name: "web".into(),
+    };
+    BTreeMap::from([(
+        id,
+        json!({"status": {"readyReplicas": ready, "availableReplicas": available}}),
+    )])
+}
+
+#[test]
+fn status_fields_and_readiness_read_the_objects() {
+    let handler = DeclaredHandler::new(std::sync::Arc::new(load(VALID).unwrap()));
+    let greeting = resource(json!({"message": "x", "replicas": 3}));
+    let read = handler.read_objects(&greeting, &deployment(1, 2));
+    assert_eq!(
+        read.status,
+        Some(json!({"available": 2}).as_object().unwrap().clone())
+    );
+    assert_eq!(
+        read.not_ready,
+        ["deployment/web: .status.readyReplicas is 1, waiting for at least 3"]
+    );
+    assert!(
+        handler
+            .read_objects(&greeting, &deployment(3, 3))
+            .not_ready
+            .is_empty()
+    );
+    let mut zero = deployment(0, 0);
+    for state in zero.values_mut() {
+        *state = json!({"status": {}});
+    }
+    let nothing_wanted = resource(json!({"message": "x", "replicas": 0}));
+    assert!(
+        handler
+            .read_objects(&nothing_wanted, &zero)
+            .not_ready
+            .is_empty(),
+        "an unset count is 0"
+    );
+    let none = handler.read_objects(&greeting, &BTreeMap::new());
+    assert_eq!(none.status, Some(serde_json::Map::new()), "unset, not null");
+    assert_eq!(none.not_ready, ["deployment/web: not found"]);
+}
+
+#[test]
+fn equals_compares_text() {
+    let equals = VALID.replace(
+        "atLeast: \"{{ spec.replicas }}\"",
+        "equals: \"{{ spec.replicas }}\"",
+    );
+    let handler = DeclaredHandler::new(std::sync::Arc::new(load(&equals).unwrap()));
+    let greeting = resource(json!({"message": "x", "replicas": 3}));
+    assert!(
+        handler
+            .read_objects(&greeting, &deployment(3, 3))
+            .not_ready
+            .is_empty()
+    );
+    assert_eq!(
+        handler
+            .read_objects(&greeting, &deployment(4, 4))
+            .not_ready
+            .len(),
+        1
+    );
+}
+
+#[test]
+fn the_rbac_covers_the_resources_and_what_the_overlay_produces() {
+    let kind = load(VALID).unwrap();
+    let base = [json!({"apiVersion": "apps/v1", "kind": "Deployment"})];
+    let types = rbac::object_types(&kind, &base);
+    let rules = rbac::rules(&kind, &types);
+    let find = |group: &str| -> Vec<rbac::Rule> {
+        rules
+            .iter()
+            .filter(|r| r.api_groups == [group])
+            .cloned()
+            .collect()
+    };
+    let own = find("hello.example.com");
+    assert_eq!(own[0].resources, ["greetings"]);
+    assert_eq!(own[1].resources, ["greetings/status"]);
+    assert_eq!(own[1].verbs, ["patch"]);
+    let core = find("");
+    assert_eq!(core[0].resources, ["configmaps", "services"]);
+    let apps = find("apps");
+    assert_eq!(apps[0].resources, ["deployments"]);
+    assert!(!apps[0].verbs.contains(&"*".to_string()));
+    let yaml = rbac::manifests(
+        &kind,
+        &rules,
+        &rbac::Subject {
+            name: "op".into(),
+            namespace: "system".into(),
+        },
+    )
+    .unwrap();
+    assert!(yaml.contains("kind: ClusterRoleBinding") && yaml.contains("namespace: system"));
+}

@@ -1,0 +1,361 @@
+//! Every check of a kind file, at start-up: its shape (unknown fields,
+//! types), its names, its schema, its recipe. Each error names the file and
+//! the field.
+
+use std::path::Path;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaProps;
+use serde_json::Value;
+
+use super::KindFileError;
+use super::file::{self, KindFile};
+
+use crate::engine::COMMON_STATUS_KEYS as ENGINE_STATUS_FIELDS;
+use crate::engine::always_current_kind;
+
+type Result<T> = std::result::Result<T, KindFileError>;
+
+fn invalid(path: &Path, field: impl Into<String>, reason: impl Into<String>) -> KindFileError {
+    KindFileError::Invalid {
+        file: path.to_path_buf(),
+        field: field.into(),
+        reason: reason.into(),
+    }
+}
+
+/// Parses the kind file; an unknown or missing field, or one of the wrong
+/// type, is an error naming it.
+pub fn parse(path: &Path, text: &str) -> Result<KindFile> {
+    let value: Value = serde_saphyr::from_str(text)
+        .map_err(|e| invalid(path, "(file)", format!("not YAML: {e}")))?;
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let field = e.path().to_string();
+        let field = if field == "." {
+            "(top level)".into()
+        } else {
+            field
+        };
+        invalid(path, field, e.inner().to_string())
+    })
+}
+
+/// Checks what parsing cannot: identity, names, schema, recipe.
+pub fn check(path: &Path, file: &KindFile, folder: &str, templates: &[String]) -> Result<()> {
+    if file.api_version != file::API_VERSION {
+        return Err(invalid(
+            path,
+            "apiVersion",
+            format!("must be {}", file::API_VERSION),
+        ));
+    }
+    if file.kind != file::KIND {
+        return Err(invalid(path, "kind", format!("must be {}", file::KIND)));
+    }
+    if file.metadata.name != folder {
+        return Err(invalid(
+            path,
+            "metadata.name",
+            format!(
+                "{:?} must be the kind folder's name, {folder:?}",
+                file.metadata.name
+            ),
+        ));
+    }
+    check_names(path, file)?;
+    check_schema(path, &file.spec.schema, "spec.schema")?;
+    check_columns(path, file)?;
+    check_recipe(path, file, templates)?;
+    check_status(path, file)?;
+    check_readiness(path, file)?;
+    check_reconcile(path, file)
+}
+
+fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+fn check_names(path: &Path, file: &KindFile) -> Result<()> {
+    let spec = &file.spec;
+    let group_ok = spec.group.contains('.')
+        && spec.group.len() <= 253
+        && spec.group.split('.').all(is_dns_label);
+    if !group_ok {
+        return Err(invalid(
+            path,
+            "spec.group",
+            format!(
+                "{:?} is not a DNS subdomain with a dot (example.com)",
+                spec.group
+            ),
+        ));
+    }
+    let version_ok = spec.version.starts_with('v')
+        && spec.version[1..].starts_with(|c: char| c.is_ascii_digit())
+        && is_dns_label(&spec.version);
+    if !version_ok {
+        return Err(invalid(
+            path,
+            "spec.version",
+            format!(
+                "{:?} is not a Kubernetes version (v1, v1beta1)",
+                spec.version
+            ),
+        ));
+    }
+    let kind = &spec.names.kind;
+    if !kind.starts_with(|c: char| c.is_ascii_uppercase())
+        || !kind.chars().all(|c| c.is_ascii_alphanumeric())
+    {
+        return Err(invalid(
+            path,
+            "spec.names.kind",
+            format!("{kind:?} must be UpperCamelCase letters and digits"),
+        ));
+    }
+    let lower = [
+        ("spec.names.plural", Some(&spec.names.plural)),
+        ("spec.names.singular", spec.names.singular.as_ref()),
+    ];
+    for (field, value) in lower {
+        if let Some(v) = value
+            && !is_dns_label(v)
+        {
+            return Err(invalid(
+                path,
+                field,
+                format!("{v:?} must be lowercase letters, digits and '-'"),
+            ));
+        }
+    }
+    for (i, short) in spec.names.short_names.iter().enumerate() {
+        if !is_dns_label(short) {
+            return Err(invalid(
+                path,
+                format!("spec.names.shortNames[{i}]"),
+                format!("{short:?} must be lowercase letters, digits and '-'"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A structural schema, as the API server wants it: every node has a type
+/// (or says it holds anything), objects describe their properties, arrays
+/// their items; and every node is a valid OpenAPI v3 schema.
+fn check_schema(path: &Path, schema: &Value, at: &str) -> Result<()> {
+    serde_json::from_value::<JSONSchemaProps>(schema.clone())
+        .map_err(|e| invalid(path, at, format!("not an OpenAPI v3 schema: {e}")))?;
+    if at == "spec.schema" && schema["type"] != "object" {
+        return Err(invalid(
+            path,
+            at,
+            "the schema of spec must be of type object",
+        ));
+    }
+    walk_schema(path, schema, at)
+}
+
+fn walk_schema(path: &Path, schema: &Value, at: &str) -> Result<()> {
+    let Some(node) = schema.as_object() else {
+        return Err(invalid(path, at, "a schema must be a mapping"));
+    };
+    if node.contains_key("$ref") {
+        return Err(invalid(path, at, "$ref is not allowed in a CRD schema"));
+    }
+    let open = node.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true))
+        || node.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true));
+    let Some(type_) = node.get("type").and_then(Value::as_str) else {
+        if open {
+            return Ok(());
+        }
+        return Err(invalid(
+            path,
+            at,
+            "every schema needs a type (or x-kubernetes-preserve-unknown-fields: true)",
+        ));
+    };
+    match type_ {
+        "object" => {
+            for (name, child) in node
+                .get("properties")
+                .and_then(Value::as_object)
+                .into_iter()
+                .flatten()
+            {
+                walk_schema(path, child, &format!("{at}.properties.{name}"))?;
+            }
+            if let Some(extra) = node.get("additionalProperties").filter(|v| v.is_object()) {
+                walk_schema(path, extra, &format!("{at}.additionalProperties"))?;
+            }
+            Ok(())
+        }
+        "array" => match node.get("items") {
+            Some(items) => walk_schema(path, items, &format!("{at}.items")),
+            None => Err(invalid(path, at, "an array schema needs items")),
+        },
+        "string" | "integer" | "number" | "boolean" => Ok(()),
+        other => Err(invalid(
+            path,
+            format!("{at}.type"),
+            format!("{other:?} is not an OpenAPI type"),
+        )),
+    }
+}
+
+fn check_columns(path: &Path, file: &KindFile) -> Result<()> {
+    for (i, c) in file.spec.printer_columns.iter().flatten().enumerate() {
+        let at = format!("spec.printerColumns[{i}]");
+        if !["string", "integer", "number", "boolean", "date"].contains(&c.type_.as_str()) {
+            return Err(invalid(
+                path,
+                format!("{at}.type"),
+                format!(
+                    "{:?} is not one of string, integer, number, boolean, date",
+                    c.type_
+                ),
+            ));
+        }
+        if !c.json_path.starts_with('.') {
+            return Err(invalid(
+                path,
+                format!("{at}.jsonPath"),
+                "must start with '.'",
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn check_recipe(path: &Path, file: &KindFile, templates: &[String]) -> Result<()> {
+    let overlay = &file.spec.overlay;
+    let has = |dir: &str, t: &str| templates.iter().any(|x| *x == format!("{dir}/{t}"));
+    for (i, p) in overlay.patches.iter().enumerate() {
+        if !has("patches", &p.template) {
+            return Err(invalid(
+                path,
+                format!("spec.overlay.patches[{i}].template"),
+                format!("no template patches/{} in the kind folder", p.template),
+            ));
+        }
+    }
+    for (i, r) in overlay.resources.iter().enumerate() {
+        if !has("resources", &r.template) {
+            return Err(invalid(
+                path,
+                format!("spec.overlay.resources[{i}].template"),
+                format!("no template resources/{} in the kind folder", r.template),
+            ));
+        }
+    }
+    if file.spec.scope == file::Scope::Namespaced && overlay.namespace.is_some() {
+        return Err(invalid(
+            path,
+            "spec.overlay.namespace",
+            "a namespaced kind's objects always go to the resource's namespace: leave it out",
+        ));
+    }
+    Ok(())
+}
+
+fn check_status(path: &Path, file: &KindFile) -> Result<()> {
+    for (i, s) in file.spec.status.iter().enumerate() {
+        let at = format!("spec.status[{i}]");
+        let identifier = s.field.starts_with(|c: char| c.is_ascii_lowercase())
+            && s.field.chars().all(|c| c.is_ascii_alphanumeric());
+        if !identifier {
+            return Err(invalid(
+                path,
+                format!("{at}.field"),
+                format!("{:?} must be a lowerCamelCase field name", s.field),
+            ));
+        }
+        if ENGINE_STATUS_FIELDS.contains(&s.field.as_str()) {
+            return Err(invalid(
+                path,
+                format!("{at}.field"),
+                format!("{:?} is one of the engine's own status fields", s.field),
+            ));
+        }
+        if !["string", "integer", "number", "boolean"].contains(&s.type_.as_str()) {
+            return Err(invalid(
+                path,
+                format!("{at}.type"),
+                format!(
+                    "{:?} is not one of string, integer, number, boolean",
+                    s.type_
+                ),
+            ));
+        }
+        check_source(path, &at, &s.from, &s.path)?;
+    }
+    Ok(())
+}
+
+/// A status field or readiness rule reads the status of a watched object.
+fn check_source(
+    path: &Path,
+    at: &str,
+    from: &file::ObjectSelector,
+    field_path: &str,
+) -> Result<()> {
+    let ok = field_path.starts_with(".status.")
+        && field_path.len() > ".status.".len()
+        && field_path[1..].split('.').all(|p| {
+            !p.is_empty()
+                && p.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        });
+    if !ok {
+        return Err(invalid(
+            path,
+            format!("{at}.path"),
+            format!(
+                "{field_path:?} must be a dotted path into the object's status, such as .status.availableReplicas"
+            ),
+        ));
+    }
+    let group = from
+        .api_version
+        .as_deref()
+        .and_then(|v| v.rsplit_once('/'))
+        .map_or("", |(g, _)| g);
+    if always_current_kind(group, &from.kind) {
+        return Err(invalid(
+            path,
+            format!("{at}.from.kind"),
+            format!("{} objects have no status to read", from.kind),
+        ));
+    }
+    Ok(())
+}
+
+fn check_readiness(path: &Path, file: &KindFile) -> Result<()> {
+    for (i, r) in file.spec.readiness.iter().enumerate() {
+        let at = format!("spec.readiness[{i}]");
+        if r.equals.is_some() == r.at_least.is_some() {
+            return Err(invalid(path, at, "needs exactly one of equals and atLeast"));
+        }
+        check_source(path, &at, &r.from, &r.path)?;
+    }
+    Ok(())
+}
+
+fn check_reconcile(path: &Path, file: &KindFile) -> Result<()> {
+    if let Some(interval) = &file.spec.reconcile.interval {
+        let parsed = crate::duration::parse_duration(interval)
+            .map_err(|e| invalid(path, "spec.reconcile.interval", e.to_string()))?;
+        if parsed < std::time::Duration::from_secs(10) {
+            return Err(invalid(
+                path,
+                "spec.reconcile.interval",
+                format!("{interval:?} is below the minimum of 10s"),
+            ));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,215 @@
+//! Every kind one operator serves: the kinds compiled in (Rust, for logic
+//! data cannot express) and the kinds declared by folders of the kustomize
+//! directories. `run --kinds`, `crd`, `render` and `rbac` all look kinds up
+//! here, so a declared kind is a kind everywhere.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+
+use super::declared::{self, DeclaredHandler, DeclaredKind, KindFileError};
+use super::{KindName, KindOptions, RenderError, RenderOutput};
+use crate::engine::Engine;
+use crate::kind::KustomizeDir;
+
+/// One kind.
+#[derive(Debug, Clone)]
+pub enum Kind {
+    /// Compiled into the operator.
+    Builtin(KindName),
+    /// Declared by a kind folder.
+    Declared(Arc<DeclaredKind>),
+}
+
+/// Why the kinds could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    /// A kind file is wrong.
+    #[error(transparent)]
+    KindFile(#[from] KindFileError),
+    /// `--kinds` names a kind nobody serves.
+    #[error("unknown kind {name:?}; known kinds: {known}")]
+    Unknown {
+        /// What was asked for.
+        name: String,
+        /// What exists.
+        known: String,
+    },
+    /// A kind folder takes the name or the API of another kind.
+    #[error("{file}: {reason}")]
+    Clash {
+        /// The kind file.
+        file: PathBuf,
+        /// With what.
+        reason: String,
+    },
+}
+
+impl Kind {
+    /// The short name: the `--kinds` value and the kind folder.
+    pub fn name(&self) -> &str {
+        match self {
+            Self::Builtin(k) => k.as_str(),
+            Self::Declared(d) => d.name(),
+        }
+    }
+
+    /// The CRD.
+    pub fn crd(&self) -> CustomResourceDefinition {
+        match self {
+            Self::Builtin(k) => k.crd(),
+            Self::Declared(d) => d.crd(),
+        }
+    }
+
+    /// The declared kind, if this is one.
+    pub fn declared(&self) -> Option<&Arc<DeclaredKind>> {
+        match self {
+            Self::Builtin(_) => None,
+            Self::Declared(d) => Some(d),
+        }
+    }
+
+    /// True when the CRD is installed and its resources can be listed.
+    pub async fn is_installed(
+        &self,
+        client: &kube::Client,
+        namespace: Option<&str>,
+    ) -> Result<bool, kube::Error> {
+        match self {
+            Self::Builtin(k) => k.is_installed(client, namespace).await,
+            Self::Declared(d) => {
+                let handler = DeclaredHandler::new(d.clone());
+                super::is_installed(&handler, client, namespace).await
+            }
+        }
+    }
+
+    /// Runs the kind's controller until `shutdown` resolves.
+    pub async fn run(
+        &self,
+        engine: Arc<Engine>,
+        options: &KindOptions,
+        shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+    ) {
+        match self {
+            Self::Builtin(k) => k.run(engine, options, shutdown).await,
+            Self::Declared(d) => {
+                let handler = Arc::new(DeclaredHandler::new(d.clone()));
+                crate::engine::controller::run(engine, handler, shutdown).await;
+            }
+        }
+    }
+
+    /// True when `doc` is a resource of this kind (apiVersion and kind).
+    pub fn matches(&self, doc: &serde_json::Value) -> bool {
+        match self {
+            Self::Builtin(k) => KindName::of_document(doc) == Some(*k),
+            Self::Declared(d) => d.matches(doc),
+        }
+    }
+
+    /// Renders the plan `run` would carry out for `doc`, offline.
+    pub fn render(
+        &self,
+        doc: &serde_json::Value,
+        rest: &[serde_json::Value],
+        options: &KindOptions,
+        dir: &KustomizeDir,
+    ) -> Result<RenderOutput, RenderError> {
+        match self {
+            Self::Builtin(k) => k.render(doc, rest, options, dir),
+            Self::Declared(d) => {
+                super::render_with(&DeclaredHandler::new(d.clone()), doc, rest, dir)
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The kinds one operator knows.
+#[derive(Debug, Clone)]
+pub struct Registry {
+    kinds: Vec<Kind>,
+}
+
+impl Registry {
+    /// The built-in kinds and every kind declared in `dir`, each kind file
+    /// checked (an error names the file and the field).
+    pub fn load(dir: &KustomizeDir) -> Result<Self, RegistryError> {
+        let mut kinds: Vec<Kind> = KindName::ALL.iter().copied().map(Kind::Builtin).collect();
+        for declared in declared::load(dir)? {
+            check_clash(&kinds, &declared)?;
+            kinds.push(Kind::Declared(Arc::new(declared)));
+        }
+        Ok(Self { kinds })
+    }
+
+    /// Every kind: the built-in ones first, then the declared ones by name.
+    pub fn all(&self) -> &[Kind] {
+        &self.kinds
+    }
+
+    /// The kinds named (case-insensitively), or all when `names` is empty.
+    pub fn select(&self, names: &[String]) -> Result<Vec<Kind>, RegistryError> {
+        if names.is_empty() {
+            return Ok(self.kinds.clone());
+        }
+        names
+            .iter()
+            .map(|name| {
+                self.kinds
+                    .iter()
+                    .find(|k| k.name().eq_ignore_ascii_case(name))
+                    .cloned()
+                    .ok_or_else(|| RegistryError::Unknown {
+                        name: name.clone(),
+                        known: self.names().join(", "),
+                    })
+            })
+            .collect()
+    }
+
+    /// The kind of the resource `doc`, if one is served.
+    pub fn of_document(&self, doc: &serde_json::Value) -> Option<&Kind> {
+        self.kinds.iter().find(|k| k.matches(doc))
+    }
+
+    /// The short names.
+    pub fn names(&self) -> Vec<&str> {
+        self.kinds.iter().map(Kind::name).collect()
+    }
+}
+
+/// A declared kind may not take a name, a CRD or an API another kind has.
+fn check_clash(kinds: &[Kind], declared: &DeclaredKind) -> Result<(), RegistryError> {
+    let crd_name = declared.crd().metadata.name.unwrap_or_default();
+    for other in kinds {
+        let reason = if other.name().eq_ignore_ascii_case(declared.name()) {
+            Some(format!(
+                "the kind name {:?} is taken by a built-in kind",
+                declared.name()
+            ))
+        } else if other.crd().metadata.name.as_deref() == Some(crd_name.as_str()) {
+            Some(format!(
+                "the CRD {crd_name} is already served by the kind {other}"
+            ))
+        } else {
+            None
+        };
+        if let Some(reason) = reason {
+            return Err(RegistryError::Clash {
+                file: declared.path.clone(),
+                reason,
+            });
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,167 @@
+//! The admission policies of `deploy/admission`, checked without a cluster:
+//! shipped with the install, bound, failing closed, matching what they must,
+//! generated from their script, and within CEL's cost limits. What they admit
+//! and refuse is tested against the API server in `tests/tenancy.rs`.
+
+mod common;
+
+use serde_json::Value;
+
+const RULE_POLICY: &str = "kustomize-operator-copyrator-rights";
+const AGENT_POLICY: &str = "kustomize-operator-chaosagent-rights";
+
+/// CEL's price of one authorization check, and the most one expression and
+/// one policy (per request) may spend (k8s.io/apiserver: pkg/cel/library/cost.go,
+/// pkg/apis/cel/config.go).
+const CHECK_COST: u64 = 350_000;
+const PER_EXPRESSION_LIMIT: u64 = 1_000_000;
+const PER_POLICY_BUDGET: u64 = 10_000_000;
+
+fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    docs.iter()
+        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind}/{name}"))
+}
+
+fn strings(value: &Value) -> Vec<&str> {
+    value
+        .as_array()
+        .unwrap_or_else(|| panic!("a list: {value}"))
+        .iter()
+        .map(|v| v.as_str().expect("a string"))
+        .collect()
+}
+
+/// The validations' expressions.
+fn expressions(policy: &Value) -> Vec<&str> {
+    policy["spec"]["validations"]
+        .as_array()
+        .expect("validations")
+        .iter()
+        .map(|v| v["expression"].as_str().expect("an expression"))
+        .collect()
+}
+
+#[test]
+fn the_policies_ship_with_the_install_bound_and_failing_closed() {
+    let kustomization = std::fs::read_to_string(common::repo().join("deploy/kustomization.yaml"))
+        .expect("deploy/kustomization.yaml");
+    assert!(
+        kustomization.lines().any(|l| l.trim() == "- admission"),
+        "deploy/kustomization.yaml does not list admission"
+    );
+    let docs = common::kustomize_documents("deploy");
+    for (name, group, resource) in [
+        (RULE_POLICY, "flant.com", "copyrators"),
+        (AGENT_POLICY, "blackadder.io", "chaosagents"),
+    ] {
+        let policy = find(&docs, "ValidatingAdmissionPolicy", name);
+        assert_eq!(policy["apiVersion"], "admissionregistration.k8s.io/v1");
+        let spec = &policy["spec"];
+        assert_eq!(spec["failurePolicy"], "Fail", "{name}");
+        let rules = spec["matchConstraints"]["resourceRules"]
+            .as_array()
+            .expect("resourceRules");
+        assert_eq!(rules.len(), 1, "{name}");
+        assert_eq!(strings(&rules[0]["apiGroups"]), [group], "{name}");
+        // Not `<resource>/status`: the operator's status writes stay unchecked.
+        assert_eq!(strings(&rules[0]["resources"]), [resource], "{name}");
+        assert_eq!(
+            strings(&rules[0]["operations"]),
+            ["CREATE", "UPDATE"],
+            "{name}"
+        );
+        for validation in spec["validations"].as_array().expect("validations") {
+            let expression = validation["expression"].as_str().unwrap();
+            assert_eq!(validation["reason"], "Forbidden", "{expression}");
+            assert!(validation["message"].is_string(), "{expression}");
+            // The messages cannot call the authorizer (it is not bound there).
+            let message = validation["messageExpression"]
+                .as_str()
+                .unwrap_or_else(|| panic!("a messageExpression for {expression}"));
+            assert!(!message.contains("authorizer"), "{message}");
+            let checks = expression.matches(".check(").count() as u64;
+            assert!(
+                checks * CHECK_COST <= PER_EXPRESSION_LIMIT,
+                "{expression}: {checks} authorization checks exceed one expression's cost limit"
+            );
+        }
+        let binding = find(&docs, "ValidatingAdmissionPolicyBinding", name);
+        assert_eq!(binding["spec"]["policyName"], name);
+        assert_eq!(strings(&binding["spec"]["validationActions"]), ["Deny"]);
+    }
+}
+
+#[test]
+fn the_copyrator_policy_is_generated_by_its_script() {
+    let script = common::repo().join("hack/generate-copyrator-policy");
+    let out = std::process::Command::new(&script)
+        .output()
+        .expect("run hack/generate-copyrator-policy");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let committed = std::fs::read_to_string(common::repo().join("deploy/admission/copyrator.yaml"))
+        .expect("deploy/admission/copyrator.yaml");
+    assert!(
+        committed == String::from_utf8_lossy(&out.stdout),
+        "deploy/admission/copyrator.yaml is stale: run hack/generate-copyrator-policy > deploy/admission/copyrator.yaml"
+    );
+}
+
+/// Each listed namespace up to the limit has its create and patch checks, in
+/// order; the worst request (a rule listing exactly the limit) stays within
+/// the policy's budget.
+#[test]
+fn the_copyrator_policy_checks_each_listed_namespace_within_the_budget() {
+    let docs = common::kustomize_documents("deploy/admission");
+    let policy = find(&docs, "ValidatingAdmissionPolicy", RULE_POLICY);
+    let expressions = expressions(policy);
+    let per_namespace: Vec<&str> = expressions
+        .iter()
+        .copied()
+        .filter(|e| e.contains("variables.targets["))
+        .collect();
+    let one_by_one = per_namespace.len() / 2;
+    assert!(one_by_one >= 1, "no per-namespace checks");
+    for (i, pair) in per_namespace.chunks(2).enumerate() {
+        for (expression, verb) in pair.iter().zip(["create", "patch"]) {
+            assert!(
+                expression.contains(&format!(
+                    "namespace(variables.targets[{i}]).check('{verb}')"
+                )) && expression.contains(&format!("size(variables.targets) <= {i} ||")),
+                "validation {verb} #{i}: {expression}"
+            );
+        }
+    }
+    let cluster_wide = expressions
+        .iter()
+        .filter(|e| e.starts_with("variables.oneByOne ||"))
+        .count();
+    let source = expressions
+        .iter()
+        .filter(|e| e.contains("namespace(request.namespace)"))
+        .count();
+    assert_eq!((cluster_wide, source), (2, 2), "{expressions:#?}");
+    assert_eq!(expressions.len(), 2 * one_by_one + 4);
+    let limit = policy["spec"]["variables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "oneByOne")
+        .and_then(|v| v["expression"].as_str())
+        .expect("the oneByOne variable");
+    assert!(
+        limit.ends_with(&format!("<= {one_by_one}")),
+        "oneByOne ({limit}) and the per-namespace validations ({one_by_one}) disagree"
+    );
+    // Per request: either the cluster-wide pair or the per-namespace ones,
+    // and the source pair.
+    let worst = (2 * one_by_one as u64).max(2) + 2;
+    assert!(
+        worst * CHECK_COST <= PER_POLICY_BUDGET * 95 / 100,
+        "{worst} checks leave too little of the policy's CEL budget"
+    );
+}

@@ -1,0 +1,533 @@
+//! Kinds declared as folders, served by a running operator against the
+//! control plane: `tests/fixtures/kinds/webapp` (namespaced: a ConfigMap and
+//! a Deployment in its base, a generated ConfigMap, a Service only when
+//! asked, a status mapping and a readiness rule) and `tenant`
+//! (cluster-scoped: a Namespace and objects in it). No Rust was written for
+//! either.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, LimitRange, Namespace, Service};
+use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use kustomize_operator::kinds::registry::{Kind, Registry};
+use serde_json::{Value, json};
+use tokio::sync::OnceCell;
+
+const TIMEOUT: Duration = Duration::from_secs(90);
+
+/// The fixture kinds, their CRDs installed once per test binary.
+async fn fixture_kinds(client: &Client) -> Registry {
+    static INSTALLED: OnceCell<()> = OnceCell::const_new();
+    let registry = Registry::load(&common::kustomize_dirs()).unwrap();
+    INSTALLED
+        .get_or_init(|| async {
+            for name in ["webapp", "tenant"] {
+                install_crd(client, &select(&registry, name)).await;
+            }
+        })
+        .await;
+    registry
+}
+
+fn select(registry: &Registry, name: &str) -> Kind {
+    registry.select(&[name.to_string()]).unwrap().remove(0)
+}
+
+/// Applies `kind`'s CRD and waits until it is established.
+async fn install_crd(_client: &Client, kind: &Kind) {
+    let crd = serde_json::to_string(&kind.crd()).unwrap();
+    let (ok, _, err) = common::kubectl_stdin(&["apply", "--server-side", "-f", "-"], &crd);
+    assert!(ok, "installing the CRD of {kind}: {err}");
+    let name = kind.crd().metadata.name.unwrap();
+    let (ok, _, err) = common::kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        &format!("crd/{name}"),
+    ]);
+    assert!(ok, "{name} not established: {err}");
+}
+
+fn api_resource(kind: &Kind) -> ApiResource {
+    kind.declared().expect("a declared kind").resource.clone()
+}
+
+/// The operator for `ns`, serving `kinds` from the repo's and the fixtures'
+/// kind folders.
+async fn operator(ns: &str, kinds: &str) -> kustomize_operator::Operator {
+    let fixtures = common::fixture_kinds().display().to_string();
+    common::start_operator(
+        ns,
+        &[
+            "--kustomize-dir",
+            &fixtures,
+            "--kinds",
+            kinds,
+            "--health-timeout",
+            "2m",
+        ],
+    )
+    .await
+}
+
+fn webapp(name: &str, spec: Value) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "apps.example.com/v1alpha1",
+        "kind": "WebApp",
+        "metadata": {"name": name},
+        "spec": spec,
+    }))
+    .unwrap()
+}
+
+fn condition<'a>(object: &'a DynamicObject, type_: &str) -> Option<&'a Value> {
+    object.data["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+}
+
+/// Waits until `name` reports `reason` on its Ready condition for its
+/// current generation (Ready=True when `reason` is Applied); returns it.
+async fn wait_reason(api: &Api<DynamicObject>, name: &str, reason: &str) -> DynamicObject {
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let object = api.get(name).await.unwrap();
+        let status = &object.data["status"];
+        let current = status["observedGeneration"].as_i64() == object.metadata.generation;
+        let ready = condition(&object, "Ready");
+        let matches = ready.is_some_and(|c| {
+            c["reason"] == reason && (reason != "Applied" || c["status"] == "True")
+        });
+        if current && matches {
+            return object;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{name} never reached {reason}: {status:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn names<K>(api: &Api<K>) -> Vec<String>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let mut names: Vec<String> = api
+        .list_metadata(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|m| m.metadata.name)
+        .collect();
+    names.sort();
+    names
+}
+
+/// The data of the ConfigMap whose name starts with `prefix` (a generated one).
+async fn generated(
+    config_maps: &Api<ConfigMap>,
+    prefix: &str,
+) -> Vec<(String, BTreeMap<String, String>)> {
+    config_maps
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|c| {
+            c.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| n.starts_with(prefix))
+        })
+        .map(|c| {
+            (
+                c.metadata.name.unwrap_or_default(),
+                c.data.unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_webapp_is_applied_becomes_ready_changes_prunes_and_goes() {
+    let client = cluster_or_skip!();
+    let registry = fixture_kinds(&client).await;
+    let ns = common::TestNamespace::new(&client, "webapp").await;
+    let apps: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns.name,
+        &api_resource(&select(&registry, "webapp")),
+    );
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    let services: Api<Service> = Api::namespaced(client.clone(), &ns.name);
+    let operator = operator(&ns.name, "webapp").await;
+
+    let spec = json!({"replicas": 2, "greeting": "hi", "expose": true});
+    apps.create(&PostParams::default(), &webapp("shop", spec))
+        .await
+        .unwrap();
+    let ready = wait_reason(&apps, "shop", "Applied").await;
+    // Ready only once the readiness rule holds: 2 replicas available.
+    assert_eq!(
+        ready.data["status"]["readyReplicas"], 2,
+        "the status mapping"
+    );
+    assert_eq!(ready.data["status"]["inventory"]["count"], 4);
+    let deployment = deployments.get("shop-web").await.unwrap();
+    assert_eq!(deployment.spec.unwrap().replicas, Some(2));
+    let labels = deployment.metadata.labels.unwrap();
+    assert_eq!(
+        labels["example.com/tier"], "frontend",
+        "the schema's default"
+    );
+    assert_eq!(labels["app.kubernetes.io/instance"], "shop");
+    assert_eq!(names(&services).await, ["shop-web"]);
+    let greetings = generated(&config_maps, "shop-greeting-").await;
+    assert_eq!(greetings.len(), 1);
+    assert_eq!(greetings[0].1["greeting.txt"], "hi");
+    assert!(
+        config_maps
+            .get_opt("shop-settings")
+            .await
+            .unwrap()
+            .is_some()
+    );
+
+    // A new greeting, no Service, one replica: the new ConfigMap replaces
+    // the old one and the Service is pruned.
+    let change = json!({"spec": {"replicas": 1, "greeting": "bye", "expose": false}});
+    apps.patch("shop", &PatchParams::default(), &Patch::Merge(&change))
+        .await
+        .unwrap();
+    let changed = wait_reason(&apps, "shop", "Applied").await;
+    assert_eq!(changed.data["status"]["inventory"]["count"], 3);
+    assert!(
+        names(&services).await.is_empty(),
+        "the Service was not pruned"
+    );
+    let greetings = generated(&config_maps, "shop-greeting-").await;
+    assert_eq!(greetings.len(), 1, "{greetings:?}");
+    assert_eq!(greetings[0].1["greeting.txt"], "bye");
+    let deployment = deployments.get("shop-web").await.unwrap();
+    assert_eq!(deployment.spec.unwrap().replicas, Some(1));
+
+    apps.delete("shop", &DeleteParams::default()).await.unwrap();
+    common::wait_until(TIMEOUT, || async {
+        apps.get_opt("shop").await.unwrap().is_none()
+    })
+    .await;
+    assert!(deployments.get_opt("shop-web").await.unwrap().is_none());
+    assert!(generated(&config_maps, "shop-").await.is_empty());
+    operator.stop().await;
+}
+
+#[tokio::test]
+async fn an_object_the_webapp_did_not_create_is_never_taken() {
+    let client = cluster_or_skip!();
+    let registry = fixture_kinds(&client).await;
+    let ns = common::TestNamespace::new(&client, "webapp-own").await;
+    let apps: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns.name,
+        &api_resource(&select(&registry, "webapp")),
+    );
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    let theirs: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "blog-settings"},
+        "data": {"owner": "someone else"},
+    }))
+    .unwrap();
+    config_maps
+        .create(&PostParams::default(), &theirs)
+        .await
+        .unwrap();
+    let operator = operator(&ns.name, "webapp").await;
+
+    apps.create(
+        &PostParams::default(),
+        &webapp("blog", json!({"replicas": 1})),
+    )
+    .await
+    .unwrap();
+    let refused = wait_reason(&apps, "blog", "OwnershipConflict").await;
+    let message = condition(&refused, "Ready").unwrap()["message"].to_string();
+    assert!(message.contains("blog-settings"), "{message}");
+    let untouched = config_maps.get("blog-settings").await.unwrap();
+    assert_eq!(untouched.data.unwrap()["owner"], "someone else");
+    assert!(untouched.metadata.labels.is_none());
+
+    apps.delete("blog", &DeleteParams::default()).await.unwrap();
+    common::wait_until(TIMEOUT, || async {
+        apps.get_opt("blog").await.unwrap().is_none()
+    })
+    .await;
+    assert!(
+        config_maps
+            .get_opt("blog-settings")
+            .await
+            .unwrap()
+            .is_some(),
+        "deleted what it did not create"
+    );
+    operator.stop().await;
+}
+
+#[tokio::test]
+async fn hostile_strings_in_a_spec_stay_data() {
+    let client = cluster_or_skip!();
+    let registry = fixture_kinds(&client).await;
+    let ns = common::TestNamespace::new(&client, "webapp-hostile").await;
+    let apps: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns.name,
+        &api_resource(&select(&registry, "webapp")),
+    );
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    let operator = operator(&ns.name, "webapp").await;
+    let hostile = [
+        "x\n---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: stolen",
+        "{{ metadata.uid }} {% raw %} ${HOME} $(id)",
+        "\"quoted\": 'single' # comment\n  indented: [a, b]",
+        "&anchor *alias !!binary",
+    ];
+    for (i, text) in hostile.iter().enumerate() {
+        let name = format!("h{i}");
+        let spec = json!({"replicas": 0, "greeting": text});
+        apps.create(&PostParams::default(), &webapp(&name, spec))
+            .await
+            .unwrap();
+    }
+    for (i, text) in hostile.iter().enumerate() {
+        let name = format!("h{i}");
+        let applied = wait_reason(&apps, &name, "Applied").await;
+        assert_eq!(
+            applied.data["status"]["inventory"]["count"], 3,
+            "{name}: objects added"
+        );
+        let greetings = generated(&config_maps, &format!("{name}-greeting-")).await;
+        assert_eq!(
+            greetings[0].1["greeting.txt"], *text,
+            "{name}: not byte for byte"
+        );
+    }
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(client.clone(), &ns.name);
+    assert!(secrets.get_opt("stolen").await.unwrap().is_none());
+    for i in 0..hostile.len() {
+        apps.delete(&format!("h{i}"), &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    common::wait_until(TIMEOUT, || async { names(&apps).await.is_empty() }).await;
+    operator.stop().await;
+}
+
+#[tokio::test]
+async fn a_cluster_scoped_tenant_makes_its_namespace_and_takes_it_away() {
+    let client = cluster_or_skip!();
+    let registry = fixture_kinds(&client).await;
+    let ns = common::TestNamespace::new(&client, "tenant-op").await;
+    let tenants: Api<DynamicObject> =
+        Api::all_with(client.clone(), &api_resource(&select(&registry, "tenant")));
+    let operator = operator(&ns.name, "tenant").await;
+    let name = format!("t{:06x}", rand::random::<u32>() & 0xff_ffff);
+    let tenant: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "platform.example.com/v1",
+        "kind": "Tenant",
+        "metadata": {"name": name},
+        "spec": {"owner": "ACME: ops\n---\nkind: Secret"},
+    }))
+    .unwrap();
+    tenants
+        .create(&PostParams::default(), &tenant)
+        .await
+        .unwrap();
+    let applied = wait_reason(&tenants, &name, "Applied").await;
+    assert_eq!(applied.data["status"]["inventory"]["count"], 3);
+    let namespace = format!("tenant-{name}");
+    let created = Api::<Namespace>::all(client.clone())
+        .get(&namespace)
+        .await
+        .unwrap();
+    assert_eq!(
+        created.metadata.labels.unwrap()["platform.example.com/tenant"],
+        name
+    );
+    let owner = Api::<ConfigMap>::namespaced(client.clone(), &namespace)
+        .get("owner")
+        .await
+        .unwrap();
+    let data = owner.data.unwrap();
+    assert_eq!(data["owner"], "ACME: ops\n---\nkind: Secret");
+    assert_eq!(data["pods"], "10", "the schema's default");
+    assert!(
+        Api::<LimitRange>::namespaced(client.clone(), &namespace)
+            .get_opt("defaults")
+            .await
+            .unwrap()
+            .is_some()
+    );
+
+    tenants
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
+    common::wait_until(TIMEOUT, || async {
+        tenants.get_opt(&name).await.unwrap().is_none()
+    })
+    .await;
+    let gone = Api::<Namespace>::all(client.clone())
+        .get_opt(&namespace)
+        .await
+        .unwrap();
+    assert!(
+        gone.is_none_or(|n| n.metadata.deletion_timestamp.is_some()),
+        "the tenant's namespace is left"
+    );
+    operator.stop().await;
+}
+
+/// A kind folder written for one test, in a directory of its own.
+fn kind_folder(name: &str, kind_file: &str, base: &[(&str, &str)]) -> tempfile::TempDir {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join(name);
+    std::fs::create_dir_all(dir.join("base")).unwrap();
+    std::fs::write(dir.join("kind.yaml"), kind_file).unwrap();
+    for (file, text) in base {
+        std::fs::write(dir.join("base").join(file), text).unwrap();
+    }
+    root
+}
+
+const LEAKY: &str = "apiVersion: kustomize-operator.io/v1alpha1
+kind: KindDefinition
+metadata: {name: leaky}
+spec:
+  group: leaky.example.com
+  version: v1
+  names: {kind: Leaky, plural: leakies}
+  schema: {type: object}
+";
+
+#[tokio::test]
+async fn a_namespaced_kind_cannot_create_objects_outside_its_namespace() {
+    let client = cluster_or_skip!();
+    let folder = kind_folder(
+        "leaky",
+        LEAKY,
+        &[
+            ("kustomization.yaml", "resources: [role.yaml]\n"),
+            (
+                "role.yaml",
+                "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: leaked\nrules: []\n",
+            ),
+        ],
+    );
+    let dir = kustomize_operator::kind::KustomizeDir::load(folder.path()).unwrap();
+    let registry = Registry::load(&dir).unwrap();
+    let leaky = select(&registry, "leaky");
+    install_crd(&client, &leaky).await;
+    let ns = common::TestNamespace::new(&client, "leaky").await;
+    let path = folder.path().display().to_string();
+    let operator =
+        common::start_operator(&ns.name, &["--kustomize-dir", &path, "--kinds", "leaky"]).await;
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &ns.name, &api_resource(&leaky));
+    let resource: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "leaky.example.com/v1", "kind": "Leaky",
+        "metadata": {"name": "x"}, "spec": {},
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &resource).await.unwrap();
+    let refused = wait_reason(&api, "x", "RenderFailed").await;
+    let message = condition(&refused, "Ready").unwrap()["message"].to_string();
+    assert!(
+        message.contains("outside the resource's namespace") && message.contains("leaked"),
+        "{message}"
+    );
+    let roles: Api<k8s_openapi::api::rbac::v1::ClusterRole> = Api::all(client.clone());
+    assert!(roles.get_opt("leaked").await.unwrap().is_none());
+    api.delete("x", &DeleteParams::default()).await.unwrap();
+    common::wait_until(TIMEOUT, || async {
+        api.get_opt("x").await.unwrap().is_none()
+    })
+    .await;
+    operator.stop().await;
+}
+
+#[tokio::test]
+async fn run_refuses_to_start_naming_the_file_and_the_field() {
+    let client = cluster_or_skip!();
+    let ns = common::TestNamespace::new(&client, "refuse").await;
+    let start = |dir: String| {
+        let ns = ns.name.clone();
+        async move {
+            kustomize_operator::Operator::start(&common::run_args(
+                &ns,
+                &["--kustomize-dir", &dir, "--kinds", "leaky"],
+            ))
+            .await
+            .err()
+            .map(|e| e.to_string())
+            .expect("the operator started")
+        }
+    };
+    let unknown_field = LEAKY.replace("  schema:", "  shema: {}\n  schema:");
+    let folder = kind_folder(
+        "leaky",
+        &unknown_field,
+        &[("kustomization.yaml", "resources: []\n")],
+    );
+    let err = start(folder.path().display().to_string()).await;
+    assert!(
+        err.contains("leaky/kind.yaml") && err.contains("shema"),
+        "{err}"
+    );
+
+    let broken_template =
+        format!("{LEAKY}  overlay:\n    labels:\n      - pairs: {{a: \"{{{{ metadata.name \"}}\n");
+    let folder = kind_folder(
+        "leaky",
+        &broken_template,
+        &[("kustomization.yaml", "resources: []\n")],
+    );
+    let err = start(folder.path().display().to_string()).await;
+    assert!(
+        err.contains("leaky/kind.yaml") && err.contains("spec.overlay.labels[0].pairs.a"),
+        "{err}"
+    );
+
+    let folder = kind_folder(
+        "leaky",
+        LEAKY,
+        &[("kustomization.yaml", "resources: [missing.yaml]\n")],
+    );
+    let err = start(folder.path().display().to_string()).await;
+    assert!(
+        err.contains("leaky/kind.yaml")
+            && err.contains("base does not build")
+            && err.contains("missing.yaml"),
+        "{err}"
+    );
+
+    let err =
+        kustomize_operator::Operator::start(&common::run_args(&ns.name, &["--kinds", "sampel"]))
+            .await
+            .err()
+            .map(|e| e.to_string())
+            .expect("started with an unknown kind");
+    assert!(
+        err.contains("unknown kind \"sampel\"") && err.contains("sample"),
+        "{err}"
+    );
+}

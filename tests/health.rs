@@ -1,0 +1,315 @@
+//! Ready means healthy, on the local plane with kwok's nodes: a Sample is
+//! Ready only once its Deployment's Pods are available; it shows progress
+//! while they are not, stalls after the health timeout, recovers when they
+//! come; none of that spawns kubectl. Pod creation is held back with a
+//! ResourceQuota on Pods, which makes each state last as long as the test
+//! needs it.
+
+mod common;
+
+use std::time::Duration;
+
+use common::sample::{Sample, SampleSpec, available};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Pod, ResourceQuota};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use kustomize_operator::kind::{CommonStatus, ConditionStatus, ConditionType, Reason};
+use serde_json::json;
+
+const TIMEOUT: Duration = Duration::from_secs(90);
+
+async fn status(samples: &Api<Sample>, name: &str) -> CommonStatus {
+    samples.get(name).await.unwrap().status.unwrap_or_default()
+}
+
+fn condition(s: &CommonStatus, type_: ConditionType) -> Option<(ConditionStatus, Reason)> {
+    s.condition(type_).map(|c| (c.status, c.reason))
+}
+
+/// Waits until `check` holds for the Sample's status; fails showing it.
+async fn wait_status(
+    samples: &Api<Sample>,
+    name: &str,
+    what: &str,
+    check: impl Fn(&CommonStatus) -> bool,
+) -> CommonStatus {
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let s = status(samples, name).await;
+        if check(&s) {
+            return s;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{name}: never {what}: {s:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn ready(s: &CommonStatus) -> bool {
+    s.is_ready()
+}
+
+/// At most `pods` Pods in `ns` (the ReplicaSet cannot create more).
+async fn set_pod_quota(client: &Client, ns: &str, pods: u32) {
+    let quotas: Api<ResourceQuota> = Api::namespaced(client.clone(), ns);
+    let quota: ResourceQuota = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "ResourceQuota",
+        "metadata": {"name": "pods"},
+        "spec": {"hard": {"pods": pods.to_string()}},
+    }))
+    .unwrap();
+    quotas
+        .patch(
+            "pods",
+            &PatchParams::apply("health-test").force(),
+            &Patch::Apply(&quota),
+        )
+        .await
+        .unwrap();
+    // The quota admission plugin needs the quota's status before it counts.
+    common::wait_until(TIMEOUT, || async {
+        quotas
+            .get("pods")
+            .await
+            .unwrap()
+            .status
+            .and_then(|s| s.hard)
+            .is_some_and(|h| h.get("pods").map(|q| q.0.as_str()) == Some(pods.to_string().as_str()))
+    })
+    .await;
+}
+
+async fn has_event(client: &Client, ns: &str, name: &str, reason: &str) -> bool {
+    Api::<Event>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .any(|e| {
+            e.reason.as_deref() == Some(reason)
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+        })
+}
+
+async fn running_pods(client: &Client, ns: &str, sample: &str) -> usize {
+    let selector = format!("app.kubernetes.io/instance={sample}");
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|p| {
+            p.metadata.deletion_timestamp.is_none()
+                && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+        })
+        .count()
+}
+
+#[tokio::test]
+async fn ready_waits_for_running_pods_stalls_after_the_timeout_and_recovers() {
+    let client = cluster_or_skip!();
+    let ns = common::TestNamespace::new(&client, "health").await;
+    let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
+    set_pod_quota(&client, &ns.name, 0).await;
+    let operator = common::start_operator(&ns.name, &["--health-timeout", "5s"]).await;
+    samples
+        .create(
+            &PostParams::default(),
+            &Sample::new("web", SampleSpec { count: 2 }),
+        )
+        .await
+        .unwrap();
+
+    // Applied, but no Pod can run: Reconciling, with what it waits for.
+    let waiting = wait_status(&samples, "web", "waiting for its Pods", |s| {
+        s.applied_digest.is_some()
+            && condition(s, ConditionType::Reconciling)
+                == Some((ConditionStatus::True, Reason::Progressing))
+    })
+    .await;
+    assert_eq!(
+        condition(&waiting, ConditionType::Ready),
+        Some((ConditionStatus::Unknown, Reason::Progressing))
+    );
+    let message = waiting.message.clone().unwrap_or_default();
+    assert!(message.starts_with("deployment/web: "), "{message}");
+    let spawned = operator.kubectl_stats().spawned();
+
+    // Still no Pod after the timeout: Stalled, Ready=False, a warning.
+    let stalled = wait_status(&samples, "web", "stalled", |s| {
+        condition(s, ConditionType::Stalled).is_some()
+    })
+    .await;
+    assert_eq!(
+        condition(&stalled, ConditionType::Ready),
+        Some((ConditionStatus::False, Reason::Unhealthy))
+    );
+    assert_eq!(
+        condition(&stalled, ConditionType::Stalled),
+        Some((ConditionStatus::True, Reason::Unhealthy))
+    );
+    let message = stalled.message.clone().unwrap_or_default();
+    assert!(message.starts_with("not healthy after 5s"), "{message}");
+    common::wait_until(TIMEOUT, || has_event(&client, &ns.name, "web", "Unhealthy")).await;
+    assert_eq!(running_pods(&client, &ns.name, "web").await, 0);
+
+    // The quota goes: the Pods run, and only then is the Sample Ready.
+    set_pod_quota(&client, &ns.name, 10).await;
+    let healthy = wait_status(&samples, "web", "ready", ready).await;
+    assert!(condition(&healthy, ConditionType::Stalled).is_none());
+    assert_eq!(running_pods(&client, &ns.name, "web").await, 2);
+    common::wait_until(TIMEOUT, || async {
+        available(&samples, "web").await == Some(2)
+    })
+    .await;
+    common::wait_until(TIMEOUT, || has_event(&client, &ns.name, "web", "Healthy")).await;
+    assert_eq!(
+        operator.kubectl_stats().spawned(),
+        spawned,
+        "a health change spawned kubectl"
+    );
+    operator.stop().await;
+}
+
+#[tokio::test]
+async fn scaling_up_shows_progress_then_ready() {
+    let client = cluster_or_skip!();
+    let ns = common::TestNamespace::new(&client, "scale").await;
+    let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
+    set_pod_quota(&client, &ns.name, 1).await;
+    let operator = common::start_operator(&ns.name, &[]).await;
+    samples
+        .create(
+            &PostParams::default(),
+            &Sample::new("web", SampleSpec { count: 1 }),
+        )
+        .await
+        .unwrap();
+    wait_status(&samples, "web", "ready", ready).await;
+
+    samples
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"count": 3}})),
+        )
+        .await
+        .unwrap();
+    let progress = wait_status(&samples, "web", "showing progress at generation 2", |s| {
+        s.observed_generation == Some(2)
+            && condition(s, ConditionType::Reconciling)
+                .is_some_and(|c| c.0 == ConditionStatus::True)
+            && s.message.as_deref().is_some_and(|m| m.contains("1/3"))
+    })
+    .await;
+    assert!(!progress.is_ready());
+
+    set_pod_quota(&client, &ns.name, 3).await;
+    wait_status(&samples, "web", "ready at generation 2", |s| {
+        s.is_ready() && s.observed_generation == Some(2)
+    })
+    .await;
+    assert_eq!(running_pods(&client, &ns.name, "web").await, 3);
+    operator.stop().await;
+}
+
+#[tokio::test]
+async fn a_deleted_pod_is_replaced_without_a_reapply_or_a_stall() {
+    let client = cluster_or_skip!();
+    let ns = common::TestNamespace::new(&client, "pod-gone").await;
+    let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
+    let operator = common::start_operator(&ns.name, &[]).await;
+    samples
+        .create(
+            &PostParams::default(),
+            &Sample::new("web", SampleSpec { count: 2 }),
+        )
+        .await
+        .unwrap();
+    wait_status(&samples, "web", "ready", ready).await;
+    common::wait_until(TIMEOUT, || async {
+        running_pods(&client, &ns.name, "web").await == 2
+    })
+    .await;
+    let spawned = operator.kubectl_stats().spawned();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let selector = ListParams::default().labels("app.kubernetes.io/instance=web");
+    let victim = pods.list(&selector).await.unwrap().items[0]
+        .metadata
+        .name
+        .clone()
+        .unwrap();
+    pods.delete(&victim, &DeleteParams::default())
+        .await
+        .unwrap();
+
+    // Until a replacement runs, Ready is never False: at most Unknown while
+    // the Deployment really has fewer available replicas.
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let s = status(&samples, "web").await;
+        let ready = condition(&s, ConditionType::Ready).map(|c| c.0);
+        assert_ne!(ready, Some(ConditionStatus::False), "flapped: {s:#?}");
+        let replaced = pods
+            .list(&selector)
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .any(|p| p.metadata.name.as_deref() != Some(&victim) && p.metadata.name.is_some())
+            && running_pods(&client, &ns.name, "web").await == 2;
+        if replaced && s.is_ready() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not replaced: {s:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        operator.kubectl_stats().spawned(),
+        spawned,
+        "a Pod's deletion spawned kubectl"
+    );
+    operator.stop().await;
+}
+
+#[tokio::test]
+async fn a_deployment_deleted_behind_the_operators_back_is_applied_again_at_once() {
+    let client = cluster_or_skip!();
+    let ns = common::TestNamespace::new(&client, "drift").await;
+    let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    // The resync is an hour away: only the watch can bring it back.
+    let operator = common::start_operator(&ns.name, &["--resync-interval", "1h"]).await;
+    samples
+        .create(
+            &PostParams::default(),
+            &Sample::new("web", SampleSpec { count: 1 }),
+        )
+        .await
+        .unwrap();
+    wait_status(&samples, "web", "ready", ready).await;
+    let before = deployments.get("web").await.unwrap().metadata.uid;
+    deployments
+        .delete("web", &DeleteParams::foreground())
+        .await
+        .unwrap();
+    common::wait_until(TIMEOUT, || async {
+        deployments
+            .get_opt("web")
+            .await
+            .unwrap()
+            .is_some_and(|d| d.metadata.uid != before && d.metadata.deletion_timestamp.is_none())
+    })
+    .await;
+    wait_status(&samples, "web", "ready again", ready).await;
+    operator.stop().await;
+}

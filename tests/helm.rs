@@ -1,0 +1,875 @@
+//! The Helm chart (`charts/kustomize-operator`) for real.
+//!
+//! Without a cluster: `helm lint`; `helm template` with the default values
+//! renders exactly what `kubectl kustomize deploy` builds, and with
+//! `copyratorNamespaces` what `overlays/copyrator-namespaces` builds (the
+//! chart and deploy/ cannot drift apart: any difference fails here, Helm's
+//! labels and deploy/'s Namespace aside); the values shape the install; bad
+//! values are refused with a message naming them.
+//!
+//! Against the control plane: `helm install`, the objects and the RBAC of
+//! the chart's ServiceAccount (its own token, `kubectl auth can-i`), `helm
+//! upgrade` with other values, `helm uninstall` leaving nothing but the CRDs.
+//! The release is `ko-helm-<random>` in a namespace of its own: its
+//! cluster-scoped names derive from the release, so it never touches the
+//! install of `tests/deploy.rs` (`kustomize-operator-system`, deploy/'s
+//! names). The CRDs are shared with every test: `helm install` applies the
+//! chart's copies (identical to deploy/'s, so nothing changes), and upgrade
+//! and uninstall leave them alone.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+const CHART: &str = "charts/kustomize-operator";
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The labels a Helm chart adds by convention to deploy/'s: removed from
+/// labels and selectors before comparing.
+const HELM_LABELS: &[&str] = &[
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/managed-by",
+    "app.kubernetes.io/version",
+    "helm.sh/chart",
+];
+
+/// The helm binary.
+struct Helm(PathBuf);
+
+/// The helm binary, or return (a loud skip; a failure under CI=true).
+macro_rules! helm_or_skip {
+    () => {
+        match common::helm_path() {
+            Some(path) => Helm(path),
+            None => return,
+        }
+    };
+}
+
+impl Helm {
+    /// Runs helm; returns (success, stdout, stderr).
+    fn run(&self, args: &[&str]) -> (bool, String, String) {
+        let out = std::process::Command::new(&self.0)
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("run {}: {e}", self.0.display()));
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// Runs helm and panics, with its output, when it fails.
+    fn ok(&self, args: &[&str]) -> String {
+        let (ok, out, err) = self.run(args);
+        assert!(ok, "helm {args:?} failed:\n{out}\n{err}");
+        out
+    }
+
+    /// `helm template <release> <chart> --namespace <namespace> --include-crds <args>`:
+    /// the documents.
+    fn template(&self, release: &str, namespace: &str, args: &[&str]) -> Vec<Value> {
+        let chart = chart();
+        let mut argv = vec![
+            "template",
+            release,
+            &chart,
+            "--namespace",
+            namespace,
+            "--include-crds",
+        ];
+        argv.extend_from_slice(args);
+        serde_saphyr::from_multiple(&self.ok(&argv)).expect("helm template prints YAML")
+    }
+
+    /// The error of a `helm template` that must fail.
+    fn template_error(&self, args: &[&str]) -> String {
+        let chart = chart();
+        let mut argv = vec!["template", "kustomize-operator", &chart];
+        argv.extend_from_slice(args);
+        let (ok, out, err) = self.run(&argv);
+        assert!(
+            !ok,
+            "helm template {args:?} should fail; it printed:\n{out}"
+        );
+        err
+    }
+}
+
+fn chart() -> String {
+    common::repo().join(CHART).display().to_string()
+}
+
+/// `kind namespace/name` (no namespace: cluster-scoped).
+fn identity(doc: &Value) -> String {
+    format!(
+        "{} {}/{}",
+        doc["kind"].as_str().unwrap_or_default(),
+        doc["metadata"]["namespace"].as_str().unwrap_or_default(),
+        doc["metadata"]["name"].as_str().unwrap_or_default()
+    )
+}
+
+/// Kinds kustomize (kyaml v0.20) does not know are cluster-scoped, and
+/// stamps with the kustomization's namespace; the API server drops it.
+const CLUSTER_SCOPED_KUSTOMIZE_MISTAKES: [&str; 2] = [
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+];
+
+/// The documents by identity; an identity may appear once.
+fn by_identity(docs: &[Value]) -> BTreeMap<String, Value> {
+    let mut map = BTreeMap::new();
+    for doc in docs {
+        let mut doc = doc.clone();
+        if CLUSTER_SCOPED_KUSTOMIZE_MISTAKES.contains(&doc["kind"].as_str().unwrap_or_default())
+            && let Some(meta) = doc["metadata"].as_object_mut()
+        {
+            meta.remove("namespace");
+        }
+        let doc = &doc;
+        assert!(
+            map.insert(identity(doc), doc.clone()).is_none(),
+            "{} appears twice",
+            identity(doc)
+        );
+    }
+    map
+}
+
+/// `doc` without Helm's labels in its labels and selectors.
+fn without_helm_labels(mut doc: Value) -> Value {
+    for pointer in [
+        "/metadata/labels",
+        "/spec/selector",
+        "/spec/selector/matchLabels",
+        "/spec/template/metadata/labels",
+    ] {
+        if let Some(Value::Object(labels)) = doc.pointer_mut(pointer) {
+            for label in HELM_LABELS {
+                labels.remove(*label);
+            }
+        }
+    }
+    doc
+}
+
+/// Fails unless the chart's documents are kustomize's, object for object and
+/// field for field, with two differences allowed: Helm's labels (removed from
+/// the chart's), and deploy/'s Namespace (a chart installs into the namespace
+/// `helm install --namespace` names, which Helm must find or create before
+/// the release; README, "Helm").
+fn assert_same_objects(kustomize: &[Value], helm: &[Value], what: &str) {
+    let mut expected = by_identity(kustomize);
+    let namespaces: Vec<String> = expected
+        .keys()
+        .filter(|k| k.starts_with("Namespace "))
+        .cloned()
+        .collect();
+    assert_eq!(namespaces.len(), 1, "{what}: one Namespace: {namespaces:?}");
+    expected.remove(&namespaces[0]);
+    let actual: BTreeMap<String, Value> = by_identity(helm)
+        .into_iter()
+        .map(|(k, v)| (k, without_helm_labels(v)))
+        .collect();
+    let missing: Vec<&String> = expected
+        .keys()
+        .filter(|k| !actual.contains_key(*k))
+        .collect();
+    let extra: Vec<&String> = actual
+        .keys()
+        .filter(|k| !expected.contains_key(*k))
+        .collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "{what}: the chart lacks {missing:?} and adds {extra:?}"
+    );
+    let mut report = Vec::new();
+    for (id, want) in &expected {
+        let mut found = Vec::new();
+        differences(want, &actual[id], "", &mut found);
+        if !found.is_empty() {
+            report.push(format!("{id}:\n{}", found.join("\n")));
+        }
+    }
+    assert!(
+        report.is_empty(),
+        "{what}: objects differ (Helm's labels removed):\n{}",
+        report.join("\n")
+    );
+}
+
+fn show(value: Option<&Value>) -> String {
+    value.map_or_else(|| "(nothing)".to_string(), Value::to_string)
+}
+
+/// Where `a` (kustomize's) and `b` (the chart's) differ: one line per JSON
+/// pointer, with both values. Numbers compare by value.
+fn differences(a: &Value, b: &Value, at: &str, found: &mut Vec<String>) {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let keys: BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+            for key in keys {
+                let (x, y) = (x.get(key), y.get(key));
+                let at = format!("{at}/{key}");
+                match (x, y) {
+                    (Some(x), Some(y)) => differences(x, y, &at, found),
+                    _ => found.push(format!("  {at}: kustomize {}, helm {}", show(x), show(y))),
+                }
+            }
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            for i in 0..x.len().max(y.len()) {
+                let at = format!("{at}/{i}");
+                match (x.get(i), y.get(i)) {
+                    (Some(x), Some(y)) => differences(x, y, &at, found),
+                    (x, y) => {
+                        found.push(format!("  {at}: kustomize {}, helm {}", show(x), show(y)))
+                    }
+                }
+            }
+        }
+        // kustomize writes the CRDs' `minimum: 1.0` as 1; helm prints crds/ as is.
+        (Value::Number(x), Value::Number(y)) if x.as_f64() == y.as_f64() => {}
+        _ if a != b => found.push(format!("  {at}: kustomize {a}, helm {b}")),
+        _ => {}
+    }
+}
+
+fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    docs.iter()
+        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name}"))
+}
+
+fn names_of(docs: &[Value], kind: &str) -> BTreeSet<String> {
+    docs.iter()
+        .filter(|d| d["kind"] == kind)
+        .map(|d| d["metadata"]["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The operator container's environment: name → value (or valueFrom).
+fn env_of(deployment: &Value) -> Vec<(String, Value)> {
+    deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()
+        .expect("env")
+        .iter()
+        .map(|e| {
+            let value = e.get("value").cloned().unwrap_or(e["valueFrom"].clone());
+            (e["name"].as_str().unwrap().to_string(), value)
+        })
+        .collect()
+}
+
+fn env_value(deployment: &Value, name: &str) -> Option<String> {
+    env_of(deployment)
+        .into_iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v.as_str().unwrap_or_default().to_string())
+}
+
+#[test]
+fn the_charts_crds_are_deploys() {
+    let deploy = common::repo().join("deploy/crds");
+    let chart = common::repo().join(CHART).join("crds");
+    let files = |dir: &Path| -> BTreeSet<String> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n != "kustomization.yaml")
+            .collect()
+    };
+    assert_eq!(
+        files(&deploy),
+        files(&chart),
+        "{CHART}/crds holds deploy/crds' CRDs (and nothing else): \
+         cargo run -- crd --out-dir {CHART}/crds"
+    );
+    for name in files(&deploy) {
+        assert_eq!(
+            std::fs::read_to_string(deploy.join(&name)).unwrap(),
+            std::fs::read_to_string(chart.join(&name)).unwrap(),
+            "{CHART}/crds/{name} differs from deploy/crds: cargo run -- crd --out-dir {CHART}/crds"
+        );
+    }
+}
+
+#[test]
+fn the_charts_admission_policies_are_deploys() {
+    for name in ["copyrator.yaml", "chaosagent.yaml"] {
+        assert_eq!(
+            std::fs::read_to_string(common::repo().join("deploy/admission").join(name)).unwrap(),
+            std::fs::read_to_string(
+                common::repo()
+                    .join(CHART)
+                    .join("files/admission")
+                    .join(name)
+            )
+            .unwrap(),
+            "{CHART}/files/admission/{name} differs from deploy/admission: copy it over"
+        );
+    }
+}
+
+#[test]
+fn the_charts_kinds_are_the_operators() {
+    let kinds = common::all_kinds();
+    let operator: Vec<&str> = kinds.iter().map(|k| k.name()).collect();
+    let schema: Value = serde_json::from_str(
+        &std::fs::read_to_string(common::repo().join(CHART).join("values.schema.json")).unwrap(),
+    )
+    .unwrap();
+    let enumerated: Vec<&str> = schema["properties"]["kinds"]["items"]["enum"]
+        .as_array()
+        .expect("kinds' enum")
+        .iter()
+        .map(|k| k.as_str().unwrap())
+        .collect();
+    assert_eq!(enumerated, operator, "values.schema.json: kinds");
+    let helpers =
+        std::fs::read_to_string(common::repo().join(CHART).join("templates/_helpers.tpl")).unwrap();
+    assert!(
+        helpers.contains(&format!("\n{}\n", operator.join(","))),
+        "templates/_helpers.tpl's allKinds lists {operator:?}"
+    );
+    for kind in &operator {
+        assert!(
+            common::repo()
+                .join(CHART)
+                .join(format!("templates/rbac-{kind}.yaml"))
+                .exists(),
+            "the chart has no templates/rbac-{kind}.yaml"
+        );
+    }
+}
+
+#[test]
+fn helm_lint_passes() {
+    let helm = helm_or_skip!();
+    let chart = chart();
+    helm.ok(&["lint", "--strict", &chart]);
+    helm.ok(&[
+        "lint",
+        "--strict",
+        &chart,
+        "--set-json",
+        r#"copyratorNamespaces=["platform","team-a"]"#,
+        "--set-json",
+        r#"kinds=["copyrator","sample"]"#,
+        "--set",
+        "watchNamespace=platform,replicas=1,leaderElection.enabled=false",
+    ]);
+}
+
+/// One source of truth: with its default values, a release
+/// `kustomize-operator` in `kustomize-operator-system` renders deploy/.
+#[test]
+fn default_values_render_what_deploy_installs() {
+    let helm = helm_or_skip!();
+    let rendered = helm.template("kustomize-operator", "kustomize-operator-system", &[]);
+    assert_same_objects(
+        &common::kustomize_documents("deploy"),
+        &rendered,
+        "helm template vs kubectl kustomize deploy",
+    );
+}
+
+/// ... and with `copyratorNamespaces` (the overlay's list),
+/// overlays/copyrator-namespaces.
+#[test]
+fn copyrator_namespaces_render_what_the_overlay_installs() {
+    let helm = helm_or_skip!();
+    let overlay = common::kustomize_documents("overlays/copyrator-namespaces");
+    let list = serde_json::to_string(&common::copyrator_namespaces_env(&overlay)).unwrap();
+    let rendered = helm.template(
+        "kustomize-operator",
+        "kustomize-operator-system",
+        &["--set-json", &format!("copyratorNamespaces={list}")],
+    );
+    assert_same_objects(
+        &overlay,
+        &rendered,
+        "helm template vs kubectl kustomize overlays/copyrator-namespaces",
+    );
+}
+
+#[test]
+fn the_values_shape_the_install() {
+    let helm = helm_or_skip!();
+    let docs = helm.template(
+        "lab",
+        "operators",
+        &[
+            "--set-json",
+            r#"kinds=["sample"]"#,
+            "--set",
+            "watchNamespace=team-a,replicas=1,leaderElection.enabled=false",
+            "--set",
+            "image.repository=registry.example/kustomize-operator,image.tag=1.2.3,image.pullPolicy=Always",
+            "--set",
+            "resources.limits.memory=1Gi",
+            "--set-json",
+            r#"extraEnv=[{"name":"RUST_LOG","value":"debug"},{"name":"BATCH_MAX","value":"1"}]"#,
+        ],
+    );
+    // Every name derives from the release: two releases share no cluster-scoped object.
+    let prefix = "lab-kustomize-operator";
+    for doc in docs
+        .iter()
+        .filter(|d| d["kind"] != "CustomResourceDefinition")
+    {
+        let name = doc["metadata"]["name"].as_str().unwrap();
+        assert!(
+            name.starts_with(prefix),
+            "{} is not {prefix}-*",
+            identity(doc)
+        );
+        if let Some(subjects) = doc["subjects"].as_array() {
+            assert_eq!(
+                subjects,
+                &vec![json!({"kind": "ServiceAccount", "name": prefix, "namespace": "operators"})]
+            );
+        }
+        let cluster_scoped = ["ClusterRole", "ClusterRoleBinding"]
+            .iter()
+            .chain(&CLUSTER_SCOPED_KUSTOMIZE_MISTAKES)
+            .any(|k| doc["kind"] == *k);
+        if !cluster_scoped {
+            assert_eq!(
+                doc["metadata"]["namespace"],
+                "operators",
+                "{}",
+                identity(doc)
+            );
+        }
+        assert_eq!(
+            doc["metadata"]["labels"]["app.kubernetes.io/instance"],
+            "lab"
+        );
+    }
+    // Only the listed kinds' grants; no leader election without it.
+    assert_eq!(
+        names_of(&docs, "ClusterRole"),
+        BTreeSet::from([format!("{prefix}-events"), format!("{prefix}-sample")])
+    );
+    assert!(names_of(&docs, "Role").is_empty());
+    assert!(names_of(&docs, "RoleBinding").is_empty());
+    let deployment = find(&docs, "Deployment", prefix);
+    assert_eq!(deployment["spec"]["replicas"], 1);
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        container["image"],
+        "registry.example/kustomize-operator:1.2.3"
+    );
+    assert_eq!(container["imagePullPolicy"], "Always");
+    assert_eq!(container["resources"]["limits"]["memory"], "1Gi");
+    assert_eq!(container["resources"]["requests"]["memory"], "256Mi");
+    assert_eq!(env_value(deployment, "KINDS").as_deref(), Some("sample"));
+    assert_eq!(
+        env_value(deployment, "WATCH_NAMESPACE").as_deref(),
+        Some("team-a")
+    );
+    assert_eq!(env_value(deployment, "LEADER_ELECT"), None);
+    assert_eq!(env_value(deployment, "COPYRATOR_NAMESPACES"), None);
+    // extraEnv replaces the chart's variable in place and adds the others at the end.
+    let names: Vec<String> = env_of(deployment).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names.iter().filter(|n| *n == "RUST_LOG").count(), 1);
+    assert_eq!(env_value(deployment, "RUST_LOG").as_deref(), Some("debug"));
+    assert_eq!(names.last().map(String::as_str), Some("BATCH_MAX"));
+    // The CRDs come along with --include-crds, unchanged.
+    assert_eq!(
+        names_of(&docs, "CustomResourceDefinition").len(),
+        common::all_kinds().len()
+    );
+}
+
+/// A release for shard `b` runs its operator with SHARD=b and may take
+/// the Lease `kustomize-operator-b`, and only that one.
+#[test]
+fn a_shard_release_runs_its_shard_with_its_own_lease() {
+    let helm = helm_or_skip!();
+    let docs = helm.template(
+        "shard-b",
+        "kustomize-operator-system",
+        &["--set", "shard=b"],
+    );
+    let deployment = find(&docs, "Deployment", "shard-b-kustomize-operator");
+    assert_eq!(env_value(deployment, "SHARD").as_deref(), Some("b"));
+    let role = docs
+        .iter()
+        .find(|d| d["kind"] == "Role")
+        .expect("the leader-election Role");
+    let leases: Vec<&Value> = role["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| r["resourceNames"].as_array().into_iter().flatten())
+        .collect();
+    assert_eq!(leases, ["kustomize-operator-b"]);
+    let default = helm.template("kustomize-operator", "kustomize-operator-system", &[]);
+    let main = find(&default, "Deployment", "kustomize-operator");
+    assert_eq!(env_value(main, "SHARD"), None, "the default shard");
+}
+
+#[test]
+fn bad_values_are_refused_with_a_message_naming_them() {
+    let helm = helm_or_skip!();
+    for (args, expected) in [
+        (&["--set", "shard=not a label"][..], "/shard"),
+        (&["--set-json", r#"kinds=["pods"]"#][..], "/kinds/0"),
+        (
+            &["--set", "replicas=2,leaderElection.enabled=false"],
+            "replicas: 2 replicas need leaderElection.enabled=true",
+        ),
+        (
+            &[
+                "--set-json",
+                r#"kinds=["sample"]"#,
+                "--set-json",
+                r#"copyratorNamespaces=["team-a"]"#,
+            ],
+            "copyratorNamespaces is set but copyrator is not among kinds",
+        ),
+        (
+            &["--set-json", r#"copyratorNamespaces=["Team_A"]"#],
+            "/copyratorNamespaces/0",
+        ),
+        (&["--set", "watchNamespace=-x"], "/watchNamespace"),
+        (
+            &[
+                "--set-json",
+                r#"extraEnv=[{"name":"KINDS","value":"sample"}]"#,
+            ],
+            "extraEnv: KINDS is set by the chart from kinds",
+        ),
+        // A misspelt value is an error, not silently ignored.
+        (
+            &["--set", "replica=3"],
+            "additional properties 'replica' not allowed",
+        ),
+    ] {
+        let err = helm.template_error(args);
+        assert!(
+            err.contains(expected),
+            "helm template {args:?}: the error should contain {expected:?}:\n{err}"
+        );
+    }
+}
+
+/// A kubeconfig holding nothing but the API server, its CA and a token
+/// minted for a ServiceAccount (`kubectl create token`).
+struct TokenKubeconfig {
+    _dir: tempfile::TempDir,
+    path: String,
+}
+
+impl TokenKubeconfig {
+    fn mint(namespace: &str, account: &str) -> Self {
+        let (ok, token, err) = common::kubectl(&["create", "token", account, "-n", namespace]);
+        assert!(ok, "kubectl create token {account}: {err}");
+        let (ok, admin, err) =
+            common::kubectl(&["config", "view", "--raw", "--minify", "-o", "json"]);
+        assert!(ok, "kubectl config view: {err}");
+        let admin: Value = serde_json::from_str(&admin).unwrap();
+        let kubeconfig = json!({
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "cluster", "cluster": admin["clusters"][0]["cluster"]}],
+            "users": [{"name": account, "user": {"token": token.trim()}}],
+            "contexts": [{"name": "sa", "context": {"cluster": "cluster", "user": account}}],
+            "current-context": "sa",
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kubeconfig");
+        std::fs::write(&path, serde_json::to_vec(&kubeconfig).unwrap()).unwrap();
+        Self {
+            path: path.display().to_string(),
+            _dir: dir,
+        }
+    }
+
+    /// Waits until `kubectl auth can-i <args>` with the token answers
+    /// `allowed`, failing after [`TIMEOUT`]: the authorizer learns of new and
+    /// deleted bindings through a watch, a moment after helm returns.
+    async fn expect(&self, args: &[&str], allowed: bool) {
+        let deadline = tokio::time::Instant::now() + TIMEOUT;
+        while self.can_i(args) != allowed {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "should be {}: {args:?}",
+                if allowed { "allowed" } else { "denied" }
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// `kubectl auth can-i <args>` with the token: true for "yes".
+    fn can_i(&self, args: &[&str]) -> bool {
+        let mut argv = vec!["--kubeconfig", &self.path, "auth", "can-i"];
+        argv.extend_from_slice(args);
+        let (_, out, err) = common::kubectl(&argv);
+        match out.trim() {
+            "yes" => true,
+            "no" => false,
+            other => panic!("kubectl auth can-i {args:?}: {other:?} {err}"),
+        }
+    }
+}
+
+/// Uninstalls the release and deletes its namespace when dropped (the
+/// happy path has uninstalled it already).
+struct Release<'a> {
+    helm: &'a Helm,
+    name: String,
+    namespace: String,
+}
+
+impl Drop for Release<'_> {
+    fn drop(&mut self) {
+        if std::env::var_os("KEEP_TEST_NAMESPACES").is_none() {
+            let _ = self.helm.run(&[
+                "uninstall",
+                &self.name,
+                "--namespace",
+                &self.namespace,
+                "--ignore-not-found",
+            ]);
+            let _ = common::kubectl(&["delete", "namespace", &self.namespace, "--wait=false"]);
+        }
+    }
+}
+
+/// `kubectl get <what> -l app.kubernetes.io/instance=<release> -o name` (all
+/// namespaces for namespaced kinds).
+fn objects_of(release: &str, what: &str) -> Vec<String> {
+    let selector = format!("app.kubernetes.io/instance={release}");
+    let (ok, out, err) = common::kubectl(&["get", what, "-A", "-l", &selector, "-o", "name"]);
+    assert!(ok, "kubectl get {what}: {err}");
+    out.lines().map(str::to_string).collect()
+}
+
+fn get_json(args: &[&str]) -> Value {
+    let mut argv = vec!["get"];
+    argv.extend_from_slice(args);
+    argv.extend_from_slice(&["-o", "json"]);
+    let (ok, out, err) = common::kubectl(&argv);
+    assert!(ok, "kubectl {argv:?}: {err}");
+    serde_json::from_str(&out).unwrap()
+}
+
+#[tokio::test]
+async fn install_upgrade_uninstall_on_the_control_plane() {
+    let client = cluster_or_skip!();
+    let helm = helm_or_skip!();
+    let team_a = common::TestNamespace::new(&client, "helm-a").await;
+    let team_b = common::TestNamespace::new(&client, "helm-b").await;
+    let name = format!("ko-helm-{:06x}", rand::random::<u32>() & 0xff_ffff);
+    // The namespace as README's "Helm" recommends it: Pod Security
+    // "restricted" enforced, as deploy/namespace.yaml does.
+    let (ok, _, err) = common::kubectl(&["create", "namespace", &name]);
+    assert!(ok, "{err}");
+    let release = Release {
+        helm: &helm,
+        name: name.clone(),
+        namespace: name.clone(),
+    };
+    let ns = release.namespace.as_str();
+    let (ok, _, err) = common::kubectl(&[
+        "label",
+        "namespace",
+        ns,
+        "kustomize-operator-test=true",
+        "pod-security.kubernetes.io/enforce=restricted",
+        "pod-security.kubernetes.io/enforce-version=latest",
+    ]);
+    assert!(ok, "{err}");
+    let chart = chart();
+    let fullname = format!("{name}-kustomize-operator");
+
+    // Install: every object, named after the release.
+    let out = helm.ok(&["install", &name, &chart, "--namespace", ns]);
+    assert!(out.contains("STATUS: deployed"), "{out}");
+    let mut cluster_roles: Vec<String> = objects_of(&name, "clusterroles");
+    cluster_roles.sort();
+    let expected: Vec<String> = [
+        "chaosagent",
+        "copyrator",
+        "events",
+        "exchangerate",
+        "sample",
+    ]
+    .iter()
+    .map(|k| format!("clusterrole.rbac.authorization.k8s.io/{fullname}-{k}"))
+    .collect();
+    assert_eq!(cluster_roles, expected);
+    assert_eq!(objects_of(&name, "clusterrolebindings").len(), 5);
+    for (what, object) in [
+        ("serviceaccount", fullname.clone()),
+        ("service", format!("{fullname}-metrics")),
+        ("role", format!("{fullname}-leader-election")),
+        ("rolebinding", format!("{fullname}-leader-election")),
+    ] {
+        get_json(&["-n", ns, what, &object]);
+    }
+    let deployment = get_json(&["-n", ns, "deployment", &fullname]);
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["serviceAccountName"],
+        fullname.as_str()
+    );
+    assert_eq!(
+        env_value(&deployment, "LEADER_ELECT").as_deref(),
+        Some("true")
+    );
+    // The ReplicaSet's Pods exist only if "restricted" admitted them (they
+    // stay Pending on a control plane without nodes).
+    let selector = format!("app.kubernetes.io/instance={name}");
+    common::wait_until(TIMEOUT, || async {
+        let (_, out, _) =
+            common::kubectl(&["get", "pods", "-n", ns, "-l", &selector, "-o", "name"]);
+        out.lines().count() == 2
+    })
+    .await;
+
+    // RBAC, through a token of the chart's ServiceAccount.
+    let token = TokenKubeconfig::mint(ns, &fullname);
+    for allowed in [
+        &["watch", "samples.nuvolaris.org", "--all-namespaces"][..],
+        &[
+            "patch",
+            "samples.nuvolaris.org",
+            "--subresource=status",
+            "-n",
+            "default",
+        ],
+        &["create", "deployments.apps", "-n", "default"],
+        &["delete", "pods", "-n", "default"],
+        &["create", "events.events.k8s.io", "-n", "default"],
+        &[
+            "update",
+            "leases.coordination.k8s.io/kustomize-operator",
+            "-n",
+            ns,
+        ],
+        &["list", "secrets", "-n", "kube-system"],
+    ] {
+        token.expect(allowed, true).await;
+    }
+    for denied in [
+        &["delete", "namespaces"][..],
+        &["patch", "nodes"],
+        &["delete", "services", "-n", "default"],
+        &["create", "pods", "-n", "default"],
+        &["delete", "samples.nuvolaris.org", "-n", "default"],
+        &["update", "leases.coordination.k8s.io/other", "-n", ns],
+        &["get", "leases.coordination.k8s.io", "-n", "kube-system"],
+        &["create", "clusterrolebindings"],
+        &["escalate", "clusterroles"],
+        &["create", "serviceaccounts/token", "-n", ns],
+        &["impersonate", "users"],
+        &["delete", "customresourcedefinitions.apiextensions.k8s.io"],
+    ] {
+        token.expect(denied, false).await;
+    }
+
+    // Upgrade: one replica, two kinds, Copyrator confined to two namespaces.
+    let scope = [team_a.name.as_str(), team_b.name.as_str()];
+    let out = helm.ok(&[
+        "upgrade",
+        &name,
+        &chart,
+        "--namespace",
+        ns,
+        "--set",
+        "replicas=1",
+        "--set-json",
+        r#"kinds=["sample","copyrator"]"#,
+        "--set-json",
+        &format!(
+            "copyratorNamespaces={}",
+            serde_json::to_string(&scope).unwrap()
+        ),
+    ]);
+    assert!(out.contains("REVISION: 2"), "{out}");
+    let deployment = get_json(&["-n", ns, "deployment", &fullname]);
+    assert_eq!(deployment["spec"]["replicas"], 1);
+    assert_eq!(
+        env_value(&deployment, "KINDS").as_deref(),
+        Some("sample,copyrator")
+    );
+    assert_eq!(
+        env_value(&deployment, "COPYRATOR_NAMESPACES"),
+        Some(scope.join(","))
+    );
+    // What the new values no longer render is gone (unlike `kubectl apply`).
+    let mut cluster_roles: Vec<String> = objects_of(&name, "clusterroles");
+    cluster_roles.sort();
+    let expected: Vec<String> = ["copyrator-copies", "copyrator-rules", "events", "sample"]
+        .iter()
+        .map(|k| format!("clusterrole.rbac.authorization.k8s.io/{fullname}-{k}"))
+        .collect();
+    assert_eq!(cluster_roles, expected);
+    let mut bindings = objects_of(&name, "rolebindings");
+    bindings.sort();
+    assert_eq!(
+        bindings.len(),
+        3,
+        "leader election + one per Copyrator namespace: {bindings:?}"
+    );
+    for ns in scope {
+        get_json(&[
+            "-n",
+            ns,
+            "rolebinding",
+            &format!("{fullname}-copyrator-copies"),
+        ]);
+    }
+    // The same token: Secrets only in the two namespaces, no more Pods.
+    for ns in scope {
+        token.expect(&["get", "secrets", "-n", ns], true).await;
+    }
+    token
+        .expect(&["watch", "copyrators.flant.com", "--all-namespaces"], true)
+        .await;
+    for denied in [
+        &["list", "secrets", "-n", "kube-system"][..],
+        &["list", "secrets", "--all-namespaces"],
+        &["delete", "pods", "-n", "default"],
+        &["create", "configmaps", "-n", "default"],
+    ] {
+        token.expect(denied, false).await;
+    }
+
+    // Uninstall: nothing of the release is left but the CRDs.
+    let out = helm.ok(&["uninstall", &name, "--namespace", ns]);
+    assert!(out.contains("uninstalled"), "{out}");
+    common::wait_until(TIMEOUT, || async {
+        [
+            "clusterroles",
+            "clusterrolebindings",
+            "roles",
+            "rolebindings",
+            "serviceaccounts",
+            "services",
+            "deployments",
+            "replicasets",
+            "pods",
+        ]
+        .iter()
+        .all(|what| objects_of(&name, what).is_empty())
+    })
+    .await;
+    let (ok, out, err) = helm.run(&["list", "--namespace", ns, "--short"]);
+    assert!(ok && out.trim().is_empty(), "releases left: {out} {err}");
+    for kind in common::all_kinds() {
+        let crd = kind.crd().metadata.name.unwrap_or_default();
+        get_json(&["customresourcedefinition", &crd]);
+    }
+    drop(release);
+}

@@ -1,0 +1,1142 @@
+//! Tenancy: the operator never does for a requester what the requester could
+//! not do directly. The ValidatingAdmissionPolicies of `deploy/admission`
+//! make the API server refuse a CopyratorRule or ChaosAgent whose author lacks
+//! the rights the operator would use for it.
+//!
+//! Tenants are ServiceAccounts with namespace-scoped rights (the built-in
+//! `edit` ClusterRole bound in their namespace, plus the project's kinds),
+//! acting through kubeconfigs that hold nothing but their own tokens. Every
+//! refusal is checked for the API server's answer (403 Forbidden from the
+//! policy, naming the user and the missing right) and for its effect
+//! (nothing created, nothing changed). The admin (the test's kubeconfig,
+//! system:masters) remains free to copy anywhere.
+
+mod common;
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use kustomize_operator::kinds::chaos_agent::ChaosAgent;
+use kustomize_operator::kinds::copyrator::CopyratorRule;
+use serde_json::{Value, json};
+use tokio::sync::OnceCell;
+
+const RULE_POLICY: &str = "kustomize-operator-copyrator-rights";
+const AGENT_POLICY: &str = "kustomize-operator-chaosagent-rights";
+/// The most listed namespaces the policy checks one by one
+/// (`ONE_BY_ONE` in hack/generate-copyrator-policy).
+const ONE_BY_ONE: usize = 10;
+const SCOPE_LABEL: &str = "blackadder.io/namespace";
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+static POLICIES: OnceCell<()> = OnceCell::const_new();
+
+/// `kubectl apply -k deploy/admission` (idempotent; the policies stay, as the
+/// install's do), once per test binary; returns when both policies refuse a
+/// canary user who may create rules and agents and do nothing else.
+async fn install_policies() {
+    POLICIES
+        .get_or_init(|| async {
+            let dir = common::repo().join("deploy/admission").display().to_string();
+            let (ok, _, err) = common::kubectl(&["apply", "-k", &dir]);
+            assert!(ok, "kubectl apply -k deploy/admission: {err}");
+            let canary = "ko-tenancy-canary";
+            let grants = Manifest::apply(&[
+                json!({
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "ClusterRole",
+                    "metadata": {"name": canary},
+                    "rules": [
+                        {"apiGroups": ["flant.com"], "resources": ["copyrators"], "verbs": ["create"]},
+                        {"apiGroups": ["blackadder.io"], "resources": ["chaosagents"], "verbs": ["create"]},
+                    ],
+                }),
+                json!({
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "ClusterRoleBinding",
+                    "metadata": {"name": canary},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": canary},
+                    "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": canary}],
+                }),
+            ]);
+            let rule = spec_rule("canary", "secret", Some(&["kube-system"]));
+            let agent = agent("ko-tenancy-canary", None, [true, false, false]);
+            for (object, namespace, policy) in
+                [(rule, "default", RULE_POLICY), (agent, "default", AGENT_POLICY)]
+            {
+                let text = object.to_string();
+                common::wait_until(TIMEOUT, || async {
+                    let (ok, _, err) = common::kubectl_stdin(
+                        &["--as", canary, "-n", namespace, "create", "--dry-run=server", "-f", "-"],
+                        &text,
+                    );
+                    !ok && err.contains(&format!("ValidatingAdmissionPolicy '{policy}'"))
+                })
+                .await;
+            }
+            drop(grants);
+        })
+        .await;
+}
+
+/// `kubectl apply` of `objects`; returns the manifest file.
+fn apply(objects: &[Value]) -> tempfile::NamedTempFile {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": objects});
+    std::fs::write(file.path(), serde_json::to_vec(&list).unwrap()).unwrap();
+    let (ok, _, err) = common::kubectl(&["apply", "-f", &file.path().display().to_string()]);
+    assert!(ok, "applying the test's grants: {err}");
+    file
+}
+
+/// Objects applied from a manifest, deleted when dropped.
+struct Manifest(tempfile::NamedTempFile);
+
+impl Manifest {
+    fn apply(objects: &[Value]) -> Self {
+        Self(apply(objects))
+    }
+}
+
+impl Drop for Manifest {
+    fn drop(&mut self) {
+        let file = self.0.path().display().to_string();
+        let _ = common::kubectl(&["delete", "-f", &file, "--ignore-not-found", "--wait=false"]);
+    }
+}
+
+/// An RBAC rule.
+fn allow(group: &str, resources: &[&str], verbs: &[&str]) -> Value {
+    json!({"apiGroups": [group], "resources": resources, "verbs": verbs})
+}
+
+/// A ServiceAccount `name` in its home namespace, and what it may do.
+struct Tenant {
+    home: String,
+    name: String,
+    token: common::TokenKubeconfig,
+    client: Client,
+    _cluster_grants: Option<Manifest>,
+}
+
+/// What a tenant is granted.
+#[derive(Default)]
+struct Grants<'a> {
+    /// Namespaces where the built-in `edit` ClusterRole is bound.
+    edit: &'a [&'a str],
+    /// A Role of its own in its home namespace.
+    home_rules: Vec<Value>,
+    /// Whether that Role also grants CopyratorRules (create, get, list,
+    /// update, patch, delete; status patch).
+    copyrators: bool,
+    /// Verbs on chaosagents, granted cluster-wide (they are cluster-scoped).
+    chaos_agents: &'a [&'a str],
+}
+
+impl Tenant {
+    /// Creates the ServiceAccount and its grants, mints its token and waits
+    /// until the authorizer knows the grants (`ready`: `kubectl auth can-i`
+    /// arguments that must be "yes").
+    async fn new(
+        client: &Client,
+        home: &str,
+        name: &str,
+        grants: Grants<'_>,
+        ready: &[&[&str]],
+    ) -> Self {
+        let subject = json!([{"kind": "ServiceAccount", "name": name, "namespace": home}]);
+        let binding = |namespace: &str, kind: &str, role: &str| {
+            json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "RoleBinding",
+                "metadata": {"name": format!("{name}-{role}"), "namespace": namespace},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": role},
+                "subjects": subject,
+            })
+        };
+        let mut objects = vec![json!({
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": name, "namespace": home},
+        })];
+        for namespace in grants.edit {
+            objects.push(binding(namespace, "ClusterRole", "edit"));
+        }
+        let mut home_rules = grants.home_rules;
+        if grants.copyrators {
+            home_rules.push(allow(
+                "flant.com",
+                &["copyrators"],
+                &["create", "get", "list", "update", "patch", "delete"],
+            ));
+            home_rules.push(allow("flant.com", &["copyrators/status"], &["patch"]));
+        }
+        if !home_rules.is_empty() {
+            let own = format!("{name}-own");
+            objects.push(json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "Role",
+                "metadata": {"name": own, "namespace": home},
+                "rules": home_rules,
+            }));
+            objects.push(binding(home, "Role", &own));
+        }
+        // Namespaced grants go with their namespaces; cluster-wide ones are
+        // deleted with the tenant.
+        apply(&objects);
+        let cluster_grants = (!grants.chaos_agents.is_empty()).then(|| {
+            let role = format!("ko-tenancy-{home}-{name}-agents");
+            Manifest::apply(&[
+                json!({
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "ClusterRole",
+                    "metadata": {"name": role},
+                    "rules": [allow("blackadder.io", &["chaosagents"], grants.chaos_agents)],
+                }),
+                json!({
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "ClusterRoleBinding",
+                    "metadata": {"name": role},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+                    "subjects": subject,
+                }),
+            ])
+        });
+        let token = common::TokenKubeconfig::mint(client, home, name).await;
+        for args in ready {
+            common::wait_until(TIMEOUT, || async { token.can_i(args) }).await;
+        }
+        let client = token.client().await;
+        Self {
+            home: home.to_string(),
+            name: name.to_string(),
+            token,
+            client,
+            _cluster_grants: cluster_grants,
+        }
+    }
+
+    /// The user name the API server knows the tenant by.
+    fn user(&self) -> String {
+        format!("system:serviceaccount:{}:{}", self.home, self.name)
+    }
+
+    /// Its CopyratorRules (in its home namespace), through its own token.
+    fn rules(&self) -> Api<CopyratorRule> {
+        Api::namespaced(self.client.clone(), &self.home)
+    }
+
+    /// ChaosAgents, through its own token.
+    fn agents(&self) -> Api<ChaosAgent> {
+        Api::all(self.client.clone())
+    }
+}
+
+/// A rule in the canonical form, copying what is labelled `copy=yes`;
+/// `namespaces: None` leaves the field out (every namespace).
+fn spec_rule(name: &str, rule_type: &str, namespaces: Option<&[&str]>) -> Value {
+    let mut spec = json!({"ruleType": rule_type, "selector": {"copy": "yes"}});
+    if let Some(namespaces) = namespaces {
+        spec["namespaces"] = json!(namespaces);
+    }
+    json!({
+        "apiVersion": "flant.com/v1",
+        "kind": "CopyratorRule",
+        "metadata": {"name": name},
+        "spec": spec,
+    })
+}
+
+/// A rule in the Copyrator article's form: the fields at the top level.
+fn article_rule(name: &str, source: &str, rule_type: &str, namespaces: &[&str]) -> Value {
+    json!({
+        "apiVersion": "flant.com/v1",
+        "kind": "CopyratorRule",
+        "metadata": {"name": name},
+        "ruleType": rule_type,
+        "selector": {"copy": "yes"},
+        "namespaces": namespaces,
+        "namespace": source,
+    })
+}
+
+/// A dry-run ChaosAgent (`[tantrum, cancer, ipsum]`), labelled for `scope` if given.
+fn agent(name: &str, scope: Option<&str>, modes: [bool; 3]) -> Value {
+    let labels = scope.map_or(json!({}), |ns| json!({SCOPE_LABEL: ns}));
+    json!({
+        "apiVersion": "blackadder.io/v1beta1",
+        "kind": "ChaosAgent",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "tantrumMode": modes[0],
+            "cancerMode": modes[1],
+            "ipsumMode": modes[2],
+            "eagerness": 1,
+            "pauseDuration": 3600,
+            "dryRun": true,
+        },
+    })
+}
+
+fn typed<K: serde::de::DeserializeOwned>(value: Value) -> K {
+    serde_json::from_value(value).expect("a valid object")
+}
+
+/// Asserts that the API server refused a request in admission: 403
+/// Forbidden from `policy`, saying `user ... may not <missing>`.
+#[track_caller]
+fn assert_refused<T: std::fmt::Debug>(
+    result: kube::Result<T>,
+    policy: &str,
+    user: &str,
+    missing: &str,
+) {
+    let status = match result {
+        Err(kube::Error::Api(status)) => status,
+        other => panic!("the API server should refuse it ({missing}); got {other:?}"),
+    };
+    assert_eq!(
+        (status.code, status.reason.as_str()),
+        (403, "Forbidden"),
+        "{status:?}"
+    );
+    assert!(
+        status
+            .message
+            .contains(&format!("ValidatingAdmissionPolicy '{policy}'")),
+        "refused, but not by {policy}: {}",
+        status.message
+    );
+    let expected = format!("user {user} may not {missing}");
+    assert!(
+        status.message.contains(&expected),
+        "the message should say {expected:?}: {}",
+        status.message
+    );
+}
+
+/// Creates a rule through `rules`; the test fails unless it is admitted.
+async fn admitted(rules: &Api<CopyratorRule>, rule: Value) -> CopyratorRule {
+    rules
+        .create(&PostParams::default(), &typed(rule))
+        .await
+        .expect("the API server admits the rule")
+}
+
+/// The rule `name` as the admin sees it, if it exists.
+async fn stored_rule(client: &Client, namespace: &str, name: &str) -> Option<CopyratorRule> {
+    Api::<CopyratorRule>::namespaced(client.clone(), namespace)
+        .get_opt(name)
+        .await
+        .unwrap()
+}
+
+/// The listed namespaces of a stored rule, wherever they are written.
+fn listed(rule: &CopyratorRule) -> Vec<String> {
+    rule.listed_namespaces().to_vec()
+}
+
+/// The reproduction from the report: a tenant labels a node-join credential
+/// in its own namespace and asks for it in kube-system. Refused, as are
+/// rules into another tenant's namespace, into every namespace, and into
+/// more namespaces than the policy checks one by one.
+#[tokio::test]
+async fn a_tenant_may_not_copy_where_it_may_not_write() {
+    let client = cluster_or_skip!();
+    install_policies().await;
+    let home = common::TestNamespace::new(&client, "tn-alice").await;
+    let other = common::TestNamespace::new(&client, "tn-bob").await;
+    let alice = Tenant::new(
+        &client,
+        &home.name,
+        "alice",
+        Grants {
+            edit: &[&home.name],
+            copyrators: true,
+            ..Grants::default()
+        },
+        &[
+            &["create", "secrets", "-n", &home.name],
+            &["create", "copyrators.flant.com", "-n", &home.name],
+        ],
+    )
+    .await;
+    assert!(
+        !alice
+            .token
+            .can_i(&["create", "secrets", "-n", "kube-system"])
+    );
+    assert!(
+        !alice
+            .token
+            .can_i(&["create", "configmaps", "-n", &other.name])
+    );
+
+    let token_id = format!("{:06x}", rand::random::<u32>() & 0xff_ffff);
+    let bootstrap = format!("bootstrap-token-{token_id}");
+    let credential: Secret = typed(json!({
+        "metadata": {"name": bootstrap, "labels": {"copy": "yes"}},
+        "type": "bootstrap.kubernetes.io/token",
+        "stringData": {
+            "token-id": token_id,
+            "token-secret": "0123456789abcdef",
+            "usage-bootstrap-authentication": "true",
+        },
+    }));
+    Api::<Secret>::namespaced(alice.client.clone(), &home.name)
+        .create(&PostParams::default(), &credential)
+        .await
+        .expect("alice may create Secrets at home");
+
+    let into = ", which this CopyratorRule copies into";
+    let eleven = vec![home.name.as_str(); ONE_BY_ONE + 1];
+    let thousand: Vec<String> = (0..1000).map(|i| format!("ko-nowhere-{i}")).collect();
+    let thousand: Vec<&str> = thousand.iter().map(String::as_str).collect();
+    let cases = [
+        (
+            spec_rule("evil", "secret", Some(&["kube-system"])),
+            format!("create secrets in namespace kube-system{into}"),
+        ),
+        (
+            article_rule("evil-article", &home.name, "secret", &["kube-system"]),
+            format!("create secrets in namespace kube-system{into}"),
+        ),
+        (
+            // Checked in list order: the writable first entry passes.
+            spec_rule("neighbour", "configmap", Some(&[&home.name, &other.name])),
+            format!("create configmaps in namespace {}{into}", other.name),
+        ),
+        (
+            spec_rule("everywhere", "configmap", None),
+            format!(
+                "create configmaps in all namespaces (cluster-wide){into}: it lists no namespaces, so it copies into every namespace"
+            ),
+        ),
+        (
+            spec_rule("eleven", "configmap", Some(&eleven)),
+            format!(
+                "create configmaps in all namespaces (cluster-wide){into}: it lists {} namespaces, and a rule listing more than {ONE_BY_ONE} needs the right in all of them",
+                ONE_BY_ONE + 1
+            ),
+        ),
+        (
+            spec_rule("thousand", "secret", Some(&thousand)),
+            format!(
+                "create secrets in all namespaces (cluster-wide){into}: it lists 1000 namespaces"
+            ),
+        ),
+    ];
+    for (rule, missing) in cases {
+        let name = rule["metadata"]["name"].as_str().unwrap().to_string();
+        let result = alice
+            .rules()
+            .create(&PostParams::default(), &typed(rule))
+            .await;
+        assert_refused(result, RULE_POLICY, &alice.user(), &missing);
+        assert!(
+            stored_rule(&client, &home.name, &name).await.is_none(),
+            "{name} was refused but exists"
+        );
+    }
+}
+
+/// An admitted rule cannot be widened by an UPDATE, nor its selector
+/// changed by someone who could not write its targets; updates that change
+/// none of its fields (the operator's finalizer patch, labels) and status
+/// patches are not checked.
+#[tokio::test]
+async fn an_update_is_checked_when_it_changes_the_rule() {
+    let client = cluster_or_skip!();
+    install_policies().await;
+    let home = common::TestNamespace::new(&client, "tn-upd").await;
+    let mine = common::TestNamespace::new(&client, "tn-upd-mine").await;
+    let alice = Tenant::new(
+        &client,
+        &home.name,
+        "alice",
+        Grants {
+            edit: &[&home.name, &mine.name],
+            copyrators: true,
+            ..Grants::default()
+        },
+        &[
+            &["create", "configmaps", "-n", &mine.name],
+            &["patch", "copyrators.flant.com", "-n", &home.name],
+        ],
+    )
+    .await;
+    let rules = alice.rules();
+    admitted(
+        &rules,
+        spec_rule("narrow", "configmap", Some(&[&mine.name])),
+    )
+    .await;
+    let widen = Patch::Merge(json!({"spec": {"namespaces": [mine.name, "kube-system"]}}));
+    assert_refused(
+        rules.patch("narrow", &PatchParams::default(), &widen).await,
+        RULE_POLICY,
+        &alice.user(),
+        "create configmaps in namespace kube-system, which this CopyratorRule copies into",
+    );
+    let stored = stored_rule(&client, &home.name, "narrow").await.unwrap();
+    assert_eq!(listed(&stored), vec![mine.name.clone()]);
+
+    // The admin may copy into kube-system; alice may not change what that
+    // rule copies, but may touch its metadata and status.
+    let admin_rules = Api::<CopyratorRule>::namespaced(client.clone(), &home.name);
+    admitted(
+        &admin_rules,
+        spec_rule("admins", "configmap", Some(&["kube-system"])),
+    )
+    .await;
+    let reselect = Patch::Merge(json!({"spec": {"selector": {"copy": "everything"}}}));
+    assert_refused(
+        rules
+            .patch("admins", &PatchParams::default(), &reselect)
+            .await,
+        RULE_POLICY,
+        &alice.user(),
+        "create configmaps in namespace kube-system, which this CopyratorRule copies into",
+    );
+    // The operator's own finalizer patch (a JSON patch with a test), as alice.
+    let finalizer = Patch::Json::<()>(
+        serde_json::from_value(json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": null},
+            {"op": "add", "path": "/metadata/finalizers", "value": ["flant.com/test-finalizer"]},
+        ]))
+        .unwrap(),
+    );
+    rules
+        .patch("admins", &PatchParams::default(), &finalizer)
+        .await
+        .expect("a finalizer-only update is admitted");
+    let label = Patch::Merge(json!({"metadata": {"labels": {"team": "a"}}}));
+    rules
+        .patch("admins", &PatchParams::default(), &label)
+        .await
+        .expect("a label-only update is admitted");
+    let status = Patch::Merge(json!({"status": {"message": "written by alice"}}));
+    rules
+        .patch_status("admins", &PatchParams::default(), &status)
+        .await
+        .expect("a status patch is admitted");
+    let stored = stored_rule(&client, &home.name, "admins").await.unwrap();
+    assert_eq!(
+        stored.metadata.finalizers,
+        Some(vec!["flant.com/test-finalizer".to_string()])
+    );
+    let drop_finalizer = Patch::Merge(json!({"metadata": {"finalizers": null}}));
+    rules
+        .patch("admins", &PatchParams::default(), &drop_finalizer)
+        .await
+        .expect("removing the finalizer is admitted");
+}
+
+/// A Secret rule copies Secrets its author must be able to read: a tenant
+/// without get/list on Secrets at home is refused (a ConfigMap rule, whose
+/// sources it may read, is admitted).
+#[tokio::test]
+async fn a_secret_rule_needs_the_right_to_read_its_sources() {
+    let client = cluster_or_skip!();
+    install_policies().await;
+    let home = common::TestNamespace::new(&client, "tn-carol").await;
+    let carol = Tenant::new(
+        &client,
+        &home.name,
+        "carol",
+        Grants {
+            home_rules: vec![
+                allow(
+                    "",
+                    &["configmaps"],
+                    &[
+                        "get", "list", "watch", "create", "update", "patch", "delete",
+                    ],
+                ),
+                allow("", &["secrets"], &["create", "update", "patch", "delete"]),
+            ],
+            copyrators: true,
+            ..Grants::default()
+        },
+        &[
+            &["create", "secrets", "-n", &home.name],
+            &["create", "copyrators.flant.com", "-n", &home.name],
+        ],
+    )
+    .await;
+    assert!(!carol.token.can_i(&["get", "secrets", "-n", &home.name]));
+    let rules = carol.rules();
+    assert_refused(
+        rules
+            .create(
+                &PostParams::default(),
+                &typed(spec_rule("peek", "secret", Some(&[&home.name]))),
+            )
+            .await,
+        RULE_POLICY,
+        &carol.user(),
+        &format!(
+            "get secrets in namespace {}, which this CopyratorRule copies from",
+            home.name
+        ),
+    );
+    assert!(stored_rule(&client, &home.name, "peek").await.is_none());
+    admitted(&rules, spec_rule("share", "configmap", Some(&[&home.name]))).await;
+}
+
+/// A tenant copying into namespaces where it may write is admitted, in
+/// both forms and up to the most namespaces checked one by one, and the
+/// operator copies.
+#[tokio::test]
+async fn a_tenant_may_copy_where_it_may_write() {
+    let client = cluster_or_skip!();
+    install_policies().await;
+    let home = common::TestNamespace::new(&client, "tn-ok").await;
+    let mine = common::TestNamespace::new(&client, "tn-ok-mine").await;
+    let _cleanup = common::StripFinalizersOnDrop(home.name.clone());
+    let alice = Tenant::new(
+        &client,
+        &home.name,
+        "alice",
+        Grants {
+            edit: &[&home.name, &mine.name],
+            copyrators: true,
+            ..Grants::default()
+        },
+        &[
+            &["create", "secrets", "-n", &mine.name],
+            &["create", "copyrators.flant.com", "-n", &home.name],
+        ],
+    )
+    .await;
+    let source: ConfigMap = typed(json!({
+        "metadata": {"name": "greeting", "labels": {"copy": "yes"}},
+        "data": {"hello": "world"},
+    }));
+    Api::<ConfigMap>::namespaced(alice.client.clone(), &home.name)
+        .create(&PostParams::default(), &source)
+        .await
+        .unwrap();
+    let rules = alice.rules();
+    let operator = common::start_operator(&home.name, &["--kinds", "copyrator"]).await;
+    admitted(&rules, spec_rule("share", "configmap", Some(&[&mine.name]))).await;
+    admitted(
+        &rules,
+        article_rule("share-secrets", &home.name, "secret", &[&mine.name]),
+    )
+    .await;
+    let most = vec![mine.name.as_str(); ONE_BY_ONE];
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    rules
+        .create(
+            &dry_run,
+            &typed(spec_rule("most", "configmap", Some(&most))),
+        )
+        .await
+        .expect("a rule listing as many namespaces as are checked one by one is admitted");
+
+    let copies = Api::<ConfigMap>::namespaced(client.clone(), &mine.name);
+    common::wait_until(TIMEOUT, || async {
+        copies
+            .get_opt("greeting")
+            .await
+            .unwrap()
+            .is_some_and(|c| c.data == source.data)
+    })
+    .await;
+    common::wait_until(TIMEOUT, || async {
+        stored_rule(&client, &home.name, "share")
+            .await
+            .and_then(|r| r.status)
+            .is_some_and(|s| s.common.is_ready())
+    })
+    .await;
+    operator.stop().await;
+}
+
+/// The admin (system:masters) may copy into every namespace, and into a
+/// list of 1000 (the CRD's maxItems), and update such a rule: the policy
+/// costs two authorization checks for it, whatever its length.
+#[tokio::test]
+async fn an_admin_may_copy_into_every_namespace() {
+    let client = cluster_or_skip!();
+    install_policies().await;
+    let home = common::TestNamespace::new(&client, "tn-admin").await;
+    let rules = Api::<CopyratorRule>::namespaced(client.clone(), &home.name);
+    // No operator watches this namespace, and nothing is labelled to match.
+    admitted(&rules, spec_rule("everywhere", "secret", None)).await;
+    let thousand: Vec<String> = (0..1000).map(|i| format!("ko-nowhere-{i}")).collect();
+    let thousand: Vec<&str> = thousand.iter().map(String::as_str).collect();
+    admitted(&rules, spec_rule("thousand", "secret", Some(&thousand))).await;
+    // Updates compare the old and new lists (matchConditions): within budget too.
+    let label = Patch::Merge(json!({"metadata": {"labels": {"team": "platform"}}}));
+    rules
+        .patch("thousand", &PatchParams::default(), &label)
+        .await
+        .expect("a label-only update of a 1000-namespace rule is admitted");
+    let fewer = Patch::Merge(json!({"spec": {"namespaces": thousand[1..]}}));
+    rules
+        .patch("thousand", &PatchParams::default(), &fewer)
+        .await
+        .expect("an update of a 1000-namespace rule by the admin is admitted");
+    let stored = stored_rule(&client, &home.name, "thousand").await.unwrap();
+    assert_eq!(listed(&stored).len(), 999);
+}
+
+/// Deletes these ChaosAgents (cluster-scoped) when dropped.
+struct AgentGuard(Vec<String>);
+
+impl Drop for AgentGuard {
+    fn drop(&mut self) {
+        for name in &self.0 {
+            let _ = common::kubectl(&[
+                "delete",
+                "chaosagent",
+                name,
+                "--ignore-not-found",
+                "--wait=false",
+            ]);
+        }
+    }
+}
+
+/// A ChaosAgent's author must hold the rights its enabled modes use, where
+/// it acts: its labelled namespace, or every namespace.
+#[tokio::test]
+async fn a_chaos_agent_needs_the_rights_of_its_modes_where_it_acts() {
+    let client = cluster_or_skip!();
+    install_policies().await;
+    let dave_home = common::TestNamespace::new(&client, "tn-dave").await;
+    let alice_home = common::TestNamespace::new(&client, "tn-agents").await;
+    let other = common::TestNamespace::new(&client, "tn-agents-other").await;
+    let (d, a, o) = (&dave_home.name, &alice_home.name, &other.name);
+    let name = |who: &str, what: &str| format!("{who}-{what}");
+    let _agents = AgentGuard(
+        ["all", "cluster", "ipsum", "cancer", "idle"]
+            .iter()
+            .map(|w| name(d, w))
+            .chain(["home", "other", "cluster"].iter().map(|w| name(a, w)))
+            .collect(),
+    );
+    // dave may create agents and nothing else.
+    let dave = Tenant::new(
+        &client,
+        d,
+        "dave",
+        Grants {
+            chaos_agents: &["create"],
+            ..Grants::default()
+        },
+        &[&["create", "chaosagents.blackadder.io"]],
+    )
+    .await;
+    assert!(!dave.token.can_i(&["delete", "pods", "-n", d]));
+    let all = [true, true, true];
+    let where_d = format!("in namespace {d}, where this ChaosAgent's");
+    let everywhere = "in all namespaces (cluster-wide), where this ChaosAgent's tantrumMode kills pods: it has no blackadder.io/namespace label, so it acts in every namespace";
+    let cases = [
+        (
+            agent(&name(d, "all"), Some(d), all),
+            format!("delete pods {where_d} tantrumMode kills pods"),
+        ),
+        (
+            agent(&name(d, "cluster"), None, all),
+            format!("delete pods {everywhere}"),
+        ),
+        (
+            agent(&name(d, "ipsum"), Some(d), [false, false, true]),
+            format!("patch configmaps {where_d} ipsumMode rewrites configmaps"),
+        ),
+        (
+            agent(&name(d, "cancer"), Some(d), [false, true, false]),
+            format!("patch deployments {where_d} cancerMode scales deployments"),
+        ),
+    ];
+    let admin_agents = Api::<ChaosAgent>::all(client.clone());
+    for (object, missing) in cases {
+        let agent_name = object["metadata"]["name"].as_str().unwrap().to_string();
+        let result = dave
+            .agents()
+            .create(&PostParams::default(), &typed(object))
+            .await;
+        assert_refused(result, AGENT_POLICY, &dave.user(), &missing);
+        assert!(admin_agents.get_opt(&agent_name).await.unwrap().is_none());
+    }
+    // An agent with no mode enabled acts on nothing: it needs no rights.
+    dave.agents()
+        .create(
+            &PostParams::default(),
+            &typed(agent(&name(d, "idle"), Some(d), [false; 3])),
+        )
+        .await
+        .expect("an agent without modes is admitted");
+
+    // alice may edit her namespace and create and update agents.
+    let alice = Tenant::new(
+        &client,
+        a,
+        "alice",
+        Grants {
+            edit: &[a],
+            chaos_agents: &["create", "get", "update", "patch"],
+            ..Grants::default()
+        },
+        &[
+            &["delete", "pods", "-n", a],
+            &["patch", "chaosagents.blackadder.io"],
+        ],
+    )
+    .await;
+    let agents = alice.agents();
+    let home = name(a, "home");
+    agents
+        .create(&PostParams::default(), &typed(agent(&home, Some(a), all)))
+        .await
+        .expect("an agent confined to alice's namespace is admitted");
+    assert_refused(
+        agents
+            .create(
+                &PostParams::default(),
+                &typed(agent(&name(a, "other"), Some(o), all)),
+            )
+            .await,
+        AGENT_POLICY,
+        &alice.user(),
+        &format!("delete pods in namespace {o}, where this ChaosAgent's tantrumMode kills pods"),
+    );
+    assert_refused(
+        agents
+            .create(
+                &PostParams::default(),
+                &typed(agent(&name(a, "cluster"), None, all)),
+            )
+            .await,
+        AGENT_POLICY,
+        &alice.user(),
+        &format!("delete pods {everywhere}"),
+    );
+    // Widening the admitted agent by its label is refused.
+    let unlabel = Patch::Merge(json!({"metadata": {"labels": {SCOPE_LABEL: null}}}));
+    assert_refused(
+        agents.patch(&home, &PatchParams::default(), &unlabel).await,
+        AGENT_POLICY,
+        &alice.user(),
+        &format!("delete pods {everywhere}"),
+    );
+    let relabel = Patch::Merge(json!({"metadata": {"labels": {SCOPE_LABEL: o}}}));
+    assert_refused(
+        agents.patch(&home, &PatchParams::default(), &relabel).await,
+        AGENT_POLICY,
+        &alice.user(),
+        &format!("delete pods in namespace {o}"),
+    );
+    let stored = admin_agents.get(&home).await.unwrap();
+    assert_eq!(
+        stored.metadata.labels.unwrap_or_default().get(SCOPE_LABEL),
+        Some(a)
+    );
+    // Other labels are not checked.
+    let label = Patch::Merge(json!({"metadata": {"labels": {"team": "a"}}}));
+    agents
+        .patch(&home, &PatchParams::default(), &label)
+        .await
+        .expect("a label-only update is admitted");
+}
+
+// ------------------------------------------------ the operator's own rails
+//
+// A cluster may lack the policies (older than 1.30, an install without
+// them): the operator must still refuse. These rules are created by the
+// admin, whom the policies admit, so only the operator's rails stand in the
+// way.
+
+async fn rule_status(
+    client: &Client,
+    ns: &str,
+    name: &str,
+) -> Option<kustomize_operator::kinds::copyrator::CopyratorRuleStatus> {
+    stored_rule(client, ns, name).await.and_then(|r| r.status)
+}
+
+/// The brief's reproduction, without the admission policy in the way: a
+/// bootstrap token labelled for copying and a rule naming kube-system.
+#[tokio::test]
+async fn without_the_policy_the_operator_copies_no_token_and_nothing_into_kube_system() {
+    let client = cluster_or_skip!();
+    let home = common::TestNamespace::new(&client, "tn-rails").await;
+    let other = common::TestNamespace::new(&client, "tn-rails-t").await;
+    let _cleanup = common::StripFinalizersOnDrop(home.name.clone());
+    let token_name = format!("bootstrap-token-{}", &home.name[home.name.len() - 6..]);
+    let secrets = Api::<Secret>::namespaced(client.clone(), &home.name);
+    let secret = |name: &str, type_: &str| -> Secret {
+        typed(json!({
+            "metadata": {"name": name, "labels": {"copy": "yes"}},
+            "type": type_,
+            "stringData": {"token-id": "abcdef", "token-secret": "0123456789abcdef"},
+        }))
+    };
+    for s in [
+        secret(&token_name, "bootstrap.kubernetes.io/token"),
+        secret("harmless", "Opaque"),
+    ] {
+        secrets.create(&PostParams::default(), &s).await.unwrap();
+    }
+    let operator = common::start_operator(&home.name, &["--kinds", "copyrator"]).await;
+    let rules = Api::<CopyratorRule>::namespaced(client.clone(), &home.name);
+    admitted(
+        &rules,
+        spec_rule("evil", "secret", Some(&["kube-system", &other.name])),
+    )
+    .await;
+    common::wait_until(TIMEOUT, || async {
+        rule_status(&client, &home.name, "evil")
+            .await
+            .is_some_and(|s| s.common.is_ready())
+    })
+    .await;
+    let status = rule_status(&client, &home.name, "evil").await.unwrap();
+    let kube_system = status
+        .copies
+        .targets
+        .iter()
+        .find(|t| t.namespace == "kube-system")
+        .expect("kube-system is reported");
+    assert_eq!(kube_system.result, "Excluded", "{kube_system:?}");
+    assert!(
+        kube_system
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("--copyrator-allow-system-namespaces")),
+        "{kube_system:?}"
+    );
+    assert!(
+        status
+            .copies
+            .not_copyable
+            .iter()
+            .any(|n| n.starts_with(&token_name) && n.contains("bootstrap.kubernetes.io/token")),
+        "{:?}",
+        status.copies.not_copyable
+    );
+    // The positive side of the same rule: the harmless Secret was copied.
+    let theirs = Api::<Secret>::namespaced(client.clone(), &other.name);
+    assert!(theirs.get_opt("harmless").await.unwrap().is_some());
+    assert!(theirs.get_opt(&token_name).await.unwrap().is_none());
+    let system = Api::<Secret>::namespaced(client.clone(), "kube-system");
+    assert!(system.get_opt(&token_name).await.unwrap().is_none());
+    assert!(system.get_opt("harmless").await.unwrap().is_none());
+    rules.delete("evil", &Default::default()).await.unwrap();
+    common::wait_until(TIMEOUT, || async {
+        stored_rule(&client, &home.name, "evil").await.is_none()
+    })
+    .await;
+    operator.stop().await;
+}
+
+/// An object created by someone else between the operator's look and its
+/// apply is not taken over: new copies are applied without forcing, so the
+/// other manager's fields make the apply fail, and the object keeps its
+/// data and carries no marker.
+#[tokio::test]
+async fn an_object_created_in_the_middle_of_an_apply_is_not_taken_over() {
+    let client = cluster_or_skip!();
+    let home = common::TestNamespace::new(&client, "tn-race").await;
+    let target = common::TestNamespace::new(&client, "tn-race-t").await;
+    let _cleanup = common::StripFinalizersOnDrop(home.name.clone());
+    let source: ConfigMap = typed(json!({
+        "metadata": {"name": "shared", "labels": {"copy": "yes"}},
+        "data": {"k": "from the source"},
+    }));
+    Api::<ConfigMap>::namespaced(client.clone(), &home.name)
+        .create(&PostParams::default(), &source)
+        .await
+        .unwrap();
+    // kubectl that, right before the first apply, creates the copy's name
+    // with other data, as someone racing the operator would.
+    let dir = tempfile::tempdir().unwrap();
+    let wrapper = dir.path().join("kubectl");
+    let done = dir.path().join("raced");
+    let real = common::kubectl_path().display().to_string();
+    common::write_script(
+        &wrapper,
+        &format!(
+            r#"case "$*" in *' apply '*)
+  if [ ! -e {done} ]; then touch {done}; {real} -n {ns} create configmap shared --from-literal=k=mine >/dev/null; fi;;
+esac
+exec {real} "$@""#,
+            done = done.display(),
+            ns = target.name,
+        ),
+    );
+    let operator = common::start_operator(
+        &home.name,
+        &[
+            "--kinds",
+            "copyrator",
+            "--kubectl",
+            &wrapper.display().to_string(),
+        ],
+    )
+    .await;
+    let rules = Api::<CopyratorRule>::namespaced(client.clone(), &home.name);
+    admitted(&rules, spec_rule("r", "configmap", Some(&[&target.name]))).await;
+    // First the apply fails on the other manager's field; then the rule sees
+    // a same-named object it did not create and leaves it alone.
+    common::wait_until(TIMEOUT, || async {
+        rule_status(&client, &home.name, "r")
+            .await
+            .is_some_and(|s| {
+                s.copies
+                    .targets
+                    .iter()
+                    .any(|t| t.result == "Conflict" && t.foreign == ["shared"])
+            })
+    })
+    .await;
+    let theirs = Api::<ConfigMap>::namespaced(client.clone(), &target.name)
+        .get("shared")
+        .await
+        .unwrap();
+    assert_eq!(theirs.data.unwrap()["k"], "mine");
+    let labels = theirs.metadata.labels.unwrap_or_default();
+    assert!(
+        !labels
+            .keys()
+            .any(|k| k.starts_with("kustomize-operator.io/")
+                || k.starts_with("copyrator.flant.com/")),
+        "marked: {labels:?}"
+    );
+    assert!(done.exists(), "the race was run");
+    rules.delete("r", &Default::default()).await.unwrap();
+    common::wait_until(TIMEOUT, || async {
+        stored_rule(&client, &home.name, "r").await.is_none()
+    })
+    .await;
+    // Deleting the rule leaves the object alone too.
+    assert!(
+        Api::<ConfigMap>::namespaced(client.clone(), &target.name)
+            .get_opt("shared")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    operator.stop().await;
+}
+
+/// One rule cannot take the operator's memory: past `--copyrator-max-bytes`
+/// it is TooLarge, copies nothing, and waits for a change.
+#[tokio::test]
+async fn a_rule_wanting_more_than_the_byte_cap_is_too_large() {
+    let client = cluster_or_skip!();
+    let home = common::TestNamespace::new(&client, "tn-big").await;
+    let target = common::TestNamespace::new(&client, "tn-big-t").await;
+    let _cleanup = common::StripFinalizersOnDrop(home.name.clone());
+    let source: ConfigMap = typed(json!({
+        "metadata": {"name": "big", "labels": {"copy": "yes"}},
+        "data": {"k": "x".repeat(4096)},
+    }));
+    Api::<ConfigMap>::namespaced(client.clone(), &home.name)
+        .create(&PostParams::default(), &source)
+        .await
+        .unwrap();
+    let operator = common::start_operator(
+        &home.name,
+        &["--kinds", "copyrator", "--copyrator-max-bytes", "1024"],
+    )
+    .await;
+    let rules = Api::<CopyratorRule>::namespaced(client.clone(), &home.name);
+    admitted(&rules, spec_rule("r", "configmap", Some(&[&target.name]))).await;
+    common::wait_until(TIMEOUT, || async {
+        rule_status(&client, &home.name, "r")
+            .await
+            .is_some_and(|s| {
+                s.common.ready_reason() == Some(kustomize_operator::kind::Reason::TooLarge)
+            })
+    })
+    .await;
+    let status = rule_status(&client, &home.name, "r").await.unwrap();
+    let message = &status
+        .common
+        .condition(kustomize_operator::kind::ConditionType::Ready)
+        .unwrap()
+        .message;
+    assert!(message.contains("--copyrator-max-bytes"), "{message}");
+    assert!(
+        Api::<ConfigMap>::namespaced(client.clone(), &target.name)
+            .get_opt("big")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(operator.kubectl_stats().spawned(), 0, "nothing was applied");
+    operator.stop().await;
+}
+
+/// The article's behaviour stays: a rule over every namespace (here: every
+/// namespace the operator's selector lets it copy into) copies into a
+/// namespace created later.
+#[tokio::test]
+async fn an_admin_rule_over_every_namespace_reaches_a_namespace_created_later() {
+    let client = cluster_or_skip!();
+    let home = common::TestNamespace::new(&client, "tn-all").await;
+    let _cleanup = common::StripFinalizersOnDrop(home.name.clone());
+    let run = format!("tn-all-{}", &home.name[home.name.len() - 6..]);
+    let selector = format!("ko-tenancy-run={run}");
+    let source: ConfigMap = typed(json!({
+        "metadata": {"name": "everywhere", "labels": {"copy": "yes"}},
+        "data": {"k": "v"},
+    }));
+    Api::<ConfigMap>::namespaced(client.clone(), &home.name)
+        .create(&PostParams::default(), &source)
+        .await
+        .unwrap();
+    let operator = common::start_operator(
+        &home.name,
+        &[
+            "--kinds",
+            "copyrator",
+            "--copyrator-namespace-selector",
+            &selector,
+        ],
+    )
+    .await;
+    let rules = Api::<CopyratorRule>::namespaced(client.clone(), &home.name);
+    admitted(&rules, spec_rule("all", "configmap", None)).await;
+    common::wait_until(TIMEOUT, || async {
+        rule_status(&client, &home.name, "all")
+            .await
+            .is_some_and(|s| s.common.is_ready())
+    })
+    .await;
+    let later = common::TestNamespace::new(&client, "tn-all-later").await;
+    let (ok, _, err) = common::kubectl(&[
+        "label",
+        "namespace",
+        &later.name,
+        &format!("ko-tenancy-run={run}"),
+    ]);
+    assert!(ok, "{err}");
+    common::wait_until(TIMEOUT, || async {
+        Api::<ConfigMap>::namespaced(client.clone(), &later.name)
+            .get_opt("everywhere")
+            .await
+            .unwrap()
+            .is_some()
+    })
+    .await;
+    rules.delete("all", &Default::default()).await.unwrap();
+    common::wait_until(TIMEOUT, || async {
+        Api::<ConfigMap>::namespaced(client.clone(), &later.name)
+            .get_opt("everywhere")
+            .await
+            .unwrap()
+            .is_none()
+    })
+    .await;
+    operator.stop().await;
+}
