@@ -1,0 +1,167 @@
+{{/*
+Names and labels shared by the templates, and the checks of the values.
+*/}}
+
+{{/*
+The prefix of every object's name, cluster-scoped ones included: the release
+name when it contains the chart's name (a release `kustomize-operator` gives
+the names of deploy/), else `<release>-kustomize-operator`. Two releases thus
+never share a ClusterRole or ClusterRoleBinding.
+*/}}
+{{- define "kustomize-operator.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The ServiceAccount of the operator and of the kubectl it runs. */}}
+{{- define "kustomize-operator.serviceAccountName" -}}
+{{- include "kustomize-operator.fullname" . -}}
+{{- end -}}
+
+{{/*
+Selector labels: deploy/'s `app.kubernetes.io/name` and the release. They
+are immutable in a Deployment's selector.
+*/}}
+{{- define "kustomize-operator.selectorLabels" -}}
+app.kubernetes.io/name: kustomize-operator
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{/* Labels of every object: the selector labels and Helm's usual ones. */}}
+{{- define "kustomize-operator.labels" -}}
+{{ include "kustomize-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{/* The operator's ServiceAccount as a binding's subject. */}}
+{{- define "kustomize-operator.subjects" -}}
+subjects:
+  - kind: ServiceAccount
+    name: {{ include "kustomize-operator.serviceAccountName" . }}
+    namespace: {{ .Release.Namespace }}
+{{- end -}}
+
+{{/* Every kind the operator knows, as in --kinds (values.schema.json lists them too). */}}
+{{- define "kustomize-operator.allKinds" -}}
+exchangerate,chaosagent,copyrator,sample
+{{- end -}}
+
+{{/*
+"true" when the kind given as `kind` runs: `kinds` is empty or lists it.
+Usage: include "kustomize-operator.runs" (dict "root" . "kind" "sample")
+*/}}
+{{- define "kustomize-operator.runs" -}}
+{{- $kinds := .root.Values.kinds | default list -}}
+{{- if or (empty $kinds) (has .kind $kinds) -}}true{{- end -}}
+{{- end -}}
+
+{{/*
+Checks of the values that a schema cannot express; renders nothing, fails
+with a message naming the value.
+*/}}
+{{- define "kustomize-operator.validate" -}}
+{{- $all := splitList "," (include "kustomize-operator.allKinds" .) -}}
+{{- range .Values.kinds -}}
+{{- if not (has . $all) -}}
+{{- fail (printf "kinds: unknown kind %q; known kinds: %s" . (join ", " $all)) -}}
+{{- end -}}
+{{- end -}}
+{{- if and (gt (int .Values.replicas) 1) (not .Values.leaderElection.enabled) -}}
+{{- fail (printf "replicas: %d replicas need leaderElection.enabled=true (each would run the controllers)" (int .Values.replicas)) -}}
+{{- end -}}
+{{- if and .Values.copyratorNamespaces (not (include "kustomize-operator.runs" (dict "root" . "kind" "copyrator"))) -}}
+{{- fail "copyratorNamespaces is set but copyrator is not among kinds" -}}
+{{- end -}}
+{{- if ne (len .Values.copyratorNamespaces) (len (uniq .Values.copyratorNamespaces)) -}}
+{{- fail (printf "copyratorNamespaces lists a namespace twice: %s" (join "," .Values.copyratorNamespaces)) -}}
+{{- end -}}
+{{- $fromValues := dict "KINDS" "kinds" "WATCH_NAMESPACE" "watchNamespace" "COPYRATOR_NAMESPACES" "copyratorNamespaces" "LEADER_ELECT" "leaderElection.enabled" "NAMESPACE" "the release's namespace" "POD_NAME" "the Pod's name" -}}
+{{- range .Values.extraEnv -}}
+{{- if hasKey $fromValues .name -}}
+{{- fail (printf "extraEnv: %s is set by the chart from %s" .name (get $fromValues .name)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+A ClusterRoleBinding of the ClusterRole `<fullname>-<role>` to the operator's
+ServiceAccount, under the same name.
+Usage: include "kustomize-operator.clusterRoleBinding" (dict "root" . "role" "sample")
+*/}}
+{{- define "kustomize-operator.clusterRoleBinding" -}}
+{{- $name := printf "%s-%s" (include "kustomize-operator.fullname" .root) .role -}}
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: {{ $name }}
+  labels:
+    {{- include "kustomize-operator.labels" .root | nindent 4 }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: {{ $name }}
+{{ include "kustomize-operator.subjects" .root }}
+{{- end -}}
+
+{{/*
+The operator's environment (its flags: README, "Command line"), in
+the order of the values' variables, then deploy/deployment.yaml's.
+*/}}
+{{/* The Lease: kustomize-operator, or kustomize-operator-<shard> for a shard. */}}
+{{- define "kustomize-operator.leaseName" -}}
+{{- if .Values.shard }}kustomize-operator-{{ .Values.shard }}{{ else }}kustomize-operator{{ end }}
+{{- end }}
+
+{{- define "kustomize-operator.env" -}}
+# What the values set first (where kustomize's patches put it, so the chart
+# and overlays/copyrator-namespaces render alike).
+{{- with .Values.kinds }}
+- name: KINDS
+  value: {{ join "," . | quote }}
+{{- end }}
+{{- with .Values.watchNamespace }}
+- name: WATCH_NAMESPACE
+  value: {{ . | quote }}
+{{- end }}
+{{- with .Values.copyratorNamespaces }}
+- name: COPYRATOR_NAMESPACES
+  value: {{ join "," . | quote }}
+{{- end }}
+{{- with .Values.shard }}
+- name: SHARD
+  value: {{ . | quote }}
+{{- end }}
+# The operator's namespace, from the downward API: the Lease lives here.
+- name: NAMESPACE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
+# The replica's name in the Lease and in the Events it reports.
+- name: POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+{{- if .Values.leaderElection.enabled }}
+- name: LEADER_ELECT
+  value: "true"
+{{- end }}
+- name: METRICS_ADDR
+  value: "0.0.0.0:8080"
+# Temporary overlays and kubectl's discovery cache (KUSTOMIZE_DIR and KUBECTL
+# are set by the image).
+- name: WORK_DIR
+  value: /tmp/kustomize-operator
+- name: MAX_CONCURRENT_KUBECTL
+  value: "4"
+- name: KUBECTL_TIMEOUT
+  value: 60s
+- name: LOG_FORMAT
+  value: json
+- name: RUST_LOG
+  value: info
+{{- end -}}
