@@ -523,19 +523,19 @@ async fn the_image_runs_as_a_kubelet_runs_the_deployments_pod() {
         let sample = common::deploy::sample_created_and_ready(&client, &ns.name).await;
         let status = serde_json::to_value(sample.status.as_ref().unwrap()).unwrap();
         let last = &status["lastCommand"];
-        // kubectl applied an overlay in the container's WORK_DIR (its /tmp).
+        // The image's kubectl applied it (server-side), its cache in the
+        // container's WORK_DIR (its /tmp).
         assert!(
-            last["command"]
-                .as_str()
-                .is_some_and(|c| c.starts_with("kubectl ")
-                    && c.contains(" apply -k /tmp/kustomize-operator/")),
+            last["command"].as_str().is_some_and(|c| c.starts_with("kubectl ")
+                && c.contains("--cache-dir=/tmp/kustomize-operator/")
+                && c.contains(" apply --server-side ")),
             "{status}"
         );
         assert_eq!(last["exitCode"], 0, "{status}");
         assert!(
             last["stdout"]
                 .as_str()
-                .is_some_and(|s| s.contains("deployment.apps/web created")),
+                .is_some_and(|s| s.contains("deployment.apps/web serverside-applied")),
             "{status}"
         );
         common::deploy::sample_scaled_and_deleted(&client, &ns.name).await;
