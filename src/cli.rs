@@ -12,6 +12,7 @@ use crate::engine::shard;
 use crate::kind::{KustomizeDir, TemplateError};
 use crate::kinds::registry::{Registry, RegistryError};
 use crate::kinds::{KindOptions, copyrator, exchange_rate};
+use crate::render::{ResourceRef, Source};
 
 /// The Lease's default name.
 pub const DEFAULT_LEASE_NAME: &str = "kustomize-operator";
@@ -44,8 +45,12 @@ pub enum LogFormat {
 pub enum Command {
     /// Run the controllers against the cluster in KUBECONFIG (or in-cluster).
     Run(Box<RunArgs>),
-    /// Write the overlay `run` would apply for the resource in a file, offline.
+    /// Write the overlay `run` would apply for a resource (from a file,
+    /// offline, or from the cluster by KIND/NAME), for `kubectl kustomize`.
     Render(RenderArgs),
+    /// Show what `run` would change in the cluster now for a resource
+    /// (`kubectl diff --server-side`; exit 0 no change, 1 changes, >1 error).
+    Diff(DiffArgs),
     /// Print every CRD as YAML (or write one file per CRD with --out-dir).
     Crd(CrdArgs),
     /// Print the RBAC (ClusterRole and binding) each declared kind needs.
@@ -199,18 +204,64 @@ pub struct RunArgs {
     pub leader_elect_retry_period: Duration,
 }
 
+/// Which resource `render` and `diff` work on: a file, or one in the
+/// cluster.
+#[derive(Debug, Clone, Args)]
+pub struct ResourceArgs {
+    /// A YAML file: the resource first, then any documents its kind needs offline.
+    #[arg(short = 'f', long = "filename", conflicts_with = "resource")]
+    pub file: Option<PathBuf>,
+    /// A resource in the cluster, read with the kubeconfig (read-only):
+    /// KIND/NAME, KIND as in `kubectl get` (sample, samples, copyratorrule, ...).
+    #[arg(value_name = "KIND/NAME", required_unless_present = "file")]
+    pub resource: Option<ResourceRef>,
+    /// The namespace of KIND/NAME (default: the kubeconfig's).
+    #[arg(short = 'n', long, requires = "resource")]
+    pub namespace: Option<String>,
+}
+
+impl ResourceArgs {
+    /// Where the resource comes from.
+    pub fn source(&self) -> Source {
+        match (&self.file, &self.resource) {
+            (Some(file), _) => Source::File(file.clone()),
+            (None, Some(reference)) => Source::Live {
+                reference: reference.clone(),
+                namespace: self.namespace.clone(),
+            },
+            // clap requires one of the two.
+            (None, None) => Source::File(PathBuf::from("-")),
+        }
+    }
+}
+
 /// `render` flags.
 #[derive(Debug, Clone, Args)]
 pub struct RenderArgs {
     /// Shared flags (and every kind's, as for `run`).
     #[command(flatten)]
     pub common: Box<CommonArgs>,
-    /// A YAML file: the resource first, then any documents its kind needs offline.
-    #[arg(short = 'f', long = "filename")]
-    pub file: PathBuf,
+    /// The resource.
+    #[command(flatten)]
+    pub resource: ResourceArgs,
     /// The directory to write the overlay into (created; must be empty if it exists).
     #[arg(long)]
     pub out: PathBuf,
+}
+
+/// `diff` flags.
+#[derive(Debug, Clone, Args)]
+pub struct DiffArgs {
+    /// Shared flags (and every kind's, as for `run`: give the operator's,
+    /// such as --copyrator-namespaces, to see what it would do).
+    #[command(flatten)]
+    pub common: Box<CommonArgs>,
+    /// The resource.
+    #[command(flatten)]
+    pub resource: ResourceArgs,
+    /// The kubectl to run (default: kubectl on PATH).
+    #[arg(long, env = "KUBECTL")]
+    pub kubectl: Option<PathBuf>,
 }
 
 /// `crd` flags.

@@ -377,6 +377,18 @@ pub trait Handler: Send + Sync + 'static {
         client: &kube::Client,
     ) -> impl Future<Output = Result<Self::Observed, HandlerError>> + Send;
 
+    /// The same inputs for `diff` and `render KIND/NAME`, read from the
+    /// cluster without side effects: no write, no external fetch, no timer
+    /// (what `run` would plan if it looked now). Default: [`Handler::observe`],
+    /// for kinds whose observation only reads the cluster.
+    fn observe_preview(
+        &self,
+        resource: &Self::Resource,
+        client: &kube::Client,
+    ) -> impl Future<Output = Result<Self::Observed, HandlerError>> + Send {
+        self.observe(resource, client)
+    }
+
     /// The same inputs without a cluster, for `render`: taken from the
     /// documents that follow the resource in the file.
     fn observe_offline(

@@ -10,6 +10,7 @@
 //! is private to the crate.
 
 pub mod cli;
+pub mod diff;
 pub mod duration;
 mod engine;
 pub mod kind;

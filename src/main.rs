@@ -1,9 +1,10 @@
-//! The `kustomize-operator` command: `run`, `render`, `crd`.
+//! The `kustomize-operator` command: `run`, `render`, `diff`, `crd`, `rbac`.
 
 use std::process::ExitCode;
 
 use clap::Parser;
 use kustomize_operator::cli::{Cli, Command, LogFormat, RunArgs};
+use kustomize_operator::diff::Drift;
 use kustomize_operator::{Error, Operator};
 use tracing_subscriber::EnvFilter;
 
@@ -24,23 +25,22 @@ async fn main() -> ExitCode {
     init_logging(cli.log_format);
     let result = match cli.command {
         Command::Run(args) => run(*args).await,
-        Command::Render(args) => {
-            kustomize_operator::render::render_file(&args.file, &args.out, &args.common)
-                .map(|summary| {
-                    for (verb, dir) in &summary.overlays {
-                        println!("{verb}: {}", dir.display());
-                    }
-                    for object in &summary.deletes {
-                        println!("delete: {object}");
-                    }
-                    if summary.placeholder_uid {
-                        eprintln!(
-                            "note: the resource has no metadata.uid; the ownership marker holds {} (render `kubectl get -o yaml` output to see the real one)",
-                            kustomize_operator::kinds::PLACEHOLDER_UID
-                        );
-                    }
-                })
-                .map_err(Error::from)
+        Command::Render(args) => render(&args).await,
+        Command::Diff(args) => {
+            let source = args.resource.source();
+            match kustomize_operator::diff::diff(&source, &args.common, args.kubectl.as_deref())
+                .await
+            {
+                Ok(Ok(Drift::None)) => return ExitCode::SUCCESS,
+                Ok(Ok(Drift::Changes)) => return ExitCode::from(1),
+                // kubectl said why on stderr.
+                Ok(Err(code)) => return ExitCode::from(u8::try_from(code).unwrap_or(2).max(2)),
+                Err(e) => {
+                    // 1 means "changes": errors exit 2, as kubectl diff's do.
+                    eprintln!("error: {e}");
+                    return ExitCode::from(2);
+                }
+            }
         }
         Command::Crd(args) => kustomize_operator::manifests::write_crds(&args).map_err(Error::from),
         Command::Rbac(args) => rbac(&args).await,
@@ -84,6 +84,24 @@ async fn wait_for_signal() -> Result<(), Error> {
     tokio::select! {
         _ = term.recv() => {}
         r = tokio::signal::ctrl_c() => r.map_err(Error::Signal)?,
+    }
+    Ok(())
+}
+
+async fn render(args: &kustomize_operator::cli::RenderArgs) -> Result<(), Error> {
+    let source = args.resource.source();
+    let summary = kustomize_operator::render::render(&source, &args.out, &args.common).await?;
+    for (verb, dir) in &summary.overlays {
+        println!("{verb}: {}", dir.display());
+    }
+    for object in &summary.deletes {
+        println!("delete: {object}");
+    }
+    if summary.placeholder_uid {
+        eprintln!(
+            "note: the resource has no metadata.uid; the ownership marker holds {} (render KIND/NAME, or `kubectl get -o yaml` output, to see the real one)",
+            kustomize_operator::kinds::PLACEHOLDER_UID
+        );
     }
     Ok(())
 }

@@ -1,12 +1,18 @@
-//! `render`: the overlay `run` would apply for a resource, written offline.
+//! `render`: the overlay `run` would apply for a resource, written for
+//! `kubectl kustomize`. The resource comes from a file (offline: what the
+//! kind observes comes from the documents after it) or from the cluster by
+//! reference, `KIND/NAME` (read-only: the kind observes the cluster without
+//! side effects). [`prepare`] is shared with `diff`.
 
 use std::path::{Path, PathBuf};
 
+use kube::api::{Api, DynamicObject};
+
 use crate::cli::{CommonArgs, KindsError};
 use crate::kind::Step;
-use crate::kinds::RenderError;
+use crate::kinds::{RenderError, RenderOutput};
 
-/// Why `render` failed.
+/// Why `render` (or `diff`) could not render the resource.
 #[derive(Debug, thiserror::Error)]
 pub enum RenderCommandError {
     /// The input file cannot be read.
@@ -25,9 +31,23 @@ pub enum RenderCommandError {
         /// The parser's message.
         reason: String,
     },
+    /// A reference is not `KIND/NAME`.
+    #[error("{0:?} is not KIND/NAME (for example sample/web)")]
+    Reference(String),
+    /// The cluster could not be reached or read.
+    #[error("cannot read {what} from the cluster: {reason}")]
+    Cluster {
+        /// What was being read.
+        what: String,
+        /// Why it failed.
+        reason: String,
+    },
     /// The kind folders could not be loaded.
     #[error(transparent)]
     Kinds(#[from] KindsError),
+    /// A reference names no kind this operator serves.
+    #[error(transparent)]
+    Registry(#[from] crate::kinds::registry::RegistryError),
     /// The resource could not be rendered.
     #[error(transparent)]
     Render(#[from] RenderError),
@@ -41,6 +61,58 @@ pub enum RenderCommandError {
     },
 }
 
+/// A resource in the cluster, as the command line names it: `KIND/NAME`
+/// (KIND: the kind's short name, kind, plural, singular or CRD short name).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceRef {
+    /// The kind, as given.
+    pub kind: String,
+    /// The resource's name.
+    pub name: String,
+}
+
+impl std::str::FromStr for ResourceRef {
+    type Err = RenderCommandError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.split_once('/') {
+            Some((kind, name)) if !kind.is_empty() && !name.is_empty() && !name.contains('/') => {
+                Ok(Self {
+                    kind: kind.to_string(),
+                    name: name.to_string(),
+                })
+            }
+            _ => Err(RenderCommandError::Reference(s.to_string())),
+        }
+    }
+}
+
+/// Where the resource to render comes from.
+#[derive(Debug, Clone)]
+pub enum Source {
+    /// A YAML file: the resource first, then any documents its kind needs.
+    File(PathBuf),
+    /// The cluster in KUBECONFIG: this resource, in `namespace` (default:
+    /// the kubeconfig's) when its kind is namespaced.
+    Live {
+        /// The resource.
+        reference: ResourceRef,
+        /// Its namespace.
+        namespace: Option<String>,
+    },
+}
+
+/// A resource rendered: the plan's steps and overlays.
+#[derive(Debug)]
+pub struct Prepared {
+    /// The steps and their rendered overlays.
+    pub output: RenderOutput,
+    /// The resource had no `metadata.uid` (a file written by hand): the
+    /// ownership marker holds a placeholder instead of the UID the live
+    /// resource has.
+    pub placeholder_uid: bool,
+}
+
 /// What `render` wrote.
 #[derive(Debug)]
 pub struct RenderSummary {
@@ -49,40 +121,26 @@ pub struct RenderSummary {
     pub overlays: Vec<(String, PathBuf)>,
     /// Objects the plan deletes that it does not own (`pod/x in ns`).
     pub deletes: Vec<String>,
-    /// The resource had no `metadata.uid` (a file written by hand): the
-    /// ownership marker holds a placeholder instead of the UID the live
-    /// resource would have.
+    /// See [`Prepared::placeholder_uid`].
     pub placeholder_uid: bool,
 }
 
-/// Renders the resource in `file` into `out`.
-///
-/// A plan with one overlay is written to `out` itself, so `kubectl kustomize
-/// <out>` prints what `run` applies; a plan with several is written to
-/// `out/<n>-<verb>/`.
-pub fn render_file(
-    file: &Path,
-    out: &Path,
-    common: &CommonArgs,
-) -> Result<RenderSummary, RenderCommandError> {
-    let text = std::fs::read_to_string(file).map_err(|source| RenderCommandError::Read {
-        path: file.to_path_buf(),
-        source,
-    })?;
-    let docs: Vec<serde_json::Value> =
-        serde_saphyr::from_multiple(&text).map_err(|e| RenderCommandError::Parse {
-            path: file.to_path_buf(),
-            reason: e.to_string(),
-        })?;
-    let docs: Vec<_> = docs.into_iter().filter(|d| !d.is_null()).collect();
-    let Some((resource, rest)) = docs.split_first() else {
-        return Err(RenderCommandError::Parse {
-            path: file.to_path_buf(),
-            reason: "no document in the file".into(),
-        });
-    };
+/// Renders the resource from `source`.
+pub async fn prepare(source: &Source, common: &CommonArgs) -> Result<Prepared, RenderCommandError> {
+    match source {
+        Source::File(file) => prepare_file(file, common),
+        Source::Live {
+            reference,
+            namespace,
+        } => prepare_live(reference, namespace.as_deref(), common).await,
+    }
+}
+
+/// Renders the resource in `file`, offline.
+fn prepare_file(file: &Path, common: &CommonArgs) -> Result<Prepared, RenderCommandError> {
     let (dir, registry) = common.dirs.load()?;
-    let kind = registry.of_document(resource).ok_or_else(|| {
+    let (resource, rest) = read_file(file)?;
+    let kind = registry.of_document(&resource).ok_or_else(|| {
         RenderError::UnknownKind(format!(
             "{} {} is not a kind this operator reconciles ({})",
             resource["apiVersion"].as_str().unwrap_or("<no apiVersion>"),
@@ -90,22 +148,63 @@ pub fn render_file(
             registry.names().join(", ")
         ))
     })?;
-    let mut resource = resource.clone();
-    // `run` sees namespaced resources with a namespace; offline, default
-    // like kubectl does.
-    let namespaced = kind.crd().spec.scope == "Namespaced";
-    if namespaced && resource["metadata"]["namespace"].is_null() && resource["metadata"].is_object()
-    {
-        resource["metadata"]["namespace"] = "default".into();
-    }
+    let resource = default_namespace(resource, kind);
+    let output = kind.render(&resource, &rest, &common.kind_options(None), &dir)?;
+    Ok(Prepared {
+        output,
+        placeholder_uid: resource["metadata"]["uid"].as_str().is_none(),
+    })
+}
+
+/// Renders the resource `reference` names, read from the cluster.
+async fn prepare_live(
+    reference: &ResourceRef,
+    namespace: Option<&str>,
+    common: &CommonArgs,
+) -> Result<Prepared, RenderCommandError> {
+    let (dir, registry) = common.dirs.load()?;
+    let kind = registry.by_name(&reference.kind)?;
+    let client = client().await?;
+    let resource = fetch(&client, kind, reference, namespace).await?;
     let options = common.kind_options(None);
-    let plan = kind.render(&resource, rest, &options, &dir)?;
+    let output = kind.render_live(&resource, &client, &options, &dir).await?;
+    Ok(Prepared {
+        output,
+        placeholder_uid: false,
+    })
+}
+
+/// Renders the resource from `source` into `out` (see [`write`]).
+pub async fn render(
+    source: &Source,
+    out: &Path,
+    common: &CommonArgs,
+) -> Result<RenderSummary, RenderCommandError> {
+    write(&prepare(source, common).await?, out)
+}
+
+/// Renders the resource in `file` into `out`, offline (see [`write`]).
+pub fn render_file(
+    file: &Path,
+    out: &Path,
+    common: &CommonArgs,
+) -> Result<RenderSummary, RenderCommandError> {
+    write(&prepare_file(file, common)?, out)
+}
+
+/// Writes a rendered resource into `out`.
+///
+/// A plan with one overlay is written to `out` itself, so `kubectl kustomize
+/// <out>` prints what `run` applies; a plan with several is written to
+/// `out/<n>-<verb>/`. Everything written is private (0700/0600).
+fn write(prepared: &Prepared, out: &Path) -> Result<RenderSummary, RenderCommandError> {
     prepare_out(out)?;
+    let plan = &prepared.output;
     let overlay_steps = plan.overlays.iter().filter(|o| o.is_some()).count();
     let mut summary = RenderSummary {
         overlays: Vec::new(),
         deletes: Vec::new(),
-        placeholder_uid: resource["metadata"]["uid"].as_str().is_none(),
+        placeholder_uid: prepared.placeholder_uid,
     };
     for (i, (step, overlay)) in plan.steps.iter().zip(&plan.overlays).enumerate() {
         let verb = match step {
@@ -124,19 +223,100 @@ pub fn render_file(
         } else {
             out.join(format!("{i}-{verb}"))
         };
-        std::fs::create_dir_all(&target).map_err(|e| RenderCommandError::Output {
+        let output_err = |reason: String| RenderCommandError::Output {
             path: target.clone(),
-            reason: e.to_string(),
-        })?;
+            reason,
+        };
+        crate::engine::overlay::private_dir(&target).map_err(|e| output_err(e.to_string()))?;
         rendered
             .write_to(&target)
-            .map_err(|e| RenderCommandError::Output {
-                path: target.clone(),
-                reason: e.to_string(),
-            })?;
+            .map_err(|e| output_err(e.to_string()))?;
         summary.overlays.push((verb.to_string(), target));
     }
     Ok(summary)
+}
+
+/// The resource (first document) and the documents after it.
+fn read_file(
+    file: &Path,
+) -> Result<(serde_json::Value, Vec<serde_json::Value>), RenderCommandError> {
+    let text = std::fs::read_to_string(file).map_err(|source| RenderCommandError::Read {
+        path: file.to_path_buf(),
+        source,
+    })?;
+    let docs: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(&text).map_err(|e| RenderCommandError::Parse {
+            path: file.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+    let mut docs = docs.into_iter().filter(|d| !d.is_null());
+    let resource = docs.next().ok_or_else(|| RenderCommandError::Parse {
+        path: file.to_path_buf(),
+        reason: "no document in the file".into(),
+    })?;
+    Ok((resource, docs.collect()))
+}
+
+/// `run` sees namespaced resources with a namespace; offline, default like
+/// kubectl does.
+fn default_namespace(
+    mut resource: serde_json::Value,
+    kind: &crate::kinds::registry::Kind,
+) -> serde_json::Value {
+    let namespaced = kind.crd().spec.scope == "Namespaced";
+    if namespaced && resource["metadata"]["namespace"].is_null() && resource["metadata"].is_object()
+    {
+        resource["metadata"]["namespace"] = "default".into();
+    }
+    resource
+}
+
+async fn client() -> Result<kube::Client, RenderCommandError> {
+    kube::Client::try_default()
+        .await
+        .map_err(|e| RenderCommandError::Cluster {
+            what: "the kubeconfig".into(),
+            reason: e.to_string(),
+        })
+}
+
+/// The live resource `reference` names, as JSON.
+async fn fetch(
+    client: &kube::Client,
+    kind: &crate::kinds::registry::Kind,
+    reference: &ResourceRef,
+    namespace: Option<&str>,
+) -> Result<serde_json::Value, RenderCommandError> {
+    let (resource, namespaced) = kind.api_resource();
+    let namespace = namespace.unwrap_or(client.default_namespace());
+    let api: Api<DynamicObject> = if namespaced {
+        Api::namespaced_with(client.clone(), namespace, &resource)
+    } else {
+        Api::all_with(client.clone(), &resource)
+    };
+    let what = match namespaced {
+        true => format!(
+            "{}/{} in namespace {namespace}",
+            kind.name(),
+            reference.name
+        ),
+        false => format!("{}/{}", kind.name(), reference.name),
+    };
+    let object = api
+        .get_opt(&reference.name)
+        .await
+        .map_err(|e| RenderCommandError::Cluster {
+            what: what.clone(),
+            reason: crate::kind::api_message(&e),
+        })?
+        .ok_or_else(|| RenderCommandError::Cluster {
+            what,
+            reason: "not found".into(),
+        })?;
+    serde_json::to_value(&object).map_err(|e| RenderCommandError::Cluster {
+        what: reference.name.clone(),
+        reason: e.to_string(),
+    })
 }
 
 fn prepare_out(out: &Path) -> Result<(), RenderCommandError> {
@@ -150,5 +330,19 @@ fn prepare_out(out: &Path) -> Result<(), RenderCommandError> {
             return Err(output_err("exists and is not empty".into()));
         }
     }
-    std::fs::create_dir_all(out).map_err(|e| output_err(e.to_string()))
+    crate::engine::overlay::private_dir(out).map_err(|e| output_err(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reference_is_kind_slash_name() {
+        let r: ResourceRef = "sample/web".parse().unwrap();
+        assert_eq!((r.kind.as_str(), r.name.as_str()), ("sample", "web"));
+        for bad in ["sample", "/web", "sample/", "a/b/c", ""] {
+            assert!(bad.parse::<ResourceRef>().is_err(), "{bad}");
+        }
+    }
 }

@@ -979,3 +979,70 @@ exec {real} "$@""#,
     .await;
     operator.stop().await;
 }
+
+#[tokio::test]
+async fn diff_shows_the_copies_a_changed_source_would_change_with_secret_values_masked() {
+    let client = cluster!();
+    let src = common::TestNamespace::new(&client, "cr-diff").await;
+    let _release_src = ReleaseRules(src.name.clone());
+    let targets = namespaces(&client, "cr-difft", 1).await;
+    let t = names(&targets);
+    let old = format!("old-{:08x}", rand::random::<u32>());
+    let new = format!("new-{:08x}", rand::random::<u32>());
+    let operator = common::start_operator(&src.name, &["--kinds", "copyrator"]).await;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &src.name);
+    create(
+        &secrets,
+        &secret("token", "Opaque", &[("password", old.as_bytes())]),
+    )
+    .await;
+    let rules: Api<CopyratorRule> = Api::namespaced(client.clone(), &src.name);
+    create(
+        &rules,
+        &rule("tokens", RuleType::Secret, &[("copy", "yes")], &t, None),
+    )
+    .await;
+    wait_ready(&rules, "tokens").await;
+    common::wait_until(TIMEOUT, || async {
+        Api::<Secret>::namespaced(client.clone(), t[0])
+            .get_opt("token")
+            .await
+            .unwrap()
+            .is_some()
+    })
+    .await;
+    let (code, out, err) =
+        common::operator_command("diff", &["copyratorrule/tokens", "-n", &src.name]);
+    assert_eq!(code, Some(0), "in sync: stdout:\n{out}\nstderr:\n{err}");
+    operator.stop().await;
+
+    // The source changes while the operator is away: its copy would change.
+    secrets
+        .patch(
+            "token",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"password": base64(new.as_bytes())}})),
+        )
+        .await
+        .unwrap();
+    let (code, out, err) =
+        common::operator_command("diff", &["copyratorrule/tokens", "-n", &src.name]);
+    assert_eq!(code, Some(1), "stdout:\n{out}\nstderr:\n{err}");
+    assert!(out.contains(&format!("v1.Secret.{}.token", t[0])), "{out}");
+    assert!(out.contains("password: '*** (before)'"), "{out}");
+    assert!(out.contains("password: '*** (after)'"), "{out}");
+    for value in [&old, &new] {
+        for shown in [value.clone(), base64(value.as_bytes())] {
+            assert!(
+                !out.contains(&shown) && !err.contains(&shown),
+                "{shown} in\n{out}\n{err}"
+            );
+        }
+    }
+    // Nothing was written: the copy still holds the old value.
+    let copy = Api::<Secret>::namespaced(client.clone(), t[0])
+        .get("token")
+        .await
+        .unwrap();
+    assert_eq!(copy.data.unwrap()["password"], ByteString(old.into_bytes()));
+}

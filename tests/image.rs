@@ -526,9 +526,11 @@ async fn the_image_runs_as_a_kubelet_runs_the_deployments_pod() {
         // The image's kubectl applied it (server-side), its cache in the
         // container's WORK_DIR (its /tmp).
         assert!(
-            last["command"].as_str().is_some_and(|c| c.starts_with("kubectl ")
-                && c.contains("--cache-dir=/tmp/kustomize-operator/")
-                && c.contains(" apply --server-side ")),
+            last["command"]
+                .as_str()
+                .is_some_and(|c| c.starts_with("kubectl ")
+                    && c.contains("--cache-dir=/tmp/kustomize-operator/")
+                    && c.contains(" apply --server-side ")),
             "{status}"
         );
         assert_eq!(last["exitCode"], 0, "{status}");

@@ -5,8 +5,8 @@
 use std::collections::BTreeSet;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::ResourceExt;
 use kube::runtime::controller::Action;
+use kube::{Resource, ResourceExt};
 
 use super::controller::{Context, ReconcileError};
 use super::inventory::{ObjectId, Owner};
@@ -70,9 +70,13 @@ pub(crate) async fn cleanup<H: Handler>(
     }
 }
 
+/// Forgets a resource that is gone: its status memo and its kept overlay.
 fn forget<H: Handler>(ctx: &Context<H>, obj: &H::Resource) {
     if let Some(uid) = obj.uid() {
         ctx.engine.memo.forget(&uid);
+    }
+    if let Some(dir) = ctx.kept_overlay(obj.meta()) {
+        super::kept::remove(&dir);
     }
 }
 

@@ -6,6 +6,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
@@ -45,6 +46,18 @@ pub(crate) struct Context<H: Handler> {
 }
 
 impl<H: Handler> Context<H> {
+    /// Where `--keep-overlays` keeps the overlay of the resource `meta`
+    /// describes (`None` when overlays are not kept).
+    pub(crate) fn kept_overlay(&self, meta: &ObjectMeta) -> Option<std::path::PathBuf> {
+        let root = self.engine.settings.keep_overlays.as_ref()?;
+        Some(super::kept::dir(
+            root,
+            &self.handler.info().name,
+            meta.namespace.as_deref(),
+            meta.name.as_deref().unwrap_or_default(),
+        ))
+    }
+
     /// `kind/namespace/name`, for logs and the backoff counter.
     pub fn key(&self, obj: &H::Resource) -> String {
         format!(

@@ -22,6 +22,7 @@ pub(crate) mod controller;
 mod events;
 mod health;
 pub(crate) mod inventory;
+mod kept;
 pub(crate) mod kubectl;
 pub(crate) mod outcome;
 pub(crate) mod overlay;

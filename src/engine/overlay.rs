@@ -544,7 +544,8 @@ impl RenderedOverlay {
         &self.files
     }
 
-    /// Writes the overlay into `dir` (which must exist).
+    /// Writes the overlay into `dir` (which must exist), readable by its
+    /// owner only: directories it creates 0700, files 0600.
     pub fn write_to(&self, dir: &Path) -> Result<(), OverlayError> {
         for (rel, bytes) in &self.files {
             let path = dir.join(rel);
@@ -553,12 +554,36 @@ impl RenderedOverlay {
                 source,
             };
             if let Some(parent) = path.parent() {
-                std::fs::create_dir_all(parent).map_err(write_err)?;
+                private_dir(parent).map_err(write_err)?;
             }
-            std::fs::write(&path, bytes).map_err(write_err)?;
+            private_file(&path, bytes).map_err(write_err)?;
         }
         Ok(())
     }
+}
+
+/// Creates `dir` and its missing parents, each 0700.
+pub(crate) fn private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+}
+
+/// Writes `bytes` to `path`, a file only its owner can read (0600).
+fn private_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    // An existing file keeps its mode on open: set it.
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    file.write_all(bytes)
 }
 
 #[cfg(test)]

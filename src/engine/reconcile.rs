@@ -373,10 +373,8 @@ fn event(type_: EventType, reason: &'static str, what: &str, names: &[String]) -
 }
 
 fn keep<K: Resource>(ctx: &Context<impl Handler>, obj: &K, overlay: &RenderedOverlay) {
-    if let Some(root) = &ctx.engine.settings.keep_overlays {
-        let ns = obj.meta().namespace.as_deref();
-        let name = obj.meta().name.as_deref().unwrap_or_default();
-        steps::keep_overlay(root, &ctx.handler.info().name, ns, name, overlay);
+    if let Some(dir) = ctx.kept_overlay(obj.meta()) {
+        super::kept::keep(&dir, overlay);
     }
 }
 

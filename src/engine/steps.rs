@@ -4,7 +4,6 @@
 //! which only ever touches objects that still carry its marker.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
@@ -433,32 +432,6 @@ async fn run_deletes(
         }
     }
     Ok(())
-}
-
-/// Keeps the last overlay of a resource under `root` (not one holding
-/// Secret data); private to the operator's user.
-pub(crate) fn keep_overlay(
-    root: &Path,
-    kind: &str,
-    namespace: Option<&str>,
-    name: &str,
-    overlay: &RenderedOverlay,
-) {
-    let dir = root
-        .join(kind)
-        .join(namespace.unwrap_or("_cluster"))
-        .join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    if overlay.is_sensitive() {
-        tracing::info!(dir = %dir.display(), "not keeping an overlay that holds Secret data");
-        return;
-    }
-    let result = std::fs::create_dir_all(&dir)
-        .map_err(|e| e.to_string())
-        .and_then(|()| overlay.write_to(&dir).map_err(|e| e.to_string()));
-    if let Err(e) = result {
-        tracing::warn!(dir = %dir.display(), error = %e, "cannot keep overlay");
-    }
 }
 
 #[cfg(test)]

@@ -262,6 +262,40 @@ impl FromOptions for ChaosAgentHandler {
 }
 
 impl ChaosAgentHandler {
+    /// A round's input: the targets in the agent's scope, listed now.
+    async fn round_input(
+        &self,
+        agent: &ChaosAgent,
+        client: &kube::Client,
+        now: jiff::Timestamp,
+    ) -> Result<Observed, HandlerError> {
+        let scope = self.scope(agent)?;
+        let wanted = Wanted {
+            pods: agent.spec.tantrum_mode,
+            deployments: agent.spec.cancer_mode,
+            config_maps: agent.spec.ipsum_mode,
+            namespace: match &scope {
+                Scope::Namespace(ns) => Some(ns.as_str()),
+                Scope::Cluster => None,
+            },
+        };
+        let targets = Targets::list(client, wanted, |ns| self.may_touch(agent, &scope, ns))
+            .await
+            .map_err(|e| {
+                HandlerError::transient(Reason::ListFailed, crate::kind::api_message(&e))
+            })?;
+        let seed = agent
+            .spec
+            .seed
+            .map_or_else(rand::random, i64::cast_unsigned);
+        Ok(Observed::Round(Box::new(RoundInput {
+            agent: agent.clone(),
+            now,
+            seed,
+            targets,
+        })))
+    }
+
     /// The kind's short name.
     pub const NAME: &'static str = "chaosagent";
 
@@ -367,31 +401,18 @@ impl Handler for ChaosAgentHandler {
         if let Some(wait) = next_round_in(agent, now) {
             return Ok(Observed::Idle(wait));
         }
-        let scope = self.scope(agent)?;
-        let wanted = Wanted {
-            pods: agent.spec.tantrum_mode,
-            deployments: agent.spec.cancer_mode,
-            config_maps: agent.spec.ipsum_mode,
-            namespace: match &scope {
-                Scope::Namespace(ns) => Some(ns.as_str()),
-                Scope::Cluster => None,
-            },
-        };
-        let targets = Targets::list(client, wanted, |ns| self.may_touch(agent, &scope, ns))
+        self.round_input(agent, client, now).await
+    }
+
+    /// The next round as if it were due now (`diff` and `render` show it;
+    /// they never carry it out).
+    async fn observe_preview(
+        &self,
+        agent: &ChaosAgent,
+        client: &kube::Client,
+    ) -> Result<Observed, HandlerError> {
+        self.round_input(agent, client, jiff::Timestamp::now())
             .await
-            .map_err(|e| {
-                HandlerError::transient(Reason::ListFailed, crate::kind::api_message(&e))
-            })?;
-        let seed = agent
-            .spec
-            .seed
-            .map_or_else(rand::random, i64::cast_unsigned);
-        Ok(Observed::Round(Box::new(RoundInput {
-            agent: agent.clone(),
-            now,
-            seed,
-            targets,
-        })))
     }
 
     fn observe_offline(

@@ -534,6 +534,16 @@ impl Handler for ExchangeRateHandler {
         })
     }
 
+    /// `diff` and `render` never fetch: the values last fetched, from the
+    /// resource's status.
+    async fn observe_preview(
+        &self,
+        er: &ExchangeRate,
+        _: &kube::Client,
+    ) -> Result<Observed, HandlerError> {
+        self.observe_offline(er, &[])
+    }
+
     fn observe_offline(
         &self,
         er: &ExchangeRate,

@@ -19,7 +19,7 @@ use crate::engine::Engine;
 use crate::engine::inventory::Owner;
 use crate::engine::overlay::{Marking, OverlayError};
 use crate::engine::{Rendered, render_plan};
-use crate::kind::{Handler, HandlerError, KustomizeDir, Step};
+use crate::kind::{FieldConflicts, Handler, HandlerError, KustomizeDir, Step};
 
 /// Settings handlers take from the command line.
 #[derive(Debug, Clone)]
@@ -144,6 +144,20 @@ macro_rules! kinds {
                     $(KindName::$variant => render_with(&<$handler as FromOptions>::from_options(options), doc, rest, dir),)*
                 }
             }
+
+            /// Renders the plan `run` would execute now for `doc`, a
+            /// resource read from the cluster, observing it there read-only.
+            pub async fn render_live(
+                self,
+                doc: &serde_json::Value,
+                client: &kube::Client,
+                options: &KindOptions,
+                dir: &KustomizeDir,
+            ) -> Result<RenderOutput, RenderError> {
+                match self {
+                    $(KindName::$variant => render_live_with(&<$handler as FromOptions>::from_options(options), doc, client, dir).await,)*
+                }
+            }
         }
     };
 }
@@ -213,6 +227,9 @@ pub struct RenderOutput {
     pub overlays: Vec<Option<crate::engine::overlay::RenderedOverlay>>,
     /// The kind's own status fields the plan writes, as JSON.
     pub status: Option<serde_json::Value>,
+    /// The engine takes back fields other managers changed on the
+    /// resource's existing objects ([`FieldConflicts::TakeBack`]).
+    pub takes_back: bool,
 }
 
 /// The UID `render` uses in the ownership marker of a resource that has
@@ -225,15 +242,43 @@ pub(crate) fn render_with<H: Handler>(
     rest: &[serde_json::Value],
     dir: &KustomizeDir,
 ) -> Result<RenderOutput, RenderError> {
+    let resource = resource_of(handler, doc)?;
+    let observed = handler.observe_offline(&resource, rest)?;
+    finish_render(handler, &resource, &observed, dir)
+}
+
+/// [`render_with`] for a resource read from the cluster: the kind observes
+/// it there, without side effects ([`Handler::observe_preview`]).
+pub(crate) async fn render_live_with<H: Handler>(
+    handler: &H,
+    doc: &serde_json::Value,
+    client: &kube::Client,
+    dir: &KustomizeDir,
+) -> Result<RenderOutput, RenderError> {
+    let resource = resource_of(handler, doc)?;
+    let observed = handler.observe_preview(&resource, client).await?;
+    finish_render(handler, &resource, &observed, dir)
+}
+
+fn resource_of<H: Handler>(
+    handler: &H,
+    doc: &serde_json::Value,
+) -> Result<H::Resource, RenderError> {
+    serde_json::from_value(doc.clone()).map_err(|e| RenderError::Invalid {
+        kind: handler.info().name.clone(),
+        reason: e.to_string(),
+    })
+}
+
+fn finish_render<H: Handler>(
+    handler: &H,
+    resource: &H::Resource,
+    observed: &H::Observed,
+    dir: &KustomizeDir,
+) -> Result<RenderOutput, RenderError> {
     use kube::{Resource, ResourceExt};
     let dt = &handler.info().dyn_type;
-    let resource: H::Resource =
-        serde_json::from_value(doc.clone()).map_err(|e| RenderError::Invalid {
-            kind: handler.info().name.clone(),
-            reason: e.to_string(),
-        })?;
-    let observed = handler.observe_offline(&resource, rest)?;
-    let plan = handler.plan(&resource, &observed)?;
+    let plan = handler.plan(resource, observed)?;
     let marking = Marking {
         owner: Owner {
             api_version: H::Resource::api_version(dt).into_owned(),
@@ -254,5 +299,6 @@ pub(crate) fn render_with<H: Handler>(
             .and_then(|s| serde_json::to_value(s).ok()),
         steps: plan.steps,
         overlays,
+        takes_back: handler.info().policy.conflicts == FieldConflicts::TakeBack,
     })
 }

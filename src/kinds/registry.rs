@@ -126,6 +126,59 @@ impl Kind {
             }
         }
     }
+
+    /// Renders the plan `run` would carry out now for `doc`, a resource
+    /// read from the cluster (the kind observes the cluster read-only).
+    pub async fn render_live(
+        &self,
+        doc: &serde_json::Value,
+        client: &kube::Client,
+        options: &KindOptions,
+        dir: &KustomizeDir,
+    ) -> Result<RenderOutput, RenderError> {
+        match self {
+            Self::Builtin(k) => k.render_live(doc, client, options, dir).await,
+            Self::Declared(d) => {
+                let handler = DeclaredHandler::new(d.clone());
+                super::render_live_with(&handler, doc, client, dir).await
+            }
+        }
+    }
+
+    /// True when `name` names this kind on the command line: its short
+    /// name, kind, plural, singular or a short name of its CRD (any case).
+    pub fn answers_to(&self, name: &str) -> bool {
+        let crd = self.crd();
+        let names = &crd.spec.names;
+        std::iter::once(self.name())
+            .chain([names.kind.as_str(), names.plural.as_str()])
+            .chain(names.singular.as_deref())
+            .chain(names.short_names.iter().flatten().map(String::as_str))
+            .any(|n| n.eq_ignore_ascii_case(name))
+    }
+
+    /// Where the API serves this kind's resources (the CRD's storage
+    /// version), and whether they are namespaced.
+    pub fn api_resource(&self) -> (kube::api::ApiResource, bool) {
+        let crd = self.crd();
+        let version = crd
+            .spec
+            .versions
+            .iter()
+            .find(|v| v.storage)
+            .or(crd.spec.versions.first())
+            .map(|v| v.name.clone())
+            .unwrap_or_default();
+        let group = crd.spec.group.clone();
+        let resource = kube::api::ApiResource {
+            api_version: format!("{group}/{version}"),
+            group,
+            version,
+            kind: crd.spec.names.kind.clone(),
+            plural: crd.spec.names.plural.clone(),
+        };
+        (resource, crd.spec.scope == "Namespaced")
+    }
 }
 
 impl std::fmt::Display for Kind {
@@ -180,6 +233,17 @@ impl Registry {
     /// The kind of the resource `doc`, if one is served.
     pub fn of_document(&self, doc: &serde_json::Value) -> Option<&Kind> {
         self.kinds.iter().find(|k| k.matches(doc))
+    }
+
+    /// The kind `name` names (see [`Kind::answers_to`]).
+    pub fn by_name(&self, name: &str) -> Result<&Kind, RegistryError> {
+        self.kinds
+            .iter()
+            .find(|k| k.answers_to(name))
+            .ok_or_else(|| RegistryError::Unknown {
+                name: name.to_string(),
+                known: self.names().join(", "),
+            })
     }
 
     /// The short names.

@@ -538,3 +538,23 @@ pub fn helm_path() -> Option<PathBuf> {
         }
     }
 }
+
+/// Runs the operator binary's `verb` (`render`, `diff`, ...) with the
+/// repository's kustomize dir and the tests' kubectl; returns (exit code,
+/// stdout, stderr).
+pub fn operator_command(verb: &str, args: &[&str]) -> (Option<i32>, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kustomize-operator"))
+        .arg(verb)
+        .arg("--kustomize-dir")
+        .arg(repo().join("kustomize"))
+        .args(args)
+        .env("KUBECTL", kubectl_path())
+        .env_remove("KUSTOMIZE_DIR")
+        .output()
+        .expect("run the operator binary");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}

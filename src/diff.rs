@@ -1,0 +1,171 @@
+//! `diff`: what `run` would change in the cluster right now for one
+//! resource. The resource is rendered as `render` does ([`crate::render`]),
+//! then each overlay goes through `kubectl diff --server-side` with the
+//! engine's field manager: a server-side dry run, nothing written. kubectl
+//! masks Secret values in its output; an overlay the engine builds in
+//! memory (whole objects, such as Copyrator's copies) goes to kubectl on
+//! standard input, so Secret data is never written to disk.
+//!
+//! Exit codes as `kubectl diff`: 0 nothing would change, 1 something
+//! would, above 1 an error.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use tokio::io::AsyncWriteExt;
+use tokio::process::Command;
+
+use crate::cli::CommonArgs;
+use crate::engine::FIELD_MANAGER;
+use crate::engine::overlay::RenderedOverlay;
+use crate::kind::Step;
+use crate::render::{RenderCommandError, Source, prepare};
+
+/// Why `diff` could not compare.
+#[derive(Debug, thiserror::Error)]
+pub enum DiffError {
+    /// The resource could not be rendered.
+    #[error(transparent)]
+    Render(#[from] RenderCommandError),
+    /// kubectl could not be found or started.
+    #[error(transparent)]
+    Kubectl(#[from] crate::engine::kubectl::KubectlError),
+    /// An overlay could not be handed to kubectl.
+    #[error("{0}")]
+    Io(String),
+}
+
+/// What `diff` found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Drift {
+    /// The cluster is as `run` would leave it.
+    None,
+    /// `run` would change something (kubectl printed what).
+    Changes,
+}
+
+/// What kubectl made of one overlay.
+enum Compared {
+    Same,
+    Differs,
+    /// kubectl failed with this exit code (its message went to stderr).
+    Failed(i32),
+}
+
+/// Compares what `run` would apply for the resource in `source` with the
+/// cluster; kubectl's diff goes to standard output. `Err` for a failure
+/// before kubectl ran; `Ok(Err(code))` when kubectl itself failed.
+pub async fn diff(
+    source: &Source,
+    common: &CommonArgs,
+    kubectl: Option<&Path>,
+) -> Result<Result<Drift, i32>, DiffError> {
+    let kubectl = crate::engine::kubectl::KubectlConfig::locate(kubectl)?;
+    let prepared = prepare(source, common).await?;
+    if prepared.placeholder_uid {
+        eprintln!(
+            "note: the resource has no metadata.uid, so the ownership marker differs from the live one; diff KIND/NAME compares the resource in the cluster"
+        );
+    }
+    let mut drift = Drift::None;
+    for (step, overlay) in prepared.output.steps.iter().zip(&prepared.output.overlays) {
+        let (field_manager, force) = match step {
+            Step::Apply { field_manager, .. } => (
+                field_manager.as_deref().unwrap_or(FIELD_MANAGER),
+                prepared.output.takes_back,
+            ),
+            Step::Patch { field_manager, .. } => (field_manager.as_str(), true),
+            Step::DeleteForeign { objects } => {
+                for object in objects {
+                    println!("# would delete {object} (not owned; not diffed)");
+                }
+                drift = Drift::Changes;
+                continue;
+            }
+        };
+        let Some(overlay) = overlay else { continue };
+        match compare(&kubectl, overlay, field_manager, force).await? {
+            Compared::Same => {}
+            Compared::Differs => drift = Drift::Changes,
+            Compared::Failed(code) => return Ok(Err(code)),
+        }
+    }
+    Ok(Ok(drift))
+}
+
+/// `kubectl diff --server-side` of one overlay.
+async fn compare(
+    kubectl: &Path,
+    overlay: &RenderedOverlay,
+    field_manager: &str,
+    force: bool,
+) -> Result<Compared, DiffError> {
+    let mut args = vec![
+        "diff".to_string(),
+        "--server-side".into(),
+        format!("--field-manager={field_manager}"),
+    ];
+    if force {
+        args.push("--force-conflicts".into());
+    }
+    // Kept until kubectl is done: the overlay's files, when it has any.
+    let mut _dir = None;
+    let stdin = match overlay.prebuilt() {
+        Some(manifests) => {
+            args.extend(["-f".into(), "-".into()]);
+            let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": manifests});
+            Some(serde_json::to_vec(&list).map_err(|e| DiffError::Io(e.to_string()))?)
+        }
+        None => {
+            let dir = write_overlay(overlay)?;
+            args.extend(["-k".into(), dir.path().display().to_string()]);
+            _dir = Some(dir);
+            None
+        }
+    };
+    let status = run(kubectl, &args, stdin).await?;
+    Ok(match status {
+        0 => Compared::Same,
+        1 => Compared::Differs,
+        code => Compared::Failed(code),
+    })
+}
+
+/// Writes an overlay that needs kustomize into a private temporary
+/// directory, removed when dropped.
+fn write_overlay(overlay: &RenderedOverlay) -> Result<tempfile::TempDir, DiffError> {
+    let dir = tempfile::Builder::new()
+        .prefix("kustomize-operator-diff-")
+        .tempdir()
+        .map_err(|e| DiffError::Io(format!("cannot make a temporary directory: {e}")))?;
+    overlay
+        .write_to(dir.path())
+        .map_err(|e| DiffError::Io(e.to_string()))?;
+    Ok(dir)
+}
+
+/// Runs kubectl with its output on ours; its exit code (2 when killed).
+async fn run(kubectl: &Path, args: &[String], stdin: Option<Vec<u8>>) -> Result<i32, DiffError> {
+    let spawn_err = |source| crate::engine::kubectl::KubectlError::Spawn {
+        path: PathBuf::from(kubectl),
+        source,
+    };
+    let mut child = Command::new(kubectl)
+        .args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(spawn_err)?;
+    if let (Some(bytes), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        pipe.write_all(&bytes)
+            .await
+            .map_err(|e| DiffError::Io(format!("cannot hand the overlay to kubectl: {e}")))?;
+    }
+    let status = child.wait().await.map_err(spawn_err)?;
+    Ok(status.code().unwrap_or(2))
+}

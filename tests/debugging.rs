@@ -1,0 +1,201 @@
+//! Debugging against the live cluster: `diff` and `render KIND/NAME` on a
+//! Sample, and `--keep-overlays` following its resources. (`diff` of a
+//! CopyratorRule, Secrets masked, is in tests/copyrator.rs.)
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::sample::{Sample, SampleSpec};
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::Api;
+use kube::api::{DeleteParams, PostParams};
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+async fn ready_sample(client: &kube::Client, ns: &str, name: &str, count: i32) -> Api<Sample> {
+    let samples: Api<Sample> = Api::namespaced(client.clone(), ns);
+    samples
+        .create(
+            &PostParams::default(),
+            &Sample::new(name, SampleSpec { count }),
+        )
+        .await
+        .unwrap();
+    common::wait_until(TIMEOUT, || async {
+        samples
+            .get_opt(name)
+            .await
+            .unwrap()
+            .and_then(|s| s.status)
+            .is_some_and(|s| s.is_ready())
+    })
+    .await;
+    samples
+}
+
+async fn replicas(client: &kube::Client, ns: &str, name: &str) -> Option<i32> {
+    Api::<Deployment>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .unwrap()
+        .and_then(|d| d.spec)
+        .and_then(|s| s.replicas)
+}
+
+#[tokio::test]
+async fn diff_reports_a_scaled_deployment_until_the_operator_corrects_it() {
+    let client = cluster_or_skip!();
+    let ns = common::TestNamespace::new(&client, "dbg-diff").await;
+    let operator = common::start_operator(&ns.name, &[]).await;
+    ready_sample(&client, &ns.name, "web", 2).await;
+    // In sync: nothing to change.
+    let (code, out, err) = common::operator_command("diff", &["sample/web", "-n", &ns.name]);
+    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    assert!(out.trim().is_empty(), "{out}");
+    operator.stop().await;
+
+    let (ok, _, err) =
+        common::kubectl(&["-n", &ns.name, "scale", "deployment/web", "--replicas=5"]);
+    assert!(ok, "{err}");
+    let (code, out, err) =
+        common::operator_command("diff", &["samples/web", "--namespace", &ns.name]);
+    assert_eq!(code, Some(1), "stdout:\n{out}\nstderr:\n{err}");
+    assert!(out.contains("-  replicas: 5"), "{out}");
+    assert!(out.contains("+  replicas: 2"), "{out}");
+    // diff changed nothing.
+    assert_eq!(replicas(&client, &ns.name, "web").await, Some(5));
+
+    // The operator's resync takes the field back; then diff is clean.
+    let operator = common::start_operator(&ns.name, &["--resync-interval", "1s"]).await;
+    common::wait_until(TIMEOUT, || async {
+        replicas(&client, &ns.name, "web").await == Some(2)
+    })
+    .await;
+    let (code, out, err) = common::operator_command("diff", &["sample/web", "-n", &ns.name]);
+    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    operator.stop().await;
+}
+
+#[tokio::test]
+async fn diff_fails_clearly_for_a_resource_that_is_not_there() {
+    let _client = cluster_or_skip!();
+    let (code, _, err) =
+        common::operator_command("diff", &["sample/no-such-sample", "-n", "default"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("not found"), "{err}");
+    let (code, _, err) = common::operator_command("diff", &["gizmo/x"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("unknown kind \"gizmo\""), "{err}");
+}
+
+/// Every file under `dir`, by relative path, with its content and mode.
+fn tree(dir: &Path) -> Vec<(PathBuf, Vec<u8>, u32)> {
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+            if path.is_dir() {
+                assert_eq!(mode, 0o700, "{}", path.display());
+                stack.push(path);
+            } else {
+                let rel = path.strip_prefix(dir).unwrap().to_path_buf();
+                files.push((rel, std::fs::read(&path).unwrap(), mode));
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+#[tokio::test]
+async fn render_by_reference_equals_render_of_the_same_object_from_a_file() {
+    let client = cluster_or_skip!();
+    let ns = common::TestNamespace::new(&client, "dbg-render").await;
+    let operator = common::start_operator(&ns.name, &[]).await;
+    ready_sample(&client, &ns.name, "web", 1).await;
+    operator.stop().await;
+
+    let work = tempfile::tempdir().unwrap();
+    let (ok, yaml, err) = common::kubectl(&["-n", &ns.name, "get", "sample", "web", "-o", "yaml"]);
+    assert!(ok, "{err}");
+    let file = work.path().join("web.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    let by_file = work.path().join("by-file");
+    let by_ref = work.path().join("by-ref");
+    let (code, _, err) = common::operator_command(
+        "render",
+        &[
+            "-f",
+            file.to_str().unwrap(),
+            "--out",
+            by_file.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let (code, out, err) = common::operator_command(
+        "render",
+        &[
+            "sample/web",
+            "-n",
+            &ns.name,
+            "--out",
+            by_ref.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("apply:"), "{out}");
+    assert!(!err.contains("no metadata.uid"), "{err}");
+    let files = tree(&by_ref);
+    assert!(
+        files
+            .iter()
+            .any(|(p, _, _)| p == Path::new("kustomization.yaml"))
+    );
+    assert!(files.iter().all(|(_, _, mode)| *mode == 0o600), "{files:?}");
+    assert_eq!(files, tree(&by_file));
+    // What kubectl kustomize builds from it is what the operator applied.
+    let (ok, built, err) = common::kubectl(&["kustomize", by_ref.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert!(
+        built.contains("kind: Deployment") && built.contains("name: web"),
+        "{built}"
+    );
+}
+
+#[tokio::test]
+async fn a_kept_overlay_is_private_and_goes_with_its_resource() {
+    let client = cluster_or_skip!();
+    let ns = common::TestNamespace::new(&client, "dbg-keep").await;
+    let keep = tempfile::tempdir().unwrap();
+    let operator = common::start_operator(
+        &ns.name,
+        &["--keep-overlays", &keep.path().display().to_string()],
+    )
+    .await;
+    let samples = ready_sample(&client, &ns.name, "web", 1).await;
+    let kept = keep.path().join("sample").join(&ns.name).join("web");
+    let files = tree(&kept);
+    assert!(
+        files
+            .iter()
+            .any(|(p, _, _)| p == Path::new("kustomization.yaml")),
+        "{files:?}"
+    );
+    assert!(files.iter().all(|(_, _, mode)| *mode == 0o600), "{files:?}");
+
+    samples
+        .delete("web", &DeleteParams::default())
+        .await
+        .unwrap();
+    common::wait_until(TIMEOUT, || async {
+        samples.get_opt("web").await.unwrap().is_none()
+    })
+    .await;
+    assert!(!kept.exists(), "the kept overlay outlived its resource");
+    operator.stop().await;
+}
