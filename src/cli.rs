@@ -169,6 +169,12 @@ pub struct RunArgs {
     /// At most this many resources per kubectl run; 1 turns batching off.
     #[arg(long, env = "BATCH_MAX", default_value_t = 100)]
     pub batch_max: usize,
+    /// At most this many API requests in flight at once (watches aside):
+    /// the client opens no more connections than that, however many
+    /// resources are due together (as at start-up).
+    #[arg(long, env = "MAX_API_REQUESTS", default_value_t = 32,
+          value_parser = clap::value_parser!(u16).range(1..))]
+    pub max_api_requests: u16,
     /// On SIGTERM, finish running reconciles within this time (kubectl runs
     /// still going near its end are killed and recorded). Keep it below the
     /// pod's terminationGracePeriodSeconds.

@@ -121,7 +121,7 @@ impl Operator {
         let (templates, registry) = args.common.dirs.load()?;
         let templates = Arc::new(templates);
         let kinds = registry.select(&args.kinds).map_err(KindsError::from)?;
-        let client = connect().await?;
+        let client = connect(args.max_api_requests).await?;
         check_crds(&client, &kinds, args.namespace.as_deref()).await?;
         let base_dir = args
             .work_dir
@@ -355,12 +355,19 @@ fn default_concurrency() -> usize {
     std::thread::available_parallelism().map_or(2, |n| n.get() * 2)
 }
 
-/// A client for the cluster in KUBECONFIG (or in-cluster), checked to answer.
-async fn connect() -> Result<kube::Client, StartError> {
+/// A client for the cluster in KUBECONFIG (or in-cluster), checked to
+/// answer, with at most `max_requests` requests in flight: HTTP/1.1 needs a
+/// connection per request, and each idle connection costs memory.
+async fn connect(max_requests: u16) -> Result<kube::Client, StartError> {
     let config = kube::Config::infer()
         .await
         .map_err(|e| StartError::Config(kube::Error::InferConfig(e)))?;
-    let client = kube::Client::try_from(config).map_err(StartError::Config)?;
+    let client = kube::client::ClientBuilder::try_from(config)
+        .map_err(StartError::Config)?
+        .with_layer(&tower::limit::ConcurrencyLimitLayer::new(usize::from(
+            max_requests,
+        )))
+        .build();
     client
         .apiserver_version()
         .await
