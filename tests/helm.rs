@@ -163,7 +163,7 @@ fn without_helm_labels(mut doc: Value) -> Value {
 /// field for field, with two differences allowed: Helm's labels (removed from
 /// the chart's), and deploy/'s Namespace (a chart installs into the namespace
 /// `helm install --namespace` names, which Helm must find or create before
-/// the release; README, "Helm").
+/// the release; docs/deploy.md, "Helm").
 fn assert_same_objects(kustomize: &[Value], helm: &[Value], what: &str) {
     let mut expected = by_identity(kustomize);
     let namespaces: Vec<String> = expected
@@ -548,6 +548,10 @@ fn bad_values_are_refused_with_a_message_naming_them() {
             ],
             "extraEnv: KINDS is set by the chart from kinds",
         ),
+        (
+            &["--set-json", r#"extraEnv=[{"name":"SHARD","value":"b"}]"#],
+            "extraEnv: SHARD is set by the chart from shard",
+        ),
         // A misspelt value is an error, not silently ignored.
         (
             &["--set", "replica=3"],
@@ -670,7 +674,7 @@ async fn install_upgrade_uninstall_on_the_control_plane() {
     let team_a = common::TestNamespace::new(&client, "helm-a").await;
     let team_b = common::TestNamespace::new(&client, "helm-b").await;
     let name = format!("ko-helm-{:06x}", rand::random::<u32>() & 0xff_ffff);
-    // The namespace as README's "Helm" recommends it: Pod Security
+    // The namespace as docs/deploy.md's "Helm" recommends it: Pod Security
     // "restricted" enforced, as deploy/namespace.yaml does.
     let (ok, _, err) = common::kubectl(&["create", "namespace", &name]);
     assert!(ok, "{err}");

@@ -440,7 +440,7 @@ fn every_kind_has_its_rbac_file_listed_and_bound() {
         let file = format!("rbac/{}.yaml", kind.name());
         assert!(
             common::repo().join("deploy").join(&file).exists(),
-            "deploy/{file} is missing: every kind needs its ClusterRole (see README, RBAC)"
+            "deploy/{file} is missing: every kind needs its ClusterRole (see docs/deploy.md, RBAC)"
         );
         assert!(
             kustomization

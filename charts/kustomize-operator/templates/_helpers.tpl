@@ -80,7 +80,7 @@ with a message naming the value.
 {{- if ne (len .Values.copyratorNamespaces) (len (uniq .Values.copyratorNamespaces)) -}}
 {{- fail (printf "copyratorNamespaces lists a namespace twice: %s" (join "," .Values.copyratorNamespaces)) -}}
 {{- end -}}
-{{- $fromValues := dict "KINDS" "kinds" "WATCH_NAMESPACE" "watchNamespace" "COPYRATOR_NAMESPACES" "copyratorNamespaces" "LEADER_ELECT" "leaderElection.enabled" "NAMESPACE" "the release's namespace" "POD_NAME" "the Pod's name" -}}
+{{- $fromValues := dict "KINDS" "kinds" "WATCH_NAMESPACE" "watchNamespace" "COPYRATOR_NAMESPACES" "copyratorNamespaces" "LEADER_ELECT" "leaderElection.enabled" "NAMESPACE" "the release's namespace" "POD_NAME" "the Pod's name" "SHARD" "shard" -}}
 {{- range .Values.extraEnv -}}
 {{- if hasKey $fromValues .name -}}
 {{- fail (printf "extraEnv: %s is set by the chart from %s" .name (get $fromValues .name)) -}}
@@ -109,8 +109,8 @@ roleRef:
 {{- end -}}
 
 {{/*
-The operator's environment (its flags: README, "Command line"), in
-the order of the values' variables, then deploy/deployment.yaml's.
+The operator's environment (its flags: docs/command-line.md), in
+the order of the values' variables, then deploy/operator/deployment.yaml's.
 */}}
 {{/* The Lease: kustomize-operator, or kustomize-operator-<shard> for a shard. */}}
 {{- define "kustomize-operator.leaseName" -}}
