@@ -108,19 +108,15 @@ async fn compare(
     if force {
         args.push("--force-conflicts".into());
     }
-    // Kept until kubectl is done: the overlay's files, when it has any.
-    let mut _dir = None;
-    let stdin = match overlay.prebuilt() {
-        Some(manifests) => {
+    // `_dir` (an overlay's files) stays until kubectl is done.
+    let (stdin, _dir) = match input_of(overlay)? {
+        Input::Stdin(bytes) => {
             args.extend(["-f".into(), "-".into()]);
-            let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": manifests});
-            Some(serde_json::to_vec(&list).map_err(|e| DiffError::Io(e.to_string()))?)
+            (Some(bytes), None)
         }
-        None => {
-            let dir = write_overlay(overlay)?;
+        Input::Dir(dir) => {
             args.extend(["-k".into(), dir.path().display().to_string()]);
-            _dir = Some(dir);
-            None
+            (None, Some(dir))
         }
     };
     let status = run(kubectl, &args, stdin).await?;
@@ -129,6 +125,26 @@ async fn compare(
         1 => Compared::Differs,
         code => Compared::Failed(code),
     })
+}
+
+/// Where kubectl reads an overlay from.
+enum Input {
+    /// The objects, built in memory, as a JSON `List` on standard input.
+    Stdin(Vec<u8>),
+    /// The overlay's files, for `-k` (a private temporary directory).
+    Dir(tempfile::TempDir),
+}
+
+fn input_of(overlay: &RenderedOverlay) -> Result<Input, DiffError> {
+    match overlay.prebuilt() {
+        Some(manifests) => {
+            let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": manifests});
+            serde_json::to_vec(&list)
+                .map(Input::Stdin)
+                .map_err(|e| DiffError::Io(e.to_string()))
+        }
+        None => write_overlay(overlay).map(Input::Dir),
+    }
 }
 
 /// Writes an overlay that needs kustomize into a private temporary
