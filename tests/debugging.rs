@@ -8,7 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::sample::{Sample, SampleSpec};
+use common::sample::{Sample, SampleSpec, replicas};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
@@ -36,19 +36,11 @@ async fn ready_sample(client: &kube::Client, ns: &str, name: &str, count: i32) -
     samples
 }
 
-async fn replicas(client: &kube::Client, ns: &str, name: &str) -> Option<i32> {
-    Api::<Deployment>::namespaced(client.clone(), ns)
-        .get_opt(name)
-        .await
-        .unwrap()
-        .and_then(|d| d.spec)
-        .and_then(|s| s.replicas)
-}
-
 #[tokio::test]
 async fn diff_reports_a_scaled_deployment_until_the_operator_corrects_it() {
     let client = cluster_or_skip!();
     let ns = common::TestNamespace::new(&client, "dbg-diff").await;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
     let operator = common::start_operator(&ns.name, &[]).await;
     ready_sample(&client, &ns.name, "web", 2).await;
     // In sync: nothing to change.
@@ -66,12 +58,12 @@ async fn diff_reports_a_scaled_deployment_until_the_operator_corrects_it() {
     assert!(out.contains("-  replicas: 5"), "{out}");
     assert!(out.contains("+  replicas: 2"), "{out}");
     // diff changed nothing.
-    assert_eq!(replicas(&client, &ns.name, "web").await, Some(5));
+    assert_eq!(replicas(&deployments, "web").await, Some(5));
 
     // The operator's resync takes the field back; then diff is clean.
     let operator = common::start_operator(&ns.name, &["--resync-interval", "1s"]).await;
     common::wait_until(TIMEOUT, || async {
-        replicas(&client, &ns.name, "web").await == Some(2)
+        replicas(&deployments, "web").await == Some(2)
     })
     .await;
     let (code, out, err) = common::operator_command("diff", &["sample/web", "-n", &ns.name]);

@@ -4,7 +4,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::sample::{Sample, SampleSpec};
+use common::sample::{Sample, SampleSpec, replicas};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -18,15 +18,6 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 
 fn sample(name: &str, count: i32) -> Sample {
     Sample::new(name, SampleSpec { count })
-}
-
-async fn replicas(deployments: &Api<Deployment>, name: &str) -> Option<i32> {
-    deployments
-        .get_opt(name)
-        .await
-        .unwrap()
-        .and_then(|d| d.spec)
-        .and_then(|s| s.replicas)
 }
 
 async fn status(samples: &Api<Sample>, name: &str) -> CommonStatus {

@@ -175,23 +175,10 @@ mod tests {
 
     #[tokio::test]
     async fn a_failed_batch_is_split_until_each_failure_is_alone() {
-        use super::super::kubectl::KubectlConfig;
-        use std::os::unix::fs::PermissionsExt;
+        use super::super::kubectl::testing::{runner, script};
         let dir = tempfile::tempdir().unwrap();
-        let script = dir.path().join("kubectl");
-        std::fs::write(
-            &script,
-            "#!/bin/sh\ncat >/dev/null\necho 'error: boom' >&2\nexit 1\n",
-        )
-        .unwrap();
-        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let kubectl = Kubectl::new(KubectlConfig {
-            path: script,
-            timeout: std::time::Duration::from_secs(5),
-            max_concurrent: 1,
-            cache_dir: None,
-            output_cap: 1024,
-        });
+        let script = script(dir.path(), "cat >/dev/null\necho 'error: boom' >&2\nexit 1");
+        let kubectl = runner(script, std::time::Duration::from_secs(5), 1024);
         let mut replies = Vec::new();
         let mut batch = Vec::new();
         for name in ["a", "b"] {
@@ -220,24 +207,14 @@ mod tests {
     #[tokio::test]
     async fn a_batch_applies_once_and_splits_output() {
         use super::super::batch::{BatchSettings, Queue};
-        use super::super::kubectl::KubectlConfig;
-        use std::os::unix::fs::PermissionsExt;
+        use super::super::kubectl::testing::{runner as fake_kubectl, script};
         let dir = tempfile::tempdir().unwrap();
-        let script = dir.path().join("kubectl");
         // One line per object name found on stdin.
-        std::fs::write(
-            &script,
-            "#!/bin/sh\ngrep -o '\"name\":\"[a-z]*\"' | cut -d'\"' -f4 | sed 's|^|configmap/|; s|$| serverside-applied|'\n",
-        )
-        .unwrap();
-        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let kubectl = Kubectl::new(KubectlConfig {
-            path: script,
-            timeout: std::time::Duration::from_secs(5),
-            max_concurrent: 1,
-            cache_dir: None,
-            output_cap: 4096,
-        });
+        let script = script(
+            dir.path(),
+            "grep -o '\"name\":\"[a-z]*\"' | cut -d'\"' -f4 | sed 's|^|configmap/|; s|$| serverside-applied|'",
+        );
+        let kubectl = fake_kubectl(script, std::time::Duration::from_secs(5), 4096);
         let queue = Queue::start(
             kubectl.clone(),
             BatchSettings {

@@ -571,19 +571,22 @@ fn shell_quote(s: &str) -> String {
     }
 }
 
+/// Stand-ins for kubectl in unit tests: shell scripts.
 #[cfg(test)]
-mod tests {
+pub(crate) mod testing {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
 
-    fn script(dir: &Path, body: &str) -> PathBuf {
+    /// Writes `dir/kubectl`, a shell script running `body`.
+    pub(crate) fn script(dir: &Path, body: &str) -> PathBuf {
         let path = dir.join("kubectl");
         std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
         path
     }
 
-    fn runner(path: PathBuf, timeout: Duration, cap: usize) -> Kubectl {
+    /// A runner of the script at `path`.
+    pub(crate) fn runner(path: PathBuf, timeout: Duration, cap: usize) -> Kubectl {
         Kubectl::new(KubectlConfig {
             path,
             timeout,
@@ -592,6 +595,12 @@ mod tests {
             output_cap: cap,
         })
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::{runner, script};
+    use super::*;
 
     fn build(dir: &str) -> Invocation {
         Invocation::Build { dir: dir.into() }

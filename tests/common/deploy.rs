@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::sample::{Sample, SampleSpec};
+use super::sample::{Sample, SampleSpec, replicas};
 use super::tokens::{admin_cluster, mint_token};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::events::v1::Event;
@@ -109,16 +109,6 @@ impl ServiceAccountFiles {
     pub fn dir(&self) -> &Path {
         &self.files
     }
-}
-
-/// The replicas of Deployment `name`, if it exists.
-pub async fn replicas(deployments: &Api<Deployment>, name: &str) -> Option<i32> {
-    deployments
-        .get_opt(name)
-        .await
-        .unwrap()
-        .and_then(|d| d.spec)
-        .and_then(|s| s.replicas)
 }
 
 /// Sample: create, scale, delete; Ready status and an event on the way.

@@ -4,6 +4,7 @@
 //! status is read as the engine's fields; [`available`] reads the one the
 //! kind file maps.
 
+use k8s_openapi::api::apps::v1::Deployment;
 use kube::{Api, CustomResource};
 use kustomize_operator::kind::CommonStatus;
 use schemars::JsonSchema;
@@ -34,4 +35,14 @@ pub async fn available(samples: &Api<Sample>, name: &str) -> Option<i64> {
     );
     let object = api.get_opt(name).await.ok()??;
     object.data["status"]["available"].as_i64()
+}
+
+/// The replicas of Deployment `name` (a Sample's), if it exists.
+pub async fn replicas(deployments: &Api<Deployment>, name: &str) -> Option<i32> {
+    deployments
+        .get_opt(name)
+        .await
+        .unwrap()
+        .and_then(|d| d.spec)
+        .and_then(|s| s.replicas)
 }
