@@ -8,7 +8,7 @@ use common::sample::{Sample, SampleSpec, replicas};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::{Api, Client};
+use kube::{Api, Client, ResourceExt};
 use kustomize_operator::kind::{
     CommonStatus, ConditionStatus, ConditionType, OWNER_ANNOTATION, OWNER_LABEL, Reason,
 };
@@ -290,27 +290,38 @@ async fn a_deployment_the_sample_did_not_create_is_never_touched() {
 }
 
 #[tokio::test]
-async fn restart_with_nothing_changed_spawns_no_kubectl() {
+async fn restart_with_nothing_changed_spawns_no_kubectl_and_writes_nothing() {
     let client = cluster_or_skip!();
     let ns = common::TestNamespace::new(&client, "restart").await;
     let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
     let first = common::start_operator(&ns.name, &[]).await;
-    samples
-        .create(&PostParams::default(), &sample("web", 1))
-        .await
-        .unwrap();
-    wait_ready(&samples, "web", 1).await;
+    // Many, so that reconciles after the first meet the Deployment watch
+    // while it is still listing.
+    let names: Vec<String> = (0..24).map(|i| format!("web-{i}")).collect();
+    for name in &names {
+        samples
+            .create(&PostParams::default(), &sample(name, 0))
+            .await
+            .unwrap();
+    }
+    for name in &names {
+        wait_ready(&samples, name, 1).await;
+    }
     assert!(first.kubectl_stats().spawned() >= 1);
     first.stop().await;
+    let mut versions = Vec::new();
+    for name in &names {
+        versions.push(samples.get(name).await.unwrap().resource_version());
+    }
 
     let second = common::start_operator(&ns.name, &[]).await;
     // Starting, it built the declared Sample's base once (a start-up check).
     let at_start = second.kubectl_stats().spawned();
     assert_eq!(at_start, 1, "the start-up check builds the base once");
-    // The positive marker: the restarted operator reconciled the Sample and
-    // found nothing to do.
+    // The positive marker: the restarted operator reconciled every Sample
+    // and found nothing to do.
     common::wait_until(TIMEOUT, || async {
-        second.metrics().skipped_count("sample") >= 1
+        second.metrics().skipped_count("sample") >= names.len() as u64
     })
     .await;
     assert_eq!(
@@ -318,6 +329,13 @@ async fn restart_with_nothing_changed_spawns_no_kubectl() {
         at_start,
         "a reconcile spawned kubectl"
     );
+    for (name, before) in names.iter().zip(&versions) {
+        assert_eq!(
+            &samples.get(name).await.unwrap().resource_version(),
+            before,
+            "the status of {name} was rewritten though nothing changed"
+        );
+    }
     second.stop().await;
 }
 

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::{FutureExt, StreamExt, stream};
+use futures::{StreamExt, stream};
 use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -82,11 +82,29 @@ struct Watch {
     resource: ApiResource,
     error: Arc<Mutex<Option<String>>>,
     deleted: Arc<Mutex<HashSet<Place>>>,
+    started: tokio::time::Instant,
+    /// Turns true once the first list is in the store. (The store's own
+    /// `wait_until_ready` wakes only the last of several waiters.)
+    listed: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Watch {
     fn error(&self) -> Option<String> {
         self.error.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Waits until the first list is in the store, at most until
+    /// [`READY_TIMEOUT`] after the watch started: every reader waits,
+    /// not only the one that started it, so none judges an object absent
+    /// from a store still listing.
+    async fn listed(&self) {
+        let deadline = self.started + READY_TIMEOUT;
+        let mut listed = self.listed.clone();
+        let _ = tokio::time::timeout_at(deadline, listed.wait_for(|done| *done)).await;
+    }
+
+    fn is_listed(&self) -> bool {
+        *self.listed.borrow()
     }
 }
 
@@ -196,17 +214,15 @@ impl ObjectCache {
             id.kind.clone(),
             scope.clone(),
         );
-        let started = {
-            let mut watches = self.watches.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(watch) = watches.get(&key) {
-                return watch.clone();
-            }
-            let watch = self.start(&served.resource, scope.as_deref());
-            watches.insert(key, watch.clone());
-            watch
-        };
-        let _ = tokio::time::timeout(READY_TIMEOUT, started.store.wait_until_ready()).await;
-        started
+        let watch = self
+            .watches
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(key)
+            .or_insert_with(|| self.start(&served.resource, scope.as_deref()))
+            .clone();
+        watch.listed().await;
+        watch
     }
 
     fn start(&self, resource: &ApiResource, namespace: Option<&str>) -> Watch {
@@ -215,11 +231,14 @@ impl ObjectCache {
             None => Api::all_with(self.client.clone(), resource),
         };
         let writer = reflector::store::Writer::new(resource.clone());
+        let (listed, listed_rx) = tokio::sync::watch::channel(false);
         let watch = Watch {
             store: writer.as_reader(),
             resource: resource.clone(),
             error: Arc::default(),
             deleted: Arc::default(),
+            started: tokio::time::Instant::now(),
+            listed: listed_rx,
         };
         let config = watcher::Config::default()
             .labels(OWNER_LABEL)
@@ -240,6 +259,9 @@ impl ObjectCache {
             while let Some(event) = events.next().await {
                 let failed = match event {
                     Ok(event) => {
+                        if matches!(event, watcher::Event::InitDone) {
+                            listed.send_replace(true);
+                        }
                         remember_deletions(&deleted, &event);
                         wake_owners(&changes, &event, &mut relisted);
                         None
@@ -277,7 +299,7 @@ impl Watch {
             {
                 Seen::Deleted
             }
-            None if self.store.wait_until_ready().now_or_never().is_some() => Seen::Absent,
+            None if self.is_listed() => Seen::Absent,
             None => Seen::Unreadable(format!("{} not listed yet", self.resource.plural)),
         }
     }
