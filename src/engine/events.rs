@@ -16,7 +16,7 @@ use k8s_openapi::api::events::v1::{Event, EventSeries};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
-use tokio::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 use super::status::truncate;
 use crate::kind::EventType;
@@ -100,13 +100,9 @@ impl Events {
             note: note.clone(),
         };
         let now = jiff::Timestamp::now();
-        let mut sent = self.sent.lock().await;
-        sent.retain(|_, s| now.duration_since(s.last).unsigned_abs() < SERIES_TTL);
-        if let Some(previous) = sent.get_mut(&key) {
-            previous.count += 1;
-            previous.last = now;
-            let previous = previous.clone();
-            drop(sent);
+        // The lock is never held across a request: events of different
+        // resources go out in parallel.
+        if let Some(previous) = self.next_in_series(&key, now) {
             return self.extend_series(&previous, now).await;
         }
         let namespace = event
@@ -120,7 +116,7 @@ impl Events {
                 &self.event(event, note, now, &namespace),
             )
             .await?;
-        sent.insert(
+        self.sent().insert(
             key,
             Sent {
                 name: created.metadata.name.unwrap_or_default(),
@@ -130,6 +126,21 @@ impl Events {
             },
         );
         Ok(())
+    }
+
+    /// The series `key` continues, counted one up, if it was published in
+    /// the last few minutes.
+    fn next_in_series(&self, key: &Key, now: jiff::Timestamp) -> Option<Sent> {
+        let mut sent = self.sent();
+        sent.retain(|_, s| now.duration_since(s.last).unsigned_abs() < SERIES_TTL);
+        let previous = sent.get_mut(key)?;
+        previous.count += 1;
+        previous.last = now;
+        Some(previous.clone())
+    }
+
+    fn sent(&self) -> MutexGuard<'_, HashMap<Key, Sent>> {
+        self.sent.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn event(&self, e: &Publish<'_>, note: String, now: jiff::Timestamp, namespace: &str) -> Event {
@@ -179,4 +190,48 @@ impl Events {
 
 fn ref_key(r: &ObjectReference) -> RefKey {
     (r.namespace.clone(), r.name.clone(), r.uid.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(note: &str) -> Key {
+        Key {
+            regarding: (Some("ns".into()), Some("web".into()), Some("u1".into())),
+            related: None,
+            warning: false,
+            reason: "Applied".into(),
+            action: "Apply".into(),
+            note: note.into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_repeat_within_the_ttl_continues_the_series() {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let events = Events::new(Client::try_from(config).unwrap(), "test");
+        let t0 = jiff::Timestamp::now();
+        assert!(events.next_in_series(&key("created"), t0).is_none());
+        events.sent().insert(
+            key("created"),
+            Sent {
+                name: "web.1".into(),
+                namespace: "ns".into(),
+                count: 1,
+                last: t0,
+            },
+        );
+        let next = events.next_in_series(&key("created"), t0).unwrap();
+        assert_eq!((next.name.as_str(), next.count), ("web.1", 2));
+        assert!(
+            events.next_in_series(&key("configured"), t0).is_none(),
+            "another note is another event"
+        );
+        let later = t0 + SERIES_TTL + Duration::from_secs(1);
+        assert!(
+            events.next_in_series(&key("created"), later).is_none(),
+            "the series ended"
+        );
+    }
 }
