@@ -21,6 +21,11 @@ use crate::kind::{EventType, Handler, OnFailure, Plan, PlannedEvent, Step};
 
 /// A run that takes longer than this shows `Reconciling=True` meanwhile.
 const PROGRESS_AFTER: Duration = Duration::from_secs(1);
+/// The same for a resource without conditions yet (its first run): an
+/// empty status already says nothing was applied, so only a long first run
+/// is worth the extra write. In a burst of new resources, runs take
+/// seconds waiting for their batch, and this write was one of every two.
+const FIRST_PROGRESS_AFTER: Duration = Duration::from_secs(10);
 /// Objects named in one event.
 const IN_EVENT: usize = 10;
 
@@ -223,6 +228,15 @@ async fn recheck<H: Handler>(
     Recheck::Done(Ok(Action::requeue(next)))
 }
 
+/// How long a run goes before the status shows it (`Reconciling=True`).
+fn progress_after(status: &CommonStatus) -> Duration {
+    if status.conditions.is_empty() {
+        FIRST_PROGRESS_AFTER
+    } else {
+        PROGRESS_AFTER
+    }
+}
+
 /// Runs the steps; if they take a while, shows `Reconciling=True` meanwhile.
 async fn run_showing_progress<H: Handler>(
     ctx: &Context<H>,
@@ -235,7 +249,7 @@ async fn run_showing_progress<H: Handler>(
     tokio::pin!(run);
     tokio::select! {
         result = &mut run => return result,
-        () = tokio::time::sleep(PROGRESS_AFTER) => {}
+        () = tokio::time::sleep(progress_after(&current.common)) => {}
     }
     let progressing = outcome::status_after(
         &current.common,
@@ -591,5 +605,20 @@ mod tests {
             summarize(&["a x".into(), "b y".into(), "c z".into()]),
             "a x (and 2 more)"
         );
+    }
+
+    #[test]
+    fn a_first_run_shows_progress_only_when_long() {
+        assert_eq!(
+            progress_after(&CommonStatus::default()),
+            FIRST_PROGRESS_AFTER
+        );
+        let applied = outcome::status_after(
+            &CommonStatus::default(),
+            &Outcome::Checked(HealthState::Healthy),
+            Some(1),
+            jiff::Timestamp::now(),
+        );
+        assert_eq!(progress_after(&applied), PROGRESS_AFTER);
     }
 }
