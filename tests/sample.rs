@@ -400,7 +400,9 @@ async fn a_manual_scale_is_taken_back_on_resync() {
         replicas(&deployments, "web").await == Some(2)
     })
     .await;
-    assert!(status(&samples, "web").await.is_ready());
+    // Ready again once the Deployment settled (the re-apply may first
+    // find it still scaling down, Ready=Unknown).
+    wait_ready(&samples, "web", 1).await;
     operator.stop().await;
 }
 
