@@ -98,11 +98,15 @@ impl Watch {
     /// not only the one that started it, so none judges an object absent
     /// from a store still listing.
     async fn listed(&self) {
+        if self.is_listed() {
+            return;
+        }
         let deadline = self.started + READY_TIMEOUT;
         let mut listed = self.listed.clone();
         let _ = tokio::time::timeout_at(deadline, listed.wait_for(|done| *done)).await;
     }
 
+    /// True once the first list is in the store.
     fn is_listed(&self) -> bool {
         *self.listed.borrow()
     }
