@@ -6,6 +6,7 @@ mod common;
 
 use std::path::Path;
 
+use kustomize_operator::kind::{KustomizeDir, Labels, Overlay, PatchTemplate, Target};
 use kustomize_operator::render::render_file;
 
 fn fixtures() -> Vec<std::path::PathBuf> {
@@ -107,6 +108,107 @@ fn overlays_built_in_memory_equal_what_kustomize_builds() {
         }
     }
     assert!(compared >= 3, "only {compared} in-memory overlays compared");
+}
+
+/// A base of every kind the engine builds in process (Deployment, Service,
+/// ConfigMap, ServiceAccount), with label fields kustomize edits or leaves.
+const SUBSET_BASE: &str = r#"
+apiVersion: v1
+kind: Service
+metadata: {name: web}
+spec:
+  ports: [{port: 80}]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, labels: {app: web}}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers: [{name: web, image: "nginx:1.27", args: ["on", "yes", "0x1F", "1e3"]}]
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: web}
+data: {enabled: "true", count: "007", text: "a: b"}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: web}
+"#;
+
+fn subset_kind_dir(patch: &str) -> (tempfile::TempDir, KustomizeDir) {
+    let root = tempfile::tempdir().unwrap();
+    let kind = root.path().join("demo");
+    std::fs::create_dir_all(kind.join("base")).unwrap();
+    std::fs::create_dir_all(kind.join("patches")).unwrap();
+    let kustomization =
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [all.yaml]\n";
+    std::fs::write(kind.join("base/kustomization.yaml"), kustomization).unwrap();
+    std::fs::write(kind.join("base/all.yaml"), SUBSET_BASE).unwrap();
+    std::fs::write(kind.join("patches/p.yaml"), patch).unwrap();
+    let dir = KustomizeDir::load(root.path()).unwrap();
+    (root, dir)
+}
+
+/// Every combination of the fields the in-process build covers (labels
+/// with and without selectors and templates, a namespace, a JSON patch on
+/// one kind) builds to exactly what `kubectl kustomize` prints, in its order.
+#[test]
+fn overlays_in_the_in_process_subset_build_as_kustomize_builds_them() {
+    let patch = "- op: replace\n  path: /metadata/name\n  value: {{ name }}\n- op: add\n  path: /spec/type\n  value: ClusterIP\n";
+    let (_root, dir) = subset_kind_dir(patch);
+    let mut compared = 0;
+    for (selectors, templates, namespace) in [
+        (true, true, Some("team")),
+        (false, true, None),
+        (false, false, Some("team")),
+        (true, false, None),
+    ] {
+        let overlay = Overlay {
+            base: Some("demo".into()),
+            namespace: namespace.map(str::to_string),
+            labels: vec![
+                Labels {
+                    pairs: [("app.kubernetes.io/instance".to_string(), "1e3".to_string())].into(),
+                    include_selectors: selectors,
+                    include_templates: templates,
+                },
+                Labels {
+                    pairs: [("tier".to_string(), "true".to_string())].into(),
+                    include_selectors: false,
+                    include_templates: false,
+                },
+            ],
+            patches: vec![PatchTemplate {
+                template: "p.yaml".into(),
+                values: serde_json::json!({"name": "renamed"}),
+                target: Some(Target {
+                    kind: Some("Service".into()),
+                    name: Some("web".into()),
+                    ..Default::default()
+                }),
+                allow_name_change: false,
+            }],
+            ..Default::default()
+        };
+        let rendered = overlay.render(&dir, None).unwrap();
+        let native = rendered.prebuilt().expect("in the in-process subset");
+        let tmp = tempfile::tempdir().unwrap();
+        rendered.write_to(tmp.path()).unwrap();
+        let printed: Vec<serde_json::Value> =
+            serde_saphyr::from_multiple(&kustomize(tmp.path())).unwrap();
+        assert_eq!(
+            native,
+            printed.as_slice(),
+            "selectors {selectors}, templates {templates}"
+        );
+        compared += 1;
+    }
+    assert_eq!(compared, 4);
 }
 
 #[test]

@@ -4,7 +4,9 @@
 //! does what the kind promises, or yields a clear error; nothing panics.
 //!
 //! Rendering goes through the same path as `kustomize-operator render`: the
-//! resource, then the documents describing the cluster it would see.
+//! resource, then the documents describing the cluster it would see. Every
+//! overlay the engine builds in process (without kubectl) must build to
+//! exactly what `kubectl kustomize` prints for it.
 
 mod common;
 
@@ -54,6 +56,9 @@ struct Built {
     objects: Vec<Value>,
     status: serde_json::Map<String, Value>,
     deletes: Vec<ObjectId>,
+    /// Overlays the engine builds in process (without kubectl), each
+    /// checked equal to what `kubectl kustomize` printed.
+    built_in_process: usize,
 }
 
 fn build(resource: &Value, rest: &[Value]) -> Result<Built, RenderError> {
@@ -61,6 +66,7 @@ fn build(resource: &Value, rest: &[Value]) -> Result<Built, RenderError> {
     let out = kind.render(resource, rest, &KindOptions::default(), &kustomize_dir())?;
     let mut objects = Vec::new();
     let mut deletes = Vec::new();
+    let mut built_in_process = 0;
     for (step, overlay) in out.steps.iter().zip(&out.overlays) {
         if let Step::DeleteForeign { objects } = step {
             deletes.extend(objects.iter().cloned());
@@ -73,6 +79,16 @@ fn build(resource: &Value, rest: &[Value]) -> Result<Built, RenderError> {
             ok,
             "kubectl kustomize refused the overlay of {resource}: {err}"
         );
+        if let (Some(native), false) = (overlay.prebuilt(), overlay.is_plain()) {
+            let printed: Vec<Value> = serde_saphyr::from_multiple(&built).unwrap();
+            let printed: Vec<Value> = printed.into_iter().filter(|d| !d.is_null()).collect();
+            assert_eq!(
+                native,
+                printed.as_slice(),
+                "the overlay of {resource} built in process differs from kubectl kustomize"
+            );
+            built_in_process += 1;
+        }
         let docs: Vec<Option<PrintedObject>> = serde_saphyr::from_multiple(&built).unwrap();
         objects.extend(docs.into_iter().flatten().map(|d| {
             json!({"kind": d.kind, "metadata": d.metadata, "data": d.data.unwrap_or_default(), "spec": d.spec})
@@ -85,6 +101,7 @@ fn build(resource: &Value, rest: &[Value]) -> Result<Built, RenderError> {
             _ => serde_json::Map::new(),
         },
         deletes,
+        built_in_process,
     })
 }
 
@@ -163,6 +180,7 @@ proptest! {
                 return Ok(());
             }
         };
+        prop_assert_eq!(built.built_in_process, 1, "a Sample's overlay is built in process");
         let docs = built.objects;
         prop_assert_eq!(docs.len(), 1);
         prop_assert_eq!(&docs[0]["metadata"]["name"], &Value::from(name.clone()));

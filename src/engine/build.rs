@@ -4,7 +4,8 @@
 //! A coalesced run builds a root kustomization listing each resource's
 //! overlay as a sub-directory; every object it prints carries its owner's
 //! marker label, which says whose it is. Overlays that need no kustomize
-//! (whole objects only) never get here: the engine builds them in memory.
+//! (whole objects only, or in the subset `overlay/native.rs` builds) never
+//! get here: the engine builds them in memory.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

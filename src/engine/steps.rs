@@ -308,7 +308,7 @@ pub(crate) async fn patch_foreign(
     field_manager: &str,
     done: &mut Done,
 ) -> Result<(), Failure> {
-    let Some(manifests) = overlay.prebuilt() else {
+    let Some(manifests) = overlay.prebuilt().filter(|_| overlay.is_plain()) else {
         return Err(Failure::new(
             Reason::RenderFailed,
             "a patch takes whole objects only",

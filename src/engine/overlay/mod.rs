@@ -19,6 +19,8 @@ use sha2::{Digest, Sha256};
 use super::inventory::{OWNER_ANNOTATION, OWNER_LABEL, Owner};
 use super::templates::{KustomizeDir, TemplateError};
 
+mod native;
+
 /// An error while rendering or writing an overlay.
 #[derive(Debug, thiserror::Error)]
 pub enum OverlayError {
@@ -274,6 +276,7 @@ pub struct RenderedOverlay {
     files: BTreeMap<String, Vec<u8>>,
     digest: String,
     sensitive: bool,
+    plain: bool,
     prebuilt: Option<Vec<Value>>,
 }
 
@@ -396,13 +399,16 @@ impl Overlay {
         );
         let mut rendered = RenderedOverlay::new(files);
         rendered.sensitive = self.sensitive || !self.secret_generators.is_empty();
-        rendered.prebuilt = self.is_plain().then(|| {
+        rendered.plain = self.is_plain();
+        rendered.prebuilt = if rendered.plain {
             let mut manifests = self.resources.clone();
             if let Some(marking) = marking {
                 manifests.iter_mut().for_each(|m| marking.mark(m));
             }
-            manifests
-        });
+            Some(manifests)
+        } else {
+            native::build(&k, &rendered.files, marking)
+        };
         Ok(rendered)
     }
 
@@ -519,14 +525,21 @@ impl RenderedOverlay {
             files,
             digest,
             sensitive: false,
+            plain: false,
             prebuilt: None,
         }
     }
 
-    /// The built manifests, when the overlay needs no kustomize build
-    /// (see [`Overlay::is_plain`]).
+    /// The built manifests, when the overlay needs no `kubectl kustomize`
+    /// run: whole objects only (see [`Overlay::is_plain`]), or an overlay
+    /// the engine builds in process (`native.rs`).
     pub fn prebuilt(&self) -> Option<&[Value]> {
         self.prebuilt.as_deref()
+    }
+
+    /// True for an overlay of whole objects only (see [`Overlay::is_plain`]).
+    pub fn is_plain(&self) -> bool {
+        self.plain
     }
 
     /// True when the overlay holds Secret data (see [`Overlay::sensitive`]).
