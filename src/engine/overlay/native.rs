@@ -75,7 +75,11 @@ pub(super) fn build(
     }
     if let Some(marking) = marking {
         for object in &mut objects {
-            if object["metadata"].get("ownerReferences").is_some() {
+            // kustomize merges into existing ownerReferences, and matches an
+            // object without a namespace to `default`: leave both to it.
+            let meta = &object["metadata"];
+            let unplaced = marking.owner_references && meta["namespace"].as_str().is_none();
+            if meta.get("ownerReferences").is_some() || unplaced {
                 return None;
             }
             marking.mark(object);
@@ -347,6 +351,16 @@ mod tests {
         let mut prefixed = overlay();
         prefixed.name_prefix = Some("a-".into());
         assert!(prefixed.render(&dir, None).unwrap().prebuilt().is_none());
+    }
+
+    #[test]
+    fn an_object_without_a_namespace_is_left_to_kubectl_to_own() {
+        let (_root, dir) = kustomize_dir(RENAME, DEPLOYMENT);
+        let mut unplaced = overlay();
+        unplaced.namespace = None;
+        assert!(unplaced.render(&dir, None).unwrap().prebuilt().is_some());
+        let marked = unplaced.render(&dir, Some(&marking())).unwrap();
+        assert!(marked.prebuilt().is_none());
     }
 
     #[test]
