@@ -610,28 +610,36 @@ mod tests {
         assert!(!no_documents("---\napiVersion: v1\n"));
     }
 
+    /// A kustomize directory holding one kind folder of `files`.
+    pub(super) fn kind_folder(
+        kind: &str,
+        files: &[(&str, &str)],
+    ) -> (tempfile::TempDir, KustomizeDir) {
+        let root = tempfile::tempdir().unwrap();
+        for (path, text) in files {
+            let path = root.path().join(kind).join(path);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        }
+        let loaded = KustomizeDir::load(root.path()).unwrap();
+        (root, loaded)
+    }
+
     fn kustomize_dir() -> (tempfile::TempDir, KustomizeDir) {
-        let dir = tempfile::tempdir().unwrap();
-        let kind = dir.path().join("k");
-        std::fs::create_dir_all(kind.join("base")).unwrap();
-        std::fs::create_dir_all(kind.join("patches")).unwrap();
-        std::fs::write(
-            kind.join("base/kustomization.yaml"),
-            "resources: [cm.yaml]\n",
+        kind_folder(
+            "k",
+            &[
+                ("base/kustomization.yaml", "resources: [cm.yaml]\n"),
+                (
+                    "base/cm.yaml",
+                    "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\n",
+                ),
+                (
+                    "patches/p.yaml",
+                    "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\ndata:\n  v: {{ v }}\n",
+                ),
+            ],
         )
-        .unwrap();
-        std::fs::write(
-            kind.join("base/cm.yaml"),
-            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\n",
-        )
-        .unwrap();
-        std::fs::write(
-            kind.join("patches/p.yaml"),
-            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\ndata:\n  v: {{ v }}\n",
-        )
-        .unwrap();
-        let loaded = KustomizeDir::load(dir.path()).unwrap();
-        (dir, loaded)
     }
 
     fn overlay(v: &str) -> Overlay {

@@ -250,19 +250,15 @@ mod tests {
     const DEPLOYMENT: &str = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: nginx\nspec:\n  replicas: 1\n  selector:\n    matchLabels: {app: nginx}\n  template:\n    metadata:\n      labels: {app: nginx}\n    spec:\n      containers: [{name: nginx, image: nginx}]\n";
 
     fn kustomize_dir(patch: &str, deployment: &str) -> (tempfile::TempDir, KustomizeDir) {
-        let root = tempfile::tempdir().unwrap();
-        let kind = root.path().join("demo");
-        std::fs::create_dir_all(kind.join("base")).unwrap();
-        std::fs::create_dir_all(kind.join("patches")).unwrap();
-        std::fs::write(
-            kind.join("base/kustomization.yaml"),
-            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [deployment.yaml]\n",
+        let kustomization = "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [deployment.yaml]\n";
+        super::super::tests::kind_folder(
+            "demo",
+            &[
+                ("base/kustomization.yaml", kustomization),
+                ("base/deployment.yaml", deployment),
+                ("patches/deployment.yaml", patch),
+            ],
         )
-        .unwrap();
-        std::fs::write(kind.join("base/deployment.yaml"), deployment).unwrap();
-        std::fs::write(kind.join("patches/deployment.yaml"), patch).unwrap();
-        let dir = KustomizeDir::load(root.path()).unwrap();
-        (root, dir)
     }
 
     const RENAME: &str = "- op: replace\n  path: /metadata/name\n  value: {{ name }}\n- op: replace\n  path: /spec/replicas\n  value: {{ count | json }}\n";
