@@ -218,7 +218,7 @@ struct FieldSpec {
 }
 
 /// `kustomization.yaml`, as data.
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 struct Kustomization {
     api_version: &'static str,
@@ -245,7 +245,7 @@ struct Kustomization {
     transformers: Vec<String>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 struct KustomizePatch {
     path: String,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -254,13 +254,13 @@ struct KustomizePatch {
     options: Option<PatchOptions>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 struct PatchOptions {
     allow_name_change: bool,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 struct KustomizeGenerator {
     name: String,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -278,6 +278,18 @@ pub struct RenderedOverlay {
     sensitive: bool,
     plain: bool,
     prebuilt: Option<Vec<Value>>,
+    /// What the in-process build needs; it runs on first use of
+    /// [`RenderedOverlay::prebuilt`], not for a reconcile that only
+    /// compares digests.
+    native: Option<Box<NativeInput>>,
+    native_built: std::sync::OnceLock<Option<Vec<Value>>>,
+}
+
+/// The kustomization and marker an overlay is built in process from.
+#[derive(Debug, Clone, PartialEq)]
+struct NativeInput {
+    kustomization: Kustomization,
+    marking: Option<Marking>,
 }
 
 /// The ownership marker the engine gives the objects of an overlay the
@@ -400,15 +412,18 @@ impl Overlay {
         let mut rendered = RenderedOverlay::new(files);
         rendered.sensitive = self.sensitive || !self.secret_generators.is_empty();
         rendered.plain = self.is_plain();
-        rendered.prebuilt = if rendered.plain {
+        if rendered.plain {
             let mut manifests = self.resources.clone();
             if let Some(marking) = marking {
                 manifests.iter_mut().for_each(|m| marking.mark(m));
             }
-            Some(manifests)
+            rendered.prebuilt = Some(manifests);
         } else {
-            native::build(&k, &rendered.files, marking)
-        };
+            rendered.native = Some(Box::new(NativeInput {
+                kustomization: k,
+                marking: marking.cloned(),
+            }));
+        }
         Ok(rendered)
     }
 
@@ -527,6 +542,8 @@ impl RenderedOverlay {
             sensitive: false,
             plain: false,
             prebuilt: None,
+            native: None,
+            native_built: std::sync::OnceLock::new(),
         }
     }
 
@@ -534,7 +551,15 @@ impl RenderedOverlay {
     /// run: whole objects only (see [`Overlay::is_plain`]), or an overlay
     /// the engine builds in process (`native.rs`).
     pub fn prebuilt(&self) -> Option<&[Value]> {
-        self.prebuilt.as_deref()
+        if self.plain {
+            return self.prebuilt.as_deref();
+        }
+        let input = self.native.as_ref()?;
+        self.native_built
+            .get_or_init(|| {
+                native::build(&input.kustomization, &self.files, input.marking.as_ref())
+            })
+            .as_deref()
     }
 
     /// True for an overlay of whole objects only (see [`Overlay::is_plain`]).
