@@ -169,6 +169,11 @@ pub struct RunArgs {
     /// At most this many resources per kubectl run; 1 turns batching off.
     #[arg(long, env = "BATCH_MAX", default_value_t = 100)]
     pub batch_max: usize,
+    /// At most this many reconciles of one kind at once (0: no limit); the
+    /// others wait their turn. Keep it above kubectl slots × --batch-max,
+    /// or batches run part-empty.
+    #[arg(long, env = "MAX_CONCURRENT_RECONCILES", default_value_t = 512)]
+    pub max_concurrent_reconciles: u16,
     /// At most this many API requests in flight at once (watches aside):
     /// the client opens no more connections than that, however many
     /// resources are due together (as at start-up).

@@ -447,6 +447,7 @@ fn settings(args: &RunArgs, work_dir: PathBuf) -> Settings {
             window: args.batch_window,
             max: args.batch_max,
         },
+        max_reconciles: args.max_concurrent_reconciles,
     }
 }
 

@@ -48,6 +48,7 @@ const OPERATOR_ENV: &[&str] = &[
     "WORK_DIR",
     "BATCH_WINDOW",
     "BATCH_MAX",
+    "MAX_CONCURRENT_RECONCILES",
     "SHUTDOWN_GRACE",
     "METRICS_ADDR",
     "KUSTOMIZE_DIR",

@@ -103,8 +103,11 @@ pub async fn run<H: Handler>(
         .reflect(writer)
         .applied_objects();
     let owned_changed = owners_of_changed_objects::<H>(&engine, dyn_type.clone());
-    let controller =
-        Controller::for_stream_with(objects, reader, dyn_type).reconcile_on(owned_changed);
+    let config =
+        kube::runtime::controller::Config::default().concurrency(engine.settings.max_reconciles);
+    let controller = Controller::for_stream_with(objects, reader, dyn_type)
+        .with_config(config)
+        .reconcile_on(owned_changed);
     let controller = handler.configure(controller, &engine.client, namespace.as_deref());
     let name = handler.info().name.clone();
     let context = Arc::new(Context { engine, handler });

@@ -84,6 +84,8 @@ pub struct Settings {
     pub reporter: String,
     /// How kubectl runs are coalesced.
     pub batch: BatchSettings,
+    /// At most this many reconciles of one kind run at once (0: no limit).
+    pub max_reconciles: u16,
 }
 
 /// Everything a reconcile needs, shared by every controller.
