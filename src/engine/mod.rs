@@ -11,6 +11,8 @@
 //! - [`overlay`], [`templates`]: overlays as data → files;
 //! - `build`, `applier`, `batch`: kubectl runs, coalesced;
 //! - [`kubectl`]: the runner (argv only, timeout, process group, bounded output);
+//! - `watch`, `observed`, `health`, `checkup`: the live state of owned
+//!   objects (compact, from watches) and their health;
 //! - `events`: Kubernetes events.
 
 mod applier;
@@ -24,6 +26,7 @@ mod health;
 pub(crate) mod inventory;
 mod kept;
 pub(crate) mod kubectl;
+mod observed;
 pub(crate) mod outcome;
 pub(crate) mod overlay;
 mod ownership;

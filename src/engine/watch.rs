@@ -9,14 +9,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::{StreamExt, stream};
-use kube::api::{ApiResource, DynamicObject};
+use kube::api::ApiResource;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::broadcast;
 
-use super::inventory::{OWNER_ANNOTATION, OWNER_LABEL, ObjectId};
+use super::inventory::{OWNER_LABEL, ObjectId};
+use super::observed::Observed;
 use super::ownership::{Discovery, Served};
 use crate::kind::api_message;
 
@@ -78,7 +79,7 @@ type Place = (Option<String>, String);
 /// One watch: its store, its last error, and the objects it saw deleted.
 #[derive(Clone)]
 struct Watch {
-    store: Store<DynamicObject>,
+    store: Store<Observed>,
     resource: ApiResource,
     error: Arc<Mutex<Option<String>>>,
     deleted: Arc<Mutex<HashSet<Place>>>,
@@ -188,15 +189,12 @@ impl ObjectCache {
         };
         // Started now, the watch wakes the owner when the object changes.
         self.watch(id, &served).await;
-        let api: Api<DynamicObject> = match (&id.namespace, served.namespaced) {
+        let api: Api<Observed> = match (&id.namespace, served.namespaced) {
             (Some(ns), true) => Api::namespaced_with(self.client.clone(), ns, &served.resource),
             _ => Api::all_with(self.client.clone(), &served.resource),
         };
         match api.get_opt(&id.name).await {
-            Ok(Some(mut object)) => {
-                slim(&mut object);
-                Seen::Object(serde_json::to_value(&object).unwrap_or_default())
-            }
+            Ok(Some(object)) => Seen::Object(object.to_value()),
             Ok(None) => Seen::Absent,
             Err(e) => Seen::Unreadable(api_message(&e)),
         }
@@ -230,7 +228,7 @@ impl ObjectCache {
     }
 
     fn start(&self, resource: &ApiResource, namespace: Option<&str>) -> Watch {
-        let api: Api<DynamicObject> = match namespace {
+        let api: Api<Observed> = match namespace {
             Some(ns) => Api::namespaced_with(self.client.clone(), ns, resource),
             None => Api::all_with(self.client.clone(), resource),
         };
@@ -247,10 +245,7 @@ impl ObjectCache {
         let config = watcher::Config::default()
             .labels(OWNER_LABEL)
             .any_semantic();
-        let events = watcher(api, config)
-            .default_backoff()
-            .modify(slim)
-            .reflect(writer);
+        let events = watcher(api, config).default_backoff().reflect(writer);
         let changes = self.changes.clone();
         let error = watch.error.clone();
         let deleted = watch.deleted.clone();
@@ -288,13 +283,13 @@ impl Watch {
         if let Some(error) = self.error() {
             return Seen::Unreadable(error);
         }
-        let mut reference = ObjectRef::<DynamicObject>::new_with(&id.name, self.resource.clone());
+        let mut reference = ObjectRef::<Observed>::new_with(&id.name, self.resource.clone());
         if namespaced && let Some(ns) = &id.namespace {
             reference = reference.within(ns);
         }
         let place = (reference.namespace.clone(), id.name.clone());
         match self.store.get(&reference) {
-            Some(object) => Seen::Object(serde_json::to_value(&*object).unwrap_or_default()),
+            Some(object) => Seen::Object(object.to_value()),
             None if self
                 .deleted
                 .lock()
@@ -310,8 +305,8 @@ impl Watch {
 }
 
 /// Notes an object the watch saw deleted; forgets it when it comes back.
-fn remember_deletions(deleted: &Mutex<HashSet<Place>>, event: &watcher::Event<DynamicObject>) {
-    let place = |o: &DynamicObject| (o.namespace(), o.name_any());
+fn remember_deletions(deleted: &Mutex<HashSet<Place>>, event: &watcher::Event<Observed>) {
+    let place = |o: &Observed| (o.namespace(), o.name_any());
     let mut deleted = deleted.lock().unwrap_or_else(|e| e.into_inner());
     match event {
         watcher::Event::Delete(o) => {
@@ -333,10 +328,10 @@ fn remember_deletions(deleted: &Mutex<HashSet<Place>>, event: &watcher::Event<Dy
 /// objects it listed (collected in `relisted` until then).
 fn wake_owners(
     changes: &broadcast::Sender<String>,
-    event: &watcher::Event<DynamicObject>,
+    event: &watcher::Event<Observed>,
     relisted: &mut BTreeSet<String>,
 ) {
-    let owner = |o: &DynamicObject| o.annotations().get(OWNER_ANNOTATION).cloned();
+    let owner = |o: &Observed| o.owner().cloned();
     match event {
         watcher::Event::Apply(o) | watcher::Event::Delete(o) => {
             if let Some(owner) = owner(o) {
@@ -351,22 +346,4 @@ fn wake_owners(
             }
         }
     }
-}
-
-/// Cuts a watched object down to what health rules and status fields read.
-fn slim(object: &mut DynamicObject) {
-    let meta = &mut object.metadata;
-    meta.managed_fields = None;
-    if let Some(annotations) = meta.annotations.as_mut() {
-        annotations.retain(|k, _| k == OWNER_ANNOTATION);
-    }
-    if let Some(labels) = meta.labels.as_mut() {
-        labels.retain(|k, _| k == OWNER_LABEL);
-    }
-    let spec = &object.data["spec"];
-    let kept = json!({
-        "spec": {"replicas": spec["replicas"], "type": spec["type"]},
-        "status": object.data["status"],
-    });
-    object.data = kept;
 }
