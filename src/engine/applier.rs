@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 
 use super::batch::{self, Job, Member, Runner};
 use super::inventory::ObjectId;
-use super::kubectl::{CommandRecord, Invocation, Kubectl, KubectlError, Printed, Slot};
+use super::kubectl::{CommandRecord, Invocation, Kubectl, Printed, Slot};
 
 /// One resource's objects to apply.
 pub(crate) struct ApplyJob {
@@ -79,41 +79,31 @@ fn run(
             kubectl.run_streaming(slot, &invocation, Some(input), lines),
             progress.follow(printed),
         );
-        answer_rest(progress, result, kubectl).await;
+        let size = progress.size;
+        let rest = progress.rest();
+        match result {
+            Err(e) => {
+                for (m, _) in rest {
+                    let _ = m.reply.send(Err(e.to_string()));
+                }
+            }
+            Ok(record) if record.succeeded() => {
+                for (m, stdout) in rest {
+                    let own = CommandRecord {
+                        stdout,
+                        batch_size: Some(size),
+                        ..record.clone()
+                    };
+                    let _ = m.reply.send(Ok(own));
+                }
+            }
+            Ok(_) => {
+                let rest: Vec<_> = rest.into_iter().map(|(m, _)| m).collect();
+                let k = kubectl.clone();
+                batch::bisect(&kubectl, rest, move |half, slot| run(half, slot, k.clone())).await;
+            }
+        }
     })
-}
-
-/// Answers the members a batch run did not answer while it went: with the
-/// run's record if it succeeded, by running them again in halves if not.
-async fn answer_rest(
-    progress: Progress,
-    result: Result<CommandRecord, KubectlError>,
-    kubectl: Kubectl,
-) {
-    let size = progress.size;
-    let rest = progress.rest();
-    match result {
-        Err(e) => {
-            for (m, _) in rest {
-                let _ = m.reply.send(Err(e.to_string()));
-            }
-        }
-        Ok(record) if record.succeeded() => {
-            for (m, stdout) in rest {
-                let own = CommandRecord {
-                    stdout,
-                    batch_size: Some(size),
-                    ..record.clone()
-                };
-                let _ = m.reply.send(Ok(own));
-            }
-        }
-        Ok(_) => {
-            let rest: Vec<_> = rest.into_iter().map(|(m, _)| m).collect();
-            let k = kubectl.clone();
-            batch::bisect(&kubectl, rest, move |half, slot| run(half, slot, k.clone())).await;
-        }
-    }
 }
 
 /// A batch run under way: each member is answered as soon as kubectl has
