@@ -3,23 +3,18 @@
 //! coalesced into one run. The manifests go to kubectl on standard input,
 //! so nothing applied (Secret data included) is written to disk.
 //!
-//! kubectl prints one line per object as it applies it (`deployment.apps/web
+//! kubectl prints one line per object (`deployment.apps/web
 //! serverside-applied`); each line goes back to the resource that owns that
-//! object, and a resource is answered as soon as all of its objects were
-//! reported, while the run goes on with the others. Two resources whose
-//! objects kubectl would print alike never share a run, so the attribution
-//! is exact. If the run fails, only the resources not yet answered are run
-//! again.
+//! object. Two resources whose objects kubectl would print alike never
+//! share a run, so the attribution is exact.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use serde_json::Value;
-use tokio::sync::mpsc;
 
 use super::batch::{self, Job, Member, Runner};
 use super::inventory::ObjectId;
-use super::kubectl::{CommandRecord, Invocation, Kubectl, Printed, Slot};
+use super::kubectl::{CommandRecord, Invocation, Kubectl, Slot};
 
 /// One resource's objects to apply.
 pub(crate) struct ApplyJob {
@@ -66,155 +61,40 @@ fn run(
             force_conflicts: first.job.force_conflicts,
         };
         let input = stream(batch.iter().flat_map(|m| &m.job.manifests));
-        if batch.len() == 1 {
-            let result = kubectl.run_with(slot, &invocation, Some(input)).await;
-            if let Some(m) = batch.into_iter().next() {
-                let _ = m.reply.send(result.map_err(|e| e.to_string()));
-            }
-            return;
-        }
-        let (lines, printed) = mpsc::unbounded_channel();
-        let mut progress = Progress::new(batch, kubectl.command_line(&invocation));
-        let (result, ()) = tokio::join!(
-            kubectl.run_streaming(slot, &invocation, Some(input), lines),
-            progress.follow(printed),
-        );
-        let size = progress.size;
-        let rest = progress.rest();
-        match result {
+        let record = match kubectl.run_with(slot, &invocation, Some(input)).await {
+            Ok(record) => record,
             Err(e) => {
-                for (m, _) in rest {
+                for m in batch {
                     let _ = m.reply.send(Err(e.to_string()));
                 }
+                return;
             }
-            Ok(record) if record.succeeded() => {
-                for (m, stdout) in rest {
-                    let own = CommandRecord {
-                        stdout,
-                        batch_size: Some(size),
-                        ..record.clone()
-                    };
-                    let _ = m.reply.send(Ok(own));
-                }
-            }
-            Ok(_) => {
-                let rest: Vec<_> = rest.into_iter().map(|(m, _)| m).collect();
-                let k = kubectl.clone();
-                batch::bisect(&kubectl, rest, move |half, slot| run(half, slot, k.clone())).await;
-            }
+        };
+        if batch.len() == 1 || record.succeeded() {
+            return reply_each(batch, &record);
         }
+        let k = kubectl.clone();
+        batch::bisect(&kubectl, batch, move |half, slot| {
+            run(half, slot, k.clone())
+        })
+        .await;
     })
 }
 
-/// A batch run under way: each member is answered as soon as kubectl has
-/// printed a line for every one of its objects (kubectl prints one line
-/// per object applied, as it goes), not when the whole run ends. Its
-/// record then says exit code 0, its own lines, what kubectl wrote to
-/// stderr so far and how long its part took.
-struct Progress {
-    pending: Vec<Pending>,
-    command: String,
-    started_at: jiff::Timestamp,
-    start: Instant,
-    stderr: String,
-    /// Lines naming no member's object: for every member answered at the end.
-    unclaimed: String,
-    size: u32,
-}
-
-/// One member of a run under way.
-struct Pending {
-    member: Option<Member<ApplyJob, Applied>>,
-    names: Vec<String>,
-    /// Its objects kubectl has not reported yet.
-    unreported: Vec<String>,
-    stdout: String,
-}
-
-impl Progress {
-    fn new(batch: Vec<Member<ApplyJob, Applied>>, command: String) -> Self {
-        let size = u32::try_from(batch.len()).unwrap_or(u32::MAX);
-        let pending = batch
-            .into_iter()
-            .map(|m| {
-                let names = m.job.names();
-                Pending {
-                    unreported: names.clone(),
-                    names,
-                    member: Some(m),
-                    stdout: String::new(),
-                }
-            })
-            .collect();
-        Self {
-            pending,
-            command,
-            started_at: jiff::Timestamp::now(),
-            start: Instant::now(),
-            stderr: String::new(),
-            unclaimed: String::new(),
-            size,
+/// Gives each member the output lines about its objects (a line naming no
+/// member's object goes to every member).
+fn reply_each(batch: Vec<Member<ApplyJob, Applied>>, record: &CommandRecord) {
+    let size = u32::try_from(batch.len()).unwrap_or(u32::MAX);
+    let names: Vec<Vec<String>> = batch.iter().map(|m| m.job.names()).collect();
+    let lines = split_lines(&record.stdout, &names);
+    for (m, stdout) in batch.into_iter().zip(lines) {
+        let mut own = record.clone();
+        if size > 1 {
+            own.stdout = stdout;
+            own.batch_size = Some(size);
         }
+        let _ = m.reply.send(Ok(own));
     }
-
-    /// Takes kubectl's lines until it is done printing.
-    async fn follow(&mut self, mut printed: mpsc::UnboundedReceiver<Printed>) {
-        while let Some(line) = printed.recv().await {
-            match line {
-                Printed::Err(line) => push_line(&mut self.stderr, &line),
-                Printed::Out(line) => self.claim(&line),
-            }
-        }
-    }
-
-    /// Gives a stdout line to the member whose object it names, and
-    /// answers that member if it was the last of its objects.
-    fn claim(&mut self, line: &str) {
-        let object = line.split_whitespace().next().unwrap_or_default();
-        let Some(p) = self
-            .pending
-            .iter_mut()
-            .find(|p| p.names.iter().any(|n| n == object))
-        else {
-            push_line(&mut self.unclaimed, line);
-            return;
-        };
-        push_line(&mut p.stdout, line);
-        if let Some(i) = p.unreported.iter().position(|n| n == object) {
-            p.unreported.swap_remove(i);
-        }
-        if p.unreported.is_empty()
-            && let Some(m) = p.member.take()
-        {
-            let record = CommandRecord {
-                command: self.command.clone(),
-                exit_code: Some(0),
-                stdout: std::mem::take(&mut p.stdout),
-                stderr: self.stderr.clone(),
-                started_at: self.started_at,
-                duration_ms: u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX),
-                timed_out: false,
-                batch_size: Some(self.size),
-                output_truncated: false,
-            };
-            let _ = m.reply.send(Ok(record));
-        }
-    }
-
-    /// The members not answered yet, each with its stdout lines (and the
-    /// unclaimed ones).
-    fn rest(self) -> Vec<(Member<ApplyJob, Applied>, String)> {
-        let unclaimed = self.unclaimed;
-        self.pending
-            .into_iter()
-            .filter_map(|p| Some((p.member?, p.stdout + &unclaimed)))
-            .collect()
-    }
-}
-
-fn push_line(to: &mut String, line: &str) {
-    to.push_str(line);
-    to.push('\n');
 }
 
 /// The manifests as a YAML stream of JSON documents.
@@ -228,50 +108,48 @@ pub(crate) fn stream<'a>(manifests: impl IntoIterator<Item = &'a Value>) -> Vec<
     out
 }
 
+fn split_lines(stdout: &str, names: &[Vec<String>]) -> Vec<String> {
+    let mut out = vec![String::new(); names.len()];
+    for line in stdout.lines() {
+        let object = line.split_whitespace().next().unwrap_or_default();
+        match names.iter().position(|n| n.iter().any(|n| n == object)) {
+            Some(i) => {
+                out[i].push_str(line);
+                out[i].push('\n');
+            }
+            None => {
+                for o in &mut out {
+                    o.push_str(line);
+                    o.push('\n');
+                }
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
-    use tokio::sync::oneshot;
-
-    fn config_map(name: &str) -> Value {
-        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}})
-    }
-
-    /// A member applying config maps `names`, and where its answer comes.
-    fn member(names: &[&str]) -> (Member<ApplyJob, Applied>, oneshot::Receiver<Applied>) {
-        let (reply, rx) = oneshot::channel();
-        let job = ApplyJob {
-            manifests: names.iter().map(|n| config_map(n)).collect(),
-            field_manager: "m".into(),
-            force_conflicts: false,
-        };
-        (Member { job, reply }, rx)
-    }
 
     #[test]
-    fn a_member_is_answered_once_all_its_objects_are_reported() {
-        let (a, mut a_rx) = member(&["a1", "a2"]);
-        let (b, _b_rx) = member(&["b"]);
-        let mut progress = Progress::new(vec![a, b], "kubectl apply".into());
-        progress.claim("configmap/a1 serverside-applied");
-        assert!(a_rx.try_recv().is_err(), "a2 is not reported yet");
-        progress.claim("something else");
-        progress.claim("configmap/a2 serverside-applied");
-        let a = a_rx.try_recv().unwrap().unwrap();
-        assert_eq!(
-            (a.exit_code, a.batch_size, a.stdout.as_str()),
-            (
-                Some(0),
-                Some(2),
-                "configmap/a1 serverside-applied\nconfigmap/a2 serverside-applied\n"
-            )
+    fn lines_go_to_their_owner_and_unknown_lines_to_all() {
+        let names = vec![
+            vec!["deployment.apps/a".to_string()],
+            vec!["deployment.apps/b".to_string()],
+        ];
+        let out = split_lines(
+            "deployment.apps/a serverside-applied\ndeployment.apps/b serverside-applied\nsomething else\n",
+            &names,
         );
-        let rest = progress.rest();
-        assert_eq!(rest.len(), 1);
         assert_eq!(
-            rest[0].1, "something else\n",
-            "unclaimed lines go to the rest"
+            out[0],
+            "deployment.apps/a serverside-applied\nsomething else\n"
+        );
+        assert_eq!(
+            out[1],
+            "deployment.apps/b serverside-applied\nsomething else\n"
         );
     }
 
@@ -301,41 +179,29 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let script = script(dir.path(), "cat >/dev/null\necho 'error: boom' >&2\nexit 1");
         let kubectl = runner(script, std::time::Duration::from_secs(5), 1024);
-        let ((a, a_rx), (b, b_rx)) = (member(&["a"]), member(&["b"]));
+        let mut replies = Vec::new();
+        let mut batch = Vec::new();
+        for name in ["a", "b"] {
+            let (reply, rx) = tokio::sync::oneshot::channel();
+            replies.push(rx);
+            batch.push(Member {
+                job: ApplyJob {
+                    manifests: vec![json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}})],
+                    field_manager: "m".into(),
+                    force_conflicts: false,
+                },
+                reply,
+            });
+        }
         let slot = kubectl.acquire().await;
-        run(vec![a, b], slot, kubectl.clone()).await;
-        for rx in [a_rx, b_rx] {
+        run(batch, slot, kubectl.clone()).await;
+        for rx in replies {
             let r = rx.await.unwrap().unwrap();
             assert_eq!(r.exit_code, Some(1));
             assert_eq!(r.batch_size, None, "reported from its own run");
             assert!(r.stderr.contains("boom"));
         }
         assert_eq!(kubectl.stats().spawned(), 3);
-    }
-
-    #[tokio::test]
-    async fn a_member_applied_is_answered_while_the_run_goes_on_and_only_the_rest_is_retried() {
-        use super::super::kubectl::testing::{runner, script};
-        let dir = tempfile::tempdir().unwrap();
-        let script = script(
-            dir.path(),
-            "input=$(cat)\n\
-             case \"$input\" in *'\"a\"'*) echo 'configmap/a serverside-applied';; esac\n\
-             case \"$input\" in *'\"b\"'*) sleep 2; echo 'error: b broke' >&2; exit 1;; esac",
-        );
-        let kubectl = runner(script, std::time::Duration::from_secs(10), 1024);
-        let ((a, a_rx), (b, b_rx)) = (member(&["a"]), member(&["b"]));
-        let slot = kubectl.acquire().await;
-        let batch = tokio::spawn(run(vec![a, b], slot, kubectl.clone()));
-        let a = a_rx.await.unwrap().unwrap();
-        assert!(!batch.is_finished(), "a was answered before kubectl ended");
-        assert_eq!((a.exit_code, a.batch_size), (Some(0), Some(2)));
-        assert_eq!(a.stdout, "configmap/a serverside-applied\n");
-        batch.await.unwrap();
-        let b = b_rx.await.unwrap().unwrap();
-        assert_eq!((b.exit_code, b.batch_size), (Some(1), None));
-        assert!(b.stderr.contains("b broke"));
-        assert_eq!(kubectl.stats().spawned(), 2, "only b ran again");
     }
 
     #[tokio::test]

@@ -169,7 +169,7 @@ where
     Fut: Future<Output = ()>,
 {
     let second = batch.split_off(batch.len() / 2);
-    for half in [batch, second].into_iter().filter(|h| !h.is_empty()) {
+    for half in [batch, second] {
         let slot = kubectl.acquire().await;
         run(half, slot).await;
     }

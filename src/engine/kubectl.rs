@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::Semaphore;
 
 /// An error that prevented kubectl from running at all.
 #[derive(Debug, thiserror::Error)]
@@ -160,10 +160,7 @@ pub struct CommandRecord {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub timed_out: bool,
     /// When the run applied several resources' overlays at once: how many.
-    /// `stdout` then holds only the lines about this resource's objects, and
-    /// a resource answered while the run went on (all of its objects
-    /// applied) has exit code 0, the stderr so far and the time until its
-    /// last object.
+    /// `stdout` then holds only the lines about this resource's objects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch_size: Option<u32>,
     /// More was printed than the runner keeps (never stored).
@@ -343,33 +340,6 @@ impl Kubectl {
         invocation: &Invocation,
         stdin: Option<Vec<u8>>,
     ) -> Result<CommandRecord, KubectlError> {
-        self.run_teed(slot, invocation, stdin, None).await
-    }
-
-    /// Like [`Kubectl::run_with`], also sending each line kubectl prints to
-    /// `lines` as it comes (the sender is dropped when both streams end).
-    pub(crate) async fn run_streaming(
-        &self,
-        slot: Slot,
-        invocation: &Invocation,
-        stdin: Option<Vec<u8>>,
-        lines: mpsc::UnboundedSender<Printed>,
-    ) -> Result<CommandRecord, KubectlError> {
-        self.run_teed(slot, invocation, stdin, Some(lines)).await
-    }
-
-    /// The command line `invocation` runs, as its record shows it.
-    pub fn command_line(&self, invocation: &Invocation) -> String {
-        display_command(&self.config.path, &self.argv(invocation))
-    }
-
-    async fn run_teed(
-        &self,
-        slot: Slot,
-        invocation: &Invocation,
-        stdin: Option<Vec<u8>>,
-        lines: Option<mpsc::UnboundedSender<Printed>>,
-    ) -> Result<CommandRecord, KubectlError> {
         let _slot = slot;
         let _running = Counted::new(&self.stats.running);
         let argv = self.argv(invocation);
@@ -383,16 +353,14 @@ impl Kubectl {
             Invocation::Build { .. } => BUILD_OUTPUT_CAP,
             _ => self.config.output_cap,
         };
-        let tee = |to: fn(String) -> Printed| lines.clone().map(|tx| LineTee::new(tx, to));
         let stdout = child
             .stdout
             .take()
-            .map(|s| tokio::spawn(read_tail(s, stdout_cap, tee(Printed::Out))));
+            .map(|s| tokio::spawn(read_tail(s, stdout_cap)));
         let stderr = child
             .stderr
             .take()
-            .map(|s| tokio::spawn(read_tail(s, self.config.output_cap, tee(Printed::Err))));
-        drop(lines);
+            .map(|s| tokio::spawn(read_tail(s, self.config.output_cap)));
         if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
             tokio::spawn(async move {
                 let _ = pipe.write_all(&input).await;
@@ -402,7 +370,7 @@ impl Kubectl {
         let (out, err) = tokio::join!(collect(stdout), collect(stderr));
         let duration = start.elapsed();
         let record = CommandRecord {
-            command: self.command_line(invocation),
+            command: display_command(&self.config.path, &argv),
             exit_code,
             output_truncated: out.total > out.bytes.len() as u64,
             stdout: out.into_string(),
@@ -564,79 +532,19 @@ impl Tail {
     }
 }
 
-/// One line kubectl printed, and on which stream.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Printed {
-    /// A line of standard output.
-    Out(String),
-    /// A line of standard error.
-    Err(String),
-}
-
-/// Cuts a stream's chunks into lines and sends each whole line on.
-struct LineTee {
-    tx: mpsc::UnboundedSender<Printed>,
-    to: fn(String) -> Printed,
-    partial: Vec<u8>,
-}
-
-impl LineTee {
-    fn new(tx: mpsc::UnboundedSender<Printed>, to: fn(String) -> Printed) -> Self {
-        Self {
-            tx,
-            to,
-            partial: Vec::new(),
-        }
-    }
-
-    fn feed(&mut self, chunk: &[u8]) {
-        for piece in chunk.split_inclusive(|b| *b == b'\n') {
-            self.partial.extend_from_slice(piece);
-            if piece.ends_with(b"\n") {
-                self.send();
-            }
-        }
-    }
-
-    fn send(&mut self) {
-        let line = String::from_utf8_lossy(&self.partial)
-            .trim_end()
-            .to_string();
-        self.partial.clear();
-        let _ = self.tx.send((self.to)(line));
-    }
-
-    /// Sends what is left after the last newline.
-    fn finish(mut self) {
-        if !self.partial.is_empty() {
-            self.send();
-        }
-    }
-}
-
-async fn read_tail(
-    mut stream: impl AsyncRead + Unpin,
-    cap: usize,
-    mut tee: Option<LineTee>,
-) -> Tail {
+async fn read_tail(mut stream: impl AsyncRead + Unpin, cap: usize) -> Tail {
     let mut tail = Tail::default();
     let mut chunk = vec![0u8; 16 * 1024];
     loop {
         match stream.read(&mut chunk).await {
             Ok(0) | Err(_) => break,
             Ok(n) => {
-                if let Some(tee) = tee.as_mut() {
-                    tee.feed(&chunk[..n]);
-                }
                 tail.total += n as u64;
                 tail.bytes.extend(&chunk[..n]);
                 let excess = tail.bytes.len().saturating_sub(cap);
                 tail.bytes.drain(..excess);
             }
         }
-    }
-    if let Some(tee) = tee {
-        tee.finish();
     }
     tail
 }
@@ -832,33 +740,6 @@ mod tests {
         let k = runner(script(dir.path(), "cat"), Duration::from_secs(10), 1024);
         let r = k.run(&apply(), Some(b"hello".to_vec())).await.unwrap();
         assert_eq!(r.stdout, "hello");
-    }
-
-    #[tokio::test]
-    async fn lines_are_streamed_as_they_are_printed() {
-        let dir = tempfile::tempdir().unwrap();
-        let k = runner(
-            script(
-                dir.path(),
-                "echo first\necho warned >&2\nsleep 3\nprintf last",
-            ),
-            Duration::from_secs(10),
-            1024,
-        );
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        let slot = k.acquire().await;
-        let run = tokio::spawn(async move { k.run_streaming(slot, &apply(), None, tx).await });
-        let mut early = vec![rx.recv().await.unwrap(), rx.recv().await.unwrap()];
-        early.sort_by_key(|p| matches!(p, Printed::Err(_)));
-        assert_eq!(
-            early,
-            [Printed::Out("first".into()), Printed::Err("warned".into())]
-        );
-        assert!(!run.is_finished(), "the lines came while kubectl ran");
-        assert_eq!(rx.recv().await, Some(Printed::Out("last".into())));
-        assert_eq!(rx.recv().await, None, "the sender goes with the run");
-        let record = run.await.unwrap().unwrap();
-        assert_eq!(record.stdout, "first\nlast");
     }
 
     #[tokio::test]
