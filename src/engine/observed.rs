@@ -12,8 +12,8 @@ use std::borrow::Cow;
 use kube::api::{ApiResource, ObjectMeta};
 use kube::core::DynamicResourceScope;
 use kube::{Resource, ResourceExt};
-use serde::{Deserialize, Deserializer};
-use serde_json::{Map, Value, json};
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::{Value, json};
 
 use super::inventory::OWNER_ANNOTATION;
 
@@ -37,24 +37,29 @@ struct Wire {
 }
 
 /// The fields of `spec` that health rules read; the rest is skipped unparsed.
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Serialize, Default)]
 struct Spec {
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Value::is_null")]
     replicas: Value,
-    #[serde(default, rename = "type")]
+    #[serde(default, rename = "type", skip_serializing_if = "Value::is_null")]
     type_: Value,
+}
+
+/// What [`Observed::state`] holds.
+#[derive(Serialize)]
+struct State<'a> {
+    spec: &'a Spec,
+    status: &'a Value,
 }
 
 impl<'de> Deserialize<'de> for Observed {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let wire = Wire::deserialize(deserializer)?;
-        let mut spec = Map::new();
-        for (key, value) in [("replicas", wire.spec.replicas), ("type", wire.spec.type_)] {
-            if !value.is_null() {
-                spec.insert(key.into(), value);
-            }
-        }
-        let state = json!({"spec": spec, "status": wire.status}).to_string();
+        let state = serde_json::to_string(&State {
+            spec: &wire.spec,
+            status: &wire.status,
+        })
+        .map_err(serde::de::Error::custom)?;
         Ok(Self {
             metadata: kept_metadata(wire.metadata),
             state: state.into_boxed_str(),
