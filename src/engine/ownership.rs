@@ -12,6 +12,7 @@ use kube::api::{ApiResource, DynamicObject};
 use kube::core::GroupVersionKind;
 use kube::discovery::Scope;
 use kube::{Api, Client};
+use tokio::sync::OnceCell;
 
 use super::inventory::{ObjectId, Owner, describe_owner};
 
@@ -37,10 +38,15 @@ impl Served {
     }
 }
 
-/// Discovery, cached per group, version and kind for the life of the process.
+/// A group, version and kind.
+type Gvk = (String, String, String);
+
+/// Discovery, cached per group, version and kind for the life of the
+/// process. Concurrent lookups of one kind share one request: an operator
+/// starting with thousands of resources asks once, not once per resource.
 #[derive(Debug, Default)]
 pub(crate) struct Discovery {
-    cache: Mutex<HashMap<(String, String, String), Arc<Served>>>,
+    cache: Mutex<HashMap<Gvk, Arc<OnceCell<Arc<Served>>>>>,
 }
 
 impl Discovery {
@@ -55,22 +61,28 @@ impl Discovery {
             id.version().to_string(),
             id.kind.clone(),
         );
-        if let Some(served) = self.lock().get(&key) {
-            return Ok(served.clone());
-        }
-        let gvk = GroupVersionKind::gvk(&key.0, &key.1, &key.2);
-        let (resource, caps) = kube::discovery::pinned_kind(client, &gvk).await?;
-        let served = Arc::new(Served {
-            resource,
-            namespaced: caps.scope == Scope::Namespaced,
-        });
-        self.lock().insert(key, served.clone());
-        Ok(served)
+        let cell = self
+            .cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(key.clone())
+            .or_default()
+            .clone();
+        // A failed lookup leaves the cell empty: the next one asks again.
+        cell.get_or_try_init(|| ask(client, key))
+            .await
+            .map(Arc::clone)
     }
+}
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String, String), Arc<Served>>> {
-        self.cache.lock().unwrap_or_else(|e| e.into_inner())
-    }
+/// Asks the API server how it serves one kind.
+async fn ask(client: &Client, (group, version, kind): Gvk) -> Result<Arc<Served>, kube::Error> {
+    let gvk = GroupVersionKind::gvk(&group, &version, &kind);
+    let (resource, caps) = kube::discovery::pinned_kind(client, &gvk).await?;
+    Ok(Arc::new(Served {
+        resource,
+        namespaced: caps.scope == Scope::Namespaced,
+    }))
 }
 
 /// What a live object is to the resource.
@@ -255,5 +267,50 @@ mod tests {
         assert!(message.starts_with("deployment.apps/victim in h2 exists, not created by this resource (written by kubectl-create)"), "{message}");
         assert_eq!(served.kubectl_arg("victim"), "deployments.apps/victim");
         assert!(conflicts(&[], "Sample").is_none());
+    }
+
+    /// A client whose API server answers every request with the `apps/v1`
+    /// resource list after a moment, counting the requests.
+    fn slow_discovery_server(asked: Arc<std::sync::atomic::AtomicUsize>) -> Client {
+        let service = tower::service_fn(move |_: http::Request<kube::client::Body>| {
+            asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                let list = serde_json::json!({
+                    "kind": "APIResourceList",
+                    "apiVersion": "v1",
+                    "groupVersion": "apps/v1",
+                    "resources": [{
+                        "name": "deployments", "singularName": "deployment",
+                        "namespaced": true, "kind": "Deployment", "verbs": ["get", "list"],
+                    }],
+                });
+                let body = kube::client::Body::from(list.to_string().into_bytes());
+                Ok::<_, std::convert::Infallible>(http::Response::new(body))
+            }
+        });
+        Client::new(service, "default")
+    }
+
+    #[tokio::test]
+    async fn concurrent_lookups_of_one_kind_ask_the_api_server_once() {
+        let asked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let client = slow_discovery_server(asked.clone());
+        let discovery = Discovery::default();
+        let id = ObjectId {
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            namespace: Some("default".into()),
+            name: "web".into(),
+        };
+        let lookups = (0..50).map(|_| discovery.resolve(&client, &id));
+        let served = futures::future::join_all(lookups).await;
+        assert!(
+            served
+                .iter()
+                .all(|s| s.as_ref().is_ok_and(|s| s.namespaced))
+        );
+        assert_eq!(served[0].as_ref().unwrap().resource.plural, "deployments");
+        assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 1);
     }
 }
