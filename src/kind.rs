@@ -370,6 +370,12 @@ pub trait Handler: Send + Sync + 'static {
     /// The engine's status fields of a resource.
     fn common_status(&self, resource: &Self::Resource) -> Option<CommonStatus>;
 
+    /// The objects a resource's status lists as its own. (Kinds whose
+    /// status is untyped may read just this field.)
+    fn inventory(&self, resource: &Self::Resource) -> Option<Inventory> {
+        self.common_status(resource)?.inventory
+    }
+
     /// Gathers what [`Handler::plan`] needs from the world.
     fn observe(
         &self,

@@ -17,6 +17,7 @@ use serde_json::json;
 use tokio::sync::broadcast;
 
 use super::inventory::Owner;
+use super::primer::Primer;
 use super::status::Reason;
 use super::{Engine, backoff, cleanup, reconcile};
 use crate::kind::{DynType, Handler};
@@ -98,8 +99,14 @@ pub async fn run<H: Handler>(
     // last-applied annotation are most of the cache.
     let writer = reflector::store::Writer::new(dyn_type.clone());
     let reader = writer.as_reader();
+    let mut primer = Primer::new(engine.clone(), handler.clone());
     let objects = watcher(api, watch)
         .modify(slim::<H::Resource>)
+        .inspect(move |event| {
+            if let Ok(event) = event {
+                primer.see(event);
+            }
+        })
         .reflect(writer)
         .applied_objects();
     let owned_changed = owners_of_changed_objects::<H>(&engine, dyn_type.clone());

@@ -30,6 +30,7 @@ mod observed;
 pub(crate) mod outcome;
 pub(crate) mod overlay;
 mod ownership;
+mod primer;
 mod reconcile;
 pub mod shard;
 pub(crate) mod status;

@@ -200,9 +200,28 @@ impl ObjectCache {
         }
     }
 
+    /// Starts the watch of `id`'s kind unless it runs, without waiting for
+    /// its first list: an operator starting with many resources lists
+    /// their objects while it lists them.
+    pub async fn prime(&self, discovery: &Discovery, id: &ObjectId) {
+        if always_current(id) {
+            return;
+        }
+        if let Ok(served) = discovery.resolve(&self.client, id).await {
+            self.running(id, &served);
+        }
+    }
+
     /// The watch of `id`'s kind, started (and given a moment to list) if it
     /// was not yet.
     async fn watch(&self, id: &ObjectId, served: &Served) -> Watch {
+        let watch = self.running(id, served);
+        watch.listed().await;
+        watch
+    }
+
+    /// The watch of `id`'s kind, started if it was not yet.
+    fn running(&self, id: &ObjectId, served: &Served) -> Watch {
         // An operator for one namespace watches each namespace its
         // resources' objects are in (a cluster-scoped resource may put them
         // anywhere) rather than asking to list the whole cluster.
@@ -216,15 +235,12 @@ impl ObjectCache {
             id.kind.clone(),
             scope.clone(),
         );
-        let watch = self
-            .watches
+        self.watches
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .entry(key)
             .or_insert_with(|| self.start(&served.resource, scope.as_deref()))
-            .clone();
-        watch.listed().await;
-        watch
+            .clone()
     }
 
     fn start(&self, resource: &ApiResource, namespace: Option<&str>) -> Watch {

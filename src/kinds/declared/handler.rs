@@ -14,8 +14,8 @@ use super::DeclaredKind;
 use super::file::{self, ObjectSelector, ReadinessRule, Scope};
 use super::recipe::Wanted;
 use crate::kind::{
-    CommonStatus, Deletion, FieldConflicts, FromObjects, Handler, HandlerError, KindInfo, ObjectId,
-    Plan, Policy,
+    CommonStatus, Deletion, FieldConflicts, FromObjects, Handler, HandlerError, Inventory,
+    KindInfo, ObjectId, Plan, Policy,
 };
 
 /// Serves one declared kind.
@@ -71,6 +71,11 @@ impl Handler for DeclaredHandler {
     fn common_status(&self, resource: &DynamicObject) -> Option<CommonStatus> {
         let status = resource.data.get("status")?;
         serde_json::from_value(status.clone()).ok()
+    }
+
+    fn inventory(&self, resource: &DynamicObject) -> Option<Inventory> {
+        let inventory = resource.data.get("status")?.get("inventory")?;
+        serde_json::from_value(inventory.clone()).ok()
     }
 
     async fn observe(&self, _: &DynamicObject, _: &Client) -> Result<(), HandlerError> {

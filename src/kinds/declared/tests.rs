@@ -485,3 +485,19 @@ fn the_rbac_covers_the_resources_and_what_the_overlay_produces() {
     .unwrap();
     assert!(yaml.contains("kind: ClusterRoleBinding") && yaml.contains("namespace: system"));
 }
+
+#[test]
+fn the_inventory_is_read_from_the_status_alone() {
+    let handler = DeclaredHandler::new(std::sync::Arc::new(load(VALID).unwrap()));
+    let mut greeting = resource(json!({"message": "hey"}));
+    assert_eq!(handler.inventory(&greeting), None);
+    greeting.data["status"] = json!({
+        "conditions": "not a list: the rest of the status is not read",
+        "inventory": {"count": 1, "objects": [
+            {"apiVersion": "v1", "kind": "Service", "namespace": "ns", "names": ["hi"]},
+        ]},
+    });
+    let inventory = handler.inventory(&greeting).unwrap();
+    assert_eq!(inventory.objects[0].kind, "Service");
+    assert_eq!(inventory.objects[0].names, ["hi"]);
+}
