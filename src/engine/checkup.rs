@@ -24,9 +24,13 @@ pub(crate) const POLL: Duration = Duration::from_secs(30);
 
 /// Where the states come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Source {
-    /// Read from the API server now (right after an apply).
-    Fresh,
+pub(crate) enum Source<'a> {
+    /// Right after an apply: what it `created`, from the watches once they
+    /// show it; the rest read from the API server now.
+    AfterApply {
+        /// The objects the apply created.
+        created: &'a BTreeSet<ObjectId>,
+    },
     /// What the watches know.
     Watched,
 }
@@ -49,11 +53,14 @@ pub(crate) async fn look<H: Handler>(
     ctx: &Context<H>,
     obj: &H::Resource,
     ids: &BTreeSet<ObjectId>,
-    source: Source,
+    source: Source<'_>,
 ) -> Checkup {
     let engine = &ctx.engine;
     let states = match source {
-        Source::Fresh => engine.objects.fresh_states(&engine.discovery, ids).await,
+        Source::AfterApply { created } => {
+            let objects = &engine.objects;
+            objects.after_apply(&engine.discovery, ids, created).await
+        }
         Source::Watched => engine.objects.states(&engine.discovery, ids).await,
     };
     let mut assessed = Vec::with_capacity(states.len());

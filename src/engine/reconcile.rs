@@ -415,7 +415,10 @@ async fn succeed<H: Handler>(
     let applied_new = before.applied_digest.as_deref() != Some(digest.as_str())
         || before.observed_generation != current.object.meta().generation;
     let (health, fields, next) = if ctx.handler.info().policy.health {
-        let checkup = checkup::look(ctx, &current.object, &after, Source::Fresh).await;
+        let source = Source::AfterApply {
+            created: &done.created,
+        };
+        let checkup = checkup::look(ctx, &current.object, &after, source).await;
         let waiting = checkup::waiting(before, applied_new, now);
         let timeout = ctx.engine.settings.health_timeout;
         let health = checkup::verdict(&checkup, waiting, now, timeout);

@@ -47,6 +47,8 @@ pub(crate) struct Done {
     pub lines: Vec<String>,
     /// The objects owned applies produced.
     pub applied: BTreeSet<ObjectId>,
+    /// Those of them that did not exist before (the apply created them).
+    pub created: BTreeSet<ObjectId>,
     /// The objects owned applies were about to create or update (a failed
     /// apply may have created some of them).
     pub attempted: BTreeSet<ObjectId>,
@@ -108,6 +110,12 @@ pub(crate) async fn apply_owned(
         }
         done.ran(record);
     }
+    done.created.extend(
+        inspected
+            .iter()
+            .filter(|i| i.verdict == Verdict::Absent)
+            .map(|i| i.id.clone()),
+    );
     done.applied.extend(inspected.into_iter().map(|i| i.id));
     Ok(())
 }

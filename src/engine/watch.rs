@@ -30,6 +30,9 @@ const CHANGES: usize = 4096;
 const DELETED_KEPT: usize = 10_000;
 /// Parallel reads of fresh states.
 const CONCURRENCY: usize = 16;
+/// How long a look right after an apply waits for the watch to show an
+/// object the apply created before reading it from the API server.
+const ARRIVAL_WAIT: Duration = Duration::from_secs(2);
 
 /// Kinds whose objects are current as soon as they exist: not watched.
 const ALWAYS_CURRENT: [(&str, &str); 14] = [
@@ -87,6 +90,8 @@ struct Watch {
     /// Turns true once the first list is in the store. (The store's own
     /// `wait_until_ready` wakes only the last of several waiters.)
     listed: tokio::sync::watch::Receiver<bool>,
+    /// Wakes whoever waits for an object to arrive, after each event.
+    arrivals: Arc<tokio::sync::Notify>,
 }
 
 impl Watch {
@@ -110,6 +115,25 @@ impl Watch {
     /// True once the first list is in the store.
     fn is_listed(&self) -> bool {
         *self.listed.borrow()
+    }
+
+    /// The state of `id` once the store holds it, waiting up to
+    /// [`ARRIVAL_WAIT`] for it to arrive; `None` if it did not, or if the
+    /// watch cannot say.
+    async fn arrival(&self, id: &ObjectId, namespaced: bool) -> Option<Seen> {
+        let deadline = tokio::time::Instant::now() + ARRIVAL_WAIT;
+        loop {
+            // Registered before looking, so an arrival in between still wakes it.
+            let arrived = self.arrivals.notified();
+            tokio::pin!(arrived);
+            arrived.as_mut().enable();
+            match self.seen(id, namespaced) {
+                seen @ Seen::Object(_) => return Some(seen),
+                Seen::Unreadable(_) => return None,
+                Seen::Absent | Seen::Deleted => {}
+            }
+            tokio::time::timeout_at(deadline, arrived).await.ok()?;
+        }
     }
 }
 
@@ -158,12 +182,15 @@ impl ObjectCache {
         found
     }
 
-    /// Each of `ids` whose kind is watched, read from the API server now
-    /// (what was just applied, before the watches catch up).
-    pub async fn fresh_states(
+    /// Each of `ids` whose kind is watched, right after an apply: those it
+    /// `created` as soon as the watch shows them (any state the watch has
+    /// of them is newer than the apply's), the others read from the API
+    /// server now (the watch may not have caught up with the apply yet).
+    pub async fn after_apply(
         &self,
         discovery: &Discovery,
         ids: &BTreeSet<ObjectId>,
+        created: &BTreeSet<ObjectId>,
     ) -> BTreeMap<ObjectId, Seen> {
         let watched: Vec<ObjectId> = ids
             .iter()
@@ -171,24 +198,30 @@ impl ObjectCache {
             .cloned()
             .collect();
         stream::iter(watched)
-            .map(|id| self.read(discovery, id))
+            .map(|id| {
+                let new = created.contains(&id);
+                self.read(discovery, id, new)
+            })
             .buffer_unordered(CONCURRENCY)
             .collect()
             .await
     }
 
-    async fn read(&self, discovery: &Discovery, id: ObjectId) -> (ObjectId, Seen) {
-        let seen = self.read_one(discovery, &id).await;
+    async fn read(&self, discovery: &Discovery, id: ObjectId, new: bool) -> (ObjectId, Seen) {
+        let seen = self.read_one(discovery, &id, new).await;
         (id, seen)
     }
 
-    async fn read_one(&self, discovery: &Discovery, id: &ObjectId) -> Seen {
+    async fn read_one(&self, discovery: &Discovery, id: &ObjectId, new: bool) -> Seen {
         let served = match discovery.resolve(&self.client, id).await {
             Ok(served) => served,
             Err(e) => return Seen::Unreadable(api_message(&e)),
         };
         // Started now, the watch wakes the owner when the object changes.
-        self.watch(id, &served).await;
+        let watch = self.watch(id, &served).await;
+        if new && let Some(seen) = watch.arrival(id, served.namespaced).await {
+            return seen;
+        }
         let api: Api<Observed> = match (&id.namespace, served.namespaced) {
             (Some(ns), true) => Api::namespaced_with(self.client.clone(), ns, &served.resource),
             _ => Api::all_with(self.client.clone(), &served.resource),
@@ -257,6 +290,7 @@ impl ObjectCache {
             deleted: Arc::default(),
             started: tokio::time::Instant::now(),
             listed: listed_rx,
+            arrivals: Arc::default(),
         };
         let config = watcher::Config::default()
             .labels(OWNER_LABEL)
@@ -265,6 +299,7 @@ impl ObjectCache {
         let changes = self.changes.clone();
         let error = watch.error.clone();
         let deleted = watch.deleted.clone();
+        let arrivals = watch.arrivals.clone();
         let plural = resource.plural.clone();
         tokio::spawn(async move {
             futures::pin_mut!(events);
@@ -287,6 +322,7 @@ impl ObjectCache {
                     }
                 };
                 *error.lock().unwrap_or_else(|e| e.into_inner()) = failed;
+                arrivals.notify_waiters();
             }
         });
         watch
@@ -361,5 +397,87 @@ fn wake_owners(
                 let _ = changes.send(owner);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::core::GroupVersionKind;
+    use serde_json::json;
+
+    use super::*;
+
+    fn deployments() -> (Watch, reflector::store::Writer<Observed>) {
+        let gvk = GroupVersionKind::gvk("apps", "v1", "Deployment");
+        let resource = ApiResource::from_gvk_with_plural(&gvk, "deployments");
+        let writer = reflector::store::Writer::new(resource.clone());
+        let (_, listed) = tokio::sync::watch::channel(true);
+        let watch = Watch {
+            store: writer.as_reader(),
+            resource,
+            error: Arc::default(),
+            deleted: Arc::default(),
+            started: tokio::time::Instant::now(),
+            listed,
+            arrivals: Arc::default(),
+        };
+        (watch, writer)
+    }
+
+    fn web() -> ObjectId {
+        ObjectId {
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            namespace: Some("a".into()),
+            name: "web".into(),
+        }
+    }
+
+    fn arrived(name: &str) -> watcher::Event<Observed> {
+        let object = json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "namespace": "a", "uid": "u", "resourceVersion": "5"},
+            "spec": {"replicas": 0},
+        });
+        watcher::Event::Apply(serde_json::from_value(object).unwrap())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_created_object_is_read_from_the_watch_once_it_arrives() {
+        let (watch, mut writer) = deployments();
+        let waiting = tokio::spawn({
+            let watch = watch.clone();
+            async move { watch.arrival(&web(), true).await }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        // Another object first: the waiter looks again and goes on waiting.
+        writer.apply_watcher_event(&arrived("db"));
+        watch.arrivals.notify_waiters();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        writer.apply_watcher_event(&arrived("web"));
+        watch.arrivals.notify_waiters();
+        let seen = waiting.await.unwrap();
+        let Some(Seen::Object(state)) = seen else {
+            panic!("{seen:?}")
+        };
+        assert_eq!(state["metadata"]["name"], "web");
+        assert_eq!(state["spec"]["replicas"], 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_object_that_never_arrives_is_left_to_a_read_after_the_wait() {
+        let (watch, _writer) = deployments();
+        let start = tokio::time::Instant::now();
+        assert_eq!(watch.arrival(&web(), true).await, None);
+        assert_eq!(start.elapsed(), ARRIVAL_WAIT);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failing_watch_is_not_waited_for() {
+        let (watch, _writer) = deployments();
+        *watch.error.lock().unwrap() = Some("cannot watch deployments: forbidden".into());
+        let start = tokio::time::Instant::now();
+        assert_eq!(watch.arrival(&web(), true).await, None);
+        assert_eq!(start.elapsed(), Duration::ZERO);
     }
 }
