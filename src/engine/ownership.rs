@@ -65,19 +65,19 @@ impl Discovery {
             .cache
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .entry(key.clone())
+            .entry(key)
             .or_default()
             .clone();
         // A failed lookup leaves the cell empty: the next one asks again.
-        cell.get_or_try_init(|| ask(client, key))
+        cell.get_or_try_init(|| ask(client, id))
             .await
             .map(Arc::clone)
     }
 }
 
-/// Asks the API server how it serves one kind.
-async fn ask(client: &Client, (group, version, kind): Gvk) -> Result<Arc<Served>, kube::Error> {
-    let gvk = GroupVersionKind::gvk(&group, &version, &kind);
+/// Asks the API server how it serves `id`'s kind.
+async fn ask(client: &Client, id: &ObjectId) -> Result<Arc<Served>, kube::Error> {
+    let gvk = GroupVersionKind::gvk(id.group(), id.version(), &id.kind);
     let (resource, caps) = kube::discovery::pinned_kind(client, &gvk).await?;
     Ok(Arc::new(Served {
         resource,

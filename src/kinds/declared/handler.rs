@@ -8,6 +8,7 @@ use std::sync::Arc;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ApiResource, DynamicObject};
 use kube::{Api, Client};
+use serde::Deserialize;
 use serde_json::Value;
 
 use super::DeclaredKind;
@@ -70,12 +71,12 @@ impl Handler for DeclaredHandler {
 
     fn common_status(&self, resource: &DynamicObject) -> Option<CommonStatus> {
         let status = resource.data.get("status")?;
-        serde_json::from_value(status.clone()).ok()
+        CommonStatus::deserialize(status).ok()
     }
 
     fn inventory(&self, resource: &DynamicObject) -> Option<Inventory> {
         let inventory = resource.data.get("status")?.get("inventory")?;
-        serde_json::from_value(inventory.clone()).ok()
+        Inventory::deserialize(inventory).ok()
     }
 
     async fn observe(&self, _: &DynamicObject, _: &Client) -> Result<(), HandlerError> {
