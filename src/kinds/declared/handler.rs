@@ -1,4 +1,4 @@
-//! The handler serving a declared kind: its resources are `DynamicObject`s,
+//! The handler serving a declared kind: its resources are [`DeclaredObject`]s,
 //! its plan is the kind file's recipe, and the engine does the rest as for
 //! any kind.
 
@@ -6,13 +6,14 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{ApiResource, DynamicObject};
+use kube::api::ApiResource;
 use kube::{Api, Client};
 use serde::Deserialize;
 use serde_json::Value;
 
 use super::DeclaredKind;
 use super::file::{self, ObjectSelector, ReadinessRule, Scope};
+use super::object::DeclaredObject;
 use super::recipe::Wanted;
 use crate::kind::{
     CommonStatus, Deletion, FieldConflicts, FromObjects, Handler, HandlerError, Inventory,
@@ -54,7 +55,7 @@ impl DeclaredHandler {
 }
 
 impl Handler for DeclaredHandler {
-    type Resource = DynamicObject;
+    type Resource = DeclaredObject;
     type Observed = ();
     type Status = ();
 
@@ -62,32 +63,35 @@ impl Handler for DeclaredHandler {
         &self.info
     }
 
-    fn api(&self, client: Client, namespace: Option<&str>) -> Api<DynamicObject> {
+    fn api(&self, client: Client, namespace: Option<&str>) -> Api<DeclaredObject> {
         match (self.kind.file.spec.scope, namespace) {
             (Scope::Namespaced, Some(ns)) => Api::namespaced_with(client, ns, &self.kind.resource),
             _ => Api::all_with(client, &self.kind.resource),
         }
     }
 
-    fn common_status(&self, resource: &DynamicObject) -> Option<CommonStatus> {
-        let status = resource.data.get("status")?;
-        CommonStatus::deserialize(status).ok()
+    fn common_status(&self, resource: &DeclaredObject) -> Option<CommonStatus> {
+        resource.status_as()
     }
 
-    fn inventory(&self, resource: &DynamicObject) -> Option<Inventory> {
-        let inventory = resource.data.get("status")?.get("inventory")?;
-        Inventory::deserialize(inventory).ok()
+    fn inventory(&self, resource: &DeclaredObject) -> Option<Inventory> {
+        /// The one field of the status read here; the rest is skipped.
+        #[derive(Deserialize)]
+        struct InventoryOnly {
+            inventory: Option<Inventory>,
+        }
+        resource.status_as::<InventoryOnly>()?.inventory
     }
 
-    async fn observe(&self, _: &DynamicObject, _: &Client) -> Result<(), HandlerError> {
+    async fn observe(&self, _: &DeclaredObject, _: &Client) -> Result<(), HandlerError> {
         Ok(())
     }
 
-    fn observe_offline(&self, _: &DynamicObject, _: &[Value]) -> Result<(), HandlerError> {
+    fn observe_offline(&self, _: &DeclaredObject, _: &[Value]) -> Result<(), HandlerError> {
         Ok(())
     }
 
-    fn plan(&self, resource: &DynamicObject, _: &()) -> Result<Plan<()>, HandlerError> {
+    fn plan(&self, resource: &DeclaredObject, _: &()) -> Result<Plan<()>, HandlerError> {
         let overlay = self
             .kind
             .recipe
@@ -98,7 +102,7 @@ impl Handler for DeclaredHandler {
         })
     }
 
-    fn deletion(&self, _: &DynamicObject) -> Deletion {
+    fn deletion(&self, _: &DeclaredObject) -> Deletion {
         match self.kind.file.spec.reconcile.deletion_policy {
             file::DeletionPolicy::Delete => Deletion::Delete,
             file::DeletionPolicy::Retain => Deletion::Retain,
@@ -107,7 +111,7 @@ impl Handler for DeclaredHandler {
 
     /// Objects carrying every `reconcile.adopt` label (values rendered for
     /// the resource) are its own.
-    fn adopts(&self, resource: &DynamicObject, live: &ObjectMeta) -> bool {
+    fn adopts(&self, resource: &DeclaredObject, live: &ObjectMeta) -> bool {
         let Some(wanted) = self.kind.recipe.adoption(&self.kind.file.spec, resource) else {
             return false;
         };
@@ -119,7 +123,7 @@ impl Handler for DeclaredHandler {
     /// the resource applied.
     fn read_objects(
         &self,
-        resource: &DynamicObject,
+        resource: &DeclaredObject,
         objects: &BTreeMap<ObjectId, Value>,
     ) -> FromObjects {
         let spec = &self.kind.file.spec;
@@ -168,7 +172,7 @@ fn readiness(
     recipe: &super::recipe::Recipe,
     i: usize,
     rule: &ReadinessRule,
-    resource: &DynamicObject,
+    resource: &DeclaredObject,
     objects: &BTreeMap<ObjectId, Value>,
 ) -> Option<String> {
     let rendered = match recipe.readiness(i, rule, resource) {

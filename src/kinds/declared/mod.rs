@@ -2,7 +2,7 @@
 //! (`kind.yaml`: the API, the schema of `spec`, the overlay recipe, status
 //! fields), a `base/` and templates (`patches/`, `resources/`). No Rust: the
 //! engine serves such a kind through the same path as a Rust kind, on
-//! `DynamicObject`s.
+//! [`DeclaredObject`]s (`object`: compact JSON text beside the metadata).
 //!
 //! - [`file`]: the kind file's format;
 //! - `validate`: every check, each error naming the file and the field;
@@ -13,6 +13,7 @@
 pub mod crd;
 pub mod file;
 mod handler;
+mod object;
 pub mod rbac;
 mod recipe;
 mod validate;
@@ -26,6 +27,7 @@ use crate::kind::KustomizeDir;
 
 pub use file::KindFile;
 pub use handler::DeclaredHandler;
+pub use object::DeclaredObject;
 
 /// A kind file that is not right.
 #[derive(Debug, thiserror::Error)]

@@ -6,11 +6,11 @@
 use std::collections::BTreeMap;
 
 use kube::ResourceExt;
-use kube::api::DynamicObject;
 use serde_json::{Value, json};
 use tera::{Context, Tera};
 
 use super::file::{GeneratorSpec, KindSpec, ReadinessRule, Scope};
+use super::object::DeclaredObject;
 use crate::kind::{
     ConfigMapGenerator, HandlerError, Labels, Overlay, PatchTemplate, ResourceTemplate, Target,
     kustomize_refuses,
@@ -110,7 +110,7 @@ impl Recipe {
     /// What templates see of `resource`: [`context`], with the defaults of
     /// the schema filled in where `spec` leaves a field out (the API server
     /// does the same for a live resource; `render` reads files).
-    pub fn context(&self, resource: &DynamicObject) -> Value {
+    pub fn context(&self, resource: &DeclaredObject) -> Value {
         let mut values = context(resource);
         apply_defaults(&self.schema, &mut values["spec"]);
         values
@@ -131,7 +131,7 @@ impl Recipe {
         &self,
         folder: &str,
         spec: &KindSpec,
-        resource: &DynamicObject,
+        resource: &DeclaredObject,
     ) -> Result<Overlay, HandlerError> {
         let values = self.context(resource);
         if let Some((at, c)) = refused_text(&values, "") {
@@ -251,7 +251,7 @@ impl Recipe {
     pub fn status_source(
         &self,
         i: usize,
-        resource: &DynamicObject,
+        resource: &DeclaredObject,
     ) -> Result<String, HandlerError> {
         let context = Context::from_value(self.context(resource))
             .map_err(|e| HandlerError::Invalid(e.to_string()))?;
@@ -263,7 +263,7 @@ impl Recipe {
         &self,
         i: usize,
         rule: &ReadinessRule,
-        resource: &DynamicObject,
+        resource: &DeclaredObject,
     ) -> Result<RenderedRule, HandlerError> {
         let context = Context::from_value(self.context(resource))
             .map_err(|e| HandlerError::Invalid(e.to_string()))?;
@@ -282,7 +282,7 @@ impl Recipe {
     pub fn adoption(
         &self,
         spec: &KindSpec,
-        resource: &DynamicObject,
+        resource: &DeclaredObject,
     ) -> Option<BTreeMap<String, String>> {
         if spec.reconcile.adopt.is_empty() {
             return None;
@@ -334,7 +334,7 @@ pub enum Wanted {
 }
 
 /// What templates see of a resource: its identity, labels and spec.
-pub fn context(resource: &DynamicObject) -> Value {
+pub fn context(resource: &DeclaredObject) -> Value {
     let m = &resource.metadata;
     json!({
         "apiVersion": resource.types.as_ref().map(|t| t.api_version.clone()),
@@ -347,7 +347,7 @@ pub fn context(resource: &DynamicObject) -> Value {
             "labels": m.labels.clone().unwrap_or_default(),
             "annotations": m.annotations.clone().unwrap_or_default(),
         },
-        "spec": resource.data.get("spec").cloned().unwrap_or_else(|| json!({})),
+        "spec": resource.spec(),
     })
 }
 

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use kube::api::DynamicObject;
+use super::object::DeclaredObject;
 use serde_json::{Value, json};
 
 use super::*;
@@ -82,7 +82,7 @@ fn load(kind_file: &str) -> Result<DeclaredKind, KindFileError> {
     DeclaredKind::load(&root.path().join("greeting"), &templates)
 }
 
-fn resource(spec: Value) -> DynamicObject {
+fn resource(spec: Value) -> DeclaredObject {
     serde_json::from_value(json!({
         "apiVersion": "hello.example.com/v1",
         "kind": "Greeting",
@@ -489,14 +489,17 @@ fn the_rbac_covers_the_resources_and_what_the_overlay_produces() {
 #[test]
 fn the_inventory_is_read_from_the_status_alone() {
     let handler = DeclaredHandler::new(std::sync::Arc::new(load(VALID).unwrap()));
-    let mut greeting = resource(json!({"message": "hey"}));
+    let greeting = resource(json!({"message": "hey"}));
     assert_eq!(handler.inventory(&greeting), None);
-    greeting.data["status"] = json!({
-        "conditions": "not a list: the rest of the status is not read",
-        "inventory": {"count": 1, "objects": [
-            {"apiVersion": "v1", "kind": "Service", "namespace": "ns", "names": ["hi"]},
-        ]},
-    });
+    let greeting = greeting.with_field(
+        "status",
+        json!({
+            "conditions": "not a list: the rest of the status is not read",
+            "inventory": {"count": 1, "objects": [
+                {"apiVersion": "v1", "kind": "Service", "namespace": "ns", "names": ["hi"]},
+            ]},
+        }),
+    );
     let inventory = handler.inventory(&greeting).unwrap();
     assert_eq!(inventory.objects[0].kind, "Service");
     assert_eq!(inventory.objects[0].names, ["hi"]);
