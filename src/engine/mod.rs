@@ -21,6 +21,7 @@ mod build;
 mod checkup;
 mod cleanup;
 pub(crate) mod controller;
+pub(crate) mod dynamic_kind;
 mod events;
 mod health;
 pub(crate) mod inventory;

@@ -7,14 +7,12 @@
 //! (every JSON map is a B-tree of its own), and the parts nobody reads (a
 //! Pod template, most metadata) were parsed into it first.
 
-use std::borrow::Cow;
-
-use kube::api::{ApiResource, ObjectMeta};
-use kube::core::DynamicResourceScope;
-use kube::{Resource, ResourceExt};
+use kube::ResourceExt;
+use kube::api::ObjectMeta;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Value, json};
 
+use super::dynamic_kind::dynamic_kind;
 use super::inventory::OWNER_ANNOTATION;
 
 /// One watched object: its kind is the watch's [`ApiResource`].
@@ -101,42 +99,13 @@ impl Observed {
     }
 }
 
-impl Resource for Observed {
-    type DynamicType = ApiResource;
-    type Scope = DynamicResourceScope;
-
-    fn kind(dt: &ApiResource) -> Cow<'_, str> {
-        dt.kind.as_str().into()
-    }
-
-    fn group(dt: &ApiResource) -> Cow<'_, str> {
-        dt.group.as_str().into()
-    }
-
-    fn version(dt: &ApiResource) -> Cow<'_, str> {
-        dt.version.as_str().into()
-    }
-
-    fn api_version(dt: &ApiResource) -> Cow<'_, str> {
-        dt.api_version.as_str().into()
-    }
-
-    fn plural(dt: &ApiResource) -> Cow<'_, str> {
-        dt.plural.as_str().into()
-    }
-
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+dynamic_kind!(Observed);
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kube::Resource;
+    use kube::api::ApiResource;
 
     fn deployment() -> Value {
         json!({

@@ -8,16 +8,15 @@
 //! more than its JSON, and the few reads a reconcile makes (the spec for the
 //! templates, the engine's status) parse just the part they need.
 
-use std::borrow::Cow;
 use std::fmt;
 
-use kube::Resource;
-use kube::api::{ApiResource, ObjectMeta, TypeMeta};
-use kube::core::DynamicResourceScope;
+use kube::api::{ObjectMeta, TypeMeta};
 use serde::de::{self, DeserializeOwned, MapAccess, Visitor};
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
+
+use crate::engine::dynamic_kind::dynamic_kind;
 
 /// One resource of a declared kind; its kind is an [`ApiResource`].
 #[derive(Clone, Debug, PartialEq)]
@@ -36,9 +35,16 @@ impl DeclaredObject {
         self.fields().remove(name)
     }
 
-    /// `spec`, or an empty object when the resource has none.
+    /// `spec`, or an empty object when the resource has none; parses only
+    /// `spec`, skipping the rest.
     pub fn spec(&self) -> Value {
-        self.field("spec")
+        #[derive(Deserialize)]
+        struct Only {
+            spec: Option<Value>,
+        }
+        serde_json::from_str::<Only>(&self.fields)
+            .ok()
+            .and_then(|only| only.spec)
             .unwrap_or_else(|| Value::Object(Map::new()))
     }
 
@@ -61,7 +67,7 @@ impl DeclaredObject {
         Self {
             types: self.types.clone(),
             metadata: self.metadata.clone(),
-            fields: to_text(&fields),
+            fields: to_text(fields),
         }
     }
 
@@ -71,8 +77,9 @@ impl DeclaredObject {
     }
 }
 
-fn to_text(fields: &Map<String, Value>) -> Box<str> {
-    Value::Object(fields.clone()).to_string().into_boxed_str()
+/// `fields` as compact JSON text.
+fn to_text(fields: Map<String, Value>) -> Box<str> {
+    Value::Object(fields).to_string().into_boxed_str()
 }
 
 impl<'de> Deserialize<'de> for DeclaredObject {
@@ -113,11 +120,10 @@ impl<'de> Visitor<'de> for ObjectVisitor {
             _ => None,
         };
         let metadata = metadata.ok_or_else(|| de::Error::missing_field("metadata"))?;
-        let fields = serde_json::to_string(&fields).map_err(de::Error::custom)?;
         Ok(DeclaredObject {
             types,
             metadata,
-            fields: fields.into_boxed_str(),
+            fields: to_text(fields),
         })
     }
 }
@@ -138,42 +144,13 @@ impl Serialize for DeclaredObject {
     }
 }
 
-impl Resource for DeclaredObject {
-    type DynamicType = ApiResource;
-    type Scope = DynamicResourceScope;
-
-    fn kind(dt: &ApiResource) -> Cow<'_, str> {
-        dt.kind.as_str().into()
-    }
-
-    fn group(dt: &ApiResource) -> Cow<'_, str> {
-        dt.group.as_str().into()
-    }
-
-    fn version(dt: &ApiResource) -> Cow<'_, str> {
-        dt.version.as_str().into()
-    }
-
-    fn api_version(dt: &ApiResource) -> Cow<'_, str> {
-        dt.api_version.as_str().into()
-    }
-
-    fn plural(dt: &ApiResource) -> Cow<'_, str> {
-        dt.plural.as_str().into()
-    }
-
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+dynamic_kind!(DeclaredObject);
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kube::Resource;
+    use kube::api::ApiResource;
     use serde_json::json;
 
     fn greeting() -> Value {
