@@ -376,6 +376,15 @@ pub trait Handler: Send + Sync + 'static {
         self.common_status(resource)?.inventory
     }
 
+    /// A resource's whole status as JSON, if it has one. (Kinds that keep
+    /// their resources as JSON text may read just this field.)
+    fn status(&self, resource: &Self::Resource) -> Option<serde_json::Value> {
+        serde_json::to_value(resource)
+            .ok()?
+            .get_mut("status")
+            .map(serde_json::Value::take)
+    }
+
     /// Gathers what [`Handler::plan`] needs from the world.
     fn observe(
         &self,

@@ -108,9 +108,8 @@ pub(crate) fn current<H: Handler>(
         .as_ref()
         .and_then(|status| with_status(obj, status))
         .unwrap_or_else(|| obj.clone());
-    let status = serde_json::to_value(&object)
-        .ok()
-        .and_then(|v| v.get("status").cloned())
+    let status = handler
+        .status(&object)
         .filter(Value::is_object)
         .unwrap_or_else(|| json!({}));
     let common = handler.common_status(&object).unwrap_or_default();

@@ -83,6 +83,10 @@ impl Handler for DeclaredHandler {
         resource.status_as::<InventoryOnly>()?.inventory
     }
 
+    fn status(&self, resource: &DeclaredObject) -> Option<Value> {
+        resource.status_as()
+    }
+
     async fn observe(&self, _: &DeclaredObject, _: &Client) -> Result<(), HandlerError> {
         Ok(())
     }

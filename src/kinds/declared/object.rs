@@ -30,11 +30,6 @@ pub struct DeclaredObject {
 }
 
 impl DeclaredObject {
-    /// The top-level field `name` (`spec`, `status`), if set.
-    pub fn field(&self, name: &str) -> Option<Value> {
-        self.fields().remove(name)
-    }
-
     /// `spec`, or an empty object when the resource has none; parses only
     /// `spec`, skipping the rest.
     pub fn spec(&self) -> Value {
@@ -178,7 +173,7 @@ mod tests {
                     metadata: {name: hi}\nspec: {message: hey}\n";
         let object: DeclaredObject = serde_saphyr::from_str(yaml).unwrap();
         assert_eq!(object.spec(), json!({"message": "hey"}));
-        assert_eq!(object.field("status"), None);
+        assert_eq!(object.status_as::<Value>(), None);
     }
 
     #[test]
