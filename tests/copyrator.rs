@@ -535,9 +535,14 @@ async fn a_value_kustomize_cannot_carry_is_reported_and_loses_nothing() {
     .unwrap();
     create(&cms, &config_map("other", &[("copy", "yes")], "ok")).await;
     wait_cm_value(&client, &t, "other", Some("ok")).await;
+    // The reconcile of the patch alone may already report the value; wait
+    // for the one that also saw "other" (it copied it first, then wrote
+    // its status).
     common::wait_until(TIMEOUT, || async {
-        rule_status(&rules, "r").await.copies.not_copyable
+        let copies = rule_status(&rules, "r").await.copies;
+        copies.not_copyable
             == ["settings: the value of \"value\" holds U+0091, a character kustomize cannot process"]
+            && copies.source_count == 2
     })
     .await;
     let status = wait_ready(&rules, "r").await;
