@@ -27,7 +27,7 @@ pub(crate) fn assess(id: &ObjectId, state: Option<&Value>) -> Health {
     let Some(object) = state else {
         return Health::InProgress("not seen yet".into());
     };
-    if let Some(waiting) = generation_not_observed(object) {
+    if let Some(waiting) = generation_not_observed(id, object) {
         return waiting;
     }
     match (id.group(), id.kind.as_str()) {
@@ -63,11 +63,29 @@ fn condition<'a>(object: &'a Value, type_: &str) -> Option<(&'a str, &'a str, &'
         })
 }
 
-fn generation_not_observed(object: &Value) -> Option<Health> {
+/// In progress while the object's controller has not seen its latest
+/// generation. The workloads' controllers always report the generation they
+/// saw, so one without any report is not observed yet either (a Deployment
+/// of 0 replicas would otherwise pass every other check unseen); other
+/// kinds may never report it.
+fn generation_not_observed(id: &ObjectId, object: &Value) -> Option<Health> {
     let generation = object["metadata"]["generation"].as_i64()?;
-    let observed = object["status"]["observedGeneration"].as_i64()?;
+    let observed = match object["status"]["observedGeneration"].as_i64() {
+        Some(observed) => observed,
+        None if reports_observed_generation(id) => 0,
+        None => return None,
+    };
     (observed < generation)
         .then(|| Health::InProgress(format!("generation {generation} not observed yet")))
+}
+
+/// Kinds whose controller always writes `status.observedGeneration`.
+fn reports_observed_generation(id: &ObjectId) -> bool {
+    id.group() == "apps"
+        && matches!(
+            id.kind.as_str(),
+            "Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet"
+        )
 }
 
 fn deployment(d: &Value) -> Health {
@@ -273,6 +291,25 @@ mod tests {
         assert_eq!(assess(&d, None), Health::InProgress("not seen yet".into()));
         assert_eq!(
             assess(&d, Some(&deployment_state(0, 0, 0, 0))),
+            Health::Current
+        );
+    }
+
+    #[test]
+    fn a_workload_its_controller_has_not_seen_is_in_progress_even_with_nothing_wanted() {
+        let unseen = json!({"metadata": {"generation": 1}, "spec": {"replicas": 0}});
+        for kind in ["Deployment", "StatefulSet", "DaemonSet", "ReplicaSet"] {
+            assert_eq!(
+                assess(&id("apps/v1", kind), Some(&unseen)),
+                Health::InProgress("generation 1 not observed yet".into()),
+                "{kind}"
+            );
+        }
+        // A kind whose controller may never report a generation is judged
+        // by its other fields.
+        let custom = json!({"metadata": {"generation": 1}, "status": {}});
+        assert_eq!(
+            assess(&id("example.com/v1", "Widget"), Some(&custom)),
             Health::Current
         );
     }
