@@ -19,19 +19,26 @@ use kube::{Api, Client};
 use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(90);
+/// How long convergence may take once the API server is back. Two clients
+/// must reconnect first: the operator's watches and kube-controller-manager's
+/// informers (Ready waits for the Deployment controller to observe the
+/// Deployment). Both back off exponentially to 30 s, with jitter, while the
+/// server is away.
+const RECOVERY: Duration = Duration::from_secs(180);
 
 fn sample(name: &str, count: i32) -> Sample {
     Sample::new(name, SampleSpec { count })
 }
 
-/// Waits for `name` to be Ready; on timeout fails with its status and the
-/// operator's log.
+/// Waits up to `timeout` for `name` to be Ready; on timeout fails with its
+/// status, its Deployment's status and the operator's log.
 async fn wait_ready_or_explain(
     samples: &Api<Sample>,
     name: &str,
     operator: &common::OperatorProcess,
+    timeout: Duration,
 ) {
-    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    let deadline = tokio::time::Instant::now() + timeout;
     while !is_ready(samples, name).await {
         if tokio::time::Instant::now() >= deadline {
             let status = samples.get_opt(name).await.ok().flatten().map(|s| s.status);
@@ -46,7 +53,7 @@ async fn wait_ready_or_explain(
                 .flatten()
                 .map(|d| d.status);
             panic!(
-                "{name} not Ready within {TIMEOUT:?}: {status:#?}\nits deployment: {deployment:#?}\noperator log:\n{}",
+                "{name} not Ready within {timeout:?}: {status:#?}\nits deployment: {deployment:#?}\noperator log:\n{}",
                 operator.log_tail()
             );
         }
@@ -299,12 +306,12 @@ async fn api_server_outage_and_dropped_watches_converge_without_restart() {
     tokio::time::sleep(Duration::from_secs(outage)).await;
     plane.component("start-component", "kube-apiserver");
 
-    common::wait_until(TIMEOUT, || is_ready(&samples, "d")).await;
+    wait_ready_or_explain(&samples, "d", &operator, RECOVERY).await;
     common::wait_until(TIMEOUT, || async {
         replicas(&deployments, "a").await == Some(3)
     })
     .await;
-    wait_ready_or_explain(&samples, "a", &operator).await;
+    wait_ready_or_explain(&samples, "a", &operator, TIMEOUT).await;
     common::wait_until(TIMEOUT, || async {
         samples.get_opt("b").await.is_ok_and(|s| s.is_none())
     })
