@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use kube::api::{Patch, PatchParams};
 use kube::{Resource, ResourceExt};
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::status::CommonStatus;
@@ -112,7 +113,9 @@ pub(crate) fn current<H: Handler>(
         .status(&object)
         .filter(Value::is_object)
         .unwrap_or_else(|| json!({}));
-    let common = handler.common_status(&object).unwrap_or_default();
+    // The engine writes its fields at the top of every kind's status
+    // (`compose`), so they are read from the value already parsed.
+    let common = CommonStatus::deserialize(&status).unwrap_or_default();
     Current {
         object,
         status,
