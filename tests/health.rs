@@ -1,19 +1,23 @@
 //! Ready means healthy, on the local plane with kwok's nodes: a Sample is
 //! Ready only once its Deployment's Pods are available; it shows progress
 //! while they are not, stalls after the health timeout, recovers when they
-//! come; none of that spawns kubectl. Pod creation is held back with a
-//! ResourceQuota on Pods, which makes each state last as long as the test
-//! needs it.
+//! come; none of that spawns kubectl. One healthy at its controller's first
+//! look is Ready in the very status that records the apply. Pod creation is
+//! held back with a ResourceQuota on Pods, which makes each state last as
+//! long as the test needs it.
 
 mod common;
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::sample::{Sample, SampleSpec, available};
+use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, ResourceQuota};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
 use kube::{Api, Client};
 use kustomize_operator::kind::{CommonStatus, ConditionStatus, ConditionType, Reason};
 use serde_json::json;
@@ -174,6 +178,72 @@ async fn ready_waits_for_running_pods_stalls_after_the_timeout_and_recovers() {
         spawned,
         "a health change spawned kubectl"
     );
+    operator.stop().await;
+}
+
+/// Every status the Sample `name` in `samples` is seen with from now on,
+/// collected by a watch that is running when this returns.
+async fn record_statuses(samples: &Api<Sample>, name: &str) -> Arc<Mutex<Vec<CommonStatus>>> {
+    let seen: Arc<Mutex<Vec<CommonStatus>>> = Arc::default();
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let events = watcher(samples.clone(), config);
+    let (listed, ready) = tokio::sync::oneshot::channel();
+    let recorded = seen.clone();
+    tokio::spawn(async move {
+        futures::pin_mut!(events);
+        let mut listed = Some(listed);
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(watcher::Event::InitDone) => {
+                    listed.take().map(|l| l.send(()));
+                }
+                Ok(watcher::Event::Apply(sample) | watcher::Event::InitApply(sample)) => {
+                    let status = sample.status.unwrap_or_default();
+                    recorded.lock().unwrap().push(status);
+                }
+                Ok(_) | Err(_) => {}
+            }
+        }
+    });
+    ready.await.expect("the watch of the Sample listed");
+    seen
+}
+
+#[tokio::test]
+async fn a_sample_healthy_at_the_first_look_gets_one_status_ready_at_once() {
+    let client = cluster_or_skip!();
+    let ns = common::TestNamespace::new(&client, "first-look").await;
+    let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
+    let operator = common::start_operator(&ns.name, &[]).await;
+    let seen = record_statuses(&samples, "web").await;
+    samples
+        .create(
+            &PostParams::default(),
+            &Sample::new("web", SampleSpec { count: 0 }),
+        )
+        .await
+        .unwrap();
+    wait_status(&samples, "web", "ready", ready).await;
+    common::wait_until(TIMEOUT, || async {
+        seen.lock().unwrap().iter().any(CommonStatus::is_ready)
+    })
+    .await;
+
+    // Its Deployment needed the Deployment controller's first look to be
+    // healthy: the engine waited for it, so the status that recorded the
+    // apply said Ready already, and no `Healthy` event followed a wait
+    // nobody was shown (events go out before the status they explain).
+    let statuses = seen.lock().unwrap().clone();
+    let applied: Vec<&CommonStatus> = statuses
+        .iter()
+        .filter(|s| s.applied_digest.is_some())
+        .collect();
+    assert!(
+        applied.iter().all(|s| s.is_ready()),
+        "a status recorded the apply before Ready: {statuses:#?}"
+    );
+    assert!(has_event(&client, &ns.name, "web", "Applied").await);
+    assert!(!has_event(&client, &ns.name, "web", "Healthy").await);
     operator.stop().await;
 }
 

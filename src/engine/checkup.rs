@@ -14,7 +14,7 @@ use super::health::{self, Health};
 use super::inventory::ObjectId;
 use super::outcome::HealthState;
 use super::status::{CommonStatus, ConditionStatus, ConditionType, Reason};
-use super::watch::Seen;
+use super::watch::{OwnerChanges, Seen};
 use crate::kind::Handler;
 
 /// Objects named in a health message.
@@ -46,6 +46,9 @@ pub(crate) struct Checkup {
     pub missing: Vec<ObjectId>,
     /// The kind's status fields read from the objects.
     pub fields: Option<Map<String, Value>>,
+    /// True when all the objects wait for is their controllers' first look
+    /// at what was applied (nothing failed, nothing else is missing).
+    pub first_look_pending: bool,
 }
 
 /// Looks at the objects in `ids`, which `obj` owns.
@@ -84,13 +87,44 @@ pub(crate) async fn look<H: Handler>(
     tracing::debug!(?assessed, "health checkup");
     let (mut waiting, failed) = health::summary(&assessed);
     let read = ctx.handler.read_objects(obj, &objects);
+    let first_look_pending = read.not_ready.is_empty() && only_first_looks(&assessed);
     waiting.extend(read.not_ready);
     Checkup {
         waiting,
         failed,
         missing,
         fields: read.status,
+        first_look_pending,
     }
+}
+
+/// True when some object waits for its controller's first look and every
+/// other one is current.
+fn only_first_looks(assessed: &[(ObjectId, Health)]) -> bool {
+    let unobserved = |h: &Health| matches!(h, Health::Unobserved(_));
+    assessed.iter().any(|(_, h)| unobserved(h))
+        && assessed
+            .iter()
+            .all(|(_, h)| unobserved(h) || *h == Health::Current)
+}
+
+/// Right after an apply, while all its objects wait for is their
+/// controllers' first look, looks again at each change of them, until
+/// `until` at most. In a healthy cluster that look comes within
+/// milliseconds; a status written before it would be written again a
+/// moment later with `Ready`, and a `Healthy` event with it.
+pub(crate) async fn after_first_look<H: Handler>(
+    ctx: &Context<H>,
+    obj: &H::Resource,
+    ids: &BTreeSet<ObjectId>,
+    mut checkup: Checkup,
+    changes: &mut OwnerChanges,
+    until: tokio::time::Instant,
+) -> Checkup {
+    while checkup.first_look_pending && changes.next(until).await {
+        checkup = look(ctx, obj, ids, Source::Watched).await;
+    }
+    checkup
 }
 
 /// When the objects started becoming healthy, from the status before:
@@ -195,6 +229,7 @@ mod tests {
             failed: failed.iter().map(|s| s.to_string()).collect(),
             missing: Vec::new(),
             fields: None,
+            first_look_pending: false,
         }
     }
 
@@ -303,5 +338,28 @@ mod tests {
             later,
         );
         assert_eq!(waiting(&healthy, false, later), Waiting::Since(later));
+    }
+
+    #[test]
+    fn only_a_missing_first_look_is_waited_for_after_an_apply() {
+        let id = |kind: &str| ObjectId {
+            api_version: "apps/v1".into(),
+            kind: kind.into(),
+            namespace: Some("ns".into()),
+            name: "web".into(),
+        };
+        let unseen = (id("Deployment"), Health::Unobserved(1));
+        let current = (id("StatefulSet"), Health::Current);
+        let scaling = (
+            id("DaemonSet"),
+            Health::InProgress("0/1 pods available".into()),
+        );
+        let failed = (id("ReplicaSet"), Health::Failed("gone".into()));
+        assert!(only_first_looks(std::slice::from_ref(&unseen)));
+        assert!(only_first_looks(&[unseen.clone(), current.clone()]));
+        assert!(!only_first_looks(&[current]), "nothing to wait for");
+        assert!(!only_first_looks(&[unseen.clone(), scaling]));
+        assert!(!only_first_looks(&[unseen, failed]));
+        assert!(!only_first_looks(&[]));
     }
 }

@@ -15,6 +15,9 @@ pub(crate) enum Health {
     Current,
     /// Not yet: what is missing, in words (`1/3 replicas available`).
     InProgress(String),
+    /// Its controller has not looked at this generation yet: nothing is
+    /// known to be wrong, the first look is all that is missing.
+    Unobserved(i64),
     /// It will not get there by itself.
     Failed(String),
 }
@@ -75,8 +78,7 @@ fn generation_not_observed(id: &ObjectId, object: &Value) -> Option<Health> {
         None if reports_observed_generation(id) => 0,
         None => return None,
     };
-    (observed < generation)
-        .then(|| Health::InProgress(format!("generation {generation} not observed yet")))
+    (observed < generation).then_some(Health::Unobserved(generation))
 }
 
 /// Kinds whose controller always writes `status.observedGeneration`.
@@ -231,6 +233,9 @@ pub(crate) fn summary(assessed: &[(ObjectId, Health)]) -> (Vec<String>, Vec<Stri
         match health {
             Health::Current => {}
             Health::InProgress(why) => waiting.push(format!("{name}: {why}")),
+            Health::Unobserved(generation) => {
+                waiting.push(format!("{name}: generation {generation} not observed yet"));
+            }
             Health::Failed(why) => failed.push(format!("{name}: {why}")),
         }
     }
@@ -281,9 +286,7 @@ mod tests {
         );
         let mut stale = deployment_state(3, 3, 3, 3);
         stale["status"]["observedGeneration"] = json!(1);
-        assert!(
-            matches!(assess(&d, Some(&stale)), Health::InProgress(w) if w.contains("generation 2"))
-        );
+        assert_eq!(assess(&d, Some(&stale)), Health::Unobserved(2));
         let mut stuck = deployment_state(3, 3, 0, 3);
         stuck["status"]["conditions"] = json!([{"type": "Progressing", "status": "False",
             "reason": "ProgressDeadlineExceeded", "message": "ReplicaSet web-1 has timed out"}]);
@@ -301,7 +304,7 @@ mod tests {
         for kind in ["Deployment", "StatefulSet", "DaemonSet", "ReplicaSet"] {
             assert_eq!(
                 assess(&id("apps/v1", kind), Some(&unseen)),
-                Health::InProgress("generation 1 not observed yet".into()),
+                Health::Unobserved(1),
                 "{kind}"
             );
         }
@@ -403,8 +406,15 @@ mod tests {
             ),
             (id("v1", "ConfigMap"), Health::Current),
             (id("batch/v1", "Job"), Health::Failed("failed".into())),
+            (id("apps/v1", "StatefulSet"), Health::Unobserved(2)),
         ]);
-        assert_eq!(waiting, ["deployment/web: 1/3 replicas available"]);
+        assert_eq!(
+            waiting,
+            [
+                "deployment/web: 1/3 replicas available",
+                "statefulset/web: generation 2 not observed yet"
+            ]
+        );
         assert_eq!(failed, ["job/web: failed"]);
     }
 }

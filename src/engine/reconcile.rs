@@ -128,8 +128,17 @@ pub(crate) async fn apply<H: Handler>(
             Recheck::Reapply => {}
         }
     }
+    let quiet_until = tokio::time::Instant::now() + progress_after(&current.common);
     match run_showing_progress(ctx, &current, &plan, &rendered, &marking.owner).await {
-        Ok((done, after)) => succeed(ctx, &current, &plan, done, after, digest).await,
+        Ok((done, after)) => {
+            let ran = Ran {
+                done,
+                after,
+                digest,
+                quiet_until,
+            };
+            succeed(ctx, &current, &plan, ran).await
+        }
         Err(failure) => fail(ctx, &current, failure, Some(&plan), false).await,
     }
 }
@@ -401,35 +410,38 @@ fn summarize(lines: &[String]) -> String {
     }
 }
 
+/// What a successful run did.
+struct Ran {
+    /// The steps' output and what they applied.
+    done: Done,
+    /// What the resource owns now.
+    after: BTreeSet<ObjectId>,
+    /// The digest of what was applied.
+    digest: String,
+    /// Until when the run may go without showing progress: the first look
+    /// at what it applied is waited for until then.
+    quiet_until: tokio::time::Instant,
+}
+
 async fn succeed<H: Handler>(
     ctx: &Context<H>,
     current: &Current<H::Resource>,
     plan: &Plan<H::Status>,
-    done: Done,
-    after: BTreeSet<ObjectId>,
-    digest: String,
+    ran: Ran,
 ) -> Result<Action, ReconcileError> {
-    let summary = summarize(&done.lines);
-    let now = jiff::Timestamp::now();
+    let summary = summarize(&ran.done.lines);
     let before = &current.common;
-    let applied_new = before.applied_digest.as_deref() != Some(digest.as_str())
-        || before.observed_generation != current.object.meta().generation;
     let (health, fields, next) = if ctx.handler.info().policy.health {
-        let source = Source::AfterApply {
-            created: &done.created,
-        };
-        let checkup = checkup::look(ctx, &current.object, &after, source).await;
-        let waiting = checkup::waiting(before, applied_new, now);
-        let timeout = ctx.engine.settings.health_timeout;
-        let health = checkup::verdict(&checkup, waiting, now, timeout);
-        let next = match &health {
-            HealthState::Waiting(_) => checkup::deadline(waiting, now, timeout),
-            _ => None,
-        };
-        (health, checkup.fields, next)
+        health_after_apply(ctx, current, &ran).await
     } else {
         (HealthState::Healthy, None, None)
     };
+    let Ran {
+        done,
+        after,
+        digest,
+        ..
+    } = ran;
     let applied = Outcome::Applied(Applied {
         summary: summary.clone(),
         record: done.record,
@@ -476,6 +488,45 @@ async fn succeed<H: Handler>(
         .requeue_after
         .unwrap_or(ctx.engine.settings.resync_interval);
     Ok(Action::requeue(next.map_or(requeue, |n| n.min(requeue))))
+}
+
+/// The health of what a run applied, with the kind's status fields and
+/// when to look again. When all that is missing is the controllers' first
+/// look, it is waited for while the run may stay quiet, so one status
+/// write says both what was applied and that it is healthy.
+async fn health_after_apply<H: Handler>(
+    ctx: &Context<H>,
+    current: &Current<H::Resource>,
+    ran: &Ran,
+) -> (
+    HealthState,
+    Option<serde_json::Map<String, serde_json::Value>>,
+    Option<Duration>,
+) {
+    let before = &current.common;
+    let applied_new = before.applied_digest.as_deref() != Some(ran.digest.as_str())
+        || before.observed_generation != current.object.meta().generation;
+    let waiting = checkup::waiting(before, applied_new, jiff::Timestamp::now());
+    // Listening before the first look, so a change right after it counts.
+    let mut changes = ctx
+        .owner(&current.object)
+        .map(|owner| ctx.engine.objects.changes_of(owner.annotation()));
+    let source = Source::AfterApply {
+        created: &ran.done.created,
+    };
+    let mut checkup = checkup::look(ctx, &current.object, &ran.after, source).await;
+    if let Some(changes) = changes.as_mut() {
+        let (obj, ids, until) = (&current.object, &ran.after, ran.quiet_until);
+        checkup = checkup::after_first_look(ctx, obj, ids, checkup, changes, until).await;
+    }
+    let now = jiff::Timestamp::now();
+    let timeout = ctx.engine.settings.health_timeout;
+    let health = checkup::verdict(&checkup, waiting, now, timeout);
+    let next = match &health {
+        HealthState::Waiting(_) => checkup::deadline(waiting, now, timeout),
+        _ => None,
+    };
+    (health, checkup.fields, next)
 }
 
 /// Events for changes of health: `Unhealthy` when the resource stalls,

@@ -5,7 +5,7 @@
 //! its owner's controller; reading the state costs no API call.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use futures::{StreamExt, stream};
@@ -14,7 +14,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::Value;
-use tokio::sync::broadcast;
+use tokio::sync::{Notify, broadcast};
 
 use super::inventory::{OWNER_LABEL, ObjectId};
 use super::observed::Observed;
@@ -146,7 +146,42 @@ pub(crate) struct ObjectCache {
     client: Client,
     namespace: Option<String>,
     watches: Mutex<HashMap<WatchKey, Watch>>,
+    owners: Arc<Owners>,
+}
+
+/// Whom a change of an owner's objects is told: every controller (by the
+/// owner's annotation), and a reconcile of that owner waiting for one.
+struct Owners {
     changes: broadcast::Sender<String>,
+    /// Reconciles waiting for a change of their objects, by owner.
+    waiting: Mutex<HashMap<String, Weak<Notify>>>,
+}
+
+impl Owners {
+    /// Tells everyone waiting that `owner`'s objects changed.
+    fn changed(&self, owner: String) {
+        let waiter = self.lock().get(&owner).and_then(Weak::upgrade);
+        if let Some(waiter) = waiter {
+            // One permit: a change while the waiter looks is not lost.
+            waiter.notify_one();
+        }
+        let _ = self.changes.send(owner);
+    }
+
+    /// Starts listening for changes of `owner`'s objects.
+    fn listen(owners: &Arc<Self>, owner: String) -> OwnerChanges {
+        let notify = Arc::new(Notify::new());
+        owners.lock().insert(owner.clone(), Arc::downgrade(&notify));
+        OwnerChanges {
+            owner,
+            notify,
+            owners: owners.clone(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Weak<Notify>>> {
+        self.waiting.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 impl ObjectCache {
@@ -156,13 +191,22 @@ impl ObjectCache {
             client,
             namespace,
             watches: Mutex::default(),
-            changes: broadcast::channel(CHANGES).0,
+            owners: Arc::new(Owners {
+                changes: broadcast::channel(CHANGES).0,
+                waiting: Mutex::default(),
+            }),
         }
     }
 
     /// Owner annotations (`Kind.group/ns/name`) of objects that changed.
     pub fn changes(&self) -> broadcast::Receiver<String> {
-        self.changes.subscribe()
+        self.owners.changes.subscribe()
+    }
+
+    /// Changes of the objects one owner (its annotation) owns, from now on
+    /// (one listener per owner: a reconcile of it).
+    pub fn changes_of(&self, owner: String) -> OwnerChanges {
+        Owners::listen(&self.owners, owner)
     }
 
     /// What the watches know of each of `ids` whose kind is watched.
@@ -296,7 +340,7 @@ impl ObjectCache {
             .labels(OWNER_LABEL)
             .any_semantic();
         let events = watcher(api, config).default_backoff().reflect(writer);
-        let changes = self.changes.clone();
+        let owners = self.owners.clone();
         let error = watch.error.clone();
         let deleted = watch.deleted.clone();
         let arrivals = watch.arrivals.clone();
@@ -313,7 +357,7 @@ impl ObjectCache {
                             listed.send_replace(true);
                         }
                         remember_deletions(&deleted, &event);
-                        wake_owners(&changes, &event, &mut relisted);
+                        wake_owners(&owners, &event, &mut relisted);
                         None
                     }
                     Err(e) => {
@@ -356,6 +400,36 @@ impl Watch {
     }
 }
 
+/// The changes of one owner's objects, as the watches see them; only the
+/// owner's own changes wake it.
+pub(crate) struct OwnerChanges {
+    owner: String,
+    notify: Arc<Notify>,
+    owners: Arc<Owners>,
+}
+
+impl OwnerChanges {
+    /// Waits until one of the owner's objects changes (true), or until
+    /// `until` (false). A change since the last call counts at once.
+    pub async fn next(&mut self, until: tokio::time::Instant) -> bool {
+        tokio::time::timeout_at(until, self.notify.notified())
+            .await
+            .is_ok()
+    }
+}
+
+impl Drop for OwnerChanges {
+    fn drop(&mut self) {
+        let mut waiting = self.owners.lock();
+        let ours = waiting
+            .get(&self.owner)
+            .is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(&self.notify)));
+        if ours {
+            waiting.remove(&self.owner);
+        }
+    }
+}
+
 /// Notes an object the watch saw deleted; forgets it when it comes back.
 fn remember_deletions(deleted: &Mutex<HashSet<Place>>, event: &watcher::Event<Observed>) {
     let place = |o: &Observed| (o.namespace(), o.name_any());
@@ -378,23 +452,19 @@ fn remember_deletions(deleted: &Mutex<HashSet<Place>>, event: &watcher::Event<Ob
 /// Wakes the owners of the objects an event is about, once the store shows
 /// the change: at once for a change, at the end of a (re)list for the
 /// objects it listed (collected in `relisted` until then).
-fn wake_owners(
-    changes: &broadcast::Sender<String>,
-    event: &watcher::Event<Observed>,
-    relisted: &mut BTreeSet<String>,
-) {
+fn wake_owners(owners: &Owners, event: &watcher::Event<Observed>, relisted: &mut BTreeSet<String>) {
     let owner = |o: &Observed| o.owner().cloned();
     match event {
         watcher::Event::Apply(o) | watcher::Event::Delete(o) => {
             if let Some(owner) = owner(o) {
-                let _ = changes.send(owner);
+                owners.changed(owner);
             }
         }
         watcher::Event::Init => relisted.clear(),
         watcher::Event::InitApply(o) => relisted.extend(owner(o)),
         watcher::Event::InitDone => {
             for owner in std::mem::take(relisted) {
-                let _ = changes.send(owner);
+                owners.changed(owner);
             }
         }
     }
@@ -479,5 +549,26 @@ mod tests {
         let start = tokio::time::Instant::now();
         assert_eq!(watch.arrival(&web(), true).await, None);
         assert_eq!(start.elapsed(), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn owner_changes_wake_for_their_owner_only_until_the_deadline() {
+        let owners = Arc::new(Owners {
+            changes: broadcast::channel(4).0,
+            waiting: Mutex::default(),
+        });
+        let mut web = Owners::listen(&owners, "Sample.nuvolaris.org/ns/web".into());
+        let until = tokio::time::Instant::now() + Duration::from_secs(1);
+        // A change before the wait counts: nothing is lost while it looks.
+        owners.changed("Sample.nuvolaris.org/ns/web".into());
+        assert!(web.next(until).await, "its own change");
+        owners.changed("Sample.nuvolaris.org/ns/other".into());
+        assert!(!web.next(until).await, "another owner's change");
+        assert_eq!(tokio::time::Instant::now(), until);
+        drop(web);
+        assert!(
+            owners.lock().is_empty(),
+            "a listener that went is forgotten"
+        );
     }
 }
