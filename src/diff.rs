@@ -6,19 +6,30 @@
 //! memory (whole objects, such as Copyrator's copies) goes to kubectl on
 //! standard input, so Secret data is never written to disk.
 //!
+//! After the overlays, `diff` lists what a run would prune (objects that
+//! leave the resource and still carry its marker) and what it would leave
+//! (no longer marked), as `# would prune ...` / `# would leave ...` lines;
+//! see [`crate::kinds::pruning`].
+//!
 //! Exit codes as `kubectl diff`: 0 nothing would change, 1 something
-//! would, above 1 an error.
+//! would (a prune included), above 1 an error.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
+use serde_json::Value;
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 
 use crate::cli::CommonArgs;
 use crate::engine::FIELD_MANAGER;
+use crate::engine::build::parse;
+use crate::engine::inventory::ObjectId;
 use crate::engine::overlay::RenderedOverlay;
 use crate::kind::Step;
+use crate::kinds::RenderOutput;
+use crate::kinds::pruning::Fate;
 use crate::render::{RenderCommandError, Source, prepare};
 
 /// Why `diff` could not compare.
@@ -90,7 +101,71 @@ pub async fn diff(
             Compared::Failed(code) => return Ok(Err(code)),
         }
     }
+    match prune_preview(&kubectl, &prepared.output).await {
+        Ok(fates) => {
+            for fate in &fates {
+                println!("{fate}");
+            }
+            if fates.iter().any(|f| matches!(f, Fate::Prune(_))) {
+                drift = Drift::Changes;
+            }
+        }
+        Err(Unchecked(why)) => eprintln!("note: what run would prune was not checked: {why}"),
+    }
     Ok(Ok(drift))
+}
+
+/// Why `diff` could not tell what a run would prune.
+struct Unchecked(String);
+
+/// What a run would do with the objects leaving the resource. The
+/// overlays are built only when a candidate exists in the cluster.
+async fn prune_preview(kubectl: &Path, output: &RenderOutput) -> Result<Vec<Fate>, Unchecked> {
+    let pruning = &output.pruning;
+    match &pruning.looked {
+        _ if !pruning.prunes || pruning.candidates.is_empty() => return Ok(Vec::new()),
+        None => {
+            return Err(Unchecked(format!(
+                "{} objects in the file's status.inventory; diff KIND/NAME reads them from the cluster",
+                pruning.candidates.len()
+            )));
+        }
+        Some(Err(why)) => return Err(Unchecked(why.clone())),
+        Some(Ok(_)) if !pruning.has_live_candidates() => return Ok(Vec::new()),
+        Some(Ok(_)) => {}
+    }
+    let mut built = BTreeSet::new();
+    if pruning.declared.is_none() {
+        for (step, overlay) in output.steps.iter().zip(&output.overlays) {
+            if let (Step::Apply { .. }, Some(overlay)) = (step, overlay) {
+                let manifests = build(kubectl, overlay).await.map_err(Unchecked)?;
+                built.extend(manifests.iter().filter_map(ObjectId::of_manifest));
+            }
+        }
+    }
+    Ok(pruning.fates(&built))
+}
+
+/// The objects an overlay builds to: in memory, or by `kubectl kustomize`.
+async fn build(kubectl: &Path, overlay: &RenderedOverlay) -> Result<Vec<Value>, String> {
+    if let Some(manifests) = overlay.prebuilt() {
+        return Ok(manifests.to_vec());
+    }
+    let dir = write_overlay(overlay).map_err(|e| e.to_string())?;
+    let out = Command::new(kubectl)
+        .arg("kustomize")
+        .arg(dir.path())
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .map_err(|e| format!("cannot run {}: {e}", kubectl.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "kubectl kustomize failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    parse(&String::from_utf8_lossy(&out.stdout))
 }
 
 /// `kubectl diff --server-side` of one overlay.

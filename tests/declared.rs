@@ -14,6 +14,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, LimitRange, Namespace, Service};
 use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
+use kustomize_operator::kind::OWNER_LABEL;
 use kustomize_operator::kinds::registry::{Kind, Registry};
 use serde_json::{Value, json};
 use tokio::sync::OnceCell;
@@ -229,6 +230,85 @@ async fn a_webapp_is_applied_becomes_ready_changes_prunes_and_goes() {
     assert!(deployments.get_opt("shop-web").await.unwrap().is_none());
     assert!(generated(&config_maps, "shop-").await.is_empty());
     operator.stop().await;
+}
+
+#[tokio::test]
+async fn diff_lists_what_a_run_would_prune_and_what_it_would_leave() {
+    let client = cluster_or_skip!();
+    let registry = fixture_kinds(&client).await;
+    let ns = common::TestNamespace::new(&client, "webapp-diff").await;
+    let apps: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns.name,
+        &api_resource(&select(&registry, "webapp")),
+    );
+    let services: Api<Service> = Api::namespaced(client.clone(), &ns.name);
+    let first = operator(&ns.name, "webapp").await;
+    let spec = json!({"replicas": 1, "expose": true});
+    apps.create(&PostParams::default(), &webapp("shop", spec))
+        .await
+        .unwrap();
+    wait_reason(&apps, "shop", "Applied").await;
+    first.stop().await;
+    let fixtures = common::fixture_kinds().display().to_string();
+    let diff = || {
+        let args = ["webapp/shop", "-n", &ns.name, "--kustomize-dir", &fixtures];
+        common::operator_command("diff", &args)
+    };
+    let service = format!("service/shop-web in {}", ns.name);
+
+    // No longer exposed: a run would prune the Service; diff deletes nothing.
+    let change = json!({"spec": {"expose": false}});
+    apps.patch("shop", &PatchParams::default(), &Patch::Merge(&change))
+        .await
+        .unwrap();
+    let (code, out, err) = diff();
+    assert_eq!(code, Some(1), "stdout:\n{out}\nstderr:\n{err}");
+    assert_eq!(
+        would(&out),
+        [format!("# would prune {service} (no longer rendered)")],
+        "stdout:\n{out}\nstderr:\n{err}"
+    );
+    assert_eq!(names(&services).await, ["shop-web"]);
+
+    // Without the marker it would be left, and nothing else would change.
+    let unmark = format!("{OWNER_LABEL}-");
+    let (ok, _, err) = common::kubectl(&["-n", &ns.name, "label", "service/shop-web", &unmark]);
+    assert!(ok, "{err}");
+    let (code, out, err) = diff();
+    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    let leave = would(&out);
+    assert_eq!(leave.len(), 1, "stdout:\n{out}\nstderr:\n{err}");
+    assert!(
+        leave[0].starts_with(&format!(
+            "# would leave {service} (no longer rendered, but no longer carries the marker"
+        )),
+        "{out}"
+    );
+
+    // Marked again, the operator prunes it as diff said; then diff is clean.
+    let uid = apps.get("shop").await.unwrap().metadata.uid.unwrap();
+    let mark = format!("{OWNER_LABEL}={uid}");
+    let (ok, _, err) = common::kubectl(&["-n", &ns.name, "label", "service/shop-web", &mark]);
+    assert!(ok, "{err}");
+    let operator = operator(&ns.name, "webapp").await;
+    wait_reason(&apps, "shop", "Applied").await;
+    assert!(
+        names(&services).await.is_empty(),
+        "the Service was not pruned"
+    );
+    let (code, out, err) = diff();
+    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    assert!(would(&out).is_empty(), "{out}");
+    operator.stop().await;
+}
+
+/// `diff`'s lines about what a run would prune or leave.
+fn would(out: &str) -> Vec<String> {
+    out.lines()
+        .filter(|l| l.starts_with("# would"))
+        .map(str::to_string)
+        .collect()
 }
 
 #[tokio::test]

@@ -17,7 +17,7 @@
 
 mod applier;
 pub(crate) mod batch;
-mod build;
+pub(crate) mod build;
 mod checkup;
 mod cleanup;
 pub(crate) mod controller;
@@ -30,7 +30,7 @@ pub(crate) mod kubectl;
 mod observed;
 pub(crate) mod outcome;
 pub(crate) mod overlay;
-mod ownership;
+pub(crate) mod ownership;
 mod primer;
 mod reconcile;
 pub mod shard;

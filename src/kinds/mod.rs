@@ -6,8 +6,10 @@ pub mod chaos_agent;
 pub mod copyrator;
 pub mod declared;
 pub mod exchange_rate;
+pub(crate) mod pruning;
 pub mod registry;
 
+use std::collections::BTreeSet;
 use std::future::Future;
 use std::sync::Arc;
 
@@ -230,6 +232,8 @@ pub struct RenderOutput {
     /// The engine takes back fields other managers changed on the
     /// resource's existing objects ([`FieldConflicts::TakeBack`]).
     pub takes_back: bool,
+    /// What a run would prune from.
+    pub(crate) pruning: pruning::Pruning,
 }
 
 /// The UID `render` uses in the ownership marker of a resource that has
@@ -257,7 +261,10 @@ pub(crate) async fn render_live_with<H: Handler>(
 ) -> Result<RenderOutput, RenderError> {
     let resource = resource_of(handler, doc)?;
     let observed = handler.observe_preview(&resource, client).await?;
-    finish_render(handler, &resource, &observed, dir)
+    let mut output = finish_render(handler, &resource, &observed, dir)?;
+    let adopts = |meta: &kube::api::ObjectMeta| handler.adopts(&resource, meta);
+    output.pruning.look(client, &adopts).await;
+    Ok(output)
 }
 
 fn resource_of<H: Handler>(
@@ -292,7 +299,20 @@ fn finish_render<H: Handler>(
         owner_references: handler.info().policy.owner_references,
     };
     let Rendered { overlays, .. } = render_plan(&plan, dir, &marking)?;
+    let mut candidates: BTreeSet<_> = handler
+        .inventory(resource)
+        .map(|i| i.ids())
+        .unwrap_or_default();
+    candidates.extend(plan.stale.iter().cloned());
+    let pruning = pruning::Pruning {
+        prunes: plan.prune,
+        owner: Some(marking.owner),
+        declared: plan.inventory.map(|d| d.into_iter().collect()),
+        candidates,
+        looked: None,
+    };
     Ok(RenderOutput {
+        pruning,
         status: plan
             .status
             .as_ref()

@@ -1,0 +1,166 @@
+//! What a run would prune, seen before it runs (for `diff`).
+//!
+//! A successful run deletes the objects that left the resource: those in
+//! its recorded inventory, or that its kind no longer wants, that the run
+//! did not produce again, each only if it still carries the resource's
+//! marker (or the kind adopts it). Rendering knows the candidates; a
+//! resource read from the cluster has them looked at there too; which of
+//! them go depends on what the overlays build, which `diff` learns.
+
+use std::collections::BTreeSet;
+
+use kube::Client;
+use kube::api::ObjectMeta;
+
+use crate::engine::inventory::{ObjectId, Owner};
+use crate::engine::ownership::{self, Discovery, Inspected, Verdict};
+use crate::kind::api_message;
+
+/// What a run prunes from.
+#[derive(Debug, Default)]
+pub(crate) struct Pruning {
+    /// The plan prunes at all.
+    pub prunes: bool,
+    /// The resource, whose marker the candidates must carry.
+    pub owner: Option<Owner>,
+    /// What the resource owns after the run, when its plan says so;
+    /// `None`: what its `Apply` steps build.
+    pub declared: Option<BTreeSet<ObjectId>>,
+    /// What may leave it: its recorded inventory and what its kind no
+    /// longer wants.
+    pub candidates: BTreeSet<ObjectId>,
+    /// The candidates as the cluster has them (for a resource read from
+    /// the cluster), or why they could not be read.
+    pub looked: Option<Result<Vec<Inspected>, String>>,
+}
+
+/// What a run would do with a candidate it no longer produces.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Fate {
+    /// Delete it.
+    Prune(ObjectId),
+    /// Leave it: it no longer carries the marker (who owns it, in words).
+    Leave(ObjectId, String),
+}
+
+impl std::fmt::Display for Fate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Prune(id) => write!(f, "# would prune {id} (no longer rendered)"),
+            Self::Leave(id, who) => write!(
+                f,
+                "# would leave {id} (no longer rendered, but no longer carries the marker: {who})"
+            ),
+        }
+    }
+}
+
+impl Pruning {
+    /// Looks at the candidates in the cluster, with `adopts` saying which
+    /// unmarked objects the kind takes as its own.
+    pub async fn look(&mut self, client: &Client, adopts: &(dyn Fn(&ObjectMeta) -> bool + Sync)) {
+        let Some(owner) = self.owner.as_ref().filter(|_| self.prunes) else {
+            return;
+        };
+        let discovery = Discovery::default();
+        let ids = self.candidates.iter().cloned();
+        let looked = ownership::inspect(client, &discovery, owner, ids, adopts).await;
+        self.looked = Some(looked.map_err(|e| api_message(&e)));
+    }
+
+    /// True when a run could prune something: a candidate exists.
+    pub fn has_live_candidates(&self) -> bool {
+        match &self.looked {
+            Some(Ok(looked)) => looked.iter().any(|i| i.verdict != Verdict::Absent),
+            _ => false,
+        }
+    }
+
+    /// What a run that leaves the resource owning `built` (what its
+    /// `Apply` steps build) does with each live candidate.
+    pub fn fates(&self, built: &BTreeSet<ObjectId>) -> Vec<Fate> {
+        let after = self.declared.as_ref().unwrap_or(built);
+        let Some(Ok(looked)) = self.looked.as_ref().filter(|_| self.prunes) else {
+            return Vec::new();
+        };
+        looked
+            .iter()
+            .filter(|i| !after.contains(&i.id))
+            .filter_map(|i| match &i.verdict {
+                Verdict::Absent => None,
+                Verdict::Ours | Verdict::Adopted => Some(Fate::Prune(i.id.clone())),
+                Verdict::Foreign(who) => Some(Fate::Leave(i.id.clone(), who.clone())),
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use kube::api::ApiResource;
+
+    use super::*;
+    use crate::engine::ownership::Served;
+
+    fn id(name: &str) -> ObjectId {
+        ObjectId {
+            api_version: "v1".into(),
+            kind: "Service".into(),
+            namespace: Some("shop".into()),
+            name: name.into(),
+        }
+    }
+
+    fn looked(name: &str, verdict: Verdict) -> Inspected {
+        Inspected {
+            id: id(name),
+            served: Arc::new(Served {
+                resource: ApiResource::erase::<k8s_openapi::api::core::v1::Service>(&()),
+                namespaced: true,
+            }),
+            verdict,
+        }
+    }
+
+    fn pruning(prunes: bool) -> Pruning {
+        Pruning {
+            prunes,
+            looked: Some(Ok(vec![
+                looked("kept", Verdict::Ours),
+                looked("gone", Verdict::Ours),
+                looked("adopted", Verdict::Adopted),
+                looked("taken", Verdict::Foreign("someone".into())),
+                looked("deleted", Verdict::Absent),
+            ])),
+            ..Pruning::default()
+        }
+    }
+
+    #[test]
+    fn what_is_built_again_stays_and_only_marked_objects_are_pruned() {
+        let built = BTreeSet::from([id("kept")]);
+        assert_eq!(
+            pruning(true).fates(&built),
+            [
+                Fate::Prune(id("gone")),
+                Fate::Prune(id("adopted")),
+                Fate::Leave(id("taken"), "someone".into()),
+            ]
+        );
+        assert!(pruning(true).has_live_candidates());
+    }
+
+    #[test]
+    fn a_declared_inventory_is_what_stays() {
+        let mut p = pruning(true);
+        p.declared = Some(BTreeSet::from([id("gone"), id("adopted"), id("taken")]));
+        assert_eq!(p.fates(&BTreeSet::new()), [Fate::Prune(id("kept"))]);
+    }
+
+    #[test]
+    fn a_plan_that_does_not_prune_prunes_nothing() {
+        assert!(pruning(false).fates(&BTreeSet::new()).is_empty());
+    }
+}
