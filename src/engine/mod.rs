@@ -16,6 +16,7 @@
 //! - `events`: Kubernetes events.
 
 mod applier;
+mod arrivals;
 pub(crate) mod batch;
 pub(crate) mod build;
 mod checkup;

@@ -16,6 +16,7 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::Value;
 use tokio::sync::{Notify, broadcast};
 
+use super::arrivals::{Arrivals, Place};
 use super::inventory::{OWNER_LABEL, ObjectId};
 use super::observed::Observed;
 use super::ownership::{Discovery, Served};
@@ -76,9 +77,6 @@ pub(crate) enum Seen {
     Unreadable(String),
 }
 
-/// An object's place: its namespace and name.
-type Place = (Option<String>, String);
-
 /// One watch: its store, its last error, and the objects it saw deleted.
 #[derive(Clone)]
 struct Watch {
@@ -90,8 +88,8 @@ struct Watch {
     /// Turns true once the first list is in the store. (The store's own
     /// `wait_until_ready` wakes only the last of several waiters.)
     listed: tokio::sync::watch::Receiver<bool>,
-    /// Wakes whoever waits for an object to arrive, after each event.
-    arrivals: Arc<tokio::sync::Notify>,
+    /// Whoever waits for an object to arrive, woken by its events.
+    arrivals: Arc<Arrivals>,
 }
 
 impl Watch {
@@ -122,9 +120,10 @@ impl Watch {
     /// watch cannot say.
     async fn arrival(&self, id: &ObjectId, namespaced: bool) -> Option<Seen> {
         let deadline = tokio::time::Instant::now() + ARRIVAL_WAIT;
+        let expected = Arrivals::expect(&self.arrivals, self.place(id, namespaced));
         loop {
             // Registered before looking, so an arrival in between still wakes it.
-            let arrived = self.arrivals.notified();
+            let arrived = expected.notify().notified();
             tokio::pin!(arrived);
             arrived.as_mut().enable();
             match self.seen(id, namespaced) {
@@ -358,6 +357,7 @@ impl ObjectCache {
                         }
                         remember_deletions(&deleted, &event);
                         wake_owners(&owners, &event, &mut relisted);
+                        wake_arrivals(&arrivals, &event);
                         None
                     }
                     Err(e) => {
@@ -365,8 +365,11 @@ impl ObjectCache {
                         Some(format!("cannot watch {plural}: {e}"))
                     }
                 };
+                let failing = failed.is_some();
                 *error.lock().unwrap_or_else(|e| e.into_inner()) = failed;
-                arrivals.notify_waiters();
+                if failing {
+                    arrivals.wake_all();
+                }
             }
         });
         watch
@@ -374,16 +377,22 @@ impl ObjectCache {
 }
 
 impl Watch {
+    /// Where the store keeps `id`.
+    fn place(&self, id: &ObjectId, namespaced: bool) -> Place {
+        let namespace = id.namespace.clone().filter(|_| namespaced);
+        (namespace, id.name.clone())
+    }
+
     /// What the store knows of `id`.
     fn seen(&self, id: &ObjectId, namespaced: bool) -> Seen {
         if let Some(error) = self.error() {
             return Seen::Unreadable(error);
         }
+        let place = self.place(id, namespaced);
         let mut reference = ObjectRef::<Observed>::new_with(&id.name, self.resource.clone());
-        if namespaced && let Some(ns) = &id.namespace {
+        if let Some(ns) = &place.0 {
             reference = reference.within(ns);
         }
-        let place = (reference.namespace.clone(), id.name.clone());
         match self.store.get(&reference) {
             Some(object) => Seen::Object(object.to_value()),
             None if self
@@ -446,6 +455,18 @@ fn remember_deletions(deleted: &Mutex<HashSet<Place>>, event: &watcher::Event<Ob
             deleted.remove(&place(o));
         }
         watcher::Event::Init | watcher::Event::InitDone => {}
+    }
+}
+
+/// Wakes the runs waiting for the object an event is about (every run at
+/// the end of a list: the store shows a list once it is done).
+fn wake_arrivals(arrivals: &Arrivals, event: &watcher::Event<Observed>) {
+    match event {
+        watcher::Event::Apply(o) | watcher::Event::Delete(o) => {
+            arrivals.arrived(&(o.namespace(), o.name_any()));
+        }
+        watcher::Event::InitDone => arrivals.wake_all(),
+        watcher::Event::Init | watcher::Event::InitApply(_) => {}
     }
 }
 
@@ -522,10 +543,10 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(100)).await;
         // Another object first: the waiter looks again and goes on waiting.
         writer.apply_watcher_event(&arrived("db"));
-        watch.arrivals.notify_waiters();
+        wake_arrivals(&watch.arrivals, &arrived("db"));
         tokio::time::sleep(Duration::from_millis(100)).await;
         writer.apply_watcher_event(&arrived("web"));
-        watch.arrivals.notify_waiters();
+        wake_arrivals(&watch.arrivals, &arrived("web"));
         let seen = waiting.await.unwrap();
         let Some(Seen::Object(state)) = seen else {
             panic!("{seen:?}")
