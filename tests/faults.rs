@@ -102,6 +102,49 @@ fn operator_process(
     common::OperatorProcess::spawn(namespace, &env, &args)
 }
 
+/// With `--max-concurrent-reconciles 3` and applies that take a second,
+/// eight new Samples never have more than three reconciles running, and
+/// the limit is reached (so a missing limit would show: eight at once).
+#[tokio::test]
+async fn no_more_reconciles_run_at_once_than_the_limit() {
+    let client = cluster_or_skip!();
+    let ns = common::TestNamespace::new(&client, "limit").await;
+    let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
+    let tmp = tempfile::tempdir().unwrap();
+    let slow = kubectl_wrapper(tmp.path(), "case \"$*\" in *apply*) sleep 1;; esac");
+    let limit = ["--max-concurrent-reconciles", "3"];
+    let args = [&["--kubectl", slow.to_str().unwrap()][..], &limit[..]].concat();
+    let operator = common::start_operator(&ns.name, &args).await;
+    let names: Vec<String> = (0..8).map(|i| format!("s{i}")).collect();
+    for name in &names {
+        samples
+            .create(&PostParams::default(), &sample(name, 0))
+            .await
+            .unwrap();
+    }
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    let mut most = 0.0_f64;
+    loop {
+        let metrics = operator.metrics().encode();
+        most = most.max(common::metric_sum(
+            &metrics,
+            "kustomize_operator_reconciles_in_flight",
+            &[],
+        ));
+        let ready = futures::future::join_all(names.iter().map(|n| is_ready(&samples, n))).await;
+        if ready.iter().all(|r| *r) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not all Ready: {ready:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(most, 3.0, "the most reconciles seen running at once");
+    operator.stop().await;
+}
+
 /// An operator whose `kubectl apply` touches a marker file and then sleeps
 /// `sleep_secs`; returns it with the marker, once a Sample's apply is in flight.
 async fn operator_with_slow_apply(
