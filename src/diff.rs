@@ -28,8 +28,8 @@ use crate::engine::build::parse;
 use crate::engine::inventory::ObjectId;
 use crate::engine::overlay::RenderedOverlay;
 use crate::kind::Step;
-use crate::kinds::RenderOutput;
 use crate::kinds::pruning::Fate;
+use crate::kinds::{OwnedObjects, RenderOutput};
 use crate::render::{RenderCommandError, Source, prepare};
 
 /// Why `diff` could not compare.
@@ -72,7 +72,7 @@ pub async fn diff(
     kubectl: Option<&Path>,
 ) -> Result<Result<Drift, i32>, DiffError> {
     let kubectl = crate::engine::kubectl::KubectlConfig::locate(kubectl)?;
-    let prepared = prepare(source, common).await?;
+    let prepared = prepare(source, common, OwnedObjects::Read).await?;
     if prepared.placeholder_uid {
         eprintln!(
             "note: the resource has no metadata.uid, so the ownership marker differs from the live one; diff KIND/NAME compares the resource in the cluster"

@@ -10,7 +10,7 @@ use kube::api::{Api, DynamicObject};
 
 use crate::cli::{CommonArgs, KindsError};
 use crate::kind::Step;
-use crate::kinds::{RenderError, RenderOutput};
+use crate::kinds::{OwnedObjects, RenderError, RenderOutput};
 
 /// Why `render` (or `diff`) could not render the resource.
 #[derive(Debug, thiserror::Error)]
@@ -125,14 +125,19 @@ pub struct RenderSummary {
     pub placeholder_uid: bool,
 }
 
-/// Renders the resource from `source`.
-pub async fn prepare(source: &Source, common: &CommonArgs) -> Result<Prepared, RenderCommandError> {
+/// Renders the resource from `source`; `owned` says whether a resource
+/// read from the cluster has the objects it owns read too.
+pub async fn prepare(
+    source: &Source,
+    common: &CommonArgs,
+    owned: OwnedObjects,
+) -> Result<Prepared, RenderCommandError> {
     match source {
         Source::File(file) => prepare_file(file, common),
         Source::Live {
             reference,
             namespace,
-        } => prepare_live(reference, namespace.as_deref(), common).await,
+        } => prepare_live(reference, namespace.as_deref(), common, owned).await,
     }
 }
 
@@ -161,13 +166,16 @@ async fn prepare_live(
     reference: &ResourceRef,
     namespace: Option<&str>,
     common: &CommonArgs,
+    owned: OwnedObjects,
 ) -> Result<Prepared, RenderCommandError> {
     let (dir, registry) = common.dirs.load()?;
     let kind = registry.by_name(&reference.kind)?;
     let client = client().await?;
     let resource = fetch(&client, kind, reference, namespace).await?;
     let options = common.kind_options(None);
-    let output = kind.render_live(&resource, &client, &options, &dir).await?;
+    let output = kind
+        .render_live(&resource, &client, &options, &dir, owned)
+        .await?;
     Ok(Prepared {
         output,
         placeholder_uid: false,
@@ -180,7 +188,7 @@ pub async fn render(
     out: &Path,
     common: &CommonArgs,
 ) -> Result<RenderSummary, RenderCommandError> {
-    write(&prepare(source, common).await?, out)
+    write(&prepare(source, common, OwnedObjects::Skip).await?, out)
 }
 
 /// Renders the resource in `file` into `out`, offline (see [`write`]).

@@ -58,6 +58,17 @@ impl Default for KindOptions {
     }
 }
 
+/// Whether rendering a resource read from the cluster also reads the
+/// metadata of the objects it owns, to tell what a run would prune
+/// (`diff` does; `render` writes overlays only and does not).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OwnedObjects {
+    /// Leave them unread.
+    Skip,
+    /// Read them ([`RenderOutput`]'s pruning).
+    Read,
+}
+
 /// A handler built from the command-line settings.
 pub trait FromOptions {
     /// Builds the handler.
@@ -155,9 +166,10 @@ macro_rules! kinds {
                 client: &kube::Client,
                 options: &KindOptions,
                 dir: &KustomizeDir,
+                owned: OwnedObjects,
             ) -> Result<RenderOutput, RenderError> {
                 match self {
-                    $(KindName::$variant => render_live_with(&<$handler as FromOptions>::from_options(options), doc, client, dir).await,)*
+                    $(KindName::$variant => render_live_with(&<$handler as FromOptions>::from_options(options), doc, client, dir, owned).await,)*
                 }
             }
         }
@@ -258,12 +270,15 @@ pub(crate) async fn render_live_with<H: Handler>(
     doc: &serde_json::Value,
     client: &kube::Client,
     dir: &KustomizeDir,
+    owned: OwnedObjects,
 ) -> Result<RenderOutput, RenderError> {
     let resource = resource_of(handler, doc)?;
     let observed = handler.observe_preview(&resource, client).await?;
     let mut output = finish_render(handler, &resource, &observed, dir)?;
-    let adopts = |meta: &kube::api::ObjectMeta| handler.adopts(&resource, meta);
-    output.pruning.look(client, &adopts).await;
+    if owned == OwnedObjects::Read {
+        let adopts = |meta: &kube::api::ObjectMeta| handler.adopts(&resource, meta);
+        output.pruning.look(client, &adopts).await;
+    }
     Ok(output)
 }
 

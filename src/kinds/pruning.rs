@@ -3,9 +3,10 @@
 //! A successful run deletes the objects that left the resource: those in
 //! its recorded inventory, or that its kind no longer wants, that the run
 //! did not produce again, each only if it still carries the resource's
-//! marker (or the kind adopts it). Rendering knows the candidates; a
-//! resource read from the cluster has them looked at there too; which of
-//! them go depends on what the overlays build, which `diff` learns.
+//! marker (or the kind adopts it). Rendering knows the candidates; for
+//! `diff`, rendering a resource read from the cluster looks at them there
+//! too ([`super::OwnedObjects::Read`]); which of them go depends on what
+//! the overlays build, which `diff` learns.
 
 use std::collections::BTreeSet;
 

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
 use super::declared::{self, DeclaredHandler, DeclaredKind, KindFileError};
-use super::{KindName, KindOptions, RenderError, RenderOutput};
+use super::{KindName, KindOptions, OwnedObjects, RenderError, RenderOutput};
 use crate::engine::Engine;
 use crate::kind::KustomizeDir;
 
@@ -135,12 +135,13 @@ impl Kind {
         client: &kube::Client,
         options: &KindOptions,
         dir: &KustomizeDir,
+        owned: OwnedObjects,
     ) -> Result<RenderOutput, RenderError> {
         match self {
-            Self::Builtin(k) => k.render_live(doc, client, options, dir).await,
+            Self::Builtin(k) => k.render_live(doc, client, options, dir, owned).await,
             Self::Declared(d) => {
                 let handler = DeclaredHandler::new(d.clone());
-                super::render_live_with(&handler, doc, client, dir).await
+                super::render_live_with(&handler, doc, client, dir, owned).await
             }
         }
     }
