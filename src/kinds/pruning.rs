@@ -86,7 +86,7 @@ impl Pruning {
         };
         looked
             .iter()
-            .filter(|i| !after.contains(&i.id))
+            .filter(|i| !built_again(i, after))
             .filter_map(|i| match &i.verdict {
                 Verdict::Absent => None,
                 Verdict::Ours | Verdict::Adopted => Some(Fate::Prune(i.id.clone())),
@@ -94,6 +94,18 @@ impl Pruning {
             })
             .collect()
     }
+}
+
+/// True when `after` holds `looked`'s object. A cluster-scoped object
+/// matches whatever namespace a build gave it (kustomize may set one on a
+/// kind it does not know to be cluster-scoped; the API server ignores it).
+fn built_again(looked: &Inspected, after: &BTreeSet<ObjectId>) -> bool {
+    let id = &looked.id;
+    after.contains(id)
+        || !looked.served.namespaced
+            && after
+                .iter()
+                .any(|a| a.api_version == id.api_version && a.kind == id.kind && a.name == id.name)
 }
 
 #[cfg(test)]
@@ -158,6 +170,20 @@ mod tests {
         let mut p = pruning(true);
         p.declared = Some(BTreeSet::from([id("gone"), id("adopted"), id("taken")]));
         assert_eq!(p.fates(&BTreeSet::new()), [Fate::Prune(id("kept"))]);
+    }
+
+    #[test]
+    fn a_cluster_scoped_object_built_with_a_namespace_stays() {
+        let mut tenant = looked("t", Verdict::Ours);
+        tenant.id.namespace = None;
+        Arc::get_mut(&mut tenant.served).unwrap().namespaced = false;
+        let p = Pruning {
+            prunes: true,
+            looked: Some(Ok(vec![tenant])),
+            ..Pruning::default()
+        };
+        assert!(p.fates(&BTreeSet::from([id("t")])).is_empty());
+        assert_eq!(p.fates(&BTreeSet::new()).len(), 1);
     }
 
     #[test]
