@@ -17,15 +17,16 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::time::Duration;
 
-use serde_json::Value;
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 
 use crate::cli::CommonArgs;
 use crate::engine::FIELD_MANAGER;
-use crate::engine::build::parse;
+use crate::engine::build_one;
 use crate::engine::inventory::ObjectId;
+use crate::engine::kubectl::{Kubectl, KubectlConfig};
 use crate::engine::overlay::RenderedOverlay;
 use crate::kind::Step;
 use crate::kinds::pruning::Fate;
@@ -136,36 +137,27 @@ async fn prune_preview(kubectl: &Path, output: &RenderOutput) -> Result<Vec<Fate
     }
     let mut built = BTreeSet::new();
     if pruning.declared.is_none() {
+        let work = tempfile::Builder::new()
+            .prefix("kustomize-operator-diff-")
+            .tempdir()
+            .map_err(|e| Unchecked(format!("cannot make a temporary directory: {e}")))?;
+        let kubectl = Kubectl::new(KubectlConfig {
+            path: kubectl.to_path_buf(),
+            timeout: Duration::from_secs(60),
+            max_concurrent: 1,
+            cache_dir: None,
+            output_cap: 64 * 1024,
+        });
         for (step, overlay) in output.steps.iter().zip(&output.overlays) {
             if let (Step::Apply { .. }, Some(overlay)) = (step, overlay) {
-                let manifests = build(kubectl, overlay).await.map_err(Unchecked)?;
+                let manifests = build_one(&kubectl, work.path(), overlay)
+                    .await
+                    .map_err(Unchecked)?;
                 built.extend(manifests.iter().filter_map(ObjectId::of_manifest));
             }
         }
     }
     Ok(pruning.fates(&built))
-}
-
-/// The objects an overlay builds to: in memory, or by `kubectl kustomize`.
-async fn build(kubectl: &Path, overlay: &RenderedOverlay) -> Result<Vec<Value>, String> {
-    if let Some(manifests) = overlay.prebuilt() {
-        return Ok(manifests.to_vec());
-    }
-    let dir = write_overlay(overlay).map_err(|e| e.to_string())?;
-    let out = Command::new(kubectl)
-        .arg("kustomize")
-        .arg(dir.path())
-        .stdin(Stdio::null())
-        .output()
-        .await
-        .map_err(|e| format!("cannot run {}: {e}", kubectl.display()))?;
-    if !out.status.success() {
-        return Err(format!(
-            "kubectl kustomize failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    parse(&String::from_utf8_lossy(&out.stdout))
 }
 
 /// `kubectl diff --server-side` of one overlay.

@@ -197,6 +197,22 @@ pub(crate) async fn build_base(
         .map_err(|f| f.message)
 }
 
+/// Builds one rendered overlay, in `work_dir`: in memory when it needs
+/// no kustomize, else one `kubectl kustomize` run of its own.
+pub(crate) async fn build_one(
+    kubectl: &Kubectl,
+    work_dir: &Path,
+    overlay: &RenderedOverlay,
+) -> Result<Vec<Value>, String> {
+    if let Some(manifests) = overlay.prebuilt() {
+        return Ok(manifests.to_vec());
+    }
+    let slot = kubectl.acquire().await;
+    build_dir(work_dir, kubectl, slot, |dir| overlay.write_to(dir))
+        .await
+        .map_err(|f| f.message)
+}
+
 /// The documents of a YAML stream, empty ones dropped.
 pub(crate) fn parse(stream: &str) -> Result<Vec<Value>, String> {
     let docs: Vec<Value> = serde_saphyr::from_multiple(stream).map_err(|e| e.to_string())?;

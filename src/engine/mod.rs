@@ -18,7 +18,7 @@
 mod applier;
 mod arrivals;
 pub(crate) mod batch;
-pub(crate) mod build;
+mod build;
 mod checkup;
 mod cleanup;
 pub(crate) mod controller;
@@ -59,7 +59,7 @@ use self::templates::KustomizeDir;
 use self::watch::ObjectCache;
 use crate::metrics::Metrics;
 
-pub(crate) use self::build::build_base;
+pub(crate) use self::build::{build_base, build_one};
 pub(crate) use self::reconcile::{Rendered, render as render_plan};
 pub(crate) use self::status_writer::COMMON_KEYS as COMMON_STATUS_KEYS;
 pub(crate) use self::watch::always_current_kind;
