@@ -16,7 +16,6 @@
 //! - `events`: Kubernetes events.
 
 mod applier;
-mod arrivals;
 pub(crate) mod batch;
 mod build;
 mod checkup;
@@ -39,6 +38,7 @@ pub(crate) mod status;
 mod status_writer;
 mod steps;
 pub(crate) mod templates;
+mod waiters;
 mod watch;
 
 use std::collections::HashMap;

@@ -5,7 +5,7 @@
 //! its owner's controller; reading the state costs no API call.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::{StreamExt, stream};
@@ -14,12 +14,12 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::Value;
-use tokio::sync::{Notify, broadcast};
+use tokio::sync::broadcast;
 
-use super::arrivals::{Arrivals, Place};
 use super::inventory::{OWNER_LABEL, ObjectId};
 use super::observed::Observed;
 use super::ownership::{Discovery, Served};
+use super::waiters::{Waiter, Waiters};
 use crate::kind::api_message;
 
 /// How long the first list of a new watch may take before reads go on
@@ -77,6 +77,9 @@ pub(crate) enum Seen {
     Unreadable(String),
 }
 
+/// An object's place: its namespace (`None` when cluster-scoped) and name.
+type Place = (Option<String>, String);
+
 /// One watch: its store, its last error, and the objects it saw deleted.
 #[derive(Clone)]
 struct Watch {
@@ -89,7 +92,7 @@ struct Watch {
     /// `wait_until_ready` wakes only the last of several waiters.)
     listed: tokio::sync::watch::Receiver<bool>,
     /// Whoever waits for an object to arrive, woken by its events.
-    arrivals: Arc<Arrivals>,
+    arrivals: Arc<Waiters<Place>>,
 }
 
 impl Watch {
@@ -120,7 +123,7 @@ impl Watch {
     /// watch cannot say.
     async fn arrival(&self, id: &ObjectId, namespaced: bool) -> Option<Seen> {
         let deadline = tokio::time::Instant::now() + ARRIVAL_WAIT;
-        let expected = Arrivals::expect(&self.arrivals, self.place(id, namespaced));
+        let expected = Waiters::wait_for(&self.arrivals, self.place(id, namespaced));
         loop {
             // Registered before looking, so an arrival in between still wakes it.
             let arrived = expected.notify().notified();
@@ -153,33 +156,20 @@ pub(crate) struct ObjectCache {
 struct Owners {
     changes: broadcast::Sender<String>,
     /// Reconciles waiting for a change of their objects, by owner.
-    waiting: Mutex<HashMap<String, Weak<Notify>>>,
+    waiting: Arc<Waiters<String>>,
 }
 
 impl Owners {
     /// Tells everyone waiting that `owner`'s objects changed.
     fn changed(&self, owner: String) {
-        let waiter = self.lock().get(&owner).and_then(Weak::upgrade);
-        if let Some(waiter) = waiter {
-            // One permit: a change while the waiter looks is not lost.
-            waiter.notify_one();
-        }
+        // One permit: a change while the waiter looks is not lost.
+        self.waiting.wake_one(&owner);
         let _ = self.changes.send(owner);
     }
 
     /// Starts listening for changes of `owner`'s objects.
-    fn listen(owners: &Arc<Self>, owner: String) -> OwnerChanges {
-        let notify = Arc::new(Notify::new());
-        owners.lock().insert(owner.clone(), Arc::downgrade(&notify));
-        OwnerChanges {
-            owner,
-            notify,
-            owners: owners.clone(),
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Weak<Notify>>> {
-        self.waiting.lock().unwrap_or_else(|e| e.into_inner())
+    fn listen(&self, owner: String) -> OwnerChanges {
+        OwnerChanges(Waiters::wait_for(&self.waiting, owner))
     }
 }
 
@@ -192,7 +182,7 @@ impl ObjectCache {
             watches: Mutex::default(),
             owners: Arc::new(Owners {
                 changes: broadcast::channel(CHANGES).0,
-                waiting: Mutex::default(),
+                waiting: Arc::default(),
             }),
         }
     }
@@ -205,7 +195,7 @@ impl ObjectCache {
     /// Changes of the objects one owner (its annotation) owns, from now on
     /// (one listener per owner: a reconcile of it).
     pub fn changes_of(&self, owner: String) -> OwnerChanges {
-        Owners::listen(&self.owners, owner)
+        self.owners.listen(owner)
     }
 
     /// What the watches know of each of `ids` whose kind is watched.
@@ -411,31 +401,15 @@ impl Watch {
 
 /// The changes of one owner's objects, as the watches see them; only the
 /// owner's own changes wake it.
-pub(crate) struct OwnerChanges {
-    owner: String,
-    notify: Arc<Notify>,
-    owners: Arc<Owners>,
-}
+pub(crate) struct OwnerChanges(Waiter<String>);
 
 impl OwnerChanges {
     /// Waits until one of the owner's objects changes (true), or until
     /// `until` (false). A change since the last call counts at once.
     pub async fn next(&mut self, until: tokio::time::Instant) -> bool {
-        tokio::time::timeout_at(until, self.notify.notified())
+        tokio::time::timeout_at(until, self.0.notify().notified())
             .await
             .is_ok()
-    }
-}
-
-impl Drop for OwnerChanges {
-    fn drop(&mut self) {
-        let mut waiting = self.owners.lock();
-        let ours = waiting
-            .get(&self.owner)
-            .is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(&self.notify)));
-        if ours {
-            waiting.remove(&self.owner);
-        }
     }
 }
 
@@ -460,10 +434,10 @@ fn remember_deletions(deleted: &Mutex<HashSet<Place>>, event: &watcher::Event<Ob
 
 /// Wakes the runs waiting for the object an event is about (every run at
 /// the end of a list: the store shows a list once it is done).
-fn wake_arrivals(arrivals: &Arrivals, event: &watcher::Event<Observed>) {
+fn wake_arrivals(arrivals: &Waiters<Place>, event: &watcher::Event<Observed>) {
     match event {
         watcher::Event::Apply(o) | watcher::Event::Delete(o) => {
-            arrivals.arrived(&(o.namespace(), o.name_any()));
+            arrivals.wake(&(o.namespace(), o.name_any()));
         }
         watcher::Event::InitDone => arrivals.wake_all(),
         watcher::Event::Init | watcher::Event::InitApply(_) => {}
@@ -576,9 +550,9 @@ mod tests {
     async fn owner_changes_wake_for_their_owner_only_until_the_deadline() {
         let owners = Arc::new(Owners {
             changes: broadcast::channel(4).0,
-            waiting: Mutex::default(),
+            waiting: Arc::default(),
         });
-        let mut web = Owners::listen(&owners, "Sample.nuvolaris.org/ns/web".into());
+        let mut web = owners.listen("Sample.nuvolaris.org/ns/web".into());
         let until = tokio::time::Instant::now() + Duration::from_secs(1);
         // A change before the wait counts: nothing is lost while it looks.
         owners.changed("Sample.nuvolaris.org/ns/web".into());
@@ -588,7 +562,7 @@ mod tests {
         assert_eq!(tokio::time::Instant::now(), until);
         drop(web);
         assert!(
-            owners.lock().is_empty(),
+            owners.waiting.is_empty(),
             "a listener that went is forgotten"
         );
     }
