@@ -303,6 +303,71 @@ async fn diff_lists_what_a_run_would_prune_and_what_it_would_leave() {
     operator.stop().await;
 }
 
+/// A requester who may diff a WebApp's objects but not read its Service
+/// (a ServiceAccount token) gets the diff and a note that the prune check
+/// could not be made, never a guess.
+#[tokio::test]
+async fn diff_says_so_when_the_requester_cannot_read_what_would_be_pruned() {
+    let client = cluster_or_skip!();
+    let registry = fixture_kinds(&client).await;
+    let ns = common::TestNamespace::new(&client, "webapp-diff-rbac").await;
+    let apps: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns.name,
+        &api_resource(&select(&registry, "webapp")),
+    );
+    let operator = operator(&ns.name, "webapp").await;
+    let spec = json!({"replicas": 1, "expose": true});
+    apps.create(&PostParams::default(), &webapp("shop", spec))
+        .await
+        .unwrap();
+    wait_reason(&apps, "shop", "Applied").await;
+    operator.stop().await;
+    let change = json!({"spec": {"expose": false}});
+    apps.patch("shop", &PatchParams::default(), &Patch::Merge(&change))
+        .await
+        .unwrap();
+    let grants = format!(
+        r#"
+apiVersion: v1
+kind: ServiceAccount
+metadata: {{name: differ, namespace: {ns}}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {{name: differ, namespace: {ns}}}
+rules:
+  - {{apiGroups: [apps.example.com], resources: [webapps], verbs: [get]}}
+  - {{apiGroups: [apps, ""], resources: [deployments, configmaps], verbs: [get, list, patch]}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: differ, namespace: {ns}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: differ}}
+subjects: [{{kind: ServiceAccount, name: differ, namespace: {ns}}}]
+"#,
+        ns = ns.name
+    );
+    let (ok, _, err) = common::kubectl_stdin(&["apply", "-f", "-"], &grants);
+    assert!(ok, "{err}");
+    let token = common::TokenKubeconfig::mint(&client, &ns.name, "differ").await;
+    common::wait_until(TIMEOUT, || async {
+        token.can_i(&["patch", "deployments", "-n", &ns.name])
+    })
+    .await;
+    assert!(!token.can_i(&["get", "services", "-n", &ns.name]));
+
+    let fixtures = common::fixture_kinds().display().to_string();
+    let args = ["webapp/shop", "-n", &ns.name, "--kustomize-dir", &fixtures];
+    let (code, out, err) = common::operator_command_as("diff", &args, Some(token.path()));
+    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    assert!(would(&out).is_empty(), "{out}");
+    assert!(
+        err.contains("note: what run would prune was not checked") && err.contains("forbidden"),
+        "stderr:\n{err}"
+    );
+}
+
 /// `diff`'s lines about what a run would prune or leave.
 fn would(out: &str) -> Vec<String> {
     out.lines()

@@ -543,7 +543,21 @@ pub fn helm_path() -> Option<PathBuf> {
 /// repository's kustomize dir and the tests' kubectl; returns (exit code,
 /// stdout, stderr).
 pub fn operator_command(verb: &str, args: &[&str]) -> (Option<i32>, String, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kustomize-operator"))
+    operator_command_as(verb, args, None)
+}
+
+/// [`operator_command`] with `kubeconfig` (e.g. a ServiceAccount token's)
+/// instead of the test's.
+pub fn operator_command_as(
+    verb: &str,
+    args: &[&str],
+    kubeconfig: Option<&Path>,
+) -> (Option<i32>, String, String) {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_kustomize-operator"));
+    if let Some(kubeconfig) = kubeconfig {
+        command.env("KUBECONFIG", kubeconfig);
+    }
+    let out = command
         .arg(verb)
         .arg("--kustomize-dir")
         .arg(repo().join("kustomize"))
