@@ -14,8 +14,10 @@ use std::time::{Duration, Instant};
 
 use common::sample::{Sample, SampleSpec};
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
+use kustomize_operator::kind::{ConditionStatus, ConditionType, Reason};
 use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(90);
@@ -398,6 +400,110 @@ async fn api_server_outage_and_dropped_watches_converge_without_restart() {
     assert!(operator.running());
     operator.signal(libc::SIGTERM);
     assert!(operator.wait_exit(Duration::from_secs(30)).await.is_some());
+}
+
+/// With kube-controller-manager stopped, no Deployment gets its
+/// controller's first look until the test plays that controller. An apply
+/// whose Deployment waits for it parks its status and gives its reconcile
+/// slot back: with one slot, a second Sample is applied while the first's
+/// status is still unwritten. The look, when it comes, gets one status
+/// that says Ready at once; without it, the status is written at the
+/// parking's deadline (still waiting); a Sample deleted while its status is
+/// parked has its Deployment deleted (nothing else would: the garbage
+/// collector is stopped too).
+#[tokio::test]
+async fn a_status_waiting_for_the_first_look_holds_no_reconcile_slot_and_is_not_lost() {
+    let _ = cluster_or_skip!();
+    let state = tempfile::tempdir().unwrap();
+    let plane = OwnPlane::up(&state.path().join("plane"));
+    let client = plane.client().await;
+    let ns = "parked";
+    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &namespace)
+        .await
+        .unwrap();
+    plane.component("stop-component", "kube-controller-manager");
+    let samples: Api<Sample> = Api::namespaced(client.clone(), ns);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    let one_slot = ["--max-concurrent-reconciles", "1"];
+    let operator = operator_process(Some(&plane.kubeconfig), ns, &one_slot);
+    let exists = |name: &'static str| {
+        let deployments = deployments.clone();
+        async move { deployments.get_opt(name).await.unwrap().is_some() }
+    };
+    let written = |name: &'static str| {
+        let samples = samples.clone();
+        async move {
+            let status = samples.get(name).await.unwrap().status;
+            status.is_some_and(|s| s.applied_digest.is_some())
+        }
+    };
+
+    let seen_a = common::sample::record_statuses(&samples, "a").await;
+    samples
+        .create(&PostParams::default(), &sample("a", 0))
+        .await
+        .unwrap();
+    common::wait_until(TIMEOUT, || exists("a")).await;
+    samples
+        .create(&PostParams::default(), &sample("b", 0))
+        .await
+        .unwrap();
+    common::wait_until(TIMEOUT, || exists("b")).await;
+    assert!(
+        !written("a").await,
+        "b was applied only after a's status was written: a held the one slot\n{}",
+        operator.log_tail()
+    );
+
+    // The Deployment controller's first look at a.
+    let status = json!({"status": {"observedGeneration": 1, "replicas": 0}});
+    deployments
+        .patch_status("a", &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
+    wait_ready_or_explain(&samples, "a", &operator, TIMEOUT).await;
+    let statuses = seen_a.lock().unwrap().clone();
+    let recorded: Vec<_> = statuses
+        .iter()
+        .filter(|s| s.applied_digest.is_some())
+        .collect();
+    assert!(
+        !recorded.is_empty() && recorded.iter().all(|s| s.is_ready()),
+        "a status recorded the apply before Ready: {statuses:#?}"
+    );
+    assert!(common::has_event(&client, ns, "a", "Applied").await);
+    assert!(!common::has_event(&client, ns, "a", "Healthy").await);
+
+    // b never gets its look: its status is written at the deadline.
+    common::wait_until(TIMEOUT, || written("b")).await;
+    let b = samples.get("b").await.unwrap().status.unwrap();
+    let ready = b
+        .conditions
+        .iter()
+        .find(|c| c.type_ == ConditionType::Ready)
+        .unwrap();
+    assert_eq!(ready.status, ConditionStatus::Unknown, "{b:#?}");
+    assert_eq!(ready.reason, Reason::Progressing, "{b:#?}");
+    assert!(b.inventory.is_some(), "{b:#?}");
+
+    samples
+        .create(&PostParams::default(), &sample("c", 0))
+        .await
+        .unwrap();
+    common::wait_until(TIMEOUT, || exists("c")).await;
+    assert!(!written("c").await, "c's status was not parked");
+    samples.delete("c", &DeleteParams::default()).await.unwrap();
+    common::wait_until(TIMEOUT, || async {
+        samples.get_opt("c").await.unwrap().is_none()
+    })
+    .await;
+    assert!(
+        !exists("c").await,
+        "the parked apply's Deployment was left behind"
+    );
+    drop(operator);
 }
 
 #[tokio::test]

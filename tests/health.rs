@@ -8,16 +8,12 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::sample::{Sample, SampleSpec, available};
-use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, ResourceQuota};
-use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::runtime::watcher;
 use kube::{Api, Client};
 use kustomize_operator::kind::{CommonStatus, ConditionStatus, ConditionType, Reason};
 use serde_json::json;
@@ -87,19 +83,6 @@ async fn set_pod_quota(client: &Client, ns: &str, pods: u32) {
     .await;
 }
 
-async fn has_event(client: &Client, ns: &str, name: &str, reason: &str) -> bool {
-    Api::<Event>::namespaced(client.clone(), ns)
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .iter()
-        .any(|e| {
-            e.reason.as_deref() == Some(reason)
-                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
-        })
-}
-
 async fn running_pods(client: &Client, ns: &str, sample: &str) -> usize {
     let selector = format!("app.kubernetes.io/instance={sample}");
     Api::<Pod>::namespaced(client.clone(), ns)
@@ -160,7 +143,10 @@ async fn ready_waits_for_running_pods_stalls_after_the_timeout_and_recovers() {
     );
     let message = stalled.message.clone().unwrap_or_default();
     assert!(message.starts_with("not healthy after 5s"), "{message}");
-    common::wait_until(TIMEOUT, || has_event(&client, &ns.name, "web", "Unhealthy")).await;
+    common::wait_until(TIMEOUT, || {
+        common::has_event(&client, &ns.name, "web", "Unhealthy")
+    })
+    .await;
     assert_eq!(running_pods(&client, &ns.name, "web").await, 0);
 
     // The quota goes: the Pods run, and only then is the Sample Ready.
@@ -172,7 +158,10 @@ async fn ready_waits_for_running_pods_stalls_after_the_timeout_and_recovers() {
         available(&samples, "web").await == Some(2)
     })
     .await;
-    common::wait_until(TIMEOUT, || has_event(&client, &ns.name, "web", "Healthy")).await;
+    common::wait_until(TIMEOUT, || {
+        common::has_event(&client, &ns.name, "web", "Healthy")
+    })
+    .await;
     assert_eq!(
         operator.kubectl_stats().spawned(),
         spawned,
@@ -181,41 +170,13 @@ async fn ready_waits_for_running_pods_stalls_after_the_timeout_and_recovers() {
     operator.stop().await;
 }
 
-/// Every status the Sample `name` in `samples` is seen with from now on,
-/// collected by a watch that is running when this returns.
-async fn record_statuses(samples: &Api<Sample>, name: &str) -> Arc<Mutex<Vec<CommonStatus>>> {
-    let seen: Arc<Mutex<Vec<CommonStatus>>> = Arc::default();
-    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let events = watcher(samples.clone(), config);
-    let (listed, ready) = tokio::sync::oneshot::channel();
-    let recorded = seen.clone();
-    tokio::spawn(async move {
-        futures::pin_mut!(events);
-        let mut listed = Some(listed);
-        while let Some(event) = events.next().await {
-            match event {
-                Ok(watcher::Event::InitDone) => {
-                    listed.take().map(|l| l.send(()));
-                }
-                Ok(watcher::Event::Apply(sample) | watcher::Event::InitApply(sample)) => {
-                    let status = sample.status.unwrap_or_default();
-                    recorded.lock().unwrap().push(status);
-                }
-                Ok(_) | Err(_) => {}
-            }
-        }
-    });
-    ready.await.expect("the watch of the Sample listed");
-    seen
-}
-
 #[tokio::test]
 async fn a_sample_healthy_at_the_first_look_gets_one_status_ready_at_once() {
     let client = cluster_or_skip!();
     let ns = common::TestNamespace::new(&client, "first-look").await;
     let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
     let operator = common::start_operator(&ns.name, &[]).await;
-    let seen = record_statuses(&samples, "web").await;
+    let seen = common::sample::record_statuses(&samples, "web").await;
     samples
         .create(
             &PostParams::default(),
@@ -242,8 +203,8 @@ async fn a_sample_healthy_at_the_first_look_gets_one_status_ready_at_once() {
         applied.iter().all(|s| s.is_ready()),
         "a status recorded the apply before Ready: {statuses:#?}"
     );
-    assert!(has_event(&client, &ns.name, "web", "Applied").await);
-    assert!(!has_event(&client, &ns.name, "web", "Healthy").await);
+    assert!(common::has_event(&client, &ns.name, "web", "Applied").await);
+    assert!(!common::has_event(&client, &ns.name, "web", "Healthy").await);
     operator.stop().await;
 }
 

@@ -14,7 +14,7 @@ use super::health::{self, Health};
 use super::inventory::ObjectId;
 use super::outcome::HealthState;
 use super::status::{CommonStatus, ConditionStatus, ConditionType, Reason};
-use super::watch::{OwnerChanges, Seen};
+use super::watch::Seen;
 use crate::kind::Handler;
 
 /// Objects named in a health message.
@@ -35,8 +35,9 @@ pub(crate) enum Source<'a> {
     Watched,
 }
 
-/// What a look at a resource's objects found.
-#[derive(Debug, Clone, PartialEq)]
+/// What a look at a resource's objects found (by default: nothing to
+/// wait for, nothing failed).
+#[derive(Debug, Clone, PartialEq, Default)]
 pub(crate) struct Checkup {
     /// The objects not current, and what each waits for.
     pub waiting: Vec<String>,
@@ -106,25 +107,6 @@ fn only_first_looks(assessed: &[(ObjectId, Health)]) -> bool {
         && assessed
             .iter()
             .all(|(_, h)| unobserved(h) || *h == Health::Current)
-}
-
-/// Right after an apply, while all its objects wait for is their
-/// controllers' first look, looks again at each change of them, until
-/// `until` at most. In a healthy cluster that look comes within
-/// milliseconds; a status written before it would be written again a
-/// moment later with `Ready`, and a `Healthy` event with it.
-pub(crate) async fn after_first_look<H: Handler>(
-    ctx: &Context<H>,
-    obj: &H::Resource,
-    ids: &BTreeSet<ObjectId>,
-    mut checkup: Checkup,
-    changes: &mut OwnerChanges,
-    until: tokio::time::Instant,
-) -> Checkup {
-    while checkup.first_look_pending && changes.next(until).await {
-        checkup = look(ctx, obj, ids, Source::Watched).await;
-    }
-    checkup
 }
 
 /// When the objects started becoming healthy, from the status before:

@@ -70,10 +70,12 @@ pub(crate) async fn cleanup<H: Handler>(
     }
 }
 
-/// Forgets a resource that is gone: its status memo and its kept overlay.
+/// Forgets a resource that is gone: its status memo, a parked status and
+/// its kept overlay.
 fn forget<H: Handler>(ctx: &Context<H>, obj: &H::Resource) {
     if let Some(uid) = obj.uid() {
         ctx.engine.memo.forget(&uid);
+        ctx.engine.parked.release(&uid);
     }
     if let Some(dir) = ctx.kept_overlay(obj.meta()) {
         super::kept::remove(&dir);

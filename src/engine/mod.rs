@@ -6,7 +6,8 @@
 //! - `steps`: a plan's steps carried out (build, ownership check, apply,
 //!   prune, deletes);
 //! - [`outcome`]: the outcome of a reconcile → status (one pure function);
-//! - `status_writer`: the one place status is written;
+//! - `status_writer`: the one place status is written; `parked`: the
+//!   status of an apply that waits for its objects' first look;
 //! - [`inventory`], `ownership`: what a resource owns, and who owns what;
 //! - [`overlay`], [`templates`]: overlays as data → files;
 //! - `build`, `applier`, `batch`: kubectl runs, coalesced;
@@ -31,6 +32,7 @@ mod observed;
 pub(crate) mod outcome;
 pub(crate) mod overlay;
 pub(crate) mod ownership;
+mod parked;
 mod primer;
 mod reconcile;
 pub mod shard;
@@ -54,6 +56,7 @@ use self::build::{BuildJob, Built};
 use self::events::Events;
 use self::kubectl::Kubectl;
 use self::ownership::Discovery;
+use self::parked::ParkedStatuses;
 use self::status_writer::StatusMemo;
 use self::templates::KustomizeDir;
 use self::watch::ObjectCache;
@@ -104,6 +107,7 @@ pub struct Engine {
     events: Events,
     failures: Mutex<HashMap<String, u32>>,
     memo: StatusMemo,
+    parked: ParkedStatuses,
     builds: Queue<BuildJob, Built>,
     applies: Queue<ApplyJob, Applied>,
     discovery: Discovery,
@@ -147,6 +151,7 @@ impl Engine {
             metrics,
             failures: Mutex::default(),
             memo: StatusMemo::default(),
+            parked: ParkedStatuses::default(),
             builds,
             applies,
             discovery: Discovery::default(),

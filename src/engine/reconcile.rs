@@ -5,8 +5,8 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::Resource;
 use kube::runtime::controller::Action;
+use kube::{Resource, ResourceExt};
 use sha2::{Digest, Sha256};
 
 use super::checkup::{self, Source};
@@ -14,6 +14,7 @@ use super::controller::{Context, ReconcileError};
 use super::inventory::{Inventory, ObjectId, Owner, prune_set};
 use super::outcome::{self, Applied, Failure, HealthState, Outcome};
 use super::overlay::{Marking, RenderedOverlay};
+use super::parked::Parked;
 use super::status::{CommonStatus, ConditionStatus, ConditionType, Reason};
 use super::status_writer::{self, Current};
 use super::steps::{self, Actor, Done};
@@ -120,12 +121,18 @@ pub(crate) async fn apply<H: Handler>(
         .clone()
         .unwrap_or_else(|| rendered.digest.clone());
     if let Some(next) = unchanged(ctx, &current, &plan, &digest) {
-        match recheck(ctx, &current, next).await {
-            Recheck::Done(result) => {
-                ctx.engine.metrics.skipped(&ctx.handler.info().name);
-                return result;
+        match &current.parked {
+            Some(parked) => {
+                if let Recheck::Done(result) = look_again(ctx, &current, parked, next).await {
+                    return result;
+                }
             }
-            Recheck::Reapply => {}
+            None => {
+                if let Recheck::Done(result) = recheck(ctx, &current, next).await {
+                    ctx.engine.metrics.skipped(&ctx.handler.info().name);
+                    return result;
+                }
+            }
         }
     }
     let quiet_until = tokio::time::Instant::now() + progress_after(&current.common);
@@ -418,115 +425,160 @@ struct Ran {
     after: BTreeSet<ObjectId>,
     /// The digest of what was applied.
     digest: String,
-    /// Until when the run may go without showing progress: the first look
-    /// at what it applied is waited for until then.
+    /// Until when the run may go without showing progress: the status of
+    /// an apply waiting for its objects' first look is parked until then.
     quiet_until: tokio::time::Instant,
 }
 
+/// Records a successful run: its events, then its status, once its health
+/// is known. When all its objects wait for is their controllers' first
+/// look, the status is parked (see [`super::parked`]) and the reconcile
+/// ends; the look wakes the resource again and that run writes it.
 async fn succeed<H: Handler>(
     ctx: &Context<H>,
     current: &Current<H::Resource>,
     plan: &Plan<H::Status>,
     ran: Ran,
 ) -> Result<Action, ReconcileError> {
-    let summary = summarize(&ran.done.lines);
-    let before = &current.common;
-    let (health, fields, next) = if ctx.handler.info().policy.health {
-        health_after_apply(ctx, current, &ran).await
+    let requeue = plan
+        .requeue_after
+        .unwrap_or(ctx.engine.settings.resync_interval);
+    let checkup = if ctx.handler.info().policy.health {
+        let source = Source::AfterApply {
+            created: &ran.done.created,
+        };
+        checkup::look(ctx, &current.object, &ran.after, source).await
     } else {
-        (HealthState::Healthy, None, None)
+        checkup::Checkup::default()
     };
+    let summary = summarize(&ran.done.lines);
+    publish_applied(ctx, &current.object, plan, &ran.done, &summary).await;
+    let before = &current.common;
+    let applied_new = before.applied_digest.as_deref() != Some(ran.digest.as_str())
+        || before.observed_generation != current.object.meta().generation;
     let Ran {
         done,
         after,
         digest,
-        ..
+        quiet_until,
     } = ran;
-    let applied = Outcome::Applied(Applied {
-        summary: summary.clone(),
-        record: done.record,
-        digest,
-        inventory: Inventory::of(&after),
-        health,
-    });
-    let kind = plan
-        .status
-        .as_ref()
-        .and_then(|s| serde_json::to_value(s).ok());
-    let kind = status_writer::with_fields(kind, fields);
-    let common = next_common(current, &applied);
+    let parked = Parked {
+        status: serde_json::Value::Null,
+        written: before.clone(),
+        applied: Applied {
+            summary,
+            record: done.record,
+            digest,
+            inventory: Inventory::of(&after),
+            health: HealthState::Healthy,
+        },
+        kind: plan
+            .status
+            .as_ref()
+            .and_then(|s| serde_json::to_value(s).ok()),
+        waiting: checkup::waiting(before, applied_new, jiff::Timestamp::now()),
+        until: quiet_until,
+    };
+    let now = tokio::time::Instant::now();
+    if checkup.first_look_pending && !plan.always_run && now < quiet_until {
+        park(ctx, current, parked, &checkup);
+        return Ok(Action::requeue((quiet_until - now).min(requeue)));
+    }
+    settle(ctx, current, &parked, &checkup, requeue).await
+}
+
+/// The `Applied` event (unless the kind runs every time), and the events
+/// of the steps and the plan.
+async fn publish_applied<H: Handler>(
+    ctx: &Context<H>,
+    obj: &H::Resource,
+    plan: &Plan<H::Status>,
+    done: &Done,
+    summary: &str,
+) {
     if !plan.always_run {
         let note = if done.lines.len() > 1 {
             done.lines.join("\n")
         } else {
-            summary
+            summary.to_string()
         };
-        publish(
-            ctx,
-            &current.object,
-            EventType::Normal,
-            Reason::Applied.as_str(),
-            &note,
-            None,
-        )
-        .await;
+        let applied = Reason::Applied.as_str();
+        publish(ctx, obj, EventType::Normal, applied, &note, None).await;
     }
     for e in done.events.iter().chain(&plan.events) {
-        publish(
-            ctx,
-            &current.object,
-            e.type_,
-            e.reason,
-            &e.note,
-            e.related.as_ref(),
-        )
-        .await;
+        let related = e.related.as_ref();
+        publish(ctx, obj, e.type_, e.reason, &e.note, related).await;
     }
-    health_events(ctx, &current.object, before, &common).await;
+}
+
+/// Parks the status of an apply whose objects wait for their first look,
+/// as it would read if written now.
+fn park<H: Handler>(
+    ctx: &Context<H>,
+    current: &Current<H::Resource>,
+    mut parked: Parked,
+    checkup: &checkup::Checkup,
+) {
+    let Some(uid) = current.object.uid() else {
+        return;
+    };
+    let waiting = Outcome::Applied(Applied {
+        health: HealthState::Waiting(checkup.waiting.clone()),
+        ..parked.applied.clone()
+    });
+    let common = next_common(current, &waiting);
+    let kind = status_writer::with_fields(parked.kind.clone(), checkup.fields.clone());
+    parked.status = status_writer::compose(&current.status, &common, kind);
+    ctx.engine.parked.park(uid, parked);
+}
+
+/// Writes the status of a successful apply (`parked`, parked or not) with
+/// the health `checkup` found; looks again by `requeue` at the latest.
+async fn settle<H: Handler>(
+    ctx: &Context<H>,
+    current: &Current<H::Resource>,
+    parked: &Parked,
+    checkup: &checkup::Checkup,
+    requeue: Duration,
+) -> Result<Action, ReconcileError> {
+    let now = jiff::Timestamp::now();
+    let timeout = ctx.engine.settings.health_timeout;
+    let health = checkup::verdict(checkup, parked.waiting, now, timeout);
+    let next = match &health {
+        HealthState::Waiting(_) => checkup::deadline(parked.waiting, now, timeout),
+        _ => None,
+    };
+    let applied = Outcome::Applied(Applied {
+        health,
+        ..parked.applied.clone()
+    });
+    let generation = current.object.meta().generation;
+    let common = outcome::status_after(&parked.written, &applied, generation, now);
+    let kind = status_writer::with_fields(parked.kind.clone(), checkup.fields.clone());
+    health_events(ctx, &current.object, &parked.written, &common).await;
     write(ctx, current, &common, kind).await?;
-    let requeue = plan
-        .requeue_after
-        .unwrap_or(ctx.engine.settings.resync_interval);
     Ok(Action::requeue(next.map_or(requeue, |n| n.min(requeue))))
 }
 
-/// The health of what a run applied, with the kind's status fields and
-/// when to look again. When all that is missing is the controllers' first
-/// look, it is waited for while the run may stay quiet, so one status
-/// write says both what was applied and that it is healthy.
-async fn health_after_apply<H: Handler>(
+/// A parked apply whose desired state is still the one in place: looks at
+/// its objects again, and writes its status once their first look came (or
+/// its deadline passed); an object deleted meanwhile is applied again.
+async fn look_again<H: Handler>(
     ctx: &Context<H>,
     current: &Current<H::Resource>,
-    ran: &Ran,
-) -> (
-    HealthState,
-    Option<serde_json::Map<String, serde_json::Value>>,
-    Option<Duration>,
-) {
-    let before = &current.common;
-    let applied_new = before.applied_digest.as_deref() != Some(ran.digest.as_str())
-        || before.observed_generation != current.object.meta().generation;
-    let waiting = checkup::waiting(before, applied_new, jiff::Timestamp::now());
-    // Listening before the first look, so a change right after it counts.
-    let mut changes = ctx
-        .owner(&current.object)
-        .map(|owner| ctx.engine.objects.changes_of(owner.annotation()));
-    let source = Source::AfterApply {
-        created: &ran.done.created,
-    };
-    let mut checkup = checkup::look(ctx, &current.object, &ran.after, source).await;
-    if let Some(changes) = changes.as_mut() {
-        let (obj, ids, until) = (&current.object, &ran.after, ran.quiet_until);
-        checkup = checkup::after_first_look(ctx, obj, ids, checkup, changes, until).await;
+    parked: &Parked,
+    next: Duration,
+) -> Recheck {
+    let ids = parked.applied.inventory.ids();
+    let checkup = checkup::look(ctx, &current.object, &ids, Source::Watched).await;
+    if !checkup.missing.is_empty() {
+        return Recheck::Reapply;
     }
-    let now = jiff::Timestamp::now();
-    let timeout = ctx.engine.settings.health_timeout;
-    let health = checkup::verdict(&checkup, waiting, now, timeout);
-    let next = match &health {
-        HealthState::Waiting(_) => checkup::deadline(waiting, now, timeout),
-        _ => None,
-    };
-    (health, checkup.fields, next)
+    let now = tokio::time::Instant::now();
+    if checkup.first_look_pending && now < parked.until {
+        return Recheck::Done(Ok(Action::requeue((parked.until - now).min(next))));
+    }
+    Recheck::Done(settle(ctx, current, parked, &checkup, next).await)
 }
 
 /// Events for changes of health: `Unhealthy` when the resource stalls,

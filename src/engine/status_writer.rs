@@ -10,7 +10,7 @@
 //! hold no such state.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use kube::api::{Patch, PatchParams};
@@ -18,6 +18,7 @@ use kube::{Resource, ResourceExt};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::parked::Parked;
 use super::status::CommonStatus;
 use super::{Engine, FIELD_MANAGER};
 use crate::kind::Handler;
@@ -94,17 +95,25 @@ pub(crate) struct Current<K> {
     pub status: Value,
     /// The engine's part of it.
     pub common: CommonStatus,
+    /// The apply whose status this is, when it is parked, not written yet.
+    pub parked: Option<Arc<Parked>>,
 }
 
-/// `obj` with the status the engine last wrote, if the watch lags behind it.
+/// `obj` with its freshest status: the one parked for it, or the one the
+/// engine last wrote if the watch lags behind it.
 pub(crate) fn current<H: Handler>(
     engine: &Engine,
     handler: &H,
     obj: &H::Resource,
 ) -> Current<H::Resource> {
-    let remembered = obj
-        .uid()
-        .and_then(|uid| engine.memo.fresher(&uid, obj.resource_version().as_deref()));
+    let uid = obj.uid();
+    let parked = uid.as_deref().and_then(|uid| engine.parked.get(uid));
+    let remembered = match &parked {
+        Some(parked) => Some(parked.status.clone()),
+        None => uid
+            .as_deref()
+            .and_then(|uid| engine.memo.fresher(uid, obj.resource_version().as_deref())),
+    };
     let object = remembered
         .as_ref()
         .and_then(|status| with_status(obj, status))
@@ -120,6 +129,7 @@ pub(crate) fn current<H: Handler>(
         object,
         status,
         common,
+        parked,
     }
 }
 
@@ -187,7 +197,8 @@ pub(crate) fn with_fields(
 }
 
 /// Writes `status` as the resource's whole status (server-side apply, the
-/// engine's field manager), and remembers it.
+/// engine's field manager), remembers it, and releases a parked status
+/// (`status` was composed over it).
 pub(crate) async fn write<H: Handler>(
     engine: &Engine,
     handler: &H,
@@ -206,6 +217,7 @@ pub(crate) async fn write<H: Handler>(
         .patch_status(&obj.name_any(), &params, &Patch::Apply(&body))
         .await?;
     if let Some(uid) = written.uid() {
+        engine.parked.release(&uid);
         let stored = serde_json::to_value(&written)
             .ok()
             .and_then(|v| v.get("status").cloned())

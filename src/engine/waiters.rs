@@ -1,7 +1,7 @@
-//! Runs waiting for something a watch will show, by key: a change of an
-//! owner's objects (by owner), or a created object's arrival (by its
-//! place). Each waiter is woken by events about its own key only, so a
-//! burst of a thousand runs does not wake every waiter for every event.
+//! Runs waiting for something a watch will show, by key: a created
+//! object's arrival (by its place). Each waiter is woken by events about
+//! its own key only, so a burst of a thousand runs does not wake every
+//! waiter for every event.
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -45,14 +45,6 @@ impl<K: Eq + Hash + Clone> Waiters<K> {
     pub fn wake(&self, key: &K) {
         if let Some(notify) = self.notify(key) {
             notify.notify_waiters();
-        }
-    }
-
-    /// Wakes a waiter for `key`, or the next one to wait if none waits
-    /// now: one permit, so a wake-up while the waiter looks is not lost.
-    pub fn wake_one(&self, key: &K) {
-        if let Some(notify) = self.notify(key) {
-            notify.notify_one();
         }
     }
 

@@ -19,7 +19,7 @@ use tokio::sync::broadcast;
 use super::inventory::{OWNER_LABEL, ObjectId};
 use super::observed::Observed;
 use super::ownership::{Discovery, Served};
-use super::waiters::{Waiter, Waiters};
+use super::waiters::Waiters;
 use crate::kind::api_message;
 
 /// How long the first list of a new watch may take before reads go on
@@ -148,29 +148,8 @@ pub(crate) struct ObjectCache {
     client: Client,
     namespace: Option<String>,
     watches: Mutex<HashMap<WatchKey, Watch>>,
-    owners: Arc<Owners>,
-}
-
-/// Whom a change of an owner's objects is told: every controller (by the
-/// owner's annotation), and a reconcile of that owner waiting for one.
-struct Owners {
+    /// Owner annotations of objects that changed, for every controller.
     changes: broadcast::Sender<String>,
-    /// Reconciles waiting for a change of their objects, by owner.
-    waiting: Arc<Waiters<String>>,
-}
-
-impl Owners {
-    /// Tells everyone waiting that `owner`'s objects changed.
-    fn changed(&self, owner: String) {
-        // One permit: a change while the waiter looks is not lost.
-        self.waiting.wake_one(&owner);
-        let _ = self.changes.send(owner);
-    }
-
-    /// Starts listening for changes of `owner`'s objects.
-    fn listen(&self, owner: String) -> OwnerChanges {
-        OwnerChanges(Waiters::wait_for(&self.waiting, owner))
-    }
 }
 
 impl ObjectCache {
@@ -180,22 +159,13 @@ impl ObjectCache {
             client,
             namespace,
             watches: Mutex::default(),
-            owners: Arc::new(Owners {
-                changes: broadcast::channel(CHANGES).0,
-                waiting: Arc::default(),
-            }),
+            changes: broadcast::channel(CHANGES).0,
         }
     }
 
     /// Owner annotations (`Kind.group/ns/name`) of objects that changed.
     pub fn changes(&self) -> broadcast::Receiver<String> {
-        self.owners.changes.subscribe()
-    }
-
-    /// Changes of the objects one owner (its annotation) owns, from now on
-    /// (one listener per owner: a reconcile of it).
-    pub fn changes_of(&self, owner: String) -> OwnerChanges {
-        self.owners.listen(owner)
+        self.changes.subscribe()
     }
 
     /// What the watches know of each of `ids` whose kind is watched.
@@ -329,7 +299,7 @@ impl ObjectCache {
             .labels(OWNER_LABEL)
             .any_semantic();
         let events = watcher(api, config).default_backoff().reflect(writer);
-        let owners = self.owners.clone();
+        let changes = self.changes.clone();
         let error = watch.error.clone();
         let deleted = watch.deleted.clone();
         let arrivals = watch.arrivals.clone();
@@ -346,7 +316,7 @@ impl ObjectCache {
                             listed.send_replace(true);
                         }
                         remember_deletions(&deleted, &event);
-                        wake_owners(&owners, &event, &mut relisted);
+                        wake_owners(&changes, &event, &mut relisted);
                         wake_arrivals(&arrivals, &event);
                         None
                     }
@@ -399,20 +369,6 @@ impl Watch {
     }
 }
 
-/// The changes of one owner's objects, as the watches see them; only the
-/// owner's own changes wake it.
-pub(crate) struct OwnerChanges(Waiter<String>);
-
-impl OwnerChanges {
-    /// Waits until one of the owner's objects changes (true), or until
-    /// `until` (false). A change since the last call counts at once.
-    pub async fn next(&mut self, until: tokio::time::Instant) -> bool {
-        tokio::time::timeout_at(until, self.0.notify().notified())
-            .await
-            .is_ok()
-    }
-}
-
 /// Notes an object the watch saw deleted; forgets it when it comes back.
 fn remember_deletions(deleted: &Mutex<HashSet<Place>>, event: &watcher::Event<Observed>) {
     let place = |o: &Observed| (o.namespace(), o.name_any());
@@ -447,19 +403,23 @@ fn wake_arrivals(arrivals: &Waiters<Place>, event: &watcher::Event<Observed>) {
 /// Wakes the owners of the objects an event is about, once the store shows
 /// the change: at once for a change, at the end of a (re)list for the
 /// objects it listed (collected in `relisted` until then).
-fn wake_owners(owners: &Owners, event: &watcher::Event<Observed>, relisted: &mut BTreeSet<String>) {
+fn wake_owners(
+    changes: &broadcast::Sender<String>,
+    event: &watcher::Event<Observed>,
+    relisted: &mut BTreeSet<String>,
+) {
     let owner = |o: &Observed| o.owner().cloned();
     match event {
         watcher::Event::Apply(o) | watcher::Event::Delete(o) => {
             if let Some(owner) = owner(o) {
-                owners.changed(owner);
+                let _ = changes.send(owner);
             }
         }
         watcher::Event::Init => relisted.clear(),
         watcher::Event::InitApply(o) => relisted.extend(owner(o)),
         watcher::Event::InitDone => {
             for owner in std::mem::take(relisted) {
-                owners.changed(owner);
+                let _ = changes.send(owner);
             }
         }
     }
@@ -544,26 +504,5 @@ mod tests {
         let start = tokio::time::Instant::now();
         assert_eq!(watch.arrival(&web(), true).await, None);
         assert_eq!(start.elapsed(), Duration::ZERO);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn owner_changes_wake_for_their_owner_only_until_the_deadline() {
-        let owners = Arc::new(Owners {
-            changes: broadcast::channel(4).0,
-            waiting: Arc::default(),
-        });
-        let mut web = owners.listen("Sample.nuvolaris.org/ns/web".into());
-        let until = tokio::time::Instant::now() + Duration::from_secs(1);
-        // A change before the wait counts: nothing is lost while it looks.
-        owners.changed("Sample.nuvolaris.org/ns/web".into());
-        assert!(web.next(until).await, "its own change");
-        owners.changed("Sample.nuvolaris.org/ns/other".into());
-        assert!(!web.next(until).await, "another owner's change");
-        assert_eq!(tokio::time::Instant::now(), until);
-        drop(web);
-        assert!(
-            owners.waiting.is_empty(),
-            "a listener that went is forgotten"
-        );
     }
 }

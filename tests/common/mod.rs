@@ -572,3 +572,17 @@ pub fn operator_command_as(
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// True when an event with `reason` about `name` in `ns` was published.
+pub async fn has_event(client: &Client, ns: &str, name: &str, reason: &str) -> bool {
+    Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), ns)
+        .list(&kube::api::ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .any(|e| {
+            e.reason.as_deref() == Some(reason)
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+        })
+}

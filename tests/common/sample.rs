@@ -4,7 +4,11 @@
 //! status is read as the engine's fields; [`available`] reads the one the
 //! kind file maps.
 
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
+use kube::runtime::watcher;
 use kube::{Api, CustomResource};
 use kustomize_operator::kind::CommonStatus;
 use schemars::JsonSchema;
@@ -45,4 +49,32 @@ pub async fn replicas(deployments: &Api<Deployment>, name: &str) -> Option<i32> 
         .unwrap()
         .and_then(|d| d.spec)
         .and_then(|s| s.replicas)
+}
+
+/// Every status the Sample `name` in `samples` is seen with from now on,
+/// collected by a watch that is running when this returns.
+pub async fn record_statuses(samples: &Api<Sample>, name: &str) -> Arc<Mutex<Vec<CommonStatus>>> {
+    let seen: Arc<Mutex<Vec<CommonStatus>>> = Arc::default();
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let events = watcher(samples.clone(), config);
+    let (listed, ready) = tokio::sync::oneshot::channel();
+    let recorded = seen.clone();
+    tokio::spawn(async move {
+        futures::pin_mut!(events);
+        let mut listed = Some(listed);
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(watcher::Event::InitDone) => {
+                    listed.take().map(|l| l.send(()));
+                }
+                Ok(watcher::Event::Apply(sample) | watcher::Event::InitApply(sample)) => {
+                    let status = sample.status.unwrap_or_default();
+                    recorded.lock().unwrap().push(status);
+                }
+                Ok(_) | Err(_) => {}
+            }
+        }
+    });
+    ready.await.expect("the watch of the Sample listed");
+    seen
 }

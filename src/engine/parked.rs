@@ -1,0 +1,134 @@
+//! Applies whose status waits for their objects' first look, held outside
+//! the reconcile.
+//!
+//! Right after an apply, a Deployment waits for its controller's first
+//! look; a status written before it says `Ready=Unknown` and is written
+//! again a moment later with `Ready=True`. So the status of such an apply
+//! is parked here instead, and the reconcile ends (its slot goes to the
+//! next resource). The change the first look makes wakes the resource, and
+//! that reconcile writes the one status that says both what was applied and
+//! that it is healthy; so does the one at the parking's deadline, if the
+//! look never comes.
+//!
+//! Until it is written, a parked status is what every reconcile of the
+//! resource reads as its status ([`super::status_writer::current`]), so a
+//! new apply prunes and a deletion deletes what the parked apply created;
+//! any status write releases it. A parked status is lost with the process,
+//! as a status an apply had not written yet always was: the next run
+//! applies again (nothing changes) and writes it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+use tokio::time::{Duration, Instant};
+
+use super::checkup::Waiting;
+use super::outcome::Applied;
+use super::status::CommonStatus;
+
+/// A parked status is dropped this long after its deadline at the latest
+/// (its resource went away, or this process stopped reconciling it).
+const FORGET_AFTER: Duration = Duration::from_secs(300);
+
+/// A successful apply whose status is not written yet.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Parked {
+    /// The whole status as written if nothing changed (`Ready=Unknown`,
+    /// waiting for the first look), read as the resource's status meanwhile.
+    pub status: Value,
+    /// The engine's fields as last written, before the apply.
+    pub written: CommonStatus,
+    /// What the apply did (its health is decided when the status is written).
+    pub applied: Applied,
+    /// The kind's fields from the plan.
+    pub kind: Option<Value>,
+    /// Since when its objects are becoming healthy.
+    pub waiting: Waiting,
+    /// When the status is written even if the first look has not come.
+    pub until: Instant,
+}
+
+/// The parked statuses, by the UID of their resource.
+#[derive(Debug, Default)]
+pub(crate) struct ParkedStatuses {
+    entries: Mutex<HashMap<String, Arc<Parked>>>,
+}
+
+impl ParkedStatuses {
+    /// Parks `parked` for `uid`, replacing what was parked for it.
+    pub fn park(&self, uid: String, parked: Parked) {
+        let mut entries = self.lock();
+        let now = Instant::now();
+        entries.retain(|_, p| p.until + FORGET_AFTER > now);
+        entries.insert(uid, Arc::new(parked));
+    }
+
+    /// What is parked for `uid`.
+    pub fn get(&self, uid: &str) -> Option<Arc<Parked>> {
+        self.lock().get(uid).cloned()
+    }
+
+    /// Releases what is parked for `uid` (a status was written, or the
+    /// resource is gone).
+    pub fn release(&self, uid: &str) {
+        self.lock().remove(uid);
+    }
+
+    /// How many statuses are parked.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Parked>>> {
+        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::inventory::Inventory;
+    use crate::engine::outcome::HealthState;
+    use serde_json::json;
+
+    fn parked(message: &str, until: Instant) -> Parked {
+        Parked {
+            status: json!({ "message": message }),
+            written: CommonStatus::default(),
+            applied: Applied {
+                summary: "deployment.apps/web serverside-applied".into(),
+                record: None,
+                digest: "sha256:1".into(),
+                inventory: Inventory::default(),
+                health: HealthState::Healthy,
+            },
+            kind: None,
+            waiting: Waiting::Stalled,
+            until,
+        }
+    }
+
+    #[test]
+    fn a_parked_status_is_read_until_released_and_replaced_by_the_next() {
+        let statuses = ParkedStatuses::default();
+        let soon = Instant::now() + Duration::from_secs(10);
+        assert!(statuses.get("u").is_none());
+        statuses.park("u".into(), parked("first", soon));
+        statuses.park("u".into(), parked("second", soon));
+        assert_eq!(statuses.get("u").unwrap().status["message"], "second");
+        statuses.release("u");
+        assert!(statuses.get("u").is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_status_parked_long_past_its_deadline_is_forgotten() {
+        let statuses = ParkedStatuses::default();
+        statuses.park("old".into(), parked("old", Instant::now()));
+        tokio::time::advance(FORGET_AFTER + Duration::from_secs(1)).await;
+        statuses.park("new".into(), parked("new", Instant::now()));
+        assert!(statuses.get("old").is_none());
+        assert_eq!(statuses.len(), 1);
+    }
+}
