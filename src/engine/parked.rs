@@ -45,8 +45,12 @@ pub(crate) struct Parked {
     pub kind: Option<Value>,
     /// Since when its objects are becoming healthy.
     pub waiting: Waiting,
+    /// The generation of the resource it applied.
+    pub generation: Option<i64>,
     /// When the status is written even if the first look has not come.
     pub until: Instant,
+    /// How soon the resource is looked at again once it is written.
+    pub requeue: Duration,
 }
 
 /// The parked statuses, by the UID of their resource.
@@ -106,7 +110,9 @@ mod tests {
             },
             kind: None,
             waiting: Waiting::Stalled,
+            generation: Some(1),
             until,
+            requeue: Duration::from_secs(300),
         }
     }
 

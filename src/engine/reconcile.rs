@@ -27,6 +27,11 @@ const PROGRESS_AFTER: Duration = Duration::from_secs(1);
 /// is worth the extra write. In a burst of new resources, runs take
 /// seconds waiting for their batch, and this write was one of every two.
 const FIRST_PROGRESS_AFTER: Duration = Duration::from_secs(10);
+/// How long after its start a resource's first run may park the status
+/// of an apply whose objects wait for their controllers' first look (later
+/// runs: [`PROGRESS_AFTER`]). Parking holds no reconcile slot, and in a
+/// burst the Deployment controller's first look comes seconds late.
+const FIRST_LOOK_WAIT: Duration = Duration::from_secs(30);
 /// Objects named in one event.
 const IN_EVENT: usize = 10;
 
@@ -87,6 +92,18 @@ pub(crate) async fn apply<H: Handler>(
     obj: &H::Resource,
 ) -> Result<Action, ReconcileError> {
     let current = status_writer::current(&ctx.engine, &*ctx.handler, obj);
+    let generation = current.object.meta().generation;
+    if let Some(parked) = current
+        .parked
+        .as_ref()
+        .filter(|p| p.generation == generation)
+    {
+        // The desired state is the one just applied, as during a wait
+        // inside the run: no need to plan and render it again.
+        if let Recheck::Done(result) = look_again(ctx, &current, parked).await {
+            return result;
+        }
+    }
     let plan = match planned(ctx, &current.object).await {
         Ok(plan) => plan,
         Err(e) => {
@@ -121,28 +138,22 @@ pub(crate) async fn apply<H: Handler>(
         .clone()
         .unwrap_or_else(|| rendered.digest.clone());
     if let Some(next) = unchanged(ctx, &current, &plan, &digest) {
-        match &current.parked {
-            Some(parked) => {
-                if let Recheck::Done(result) = look_again(ctx, &current, parked, next).await {
-                    return result;
-                }
+        match recheck(ctx, &current, next).await {
+            Recheck::Done(result) => {
+                ctx.engine.metrics.skipped(&ctx.handler.info().name);
+                return result;
             }
-            None => {
-                if let Recheck::Done(result) = recheck(ctx, &current, next).await {
-                    ctx.engine.metrics.skipped(&ctx.handler.info().name);
-                    return result;
-                }
-            }
+            Recheck::Reapply => {}
         }
     }
-    let quiet_until = tokio::time::Instant::now() + progress_after(&current.common);
+    let park_until = tokio::time::Instant::now() + first_look_wait(&current.common);
     match run_showing_progress(ctx, &current, &plan, &rendered, &marking.owner).await {
         Ok((done, after)) => {
             let ran = Ran {
                 done,
                 after,
                 digest,
-                quiet_until,
+                park_until,
             };
             succeed(ctx, &current, &plan, ran).await
         }
@@ -248,6 +259,15 @@ async fn recheck<H: Handler>(
 fn progress_after(status: &CommonStatus) -> Duration {
     if status.conditions.is_empty() {
         FIRST_PROGRESS_AFTER
+    } else {
+        PROGRESS_AFTER
+    }
+}
+
+/// How long a run may park the status of an apply waiting for a first look.
+fn first_look_wait(status: &CommonStatus) -> Duration {
+    if status.conditions.is_empty() {
+        FIRST_LOOK_WAIT
     } else {
         PROGRESS_AFTER
     }
@@ -425,9 +445,9 @@ struct Ran {
     after: BTreeSet<ObjectId>,
     /// The digest of what was applied.
     digest: String,
-    /// Until when the run may go without showing progress: the status of
-    /// an apply waiting for its objects' first look is parked until then.
-    quiet_until: tokio::time::Instant,
+    /// Until when the status of an apply waiting for its objects' first
+    /// look may stay parked.
+    park_until: tokio::time::Instant,
 }
 
 /// Records a successful run: its events, then its status, once its health
@@ -460,7 +480,7 @@ async fn succeed<H: Handler>(
         done,
         after,
         digest,
-        quiet_until,
+        park_until,
     } = ran;
     let parked = Parked {
         status: serde_json::Value::Null,
@@ -477,12 +497,14 @@ async fn succeed<H: Handler>(
             .as_ref()
             .and_then(|s| serde_json::to_value(s).ok()),
         waiting: checkup::waiting(before, applied_new, jiff::Timestamp::now()),
-        until: quiet_until,
+        generation: current.object.meta().generation,
+        until: park_until,
+        requeue,
     };
     let now = tokio::time::Instant::now();
-    if checkup.first_look_pending && !plan.always_run && now < quiet_until {
+    if checkup.first_look_pending && !plan.always_run && now < park_until {
         park(ctx, current, parked, &checkup);
-        return Ok(Action::requeue((quiet_until - now).min(requeue)));
+        return Ok(Action::requeue((park_until - now).min(requeue)));
     }
     settle(ctx, current, &parked, &checkup, requeue).await
 }
@@ -560,15 +582,15 @@ async fn settle<H: Handler>(
     Ok(Action::requeue(next.map_or(requeue, |n| n.min(requeue))))
 }
 
-/// A parked apply whose desired state is still the one in place: looks at
-/// its objects again, and writes its status once their first look came (or
-/// its deadline passed); an object deleted meanwhile is applied again.
+/// A parked apply of the resource's generation: looks at its objects
+/// again, and writes its status once their first look came (or its
+/// deadline passed); an object deleted meanwhile is applied again.
 async fn look_again<H: Handler>(
     ctx: &Context<H>,
     current: &Current<H::Resource>,
     parked: &Parked,
-    next: Duration,
 ) -> Recheck {
+    let next = parked.requeue;
     let ids = parked.applied.inventory.ids();
     let checkup = checkup::look(ctx, &current.object, &ids, Source::Watched).await;
     if !checkup.missing.is_empty() {
@@ -714,7 +736,7 @@ mod tests {
     }
 
     #[test]
-    fn a_first_run_shows_progress_only_when_long() {
+    fn a_first_run_shows_progress_only_when_long_and_waits_longer_for_a_first_look() {
         assert_eq!(
             progress_after(&CommonStatus::default()),
             FIRST_PROGRESS_AFTER
@@ -726,5 +748,7 @@ mod tests {
             jiff::Timestamp::now(),
         );
         assert_eq!(progress_after(&applied), PROGRESS_AFTER);
+        assert_eq!(first_look_wait(&CommonStatus::default()), FIRST_LOOK_WAIT);
+        assert_eq!(first_look_wait(&applied), PROGRESS_AFTER);
     }
 }
