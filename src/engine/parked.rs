@@ -31,12 +31,10 @@ use super::status::CommonStatus;
 /// (its resource went away, or this process stopped reconciling it).
 const FORGET_AFTER: Duration = Duration::from_secs(300);
 
-/// A successful apply whose status is not written yet.
+/// What a successful apply did, for its status: written at once, or
+/// parked until its objects' first look.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Parked {
-    /// The whole status as written if nothing changed (`Ready=Unknown`,
-    /// waiting for the first look), read as the resource's status meanwhile.
-    pub status: Value,
+pub(crate) struct ApplyRecord {
     /// The engine's fields as last written, before the apply.
     pub written: CommonStatus,
     /// What the apply did (its health is decided when the status is written).
@@ -47,10 +45,20 @@ pub(crate) struct Parked {
     pub waiting: Waiting,
     /// The generation of the resource it applied.
     pub generation: Option<i64>,
-    /// When the status is written even if the first look has not come.
-    pub until: Instant,
     /// How soon the resource is looked at again once it is written.
     pub requeue: Duration,
+}
+
+/// A successful apply whose status is not written yet.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Parked {
+    /// The whole status as written if nothing changed (`Ready=Unknown`,
+    /// waiting for the first look), read as the resource's status meanwhile.
+    pub status: Value,
+    /// The apply.
+    pub record: ApplyRecord,
+    /// When the status is written even if the first look has not come.
+    pub until: Instant,
 }
 
 /// The parked statuses, by the UID of their resource.
@@ -100,19 +108,21 @@ mod tests {
     fn parked(message: &str, until: Instant) -> Parked {
         Parked {
             status: json!({ "message": message }),
-            written: CommonStatus::default(),
-            applied: Applied {
-                summary: "deployment.apps/web serverside-applied".into(),
-                record: None,
-                digest: "sha256:1".into(),
-                inventory: Inventory::default(),
-                health: HealthState::Healthy,
+            record: ApplyRecord {
+                written: CommonStatus::default(),
+                applied: Applied {
+                    summary: "deployment.apps/web serverside-applied".into(),
+                    record: None,
+                    digest: "sha256:1".into(),
+                    inventory: Inventory::default(),
+                    health: HealthState::Healthy,
+                },
+                kind: None,
+                waiting: Waiting::Stalled,
+                generation: Some(1),
+                requeue: Duration::from_secs(300),
             },
-            kind: None,
-            waiting: Waiting::Stalled,
-            generation: Some(1),
             until,
-            requeue: Duration::from_secs(300),
         }
     }
 

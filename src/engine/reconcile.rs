@@ -14,7 +14,7 @@ use super::controller::{Context, ReconcileError};
 use super::inventory::{Inventory, ObjectId, Owner, prune_set};
 use super::outcome::{self, Applied, Failure, HealthState, Outcome};
 use super::overlay::{Marking, RenderedOverlay};
-use super::parked::Parked;
+use super::parked::{ApplyRecord, Parked};
 use super::status::{CommonStatus, ConditionStatus, ConditionType, Reason};
 use super::status_writer::{self, Current};
 use super::steps::{self, Actor, Done};
@@ -96,7 +96,7 @@ pub(crate) async fn apply<H: Handler>(
     if let Some(parked) = current
         .parked
         .as_ref()
-        .filter(|p| p.generation == generation)
+        .filter(|p| p.record.generation == generation)
     {
         // The desired state is the one just applied, as during a wait
         // inside the run: no need to plan and render it again.
@@ -482,8 +482,7 @@ async fn succeed<H: Handler>(
         digest,
         park_until,
     } = ran;
-    let parked = Parked {
-        status: serde_json::Value::Null,
+    let record = ApplyRecord {
         written: before.clone(),
         applied: Applied {
             summary,
@@ -498,15 +497,21 @@ async fn succeed<H: Handler>(
             .and_then(|s| serde_json::to_value(s).ok()),
         waiting: checkup::waiting(before, applied_new, jiff::Timestamp::now()),
         generation: current.object.meta().generation,
-        until: park_until,
         requeue,
     };
     let now = tokio::time::Instant::now();
-    if checkup.first_look_pending && !plan.always_run && now < park_until {
-        park(ctx, current, parked, &checkup);
+    let parks = checkup.first_look_pending && !plan.always_run && now < park_until;
+    if let Some(uid) = current.object.uid().filter(|_| parks) {
+        let status = waiting_status(current, &record, &checkup);
+        let parked = Parked {
+            status,
+            record,
+            until: park_until,
+        };
+        ctx.engine.parked.park(uid, parked);
         return Ok(Action::requeue((park_until - now).min(requeue)));
     }
-    settle(ctx, current, &parked, &checkup, requeue).await
+    settle(ctx, current, &record, &checkup).await
 }
 
 /// The `Applied` event (unless the kind runs every time), and the events
@@ -533,52 +538,47 @@ async fn publish_applied<H: Handler>(
     }
 }
 
-/// Parks the status of an apply whose objects wait for their first look,
-/// as it would read if written now.
-fn park<H: Handler>(
-    ctx: &Context<H>,
-    current: &Current<H::Resource>,
-    mut parked: Parked,
+/// The status of an apply whose objects wait for their first look, as it
+/// would read if written now.
+fn waiting_status<K: Resource>(
+    current: &Current<K>,
+    record: &ApplyRecord,
     checkup: &checkup::Checkup,
-) {
-    let Some(uid) = current.object.uid() else {
-        return;
-    };
+) -> serde_json::Value {
     let waiting = Outcome::Applied(Applied {
         health: HealthState::Waiting(checkup.waiting.clone()),
-        ..parked.applied.clone()
+        ..record.applied.clone()
     });
     let common = next_common(current, &waiting);
-    let kind = status_writer::with_fields(parked.kind.clone(), checkup.fields.clone());
-    parked.status = status_writer::compose(&current.status, &common, kind);
-    ctx.engine.parked.park(uid, parked);
+    let kind = status_writer::with_fields(record.kind.clone(), checkup.fields.clone());
+    status_writer::compose(&current.status, &common, kind)
 }
 
-/// Writes the status of a successful apply (`parked`, parked or not) with
-/// the health `checkup` found; looks again by `requeue` at the latest.
+/// Writes the status of a successful apply with the health `checkup`
+/// found; looks again by the record's `requeue` at the latest.
 async fn settle<H: Handler>(
     ctx: &Context<H>,
     current: &Current<H::Resource>,
-    parked: &Parked,
+    record: &ApplyRecord,
     checkup: &checkup::Checkup,
-    requeue: Duration,
 ) -> Result<Action, ReconcileError> {
     let now = jiff::Timestamp::now();
     let timeout = ctx.engine.settings.health_timeout;
-    let health = checkup::verdict(checkup, parked.waiting, now, timeout);
+    let health = checkup::verdict(checkup, record.waiting, now, timeout);
     let next = match &health {
-        HealthState::Waiting(_) => checkup::deadline(parked.waiting, now, timeout),
+        HealthState::Waiting(_) => checkup::deadline(record.waiting, now, timeout),
         _ => None,
     };
     let applied = Outcome::Applied(Applied {
         health,
-        ..parked.applied.clone()
+        ..record.applied.clone()
     });
     let generation = current.object.meta().generation;
-    let common = outcome::status_after(&parked.written, &applied, generation, now);
-    let kind = status_writer::with_fields(parked.kind.clone(), checkup.fields.clone());
-    health_events(ctx, &current.object, &parked.written, &common).await;
+    let common = outcome::status_after(&record.written, &applied, generation, now);
+    let kind = status_writer::with_fields(record.kind.clone(), checkup.fields.clone());
+    health_events(ctx, &current.object, &record.written, &common).await;
     write(ctx, current, &common, kind).await?;
+    let requeue = record.requeue;
     Ok(Action::requeue(next.map_or(requeue, |n| n.min(requeue))))
 }
 
@@ -590,17 +590,18 @@ async fn look_again<H: Handler>(
     current: &Current<H::Resource>,
     parked: &Parked,
 ) -> Recheck {
-    let next = parked.requeue;
-    let ids = parked.applied.inventory.ids();
+    let record = &parked.record;
+    let ids = record.applied.inventory.ids();
     let checkup = checkup::look(ctx, &current.object, &ids, Source::Watched).await;
     if !checkup.missing.is_empty() {
         return Recheck::Reapply;
     }
     let now = tokio::time::Instant::now();
     if checkup.first_look_pending && now < parked.until {
-        return Recheck::Done(Ok(Action::requeue((parked.until - now).min(next))));
+        let next = (parked.until - now).min(record.requeue);
+        return Recheck::Done(Ok(Action::requeue(next)));
     }
-    Recheck::Done(settle(ctx, current, parked, &checkup, next).await)
+    Recheck::Done(settle(ctx, current, record, &checkup).await)
 }
 
 /// Events for changes of health: `Unhealthy` when the resource stalls,
