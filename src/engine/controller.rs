@@ -112,6 +112,7 @@ pub async fn run<H: Handler>(
     let owned_changed = owners_of_changed_objects::<H>(&engine, dyn_type.clone());
     let config =
         kube::runtime::controller::Config::default().concurrency(engine.settings.max_reconciles);
+    let store = reader.clone();
     let controller = Controller::for_stream_with(objects, reader, dyn_type)
         .with_config(config)
         .reconcile_on(owned_changed);
@@ -120,7 +121,7 @@ pub async fn run<H: Handler>(
     let context = Arc::new(Context { engine, handler });
     controller
         .graceful_shutdown_on(shutdown)
-        .run(reconcile_one::<H>, error_policy::<H>, context)
+        .run(reconcile_one::<H>, error_policy::<H>, context.clone())
         .for_each(|result| {
             let name = name.clone();
             async move {
@@ -131,6 +132,30 @@ pub async fn run<H: Handler>(
             }
         })
         .await;
+    write_parked(&context, &store).await;
+}
+
+/// Writes the statuses still parked for this kind as they stand, once its
+/// reconciles are over: a graceful stop loses no outcome.
+async fn write_parked<H: Handler>(ctx: &Context<H>, store: &reflector::Store<H::Resource>) {
+    let dyn_type = &ctx.handler.info().dyn_type;
+    for (uid, parked) in ctx.engine.parked.take_of(&ctx.handler.info().name) {
+        let mut key = ObjectRef::new_with(&parked.name, dyn_type.clone());
+        if let Some(namespace) = &parked.namespace {
+            key = key.within(namespace);
+        }
+        let Some(obj) = store
+            .get(&key)
+            .filter(|o| o.uid().as_deref() == Some(uid.as_str()))
+        else {
+            continue;
+        };
+        let status = parked.status.clone();
+        if let Err(e) = super::status_writer::write(&ctx.engine, &*ctx.handler, &obj, status).await
+        {
+            tracing::warn!(object = %ctx.key(&obj), error = %e, "could not write a parked status");
+        }
+    }
 }
 
 /// The resources of this kind whose owned objects changed (as the

@@ -13,9 +13,10 @@
 //! Until it is written, a parked status is what every reconcile of the
 //! resource reads as its status ([`super::status_writer::current`]), so a
 //! new apply prunes and a deletion deletes what the parked apply created;
-//! any status write releases it. A parked status is lost with the process,
-//! as a status an apply had not written yet always was: the next run
-//! applies again (nothing changes) and writes it.
+//! any status write releases it. A controller that stops gracefully writes
+//! what is still parked for its kind as it stands; one killed loses it, as
+//! a status an apply had not written yet always was: the next run applies
+//! again (nothing changes) and writes it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -52,6 +53,12 @@ pub(crate) struct ApplyRecord {
 /// A successful apply whose status is not written yet.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Parked {
+    /// The name of the resource's kind (as the engine serves it).
+    pub kind: String,
+    /// The resource's namespace (`None`: cluster-scoped).
+    pub namespace: Option<String>,
+    /// The resource's name.
+    pub name: String,
     /// The whole status as written if nothing changed (`Ready=Unknown`,
     /// waiting for the first look), read as the resource's status meanwhile.
     pub status: Value,
@@ -87,6 +94,19 @@ impl ParkedStatuses {
         self.lock().remove(uid);
     }
 
+    /// Takes every status parked for resources of `kind`, by UID.
+    pub fn take_of(&self, kind: &str) -> Vec<(String, Arc<Parked>)> {
+        let mut entries = self.lock();
+        let uids: Vec<String> = entries
+            .iter()
+            .filter(|(_, p)| p.kind == kind)
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        uids.into_iter()
+            .filter_map(|uid| entries.remove(&uid).map(|p| (uid, p)))
+            .collect()
+    }
+
     /// How many statuses are parked.
     #[cfg(test)]
     pub fn len(&self) -> usize {
@@ -107,6 +127,9 @@ mod tests {
 
     fn parked(message: &str, until: Instant) -> Parked {
         Parked {
+            kind: "sample".into(),
+            namespace: Some("ns".into()),
+            name: message.into(),
             status: json!({ "message": message }),
             record: ApplyRecord {
                 written: CommonStatus::default(),
@@ -136,6 +159,21 @@ mod tests {
         assert_eq!(statuses.get("u").unwrap().status["message"], "second");
         statuses.release("u");
         assert!(statuses.get("u").is_none());
+    }
+
+    #[test]
+    fn a_stopping_controller_takes_the_statuses_parked_for_its_kind() {
+        let statuses = ParkedStatuses::default();
+        let soon = Instant::now() + Duration::from_secs(10);
+        statuses.park("u".into(), parked("web", soon));
+        let mut other = parked("rate", soon);
+        other.kind = "exchangerate".into();
+        statuses.park("v".into(), other);
+        let taken = statuses.take_of("sample");
+        assert_eq!(taken.len(), 1);
+        assert_eq!(taken[0].0, "u");
+        assert!(statuses.get("u").is_none());
+        assert!(statuses.get("v").is_some(), "another kind's is kept");
     }
 
     #[tokio::test(start_paused = true)]

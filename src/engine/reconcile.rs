@@ -504,6 +504,9 @@ async fn succeed<H: Handler>(
     if let Some(uid) = current.object.uid().filter(|_| parks) {
         let status = waiting_status(current, &record, &checkup);
         let parked = Parked {
+            kind: ctx.handler.info().name.clone(),
+            namespace: current.object.namespace(),
+            name: current.object.name_any(),
             status,
             record,
             until: park_until,
