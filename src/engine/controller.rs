@@ -150,7 +150,7 @@ async fn write_parked<H: Handler>(ctx: &Context<H>, store: &reflector::Store<H::
         else {
             continue;
         };
-        let status = parked.status.clone();
+        let status = parked.status.value();
         if let Err(e) = super::status_writer::write(&ctx.engine, &*ctx.handler, &obj, status).await
         {
             tracing::warn!(object = %ctx.key(&obj), error = %e, "could not write a parked status");

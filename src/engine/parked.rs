@@ -26,7 +26,7 @@ use tokio::time::{Duration, Instant};
 
 use super::checkup::Waiting;
 use super::outcome::Applied;
-use super::status::CommonStatus;
+use super::status::{CommonStatus, StatusText};
 
 /// A parked status is dropped this long after its deadline at the latest
 /// (its resource went away, or this process stopped reconciling it).
@@ -61,7 +61,7 @@ pub(crate) struct Parked {
     pub name: String,
     /// The whole status as written if nothing changed (`Ready=Unknown`,
     /// waiting for the first look), read as the resource's status meanwhile.
-    pub status: Value,
+    pub status: StatusText,
     /// The apply.
     pub record: ApplyRecord,
     /// When the status is written even if the first look has not come.
@@ -130,7 +130,7 @@ mod tests {
             kind: "sample".into(),
             namespace: Some("ns".into()),
             name: message.into(),
-            status: json!({ "message": message }),
+            status: StatusText::of(&json!({ "message": message })),
             record: ApplyRecord {
                 written: CommonStatus::default(),
                 applied: Applied {
@@ -156,7 +156,10 @@ mod tests {
         assert!(statuses.get("u").is_none());
         statuses.park("u".into(), parked("first", soon));
         statuses.park("u".into(), parked("second", soon));
-        assert_eq!(statuses.get("u").unwrap().status["message"], "second");
+        assert_eq!(
+            statuses.get("u").unwrap().status.value()["message"],
+            "second"
+        );
         statuses.release("u");
         assert!(statuses.get("u").is_none());
     }

@@ -15,7 +15,7 @@ use super::inventory::{Inventory, ObjectId, Owner, prune_set};
 use super::outcome::{self, Applied, Failure, HealthState, Outcome};
 use super::overlay::{Marking, RenderedOverlay};
 use super::parked::{ApplyRecord, Parked};
-use super::status::{CommonStatus, ConditionStatus, ConditionType, Reason};
+use super::status::{CommonStatus, ConditionStatus, ConditionType, Reason, StatusText};
 use super::status_writer::{self, Current};
 use super::steps::{self, Actor, Done};
 use crate::kind::{EventType, Handler, OnFailure, Plan, PlannedEvent, Step};
@@ -502,7 +502,7 @@ async fn succeed<H: Handler>(
     let now = tokio::time::Instant::now();
     let parks = checkup.first_look_pending && !plan.always_run && now < park_until;
     if let Some(uid) = current.object.uid().filter(|_| parks) {
-        let status = waiting_status(current, &record, &checkup);
+        let status = StatusText::of(&waiting_status(current, &record, &checkup));
         let parked = Parked {
             kind: ctx.handler.info().name.clone(),
             namespace: current.object.namespace(),

@@ -283,6 +283,27 @@ pub fn keep_tail(s: &str, limit: usize) -> String {
     format!("{marker}{}", &s[start..])
 }
 
+/// A whole status held as JSON text. A status kept between reconciles (the
+/// memo of what was written, a parked status) costs its JSON size this
+/// way, not the several times more a parsed [`serde_json::Value`] takes
+/// (a map and a string allocated per field).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct StatusText(Box<str>);
+
+impl StatusText {
+    /// Holds `status`.
+    pub fn of(status: &serde_json::Value) -> Self {
+        Self(status.to_string().into_boxed_str())
+    }
+
+    /// The status, parsed again. The text is `serde_json`'s own
+    /// serialization of a value, so it always parses; `Null` stands for
+    /// the impossible failure.
+    pub fn value(&self) -> serde_json::Value {
+        serde_json::from_str(&self.0).unwrap_or_default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -338,6 +359,18 @@ mod tests {
         );
         let size = serde_json::to_string(&s).unwrap().len();
         assert!(size < 8 * 1024, "status is {size} bytes");
+    }
+
+    #[test]
+    fn a_status_held_as_text_reads_back_as_it_was() {
+        let status = serde_json::json!({
+            "message": "deployment.apps/web serverside-applied \"quoted\" ünïcode",
+            "observedGeneration": 3,
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "inventory": {"objects": []},
+            "ratio": 1.5,
+        });
+        assert_eq!(StatusText::of(&status).value(), status);
     }
 
     #[test]

@@ -19,7 +19,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::parked::Parked;
-use super::status::CommonStatus;
+use super::status::{CommonStatus, StatusText};
 use super::{Engine, FIELD_MANAGER};
 use crate::kind::Handler;
 
@@ -40,7 +40,7 @@ const MEMO_TTL: Duration = Duration::from_secs(300);
 #[derive(Debug)]
 struct Memo {
     resource_version: Option<String>,
-    status: Value,
+    status: StatusText,
     at: Instant,
 }
 
@@ -62,11 +62,12 @@ impl StatusMemo {
             entries.remove(uid);
             return None;
         }
-        Some(memo.status.clone())
+        Some(memo.status.value())
     }
 
     /// Remembers a status written for `uid`.
-    pub fn remember(&self, uid: String, resource_version: Option<String>, status: Value) {
+    pub fn remember(&self, uid: String, resource_version: Option<String>, status: &Value) {
+        let status = StatusText::of(status);
         self.lock().insert(
             uid,
             Memo {
@@ -109,7 +110,7 @@ pub(crate) fn current<H: Handler>(
     let uid = obj.uid();
     let parked = uid.as_deref().and_then(|uid| engine.parked.get(uid));
     let remembered = match &parked {
-        Some(parked) => Some(parked.status.clone()),
+        Some(parked) => Some(parked.status.value()),
         None => uid
             .as_deref()
             .and_then(|uid| engine.memo.fresher(uid, obj.resource_version().as_deref())),
@@ -224,7 +225,7 @@ pub(crate) async fn write<H: Handler>(
             .unwrap_or(status);
         engine
             .memo
-            .remember(uid, written.resource_version(), stored);
+            .remember(uid, written.resource_version(), &stored);
     }
     Ok(())
 }
@@ -237,14 +238,14 @@ mod tests {
     fn the_memo_answers_until_the_watch_catches_up() {
         let memo = StatusMemo::default();
         assert_eq!(memo.fresher("u", Some("1")), None);
-        memo.remember("u".into(), Some("5".into()), json!({"message": "new"}));
+        memo.remember("u".into(), Some("5".into()), &json!({"message": "new"}));
         assert_eq!(
             memo.fresher("u", Some("4")),
             Some(json!({"message": "new"}))
         );
         assert_eq!(memo.fresher("u", Some("5")), None, "caught up");
         assert_eq!(memo.fresher("u", Some("4")), None, "forgotten once seen");
-        memo.remember("v".into(), Some("7".into()), json!({}));
+        memo.remember("v".into(), Some("7".into()), &json!({}));
         memo.forget("v");
         assert_eq!(memo.fresher("v", Some("6")), None);
     }
