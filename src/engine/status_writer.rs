@@ -219,10 +219,7 @@ pub(crate) async fn write<H: Handler>(
         .await?;
     if let Some(uid) = written.uid() {
         engine.parked.release(&uid);
-        let stored = serde_json::to_value(&written)
-            .ok()
-            .and_then(|v| v.get("status").cloned())
-            .unwrap_or(status);
+        let stored = handler.status(&written).unwrap_or(status);
         engine
             .memo
             .remember(uid, written.resource_version(), &stored);
