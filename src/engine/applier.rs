@@ -16,10 +16,34 @@ use super::batch::{self, Job, Member, Runner};
 use super::inventory::ObjectId;
 use super::kubectl::{CommandRecord, Invocation, Kubectl, Slot};
 
+/// One object to apply, serialized once: a job waiting for its batch holds
+/// the text, not the parsed object (a burst queues hundreds of jobs).
+pub(crate) struct Document {
+    /// How kubectl names the object in its output (`deployment.apps/web`).
+    name: Option<String>,
+    /// The manifest as JSON.
+    json: String,
+}
+
+impl Document {
+    /// `manifest` as a document to apply.
+    pub(crate) fn of(manifest: &Value) -> Self {
+        Self {
+            name: ObjectId::of_manifest(manifest).map(|id| id.kubectl_name()),
+            json: manifest.to_string(),
+        }
+    }
+
+    /// The size of its JSON in bytes.
+    pub(crate) fn size(&self) -> usize {
+        self.json.len()
+    }
+}
+
 /// One resource's objects to apply.
 pub(crate) struct ApplyJob {
     /// The manifests.
-    pub manifests: Vec<Value>,
+    pub documents: Vec<Document>,
     /// The server-side apply field manager.
     pub field_manager: String,
     /// Take fields owned by other managers.
@@ -32,10 +56,9 @@ impl Job for ApplyJob {
     }
 
     fn names(&self) -> Vec<String> {
-        self.manifests
+        self.documents
             .iter()
-            .filter_map(ObjectId::of_manifest)
-            .map(|id| id.kubectl_name())
+            .filter_map(|d| d.name.clone())
             .collect()
     }
 }
@@ -60,7 +83,7 @@ fn run(
             field_manager: first.job.field_manager.clone(),
             force_conflicts: first.job.force_conflicts,
         };
-        let input = stream(batch.iter().flat_map(|m| &m.job.manifests));
+        let input = stream(batch.iter().flat_map(|m| &m.job.documents));
         let record = match kubectl.run_with(slot, &invocation, Some(input)).await {
             Ok(record) => record,
             Err(e) => {
@@ -97,12 +120,12 @@ fn reply_each(batch: Vec<Member<ApplyJob, Applied>>, record: &CommandRecord) {
     }
 }
 
-/// The manifests as a YAML stream of JSON documents.
-pub(crate) fn stream<'a>(manifests: impl IntoIterator<Item = &'a Value>) -> Vec<u8> {
+/// The documents as a YAML stream of JSON documents.
+fn stream<'a>(documents: impl IntoIterator<Item = &'a Document>) -> Vec<u8> {
     let mut out = Vec::new();
-    for m in manifests {
+    for d in documents {
         out.extend_from_slice(b"---\n");
-        out.extend_from_slice(m.to_string().as_bytes());
+        out.extend_from_slice(d.json.as_bytes());
         out.push(b'\n');
     }
     out
@@ -156,10 +179,10 @@ mod tests {
     #[test]
     fn jobs_with_other_flags_do_not_share_a_run_and_names_are_kubectls() {
         let job = |force| ApplyJob {
-            manifests: vec![json!({
+            documents: vec![Document::of(&json!({
                 "apiVersion": "apps/v1", "kind": "Deployment",
                 "metadata": {"name": "web", "namespace": "a"}
-            })],
+            }))],
             field_manager: "m".into(),
             force_conflicts: force,
         };
@@ -169,7 +192,11 @@ mod tests {
 
     #[test]
     fn the_stream_is_one_document_per_manifest() {
-        let s = String::from_utf8(stream(&[json!({"a": 1}), json!({"b": "x\ny"})])).unwrap();
+        let documents = [
+            Document::of(&json!({"a": 1})),
+            Document::of(&json!({"b": "x\ny"})),
+        ];
+        let s = String::from_utf8(stream(&documents)).unwrap();
         assert_eq!(s, "---\n{\"a\":1}\n---\n{\"b\":\"x\\ny\"}\n");
     }
 
@@ -186,7 +213,9 @@ mod tests {
             replies.push(rx);
             batch.push(Member {
                 job: ApplyJob {
-                    manifests: vec![json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}})],
+                    documents: vec![Document::of(
+                        &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}}),
+                    )],
                     field_manager: "m".into(),
                     force_conflicts: false,
                 },
@@ -224,9 +253,9 @@ mod tests {
             runner(kubectl.clone()),
         );
         let job = |name: &str| ApplyJob {
-            manifests: vec![
-                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}}),
-            ],
+            documents: vec![Document::of(
+                &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}}),
+            )],
             field_manager: "m".into(),
             force_conflicts: false,
         };

@@ -96,7 +96,7 @@ fn names(ids: &[ObjectId]) -> String {
 /// the kind's adoption rule before it is deleted.
 async fn to_delete<H: Handler>(
     ctx: &Context<H>,
-    current: &Current<H::Resource>,
+    current: &Current<'_, H::Resource>,
     owner: &Owner,
 ) -> Vec<ObjectId> {
     if let Some(inventory) = &current.common.inventory {
@@ -117,7 +117,7 @@ async fn to_delete<H: Handler>(
 /// The objects the resource's owned applies would produce now.
 async fn rendered_objects<H: Handler>(
     ctx: &Context<H>,
-    current: &Current<H::Resource>,
+    current: &Current<'_, H::Resource>,
     owner: &Owner,
 ) -> Result<BTreeSet<ObjectId>, String> {
     let observed = ctx

@@ -173,7 +173,7 @@ async fn planned<H: Handler>(
 /// successful run and no resync is due.
 fn unchanged<H: Handler>(
     ctx: &Context<H>,
-    current: &Current<H::Resource>,
+    current: &Current<'_, H::Resource>,
     plan: &Plan<H::Status>,
     digest: &str,
 ) -> Option<Duration> {
@@ -206,7 +206,7 @@ enum Recheck {
 /// and an object deleted behind the operator's back is applied again.
 async fn recheck<H: Handler>(
     ctx: &Context<H>,
-    current: &Current<H::Resource>,
+    current: &Current<'_, H::Resource>,
     next: Duration,
 ) -> Recheck {
     if !ctx.handler.info().policy.health {
@@ -276,7 +276,7 @@ fn first_look_wait(status: &CommonStatus) -> Duration {
 /// Runs the steps; if they take a while, shows `Reconciling=True` meanwhile.
 async fn run_showing_progress<H: Handler>(
     ctx: &Context<H>,
-    current: &Current<H::Resource>,
+    current: &Current<'_, H::Resource>,
     plan: &Plan<H::Status>,
     rendered: &Rendered,
     owner: &Owner,
@@ -304,7 +304,7 @@ async fn run_showing_progress<H: Handler>(
 /// The steps, then the prune; returns what ran and what the resource owns now.
 async fn run_steps<H: Handler>(
     ctx: &Context<H>,
-    current: &Current<H::Resource>,
+    current: &Current<'_, H::Resource>,
     plan: &Plan<H::Status>,
     rendered: &Rendered,
     owner: &Owner,
@@ -327,7 +327,7 @@ async fn run_steps<H: Handler>(
     for (step, overlay) in plan.steps.iter().zip(&rendered.overlays) {
         let result = match (step, overlay) {
             (Step::Apply { field_manager, .. }, Some(overlay)) => {
-                keep(ctx, &current.object, overlay);
+                keep(ctx, &*current.object, overlay);
                 steps::apply_owned(engine, &actor, overlay, field_manager.as_deref(), &mut done)
                     .await
             }
@@ -456,7 +456,7 @@ struct Ran {
 /// ends; the look wakes the resource again and that run writes it.
 async fn succeed<H: Handler>(
     ctx: &Context<H>,
-    current: &Current<H::Resource>,
+    current: &Current<'_, H::Resource>,
     plan: &Plan<H::Status>,
     ran: Ran,
 ) -> Result<Action, ReconcileError> {
@@ -543,8 +543,8 @@ async fn publish_applied<H: Handler>(
 
 /// The status of an apply whose objects wait for their first look, as it
 /// would read if written now.
-fn waiting_status<K: Resource>(
-    current: &Current<K>,
+fn waiting_status<K: Resource + Clone>(
+    current: &Current<'_, K>,
     record: &ApplyRecord,
     checkup: &checkup::Checkup,
 ) -> serde_json::Value {
@@ -561,7 +561,7 @@ fn waiting_status<K: Resource>(
 /// found; looks again by the record's `requeue` at the latest.
 async fn settle<H: Handler>(
     ctx: &Context<H>,
-    current: &Current<H::Resource>,
+    current: &Current<'_, H::Resource>,
     record: &ApplyRecord,
     checkup: &checkup::Checkup,
 ) -> Result<Action, ReconcileError> {
@@ -590,7 +590,7 @@ async fn settle<H: Handler>(
 /// deadline passed); an object deleted meanwhile is applied again.
 async fn look_again<H: Handler>(
     ctx: &Context<H>,
-    current: &Current<H::Resource>,
+    current: &Current<'_, H::Resource>,
     parked: &Parked,
 ) -> Recheck {
     let record = &parked.record;
@@ -643,7 +643,7 @@ async fn health_events<H: Handler>(
 /// Records a failure: status, a warning event; the error for the backoff.
 pub(crate) async fn fail<H: Handler>(
     ctx: &Context<H>,
-    current: &Current<H::Resource>,
+    current: &Current<'_, H::Resource>,
     failure: Failure,
     plan: Option<&Plan<H::Status>>,
     permanent: bool,
@@ -673,7 +673,7 @@ pub(crate) async fn fail<H: Handler>(
 }
 
 /// The engine's status fields after `outcome`.
-fn next_common<K: Resource>(current: &Current<K>, outcome: &Outcome) -> CommonStatus {
+fn next_common<K: Resource + Clone>(current: &Current<'_, K>, outcome: &Outcome) -> CommonStatus {
     let common = outcome::status_after(
         &current.common,
         outcome,
@@ -693,7 +693,7 @@ fn next_common<K: Resource>(current: &Current<K>, outcome: &Outcome) -> CommonSt
 /// published before, so whoever sees the status sees its events too.
 async fn write<H: Handler>(
     ctx: &Context<H>,
-    current: &Current<H::Resource>,
+    current: &Current<'_, H::Resource>,
     common: &CommonStatus,
     kind: Option<serde_json::Value>,
 ) -> Result<(), ReconcileError> {

@@ -9,6 +9,7 @@
 //! it or a few minutes passed) and reconciles with that instead. Handlers
 //! hold no such state.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -89,9 +90,10 @@ impl StatusMemo {
 }
 
 /// A resource as the engine reconciles it: with the freshest status known.
-pub(crate) struct Current<K> {
-    /// The resource.
-    pub object: K,
+pub(crate) struct Current<'a, K: Clone> {
+    /// The resource (borrowed from the cache unless a fresher status was
+    /// put in).
+    pub object: Cow<'a, K>,
     /// Its whole status, as JSON (an object; empty when it has none).
     pub status: Value,
     /// The engine's part of it.
@@ -102,11 +104,11 @@ pub(crate) struct Current<K> {
 
 /// `obj` with its freshest status: the one parked for it, or the one the
 /// engine last wrote if the watch lags behind it.
-pub(crate) fn current<H: Handler>(
+pub(crate) fn current<'a, H: Handler>(
     engine: &Engine,
     handler: &H,
-    obj: &H::Resource,
-) -> Current<H::Resource> {
+    obj: &'a H::Resource,
+) -> Current<'a, H::Resource> {
     let uid = obj.uid();
     let parked = uid.as_deref().and_then(|uid| engine.parked.get(uid));
     let remembered = match &parked {
@@ -118,7 +120,7 @@ pub(crate) fn current<H: Handler>(
     let object = remembered
         .as_ref()
         .and_then(|status| with_status(obj, status))
-        .unwrap_or_else(|| obj.clone());
+        .map_or(Cow::Borrowed(obj), Cow::Owned);
     let status = handler
         .status(&object)
         .filter(Value::is_object)

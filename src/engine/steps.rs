@@ -3,12 +3,13 @@
 //! on, and the deletion of the resource's own objects (prune, cleanup),
 //! which only ever touches objects that still carry its marker.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 
-use super::applier::ApplyJob;
+use super::applier::{ApplyJob, Document};
 use super::build::BuildJob;
 use super::inventory::{MAX_INVENTORY, ObjectId, Owner};
 use super::kubectl::{CommandRecord, Invocation};
@@ -103,8 +104,8 @@ pub(crate) async fn apply_owned(
     done.attempted
         .extend(inspected.iter().map(|i| i.id.clone()));
     let field_manager = field_manager.unwrap_or(FIELD_MANAGER);
-    for (manifests, force) in split_by_ownership(manifests, &inspected, actor.conflicts) {
-        let record = apply(engine, manifests, field_manager, force).await?;
+    for (documents, force) in split_by_ownership(&manifests, &inspected, actor.conflicts) {
+        let record = apply(engine, documents, field_manager, force).await?;
         if !record.succeeded() {
             return Err(apply_failure(record, Reason::ApplyFailed));
         }
@@ -140,22 +141,23 @@ fn confinement(owner: &Owner, inspected: &[Inspected]) -> Result<(), Failure> {
     ))
 }
 
-/// The overlay's manifests: built in memory when it needs no kustomize,
-/// else by `kubectl kustomize` (coalesced with other resources' builds).
-pub(crate) async fn build_owned(
+/// The overlay's manifests: built in memory when it needs no kustomize
+/// (borrowed from the overlay, which keeps them), else by `kubectl
+/// kustomize` (coalesced with other resources' builds).
+pub(crate) async fn build_owned<'a>(
     engine: &Engine,
     owner: &Owner,
-    overlay: &RenderedOverlay,
-) -> Result<Vec<Value>, Failure> {
+    overlay: &'a RenderedOverlay,
+) -> Result<Cow<'a, [Value]>, Failure> {
     if let Some(manifests) = overlay.prebuilt() {
-        return Ok(manifests.to_vec());
+        return Ok(Cow::Borrowed(manifests));
     }
     let job = BuildJob {
         overlay: overlay.clone(),
         owner_uid: owner.uid.clone(),
     };
     match engine.builds.submit(job).await {
-        Some(Ok(manifests)) => Ok(manifests),
+        Some(Ok(manifests)) => Ok(Cow::Owned(manifests)),
         Some(Err(failure)) => Err(Failure {
             reason: Reason::RenderFailed,
             message: failure.message,
@@ -207,18 +209,18 @@ fn identify(owner: &Owner, manifests: &[Value]) -> Result<Vec<ObjectId>, Failure
 /// exist (and carry the marker) apply with `--force-conflicts` and new
 /// ones without; else everything without.
 fn split_by_ownership(
-    manifests: Vec<Value>,
+    manifests: &[Value],
     inspected: &[Inspected],
     conflicts: FieldConflicts,
-) -> Vec<(Vec<Value>, bool)> {
+) -> Vec<(Vec<Document>, bool)> {
     if conflicts == FieldConflicts::Report {
-        return vec![(manifests, false)];
+        return vec![(manifests.iter().map(Document::of).collect(), false)];
     }
     let (mut new, mut existing) = (Vec::new(), Vec::new());
-    for (m, i) in manifests.into_iter().zip(inspected) {
+    for (m, i) in manifests.iter().zip(inspected) {
         match i.verdict {
-            Verdict::Absent => new.push(m),
-            _ => existing.push(m),
+            Verdict::Absent => new.push(Document::of(m)),
+            _ => existing.push(Document::of(m)),
         }
     }
     [(new, false), (existing, true)]
@@ -231,14 +233,14 @@ fn split_by_ownership(
 /// one, if any failed).
 async fn apply(
     engine: &Engine,
-    manifests: Vec<Value>,
+    documents: Vec<Document>,
     field_manager: &str,
     force_conflicts: bool,
 ) -> Result<CommandRecord, Failure> {
     let mut last = None;
-    for chunk in chunks(manifests) {
+    for chunk in chunks(documents) {
         let job = ApplyJob {
-            manifests: chunk,
+            documents: chunk,
             field_manager: field_manager.to_string(),
             force_conflicts,
         };
@@ -256,11 +258,11 @@ async fn apply(
     last.ok_or_else(|| Failure::new(Reason::ApplyFailed, "nothing to apply"))
 }
 
-fn chunks(manifests: Vec<Value>) -> Vec<Vec<Value>> {
-    let mut out: Vec<Vec<Value>> = Vec::new();
+fn chunks(documents: Vec<Document>) -> Vec<Vec<Document>> {
+    let mut out: Vec<Vec<Document>> = Vec::new();
     let mut bytes = 0;
-    for m in manifests {
-        let size = m.to_string().len();
+    for m in documents {
+        let size = m.size();
         let full = out
             .last()
             .is_none_or(|c| c.len() >= APPLY_CHUNK || bytes + size > APPLY_CHUNK_BYTES);
@@ -322,7 +324,8 @@ pub(crate) async fn patch_foreign(
             "a patch takes whole objects only",
         ));
     };
-    let record = apply(engine, manifests.to_vec(), field_manager, true).await?;
+    let documents = manifests.iter().map(Document::of).collect();
+    let record = apply(engine, documents, field_manager, true).await?;
     if !record.succeeded() {
         return Err(apply_failure(record, Reason::ActionFailed));
     }
@@ -504,11 +507,13 @@ mod tests {
 
     #[test]
     fn large_applies_are_split() {
-        let many: Vec<Value> = (0..1200).map(|i| json!({"i": i})).collect();
+        let many: Vec<Document> = (0..1200).map(|i| Document::of(&json!({"i": i}))).collect();
         let sizes: Vec<usize> = chunks(many).iter().map(Vec::len).collect();
         assert_eq!(sizes, [500, 500, 200]);
         let big = "x".repeat(3 * 1024 * 1024);
-        let heavy: Vec<Value> = (0..4).map(|_| json!({"data": big})).collect();
+        let heavy: Vec<Document> = (0..4)
+            .map(|_| Document::of(&json!({"data": big})))
+            .collect();
         let sizes: Vec<usize> = chunks(heavy).iter().map(Vec::len).collect();
         assert_eq!(sizes, [2, 2]);
     }
