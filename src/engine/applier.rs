@@ -42,7 +42,7 @@ impl Document {
 
 /// One resource's objects to apply.
 pub(crate) struct ApplyJob {
-    /// The manifests.
+    /// The objects to apply, each serialized.
     pub documents: Vec<Document>,
     /// The server-side apply field manager.
     pub field_manager: String,
