@@ -218,9 +218,10 @@ fn split_by_ownership(
     }
     let (mut new, mut existing) = (Vec::new(), Vec::new());
     for (m, i) in manifests.iter().zip(inspected) {
+        let document = Document::of(m);
         match i.verdict {
-            Verdict::Absent => new.push(Document::of(m)),
-            _ => existing.push(Document::of(m)),
+            Verdict::Absent => new.push(document),
+            _ => existing.push(document),
         }
     }
     [(new, false), (existing, true)]
