@@ -6,12 +6,26 @@
 //! `malloc_trim` returns those free pages; run every few seconds it costs
 //! microseconds and keeps the idle footprint close to what is in use.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
 /// How often free memory is handed back.
 pub const TRIM_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Table capacity below which [`shrink_after_burst`] keeps a map as it is.
+const MIN_CAPACITY: usize = 64;
+
+/// Gives back most of `map`'s table once it holds a quarter of what it has
+/// room for: a hash map keeps the capacity its busiest moment needed, so a
+/// burst of a thousand entries would otherwise keep its table for good.
+pub fn shrink_after_burst<K: Eq + std::hash::Hash, V>(map: &mut HashMap<K, V>) {
+    let len = map.len();
+    if map.capacity() > MIN_CAPACITY && len < map.capacity() / 4 {
+        map.shrink_to(len * 2);
+    }
+}
 
 /// Trims the allocator's free memory every `interval` until `stop`.
 pub async fn trim_until(interval: Duration, stop: CancellationToken) {
@@ -36,3 +50,32 @@ fn release_free_memory() {
 
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 fn release_free_memory() {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_map_emptied_after_a_burst_gives_its_table_back() {
+        let mut map: HashMap<u32, u32> = (0..1000).map(|n| (n, n)).collect();
+        let burst = map.capacity();
+        map.retain(|n, _| *n < 10);
+        shrink_after_burst(&mut map);
+        assert!(map.capacity() < burst / 4, "capacity {}", map.capacity());
+        assert_eq!(map.len(), 10);
+    }
+
+    #[test]
+    fn a_small_or_busy_map_keeps_its_table() {
+        let mut small: HashMap<u32, u32> = (0..50).map(|n| (n, n)).collect();
+        small.retain(|n, _| *n < 2);
+        let capacity = small.capacity();
+        shrink_after_burst(&mut small);
+        assert_eq!(small.capacity(), capacity);
+        let mut busy: HashMap<u32, u32> = (0..1000).map(|n| (n, n)).collect();
+        busy.retain(|n, _| *n < 600);
+        let capacity = busy.capacity();
+        shrink_after_burst(&mut busy);
+        assert_eq!(busy.capacity(), capacity);
+    }
+}

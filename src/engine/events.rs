@@ -9,6 +9,7 @@
 //! That key is not configurable, hence this small publisher.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -44,17 +45,38 @@ pub(crate) struct Publish<'a> {
 }
 
 /// An object reference, as far as it tells objects apart: namespace, name, UID.
-type RefKey = (Option<String>, Option<String>, Option<String>);
+type RefKey<'a> = (Option<&'a str>, Option<&'a str>, Option<&'a str>);
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct Key {
-    regarding: RefKey,
-    related: Option<(Option<String>, RefKey)>,
+/// What makes two events the same event.
+#[derive(Debug, Hash)]
+struct Key<'a> {
+    regarding: RefKey<'a>,
+    related: Option<(Option<&'a str>, RefKey<'a>)>,
     warning: bool,
-    reason: String,
-    action: String,
-    note: String,
+    reason: &'a str,
+    action: &'a str,
+    note: &'a str,
 }
+
+impl<'a> Key<'a> {
+    fn of(event: &'a Publish<'_>, note: &'a str) -> Self {
+        Self {
+            regarding: ref_key(event.regarding),
+            related: event.related.map(|r| (r.kind.as_deref(), ref_key(r))),
+            warning: event.type_ == EventType::Warning,
+            reason: event.reason,
+            action: event.action,
+            note,
+        }
+    }
+}
+
+/// A [`Key`] hashed with the publisher's random keys. The series map holds
+/// this instead of the key's strings: with an entry per resource for
+/// minutes after a burst, the strings were about ten small allocations
+/// each, left scattered over the pages the burst filled. Two different
+/// keys share a fingerprint with a chance of about one in 2^64 per pair.
+type Fingerprint = u64;
 
 #[derive(Debug, Clone)]
 struct Sent {
@@ -69,7 +91,8 @@ pub(crate) struct Events {
     client: Client,
     controller: String,
     instance: String,
-    sent: Mutex<HashMap<Key, Sent>>,
+    sent: Mutex<HashMap<Fingerprint, Sent>>,
+    fingerprints: RandomState,
 }
 
 impl Events {
@@ -84,6 +107,7 @@ impl Events {
             controller: controller.to_string(),
             instance,
             sent: Mutex::default(),
+            fingerprints: RandomState::new(),
         }
     }
 
@@ -91,18 +115,11 @@ impl Events {
     /// published in the last few minutes.
     pub async fn publish(&self, event: &Publish<'_>) -> Result<(), kube::Error> {
         let note = truncate(event.note, NOTE_LIMIT);
-        let key = Key {
-            regarding: ref_key(event.regarding),
-            related: event.related.map(|r| (r.kind.clone(), ref_key(r))),
-            warning: event.type_ == EventType::Warning,
-            reason: event.reason.to_string(),
-            action: event.action.to_string(),
-            note: note.clone(),
-        };
+        let key = self.fingerprint(&Key::of(event, &note));
         let now = jiff::Timestamp::now();
         // The lock is never held across a request: events of different
         // resources go out in parallel.
-        if let Some(previous) = self.next_in_series(&key, now) {
+        if let Some(previous) = self.next_in_series(key, now) {
             return self.extend_series(&previous, now).await;
         }
         let namespace = event
@@ -130,17 +147,22 @@ impl Events {
 
     /// The series `key` continues, counted one up, if it was published in
     /// the last few minutes.
-    fn next_in_series(&self, key: &Key, now: jiff::Timestamp) -> Option<Sent> {
+    fn next_in_series(&self, key: Fingerprint, now: jiff::Timestamp) -> Option<Sent> {
         let mut sent = self.sent();
         sent.retain(|_, s| now.duration_since(s.last).unsigned_abs() < SERIES_TTL);
-        let previous = sent.get_mut(key)?;
+        crate::memory::shrink_after_burst(&mut *sent);
+        let previous = sent.get_mut(&key)?;
         previous.count += 1;
         previous.last = now;
         Some(previous.clone())
     }
 
-    fn sent(&self) -> MutexGuard<'_, HashMap<Key, Sent>> {
+    fn sent(&self) -> MutexGuard<'_, HashMap<Fingerprint, Sent>> {
         self.sent.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn fingerprint(&self, key: &Key<'_>) -> Fingerprint {
+        self.fingerprints.hash_one(key)
     }
 
     fn event(&self, e: &Publish<'_>, note: String, now: jiff::Timestamp, namespace: &str) -> Event {
@@ -188,22 +210,22 @@ impl Events {
     }
 }
 
-fn ref_key(r: &ObjectReference) -> RefKey {
-    (r.namespace.clone(), r.name.clone(), r.uid.clone())
+fn ref_key(r: &ObjectReference) -> RefKey<'_> {
+    (r.namespace.as_deref(), r.name.as_deref(), r.uid.as_deref())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn key(note: &str) -> Key {
+    fn key(note: &str) -> Key<'_> {
         Key {
-            regarding: (Some("ns".into()), Some("web".into()), Some("u1".into())),
+            regarding: (Some("ns"), Some("web"), Some("u1")),
             related: None,
             warning: false,
-            reason: "Applied".into(),
-            action: "Apply".into(),
-            note: note.into(),
+            reason: "Applied",
+            action: "Apply",
+            note,
         }
     }
 
@@ -212,9 +234,10 @@ mod tests {
         let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
         let events = Events::new(Client::try_from(config).unwrap(), "test");
         let t0 = jiff::Timestamp::now();
-        assert!(events.next_in_series(&key("created"), t0).is_none());
+        let created = events.fingerprint(&key("created"));
+        assert!(events.next_in_series(created, t0).is_none());
         events.sent().insert(
-            key("created"),
+            created,
             Sent {
                 name: "web.1".into(),
                 namespace: "ns".into(),
@@ -222,16 +245,42 @@ mod tests {
                 last: t0,
             },
         );
-        let next = events.next_in_series(&key("created"), t0).unwrap();
+        let next = events.next_in_series(created, t0).unwrap();
         assert_eq!((next.name.as_str(), next.count), ("web.1", 2));
         assert!(
-            events.next_in_series(&key("configured"), t0).is_none(),
+            events
+                .next_in_series(events.fingerprint(&key("configured")), t0)
+                .is_none(),
             "another note is another event"
         );
         let later = t0 + SERIES_TTL + Duration::from_secs(1);
         assert!(
-            events.next_in_series(&key("created"), later).is_none(),
+            events.next_in_series(created, later).is_none(),
             "the series ended"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_burst_of_series_gives_its_table_back_when_they_end() {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let events = Events::new(Client::try_from(config).unwrap(), "test");
+        let t0 = jiff::Timestamp::now();
+        for n in 0..1000 {
+            let sent = Sent {
+                name: format!("web-{n}.1"),
+                namespace: "ns".into(),
+                count: 1,
+                last: t0,
+            };
+            events.sent().insert(n, sent);
+        }
+        let burst = events.sent().capacity();
+        let later = t0 + SERIES_TTL + Duration::from_secs(1);
+        assert!(events.next_in_series(u64::MAX, later).is_none());
+        let after = events.sent().capacity();
+        assert!(
+            after < burst / 4,
+            "capacity {after} after a burst of {burst}"
         );
     }
 }

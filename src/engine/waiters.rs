@@ -96,6 +96,7 @@ impl<K: Eq + Hash + Clone> Drop for Waiter<K> {
             .is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(&self.notify)));
         if last && ours {
             waiting.remove(&self.key);
+            crate::memory::shrink_after_burst(&mut *waiting);
         }
     }
 }
@@ -155,5 +156,19 @@ mod tests {
             waiters.wake_all();
         });
         assert!(a && b);
+    }
+
+    #[test]
+    fn a_burst_of_waiters_gives_its_table_back_when_they_are_gone() {
+        let waiters = Arc::new(Waiters::default());
+        let burst: Vec<_> = (0..1000).map(|n| Waiters::wait_for(&waiters, n)).collect();
+        let capacity = waiters.lock().capacity();
+        drop(burst);
+        assert!(waiters.is_empty());
+        let after = waiters.lock().capacity();
+        assert!(
+            after < capacity / 4,
+            "capacity {after} after a burst of {capacity}"
+        );
     }
 }
