@@ -8,9 +8,7 @@
 //! configured` after `deployment.apps/web created` showed as `created (x2)`.
 //! That key is not configurable, hence this small publisher.
 
-use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::{Event, EventSeries};
@@ -18,7 +16,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use std::sync::{Mutex, MutexGuard};
+use tokio::time::{Duration, Instant};
 
+use super::expiring::Expiring;
 use super::status::truncate;
 use crate::kind::EventType;
 
@@ -83,7 +83,6 @@ struct Sent {
     name: String,
     namespace: String,
     count: i32,
-    last: jiff::Timestamp,
 }
 
 /// Publishes events as one controller instance.
@@ -91,7 +90,7 @@ pub(crate) struct Events {
     client: Client,
     controller: String,
     instance: String,
-    sent: Mutex<HashMap<Fingerprint, Sent>>,
+    sent: Mutex<Expiring<Fingerprint, Sent>>,
     fingerprints: RandomState,
 }
 
@@ -117,9 +116,10 @@ impl Events {
         let note = truncate(event.note, NOTE_LIMIT);
         let key = self.fingerprint(&Key::of(event, &note));
         let now = jiff::Timestamp::now();
+        let seen = Instant::now();
         // The lock is never held across a request: events of different
         // resources go out in parallel.
-        if let Some(previous) = self.next_in_series(key, now) {
+        if let Some(previous) = self.next_in_series(key, seen) {
             return self.extend_series(&previous, now).await;
         }
         let namespace = event
@@ -133,31 +133,25 @@ impl Events {
                 &self.event(event, note, now, &namespace),
             )
             .await?;
-        self.sent().insert(
-            key,
-            Sent {
-                name: created.metadata.name.unwrap_or_default(),
-                namespace,
-                count: 1,
-                last: now,
-            },
-        );
+        let sent = Sent {
+            name: created.metadata.name.unwrap_or_default(),
+            namespace,
+            count: 1,
+        };
+        self.sent().insert(key, sent, seen + SERIES_TTL, seen);
         Ok(())
     }
 
     /// The series `key` continues, counted one up, if it was published in
     /// the last few minutes.
-    fn next_in_series(&self, key: Fingerprint, now: jiff::Timestamp) -> Option<Sent> {
+    fn next_in_series(&self, key: Fingerprint, now: Instant) -> Option<Sent> {
         let mut sent = self.sent();
-        sent.retain(|_, s| now.duration_since(s.last).unsigned_abs() < SERIES_TTL);
-        crate::memory::shrink_after_burst(&mut *sent);
-        let previous = sent.get_mut(&key)?;
+        let previous = sent.renew(&key, now + SERIES_TTL, now)?;
         previous.count += 1;
-        previous.last = now;
         Some(previous.clone())
     }
 
-    fn sent(&self) -> MutexGuard<'_, HashMap<Fingerprint, Sent>> {
+    fn sent(&self) -> MutexGuard<'_, Expiring<Fingerprint, Sent>> {
         self.sent.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -229,22 +223,23 @@ mod tests {
         }
     }
 
+    fn events() -> Events {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        Events::new(Client::try_from(config).unwrap(), "test")
+    }
+
     #[tokio::test]
     async fn a_repeat_within_the_ttl_continues_the_series() {
-        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
-        let events = Events::new(Client::try_from(config).unwrap(), "test");
-        let t0 = jiff::Timestamp::now();
+        let events = events();
+        let t0 = Instant::now();
         let created = events.fingerprint(&key("created"));
         assert!(events.next_in_series(created, t0).is_none());
-        events.sent().insert(
-            created,
-            Sent {
-                name: "web.1".into(),
-                namespace: "ns".into(),
-                count: 1,
-                last: t0,
-            },
-        );
+        let sent = Sent {
+            name: "web.1".into(),
+            namespace: "ns".into(),
+            count: 1,
+        };
+        events.sent().insert(created, sent, t0 + SERIES_TTL, t0);
         let next = events.next_in_series(created, t0).unwrap();
         assert_eq!((next.name.as_str(), next.count), ("web.1", 2));
         assert!(
@@ -257,30 +252,6 @@ mod tests {
         assert!(
             events.next_in_series(created, later).is_none(),
             "the series ended"
-        );
-    }
-
-    #[tokio::test]
-    async fn a_burst_of_series_gives_its_table_back_when_they_end() {
-        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
-        let events = Events::new(Client::try_from(config).unwrap(), "test");
-        let t0 = jiff::Timestamp::now();
-        for n in 0..1000 {
-            let sent = Sent {
-                name: format!("web-{n}.1"),
-                namespace: "ns".into(),
-                count: 1,
-                last: t0,
-            };
-            events.sent().insert(n, sent);
-        }
-        let burst = events.sent().capacity();
-        let later = t0 + SERIES_TTL + Duration::from_secs(1);
-        assert!(events.next_in_series(u64::MAX, later).is_none());
-        let after = events.sent().capacity();
-        assert!(
-            after < burst / 4,
-            "capacity {after} after a burst of {burst}"
         );
     }
 }

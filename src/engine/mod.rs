@@ -24,6 +24,7 @@ mod cleanup;
 pub(crate) mod controller;
 pub(crate) mod dynamic_kind;
 mod events;
+mod expiring;
 mod health;
 pub(crate) mod inventory;
 mod kept;

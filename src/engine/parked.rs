@@ -18,13 +18,13 @@
 //! a status an apply had not written yet always was: the next run applies
 //! again (nothing changes) and writes it.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 use tokio::time::{Duration, Instant};
 
 use super::checkup::Waiting;
+use super::expiring::Expiring;
 use super::outcome::Applied;
 use super::status::{CommonStatus, StatusText};
 
@@ -71,21 +71,20 @@ pub(crate) struct Parked {
 /// The parked statuses, by the UID of their resource.
 #[derive(Debug, Default)]
 pub(crate) struct ParkedStatuses {
-    entries: Mutex<HashMap<String, Arc<Parked>>>,
+    entries: Mutex<Expiring<String, Arc<Parked>>>,
 }
 
 impl ParkedStatuses {
     /// Parks `parked` for `uid`, replacing what was parked for it.
     pub fn park(&self, uid: String, parked: Parked) {
-        let mut entries = self.lock();
-        let now = Instant::now();
-        entries.retain(|_, p| p.until + FORGET_AFTER > now);
-        entries.insert(uid, Arc::new(parked));
+        let forget = parked.until + FORGET_AFTER;
+        self.lock()
+            .insert(uid, Arc::new(parked), forget, Instant::now());
     }
 
     /// What is parked for `uid`.
     pub fn get(&self, uid: &str) -> Option<Arc<Parked>> {
-        self.lock().get(uid).cloned()
+        self.lock().get(uid, Instant::now()).cloned()
     }
 
     /// Releases what is parked for `uid` (a status was written, or the
@@ -96,15 +95,7 @@ impl ParkedStatuses {
 
     /// Takes every status parked for resources of `kind`, by UID.
     pub fn take_of(&self, kind: &str) -> Vec<(String, Arc<Parked>)> {
-        let mut entries = self.lock();
-        let uids: Vec<String> = entries
-            .iter()
-            .filter(|(_, p)| p.kind == kind)
-            .map(|(uid, _)| uid.clone())
-            .collect();
-        uids.into_iter()
-            .filter_map(|uid| entries.remove(&uid).map(|p| (uid, p)))
-            .collect()
+        self.lock().take_where(|p| p.kind == kind)
     }
 
     /// How many statuses are parked.
@@ -113,7 +104,7 @@ impl ParkedStatuses {
         self.lock().len()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Parked>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Expiring<String, Arc<Parked>>> {
         self.entries.lock().unwrap_or_else(|e| e.into_inner())
     }
 }

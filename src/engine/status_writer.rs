@@ -10,15 +10,15 @@
 //! hold no such state.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 use kube::api::{Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use tokio::time::{Duration, Instant};
 
+use super::expiring::Expiring;
 use super::parked::Parked;
 use super::status::{CommonStatus, StatusText};
 use super::{Engine, FIELD_MANAGER};
@@ -42,13 +42,12 @@ const MEMO_TTL: Duration = Duration::from_secs(300);
 struct Memo {
     resource_version: Option<String>,
     status: StatusText,
-    at: Instant,
 }
 
 /// The statuses the engine wrote that the watch may not show yet.
 #[derive(Debug, Default)]
 pub(crate) struct StatusMemo {
-    entries: Mutex<HashMap<String, Memo>>,
+    entries: Mutex<Expiring<String, Memo>>,
 }
 
 impl StatusMemo {
@@ -56,8 +55,7 @@ impl StatusMemo {
     /// `cached_version`) may not show it yet.
     pub fn fresher(&self, uid: &str, cached_version: Option<&str>) -> Option<Value> {
         let mut entries = self.lock();
-        entries.retain(|_, m| m.at.elapsed() < MEMO_TTL);
-        let memo = entries.get(uid)?;
+        let memo = entries.get(uid, Instant::now())?;
         if memo.resource_version.as_deref() == cached_version {
             // The watch caught up.
             entries.remove(uid);
@@ -68,15 +66,12 @@ impl StatusMemo {
 
     /// Remembers a status written for `uid`.
     pub fn remember(&self, uid: String, resource_version: Option<String>, status: &Value) {
-        let status = StatusText::of(status);
-        self.lock().insert(
-            uid,
-            Memo {
-                resource_version,
-                status,
-                at: Instant::now(),
-            },
-        );
+        let memo = Memo {
+            resource_version,
+            status: StatusText::of(status),
+        };
+        let now = Instant::now();
+        self.lock().insert(uid, memo, now + MEMO_TTL, now);
     }
 
     /// Forgets `uid` (its resource is gone).
@@ -84,7 +79,7 @@ impl StatusMemo {
         self.lock().remove(uid);
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Memo>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Expiring<String, Memo>> {
         self.entries.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
