@@ -1,18 +1,20 @@
 //! Handing freed memory back to the system.
 //!
+//! Hash maps keep the room their busiest moment needed:
+//! [`shrink_after_burst`] gives it back.
+//!
 //! glibc's allocator keeps what a burst of reconciles freed (rendered
 //! overlays, kubectl output, list responses) in its arenas, so after a burst
 //! or a restart with many resources the resident size stays near the peak.
-//! `malloc_trim` returns those free pages; run every few seconds it costs
-//! microseconds and keeps the idle footprint close to what is in use.
+//! The binary uses jemalloc (feature `jemalloc`, configured in `main.rs`),
+//! which hands freed pages back on its own. Built without it,
+//! [`trim_until`] runs `malloc_trim` every few seconds: it costs
+//! microseconds and returns glibc's whole free pages.
 
 use std::collections::HashMap;
-use std::time::Duration;
 
-use tokio_util::sync::CancellationToken;
-
-/// How often free memory is handed back.
-pub const TRIM_INTERVAL: Duration = Duration::from_secs(5);
+#[cfg(not(feature = "jemalloc"))]
+pub use trim::{TRIM_INTERVAL, trim_until};
 
 /// Table capacity below which [`shrink_after_burst`] keeps a map as it is.
 const MIN_CAPACITY: usize = 64;
@@ -27,29 +29,40 @@ pub fn shrink_after_burst<K: Eq + std::hash::Hash, V>(map: &mut HashMap<K, V>) {
     }
 }
 
-/// Trims the allocator's free memory every `interval` until `stop`.
-pub async fn trim_until(interval: Duration, stop: CancellationToken) {
-    let mut ticks = tokio::time::interval(interval);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = ticks.tick() => release_free_memory(),
-            () = stop.cancelled() => return,
+/// glibc's free pages handed back every few seconds (builds without jemalloc).
+#[cfg(not(feature = "jemalloc"))]
+mod trim {
+    use std::time::Duration;
+
+    use tokio_util::sync::CancellationToken;
+
+    /// How often free memory is handed back.
+    pub const TRIM_INTERVAL: Duration = Duration::from_secs(5);
+
+    /// Trims the allocator's free memory every `interval` until `stop`.
+    pub async fn trim_until(interval: Duration, stop: CancellationToken) {
+        let mut ticks = tokio::time::interval(interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = ticks.tick() => release_free_memory(),
+                () = stop.cancelled() => return,
+            }
         }
     }
-}
 
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn release_free_memory() {
-    // SAFETY: malloc_trim only returns free pages of the allocator's own
-    // heaps to the kernel; it touches no memory in use.
-    unsafe {
-        libc::malloc_trim(0);
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    fn release_free_memory() {
+        // SAFETY: malloc_trim only returns free pages of the allocator's own
+        // heaps to the kernel; it touches no memory in use.
+        unsafe {
+            libc::malloc_trim(0);
+        }
     }
-}
 
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn release_free_memory() {}
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    fn release_free_memory() {}
+}
 
 #[cfg(test)]
 mod tests {

@@ -197,6 +197,9 @@ impl Operator {
                 }
             });
         }
+        // jemalloc (the binary's allocator by default) hands freed pages
+        // back by itself; glibc is trimmed.
+        #[cfg(not(feature = "jemalloc"))]
         self.tasks.spawn(crate::memory::trim_until(
             crate::memory::TRIM_INTERVAL,
             self.shutdown.clone(),

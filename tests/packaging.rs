@@ -720,3 +720,25 @@ fn the_shards_overlay_runs_a_second_operator_for_shard_b() {
         .collect();
     assert_eq!(leases, ["kustomize-operator", "kustomize-operator-b"]);
 }
+
+/// The binary's allocator is jemalloc with the options `main.rs` gives it
+/// (no thread caches, freed pages handed back by a background thread):
+/// jemalloc itself confirms where each option came from.
+#[cfg(feature = "jemalloc")]
+#[test]
+fn the_binary_allocates_with_jemalloc_as_configured() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kustomize-operator"))
+        .arg("--version")
+        .env("_RJEM_MALLOC_CONF", "confirm_conf:true")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let from_binary = stderr
+        .lines()
+        .find(|line| line.contains("global variable malloc_conf"))
+        .unwrap_or_else(|| panic!("jemalloc did not read the binary's options:\n{stderr}"));
+    for option in ["tcache:false", "background_thread:true"] {
+        assert!(from_binary.contains(option), "{option} in {from_binary}");
+    }
+}
