@@ -8,7 +8,7 @@
 //! or a restart with many resources the resident size stays near the peak.
 //! The binary uses jemalloc (feature `jemalloc`, configured in `main.rs`),
 //! which hands freed pages back on its own. Built without it,
-//! [`trim_until`] runs `malloc_trim` every few seconds: it costs
+//! `trim_until` runs `malloc_trim` every few seconds: it costs
 //! microseconds and returns glibc's whole free pages.
 
 use std::collections::HashMap;
