@@ -181,7 +181,8 @@ impl Operator {
         }
     }
 
-    /// Starts the metrics endpoint and the memory trimmer.
+    /// Starts the metrics endpoint, the forgetting of expired entries and
+    /// (without jemalloc) the memory trimmer.
     fn spawn_services(&mut self, args: &RunArgs) {
         if let Some(addr) = args.metrics_addr.0 {
             let metrics = self.engine.metrics().clone();
@@ -197,6 +198,13 @@ impl Operator {
                 }
             });
         }
+        let engine = self.engine.clone();
+        let stop = self.shutdown.clone();
+        self.tasks.spawn(async move {
+            engine
+                .forget_expired_until(crate::engine::FORGET_EVERY, stop)
+                .await;
+        });
         // jemalloc (the binary's allocator by default) hands freed pages
         // back by itself; glibc is trimmed.
         #[cfg(not(feature = "jemalloc"))]

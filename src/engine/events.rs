@@ -151,6 +151,11 @@ impl Events {
         Some(previous.clone())
     }
 
+    /// Forgets the series that ended (see [`Expiring::forget_expired`]).
+    pub fn forget_expired(&self, now: Instant) {
+        self.sent().forget_expired(now);
+    }
+
     fn sent(&self) -> MutexGuard<'_, Expiring<Fingerprint, Sent>> {
         self.sent.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -253,5 +258,21 @@ mod tests {
             events.next_in_series(created, later).is_none(),
             "the series ended"
         );
+    }
+
+    #[tokio::test]
+    async fn a_quiet_publisher_forgets_the_series_that_ended() {
+        let events = events();
+        let t0 = Instant::now();
+        let sent = Sent {
+            name: "web.1".into(),
+            namespace: "ns".into(),
+            count: 1,
+        };
+        events.sent().insert(1, sent, t0 + SERIES_TTL, t0);
+        events.forget_expired(t0 + SERIES_TTL / 2);
+        assert_eq!(events.sent().len(), 1, "still going");
+        events.forget_expired(t0 + SERIES_TTL);
+        assert_eq!(events.sent().len(), 0);
     }
 }

@@ -2,9 +2,10 @@
 //! for a few minutes (events' series, parked statuses, written statuses).
 //!
 //! Expired entries are never returned. They are swept out at most once a
-//! second, so an access costs O(1) however many resources a burst brought,
-//! and after a sweep the table gives back the room a burst made it grow
-//! to ([`crate::memory::shrink_after_burst`]).
+//! second, on an access or when the owner asks ([`Expiring::forget_expired`]),
+//! so an access costs O(1) however many resources a burst brought, and
+//! after a sweep the table gives back the room a burst made it grow to
+//! ([`crate::memory::shrink_after_burst`]).
 //!
 //! Time is passed in, never read, so the owners decide which clock counts
 //! and tests need no waiting. (A caching crate such as moka would bring
@@ -44,7 +45,7 @@ impl<K, V> Default for Expiring<K, V> {
 impl<K: Eq + Hash, V> Expiring<K, V> {
     /// Keeps `value` for `key` until `expires`, replacing what was kept.
     pub fn insert(&mut self, key: K, value: V, expires: Instant, now: Instant) {
-        self.sweep(now);
+        self.forget_expired(now);
         self.entries.insert(key, Entry { value, expires });
     }
 
@@ -53,7 +54,7 @@ impl<K: Eq + Hash, V> Expiring<K, V> {
     where
         K: Borrow<Q>,
     {
-        self.sweep(now);
+        self.forget_expired(now);
         self.live(key, now).map(|entry| &entry.value)
     }
 
@@ -67,7 +68,7 @@ impl<K: Eq + Hash, V> Expiring<K, V> {
     where
         K: Borrow<Q>,
     {
-        self.sweep(now);
+        self.forget_expired(now);
         let entry = self.live(key, now)?;
         entry.expires = expires;
         Some(&mut entry.value)
@@ -118,7 +119,9 @@ impl<K: Eq + Hash, V> Expiring<K, V> {
             .filter(|entry| entry.expires > now)
     }
 
-    fn sweep(&mut self, now: Instant) {
+    /// Drops the expired entries and gives back the room they took; does
+    /// nothing if it last ran less than a second before `now`.
+    pub fn forget_expired(&mut self, now: Instant) {
         if self.next_sweep.is_some_and(|next| now < next) {
             return;
         }

@@ -50,6 +50,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kube::Client;
+use tokio_util::sync::CancellationToken;
 
 use self::applier::{Applied, ApplyJob};
 use self::batch::{BatchSettings, Queue};
@@ -70,6 +71,10 @@ pub(crate) use self::watch::always_current_kind;
 
 /// The field manager of the engine's server-side applies (objects and status).
 pub const FIELD_MANAGER: &str = "kustomize-operator";
+
+/// How often expired entries are forgotten when no reconcile comes by
+/// ([`Engine::forget_expired_until`]).
+pub const FORGET_EVERY: Duration = Duration::from_secs(60);
 
 /// Shortest and longest retry delay after a failure.
 const BACKOFF_MIN: Duration = Duration::from_secs(1);
@@ -184,6 +189,27 @@ impl Engine {
             kind,
         )
         .await
+    }
+
+    /// Every `every` until `stop`, forgets what the engine remembered about
+    /// resources for a few minutes (events' series, parked statuses,
+    /// written statuses) once it expired. The tables also sweep themselves
+    /// when used, but a quiet operator would keep a burst's entries until
+    /// its next event.
+    pub async fn forget_expired_until(&self, every: Duration, stop: CancellationToken) {
+        let mut ticks = tokio::time::interval(every);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = ticks.tick() => {
+                    let now = tokio::time::Instant::now();
+                    self.events.forget_expired(now);
+                    self.parked.forget_expired(now);
+                    self.memo.forget_expired(now);
+                }
+                () = stop.cancelled() => return,
+            }
+        }
     }
 
     /// Counts a failure of `key` (returns how many in a row), or clears them.

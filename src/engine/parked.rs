@@ -98,6 +98,12 @@ impl ParkedStatuses {
         self.lock().take_where(|p| p.kind == kind)
     }
 
+    /// Forgets what was parked long past its deadline (see
+    /// [`Expiring::forget_expired`]).
+    pub fn forget_expired(&self, now: Instant) {
+        self.lock().forget_expired(now);
+    }
+
     /// How many statuses are parked.
     #[cfg(test)]
     pub fn len(&self) -> usize {

@@ -74,6 +74,12 @@ impl StatusMemo {
         self.lock().insert(uid, memo, now + MEMO_TTL, now);
     }
 
+    /// Forgets the statuses written too long ago to matter (see
+    /// [`Expiring::forget_expired`]).
+    pub fn forget_expired(&self, now: Instant) {
+        self.lock().forget_expired(now);
+    }
+
     /// Forgets `uid` (its resource is gone).
     pub fn forget(&self, uid: &str) {
         self.lock().remove(uid);
