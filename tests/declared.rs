@@ -45,13 +45,9 @@ async fn install_crd(_client: &Client, kind: &Kind) {
     let (ok, _, err) = common::kubectl_stdin(&["apply", "--server-side", "-f", "-"], &crd);
     assert!(ok, "installing the CRD of {kind}: {err}");
     let name = kind.crd().metadata.name.unwrap();
-    let (ok, _, err) = common::kubectl(&[
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        &format!("crd/{name}"),
-    ]);
-    assert!(ok, "{name} not established: {err}");
+    if let Err(err) = common::wait_established(None, &[&format!("crd/{name}")]) {
+        panic!("{name} not established: {err}");
+    }
 }
 
 fn api_resource(kind: &Kind) -> ApiResource {

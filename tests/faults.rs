@@ -244,18 +244,9 @@ impl OwnPlane {
             "{}",
             String::from_utf8_lossy(&ok.stderr)
         );
-        let ok = Command::new(common::kubectl_path())
-            .args([
-                "wait",
-                "--for=condition=Established",
-                "--timeout=60s",
-                "crd",
-                "--all",
-            ])
-            .env("KUBECONFIG", &plane.kubeconfig)
-            .output()
-            .unwrap();
-        assert!(ok.status.success());
+        if let Err(err) = common::wait_established(Some(&plane.kubeconfig), &["crd", "--all"]) {
+            panic!("CRDs not established: {err}");
+        }
         plane
     }
 

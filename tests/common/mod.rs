@@ -78,6 +78,34 @@ pub fn kubectl(args: &[&str]) -> (bool, String, String) {
     )
 }
 
+/// Waits until the CRDs `target` names (`crd/NAME`, or `crd --all`) are
+/// established, with the kubeconfig given or the environment's. kubectl's
+/// wait fails at once instead of waiting when it reads a CRD created a
+/// moment before, whose `status.conditions` is still null ("accessor
+/// error"): that failure is retried.
+pub fn wait_established(kubeconfig: Option<&Path>, target: &[&str]) -> Result<(), String> {
+    let mut last = String::new();
+    for _ in 0..20 {
+        let mut command = std::process::Command::new(kubectl_path());
+        command
+            .args(["wait", "--for=condition=Established", "--timeout=60s"])
+            .args(target);
+        if let Some(kubeconfig) = kubeconfig {
+            command.env("KUBECONFIG", kubeconfig);
+        }
+        let out = command.output().map_err(|e| format!("run kubectl: {e}"))?;
+        if out.status.success() {
+            return Ok(());
+        }
+        last = String::from_utf8_lossy(&out.stderr).into_owned();
+        if !last.contains("accessor error") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    Err(last)
+}
+
 /// The documents `kubectl kustomize <dir>` builds (`dir` in the repo).
 pub fn kustomize_documents(dir: &str) -> Vec<serde_json::Value> {
     let path = repo().join(dir).display().to_string();
@@ -140,13 +168,7 @@ pub async fn cluster() -> Option<Client> {
             }
             for kind in all_kinds() {
                 let name = kind.crd().metadata.name.unwrap_or_default();
-                let (ok, _, err) = kubectl(&[
-                    "wait",
-                    "--for=condition=Established",
-                    "--timeout=60s",
-                    &format!("crd/{name}"),
-                ]);
-                if !ok {
+                if let Err(err) = wait_established(None, &[&format!("crd/{name}")]) {
                     return Err(format!("CRD {name} not established: {err}"));
                 }
             }
