@@ -8,13 +8,16 @@
 //! or a restart with many resources the resident size stays near the peak.
 //! The binary uses jemalloc (feature `jemalloc`, configured in `main.rs`),
 //! which hands freed pages back on its own. Built without it,
-//! `trim_until` runs `malloc_trim` every few seconds: it costs
-//! microseconds and returns glibc's whole free pages.
+//! `release_free_memory` runs `malloc_trim`, every few seconds ([`every`]):
+//! it costs microseconds and returns glibc's whole free pages.
 
 use std::collections::HashMap;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
 
 #[cfg(not(feature = "jemalloc"))]
-pub use trim::{TRIM_INTERVAL, trim_until};
+pub use trim::{TRIM_INTERVAL, release_free_memory};
 
 /// Table capacity below which [`shrink_after_burst`] keeps a map as it is.
 const MIN_CAPACITY: usize = 64;
@@ -29,30 +32,29 @@ pub fn shrink_after_burst<K: Eq + std::hash::Hash, V>(map: &mut HashMap<K, V>) {
     }
 }
 
-/// glibc's free pages handed back every few seconds (builds without jemalloc).
+/// Runs `housekeeping` every `interval` (the first time at once) until `stop`.
+pub async fn every(interval: Duration, stop: CancellationToken, mut housekeeping: impl FnMut()) {
+    let mut ticks = tokio::time::interval(interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticks.tick() => housekeeping(),
+            () = stop.cancelled() => return,
+        }
+    }
+}
+
+/// glibc's free pages handed back (builds without jemalloc).
 #[cfg(not(feature = "jemalloc"))]
 mod trim {
     use std::time::Duration;
 
-    use tokio_util::sync::CancellationToken;
-
     /// How often free memory is handed back.
     pub const TRIM_INTERVAL: Duration = Duration::from_secs(5);
 
-    /// Trims the allocator's free memory every `interval` until `stop`.
-    pub async fn trim_until(interval: Duration, stop: CancellationToken) {
-        let mut ticks = tokio::time::interval(interval);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = ticks.tick() => release_free_memory(),
-                () = stop.cancelled() => return,
-            }
-        }
-    }
-
+    /// Returns the allocator's whole free pages to the kernel.
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    fn release_free_memory() {
+    pub fn release_free_memory() {
         // SAFETY: malloc_trim only returns free pages of the allocator's own
         // heaps to the kernel; it touches no memory in use.
         unsafe {
@@ -60,8 +62,9 @@ mod trim {
         }
     }
 
+    /// Nothing to return on other allocators.
     #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-    fn release_free_memory() {}
+    pub fn release_free_memory() {}
 }
 
 #[cfg(test)]

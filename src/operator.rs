@@ -199,18 +199,18 @@ impl Operator {
             });
         }
         let engine = self.engine.clone();
-        let stop = self.shutdown.clone();
-        self.tasks.spawn(async move {
-            engine
-                .forget_expired_until(crate::engine::FORGET_EVERY, stop)
-                .await;
-        });
+        self.tasks.spawn(crate::memory::every(
+            crate::engine::FORGET_EVERY,
+            self.shutdown.clone(),
+            move || engine.forget_expired(),
+        ));
         // jemalloc (the binary's allocator by default) hands freed pages
         // back by itself; glibc is trimmed.
         #[cfg(not(feature = "jemalloc"))]
-        self.tasks.spawn(crate::memory::trim_until(
+        self.tasks.spawn(crate::memory::every(
             crate::memory::TRIM_INTERVAL,
             self.shutdown.clone(),
+            crate::memory::release_free_memory,
         ));
     }
 

@@ -83,18 +83,10 @@ impl<K: Eq + Hash, V> Expiring<K, V> {
     }
 
     /// Removes and returns every entry, expired or not, whose value matches.
-    pub fn take_where(&mut self, mut matches: impl FnMut(&V) -> bool) -> Vec<(K, V)>
-    where
-        K: Clone,
-    {
-        let keys: Vec<K> = self
-            .entries
-            .iter()
-            .filter(|(_, entry)| matches(&entry.value))
-            .map(|(key, _)| key.clone())
-            .collect();
-        keys.into_iter()
-            .filter_map(|key| self.entries.remove(&key).map(|entry| (key, entry.value)))
+    pub fn take_where(&mut self, mut matches: impl FnMut(&V) -> bool) -> Vec<(K, V)> {
+        self.entries
+            .extract_if(|_, entry| matches(&entry.value))
+            .map(|(key, entry)| (key, entry.value))
             .collect()
     }
 

@@ -50,7 +50,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kube::Client;
-use tokio_util::sync::CancellationToken;
 
 use self::applier::{Applied, ApplyJob};
 use self::batch::{BatchSettings, Queue};
@@ -73,7 +72,7 @@ pub(crate) use self::watch::always_current_kind;
 pub const FIELD_MANAGER: &str = "kustomize-operator";
 
 /// How often expired entries are forgotten when no reconcile comes by
-/// ([`Engine::forget_expired_until`]).
+/// ([`Engine::forget_expired`]).
 pub const FORGET_EVERY: Duration = Duration::from_secs(60);
 
 /// Shortest and longest retry delay after a failure.
@@ -191,25 +190,16 @@ impl Engine {
         .await
     }
 
-    /// Every `every` until `stop`, forgets what the engine remembered about
-    /// resources for a few minutes (events' series, parked statuses,
-    /// written statuses) once it expired. The tables also sweep themselves
-    /// when used, but a quiet operator would keep a burst's entries until
-    /// its next event.
-    pub async fn forget_expired_until(&self, every: Duration, stop: CancellationToken) {
-        let mut ticks = tokio::time::interval(every);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = ticks.tick() => {
-                    let now = tokio::time::Instant::now();
-                    self.events.forget_expired(now);
-                    self.parked.forget_expired(now);
-                    self.memo.forget_expired(now);
-                }
-                () = stop.cancelled() => return,
-            }
-        }
+    /// Forgets what the engine remembered about resources for a few
+    /// minutes (events' series, parked statuses, written statuses) once it
+    /// expired. The tables also sweep themselves when used; run every
+    /// [`FORGET_EVERY`], this keeps a quiet operator from holding a burst's
+    /// entries until its next event.
+    pub fn forget_expired(&self) {
+        let now = tokio::time::Instant::now();
+        self.events.forget_expired(now);
+        self.parked.forget_expired(now);
+        self.memo.forget_expired(now);
     }
 
     /// Counts a failure of `key` (returns how many in a row), or clears them.
