@@ -220,34 +220,21 @@ impl OwnPlane {
             "KO_CONTROL_PLANE_DIR".to_string(),
             state.display().to_string(),
         )];
-        let out = Command::new(Self::script())
-            .arg("up")
-            .envs(env.clone())
-            .output()
-            .expect("control-plane up");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let kubeconfig = state.join("kubeconfig");
-        let plane = Self { env, kubeconfig };
-        let crds = common::repo().join("deploy/crds");
-        let ok = Command::new(common::kubectl_path())
-            .args(["apply", "-k"])
-            .arg(&crds)
-            .env("KUBECONFIG", &plane.kubeconfig)
-            .output()
-            .unwrap();
-        assert!(
-            ok.status.success(),
-            "{}",
-            String::from_utf8_lossy(&ok.stderr)
-        );
-        if let Err(err) = common::wait_established(Some(&plane.kubeconfig), &["crd", "--all"]) {
-            panic!("CRDs not established: {err}");
+        // `up`, then `crds`: the project's CRDs applied and established.
+        for verb in ["up", "crds"] {
+            let out = Command::new(Self::script())
+                .arg(verb)
+                .envs(env.clone())
+                .output()
+                .unwrap_or_else(|e| panic!("control-plane {verb}: {e}"));
+            assert!(
+                out.status.success(),
+                "control-plane {verb}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
-        plane
+        let kubeconfig = state.join("kubeconfig");
+        Self { env, kubeconfig }
     }
 
     fn component(&self, verb: &str, name: &str) {
