@@ -137,6 +137,15 @@ pub struct RunArgs {
     /// (default: only resources without that label).
     #[arg(long, env = "SHARD", value_parser = shard::parse_name)]
     pub shard: Option<String>,
+    /// Write as the tenant: the apply, prune and delete of a namespaced
+    /// resource (Sample, namespaced declared kinds, ExchangeRate,
+    /// CopyratorRule) run as this ServiceAccount of the resource's
+    /// namespace (`kubectl --as`), so the tenant's RBAC bounds them; a
+    /// kind file's `reconcile.serviceAccountName` overrides it. Reads,
+    /// watches and status stay with the operator's account. Default: the
+    /// operator's own account.
+    #[arg(long, env = "DEFAULT_SERVICE_ACCOUNT", value_parser = parse_account_name)]
+    pub default_service_account: Option<String>,
     /// Which controllers run, comma-separated: built-in and declared kinds
     /// by short name (default: all).
     #[arg(long, env = "KINDS", value_delimiter = ',')]
@@ -322,6 +331,11 @@ fn parse_addr(s: &str) -> Result<MetricsAddr, String> {
         .map_err(|e| format!("invalid address {s:?}: {e}"))
 }
 
+/// A ServiceAccount name (`--default-service-account`).
+pub fn parse_account_name(name: &str) -> Result<String, String> {
+    crate::kind::check_account_name(name).map(|()| name.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -428,6 +442,14 @@ mod tests {
     }
 
     #[test]
+    fn the_default_service_account_must_be_an_account_name() {
+        assert_eq!(parse_account_name("deployer").as_deref(), Ok("deployer"));
+        for bad in ["", "Deployer", "a/b", "-a", "a:b"] {
+            assert!(parse_account_name(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
     fn empty_metrics_addr_disables() {
         let cli = Cli::try_parse_from(["kustomize-operator", "run", "--metrics-addr", ""]).unwrap();
         let Command::Run(args) = cli.command else {
@@ -436,3 +458,4 @@ mod tests {
         assert_eq!(args.metrics_addr, MetricsAddr(None));
     }
 }
+

@@ -18,6 +18,7 @@ use kube::runtime::Controller;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+pub use crate::engine::identity::check_account_name;
 pub use crate::engine::inventory::{Inventory, OWNER_ANNOTATION, OWNER_LABEL, ObjectId, Owner};
 pub use crate::engine::kubectl::CommandRecord;
 pub use crate::engine::overlay::{
@@ -86,6 +87,14 @@ pub struct Policy {
     /// namespace (kinds whose templates come from outside the operator's
     /// code: a template cannot reach another namespace).
     pub confined_to_namespace: bool,
+    /// The kind makes things for the user of a namespaced resource: with
+    /// a ServiceAccount named (here or by `--default-service-account`),
+    /// its writes (apply, prune, delete) run as that account of the
+    /// resource's namespace, so the tenant's own RBAC bounds them.
+    pub tenant_writes: bool,
+    /// The ServiceAccount the kind's writes run as, overriding
+    /// `--default-service-account` (only with [`Policy::tenant_writes`]).
+    pub service_account: Option<String>,
 }
 
 impl Default for Policy {
@@ -95,6 +104,8 @@ impl Default for Policy {
             owner_references: false,
             health: true,
             confined_to_namespace: false,
+            tenant_writes: false,
+            service_account: None,
         }
     }
 }

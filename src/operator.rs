@@ -460,6 +460,8 @@ fn settings(args: &RunArgs, work_dir: PathBuf) -> Settings {
             max: args.batch_max,
         },
         max_reconciles: args.max_concurrent_reconciles,
+        default_service_account: args.default_service_account.clone(),
+        operator_namespace: args.common.operator_namespace.clone(),
     }
 }
 

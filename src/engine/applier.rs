@@ -1,6 +1,6 @@
 //! Built manifests → the cluster: `kubectl apply --server-side -f -`, with
-//! the applies of resources due together (same field manager and flags)
-//! coalesced into one run. The manifests go to kubectl on standard input,
+//! the applies of resources due together (same field manager, flags and
+//! identity) coalesced into one run. The manifests go to kubectl on standard input,
 //! so nothing applied (Secret data included) is written to disk.
 //!
 //! kubectl prints one line per object (`deployment.apps/web
@@ -13,6 +13,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::batch::{self, Job, Member, Runner};
+use super::identity::Identity;
 use super::inventory::ObjectId;
 use super::kubectl::{CommandRecord, Invocation, Kubectl, Slot};
 
@@ -48,11 +49,19 @@ pub(crate) struct ApplyJob {
     pub field_manager: String,
     /// Take fields owned by other managers.
     pub force_conflicts: bool,
+    /// Whose rights the apply uses: jobs of different identities never
+    /// share a run.
+    pub identity: Identity,
 }
 
 impl Job for ApplyJob {
     fn key(&self) -> String {
-        format!("{}/{}", self.field_manager, self.force_conflicts)
+        format!(
+            "{}/{}/{}",
+            self.field_manager,
+            self.force_conflicts,
+            self.identity.username().unwrap_or_default()
+        )
     }
 
     fn names(&self) -> Vec<String> {
@@ -82,6 +91,7 @@ fn run(
         let invocation = Invocation::Apply {
             field_manager: first.job.field_manager.clone(),
             force_conflicts: first.job.force_conflicts,
+            impersonate: first.job.identity.username(),
         };
         let input = stream(batch.iter().flat_map(|m| &m.job.documents));
         let record = match kubectl.run_with(slot, &invocation, Some(input)).await {
@@ -177,16 +187,30 @@ mod tests {
     }
 
     #[test]
-    fn jobs_with_other_flags_do_not_share_a_run_and_names_are_kubectls() {
-        let job = |force| ApplyJob {
+    fn jobs_with_other_flags_or_identities_do_not_share_a_run_and_names_are_kubectls() {
+        let job = |force, identity| ApplyJob {
             documents: vec![Document::of(&json!({
                 "apiVersion": "apps/v1", "kind": "Deployment",
                 "metadata": {"name": "web", "namespace": "a"}
             }))],
             field_manager: "m".into(),
             force_conflicts: force,
+            identity,
         };
+        let tenant = || Identity::ServiceAccount {
+            namespace: "a".into(),
+            name: "deployer".into(),
+        };
+        let job = |force| job(force, Identity::Operator);
         assert_ne!(job(true).key(), job(false).key());
+        assert_ne!(
+            job(false).key(),
+            ApplyJob {
+                identity: tenant(),
+                ..job(false)
+            }
+            .key()
+        );
         assert_eq!(job(true).names(), ["deployment.apps/web"]);
     }
 
@@ -218,6 +242,7 @@ mod tests {
                     )],
                     field_manager: "m".into(),
                     force_conflicts: false,
+                    identity: Identity::Operator,
                 },
                 reply,
             });
@@ -258,6 +283,7 @@ mod tests {
             )],
             field_manager: "m".into(),
             force_conflicts: false,
+            identity: Identity::Operator,
         };
         let (a, b) = tokio::join!(queue.submit(job("a")), queue.submit(job("b")));
         let (a, b) = (a.unwrap().unwrap(), b.unwrap().unwrap());

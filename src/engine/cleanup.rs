@@ -1,5 +1,6 @@
 //! The deletion path: a resource being deleted has its objects deleted
-//! (those in its inventory that still carry its marker) before its
+//! (those in its inventory whose live object carries its marker, each with
+//! a UID precondition, as the identity its writes use) before its
 //! finalizer goes. A failed delete keeps the resource, and says why.
 
 use std::collections::BTreeSet;
@@ -9,6 +10,7 @@ use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 
 use super::controller::{Context, ReconcileError};
+use super::identity::Identity;
 use super::inventory::{ObjectId, Owner};
 use super::outcome::Failure;
 use super::overlay::Marking;
@@ -35,12 +37,21 @@ pub(crate) async fn cleanup<H: Handler>(
         return Ok(Action::await_change());
     };
     let ids = to_delete(ctx, &current, &owner).await;
-    let adopts = |meta: &ObjectMeta| ctx.handler.adopts(obj, meta);
+    let identity = if ids.is_empty() {
+        Identity::Operator
+    } else {
+        match ctx.identity(&owner) {
+            Ok(identity) => identity,
+            Err(failure) => return fail(ctx, &current, failure, None, false).await,
+        }
+    };
+    let never = |_: &ObjectMeta| false;
     let actor = Actor {
         owner: &owner,
         conflicts: ctx.handler.info().policy.conflicts,
-        adopts: &adopts,
+        adopts: &never,
         confined: ctx.handler.info().policy.confined_to_namespace,
+        identity: &identity,
     };
     let mut done = Done::default();
     match steps::delete_owned(&ctx.engine, &actor, ids, Reason::DeleteFailed, &mut done).await {
@@ -49,18 +60,9 @@ pub(crate) async fn cleanup<H: Handler>(
                 0 => "nothing to delete".to_string(),
                 n => format!("deleted {n} object(s): {}", names(&report.deleted)),
             };
-            if !report.left.is_empty() {
-                note.push_str(&format!(
-                    "; left {} that no longer carry its marker: {}",
-                    report.left.len(),
-                    report
-                        .left
-                        .iter()
-                        .take(IN_EVENT)
-                        .cloned()
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ));
+            if let Some(dropped) = steps::dropped_entries(&report) {
+                note.push_str("; ");
+                note.push_str(&dropped);
             }
             publish(ctx, obj, EventType::Normal, "Deleted", &note, None).await;
             forget(ctx, obj);

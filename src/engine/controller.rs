@@ -16,7 +16,9 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tokio::sync::broadcast;
 
+use super::identity::{self, Identity};
 use super::inventory::Owner;
+use super::outcome::Failure;
 use super::primer::Primer;
 use super::status::Reason;
 use super::{Engine, backoff, cleanup, reconcile};
@@ -67,6 +69,26 @@ impl<H: Handler> Context<H> {
             obj.namespace().unwrap_or_default(),
             obj.name_any()
         )
+    }
+
+    /// Whose rights the writes of `owner` use: a ServiceAccount of its
+    /// namespace when the kind writes for tenants and an account is named
+    /// (by the kind, else by `--default-service-account`), else the
+    /// operator's own. `Forbidden` in a namespace never acted in.
+    pub fn identity(&self, owner: &Owner) -> Result<Identity, Failure> {
+        let policy = &self.handler.info().policy;
+        let settings = &self.engine.settings;
+        let account = policy
+            .tenant_writes
+            .then(|| {
+                policy
+                    .service_account
+                    .as_deref()
+                    .or(settings.default_service_account.as_deref())
+            })
+            .flatten();
+        identity::for_owner(owner, account, settings.operator_namespace.as_deref())
+            .map_err(|e| Failure::new(Reason::Forbidden, e.to_string()))
     }
 
     /// The resource as the owner of what it applies.

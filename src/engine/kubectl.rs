@@ -82,6 +82,8 @@ pub enum Invocation {
         field_manager: String,
         /// Take fields owned by other managers.
         force_conflicts: bool,
+        /// The user to act as (`--as`); `None`: the operator itself.
+        impersonate: Option<String>,
     },
     /// `kubectl delete [--namespace=NS] --ignore-not-found=true --wait=false -- TYPE/NAME...`.
     Delete {
@@ -89,6 +91,17 @@ pub enum Invocation {
         namespace: Option<String>,
         /// `resource.group/name` of each object.
         objects: Vec<String>,
+    },
+    /// `kubectl [--as=USER] delete --raw=PATH -f -`: deletes one object by
+    /// its API path, with the `DeleteOptions` given on standard input (a
+    /// UID precondition: an object replaced since it was read is not
+    /// deleted). kubectl prints the API server's answer, which may hold
+    /// the deleted object's data: the runner keeps none of it.
+    DeleteObject {
+        /// The object's API path (`/apis/apps/v1/namespaces/a/deployments/web`).
+        path: String,
+        /// The user to act as (`--as`); `None`: the operator itself.
+        impersonate: Option<String>,
     },
 }
 
@@ -98,7 +111,7 @@ impl Invocation {
         match self {
             Self::Build { .. } => "kustomize",
             Self::Apply { .. } => "apply",
-            Self::Delete { .. } => "delete",
+            Self::Delete { .. } | Self::DeleteObject { .. } => "delete",
         }
     }
 
@@ -109,12 +122,14 @@ impl Invocation {
             Self::Apply {
                 field_manager,
                 force_conflicts,
+                impersonate,
             } => {
-                let mut args = vec![
+                let mut args = as_user(impersonate.as_deref());
+                args.extend([
                     "apply".to_string(),
                     "--server-side".into(),
                     format!("--field-manager={field_manager}"),
-                ];
+                ]);
                 if *force_conflicts {
                     args.push("--force-conflicts".into());
                 }
@@ -134,8 +149,29 @@ impl Invocation {
                 args.extend(objects.iter().cloned());
                 args
             }
+            Self::DeleteObject { path, impersonate } => {
+                let mut args = as_user(impersonate.as_deref());
+                args.extend([
+                    "delete".to_string(),
+                    format!("--raw={path}"),
+                    "-f".into(),
+                    "-".into(),
+                ]);
+                args
+            }
         }
     }
+
+    /// True when standard output may hold object data the runner must not
+    /// keep (a raw delete prints the deleted object, Secret data included).
+    pub fn discards_stdout(&self) -> bool {
+        matches!(self, Self::DeleteObject { .. })
+    }
+}
+
+/// `--as=USER`, when acting as someone.
+fn as_user(user: Option<&str>) -> Vec<String> {
+    user.map(|u| vec![format!("--as={u}")]).unwrap_or_default()
 }
 
 /// What one kubectl run did. Stored (trimmed) in every resource's status.
@@ -351,6 +387,7 @@ impl Kubectl {
         let _registered = child.id().map(|pid| Registered::new(&self.running, pid));
         let stdout_cap = match invocation {
             Invocation::Build { .. } => BUILD_OUTPUT_CAP,
+            i if i.discards_stdout() => 0,
             _ => self.config.output_cap,
         };
         let stdout = child
@@ -610,6 +647,7 @@ mod tests {
         Invocation::Apply {
             field_manager: "m".into(),
             force_conflicts: false,
+            impersonate: None,
         }
     }
 
@@ -768,7 +806,8 @@ mod tests {
         assert_eq!(
             Invocation::Apply {
                 field_manager: "copyrator.a.b".into(),
-                force_conflicts: true
+                force_conflicts: true,
+                impersonate: None,
             }
             .args(),
             [
@@ -796,6 +835,50 @@ mod tests {
             ]
         );
         assert_eq!(build("/d").verb(), "kustomize");
+    }
+
+    #[test]
+    fn writes_as_a_tenant_carry_as_and_a_raw_delete_reads_its_options_from_stdin() {
+        let user = Some("system:serviceaccount:t:deployer".to_string());
+        let apply = Invocation::Apply {
+            field_manager: "m".into(),
+            force_conflicts: false,
+            impersonate: user.clone(),
+        };
+        assert_eq!(apply.args()[0], "--as=system:serviceaccount:t:deployer");
+        let delete = Invocation::DeleteObject {
+            path: "/apis/apps/v1/namespaces/t/deployments/web".into(),
+            impersonate: user,
+        };
+        assert_eq!(
+            delete.args(),
+            [
+                "--as=system:serviceaccount:t:deployer",
+                "delete",
+                "--raw=/apis/apps/v1/namespaces/t/deployments/web",
+                "-f",
+                "-"
+            ]
+        );
+        assert!(delete.discards_stdout() && !apply.discards_stdout());
+    }
+
+    #[tokio::test]
+    async fn a_raw_delete_keeps_none_of_what_kubectl_printed() {
+        let dir = tempfile::tempdir().unwrap();
+        let k = runner(
+            script(dir.path(), "echo '{\"data\":{\"password\":\"c2VjcmV0\"}}'"),
+            Duration::from_secs(10),
+            1024,
+        );
+        let delete = Invocation::DeleteObject {
+            path: "/api/v1/namespaces/t/secrets/s".into(),
+            impersonate: None,
+        };
+        let r = k.run(&delete, Some(b"{}".to_vec())).await.unwrap();
+        assert!(r.succeeded());
+        assert!(!r.stdout.contains("c2VjcmV0"), "{}", r.stdout);
+        assert!(!r.stdout.contains("password"), "{}", r.stdout);
     }
 
     #[tokio::test]

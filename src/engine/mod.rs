@@ -9,6 +9,8 @@
 //! - `status_writer`: the one place status is written; `parked`: the
 //!   status of an apply that waits for its objects' first look;
 //! - [`inventory`], `ownership`: what a resource owns, and who owns what;
+//! - [`identity`]: whose rights a resource's writes use (the operator's,
+//!   or a ServiceAccount of the resource's namespace, impersonated);
 //! - [`overlay`], [`templates`]: overlays as data → files;
 //! - `build`, `applier`, `batch`: kubectl runs, coalesced;
 //! - [`kubectl`]: the runner (argv only, timeout, process group, bounded output);
@@ -26,6 +28,7 @@ pub(crate) mod dynamic_kind;
 mod events;
 mod expiring;
 mod health;
+pub(crate) mod identity;
 pub(crate) mod inventory;
 mod kept;
 pub(crate) mod kubectl;
@@ -100,6 +103,12 @@ pub struct Settings {
     pub batch: BatchSettings,
     /// At most this many reconciles of one kind run at once (0: no limit).
     pub max_reconciles: u16,
+    /// The ServiceAccount of a resource's namespace that the writes of
+    /// kinds with `tenant_writes` run as (`None`: the operator's own
+    /// account, unless the kind names one).
+    pub default_service_account: Option<String>,
+    /// The operator's own namespace: its accounts are never acted as.
+    pub operator_namespace: Option<String>,
 }
 
 /// Everything a reconcile needs, shared by every controller.

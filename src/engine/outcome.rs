@@ -342,6 +342,7 @@ mod tests {
             Reason::FetchFailed,
             Reason::ListFailed,
             Reason::NamespaceNotServed,
+            Reason::Forbidden,
         ] {
             for before in [&CommonStatus::default(), &good] {
                 let s = status_after(before, &failed(reason), Some(2), now);

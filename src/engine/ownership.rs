@@ -92,7 +92,9 @@ pub(crate) enum Verdict {
     Absent,
     /// It carries the resource's marker.
     Ours,
-    /// It lacks the marker, but the kind adopts it.
+    /// It lacks the marker, but the kind adopts it (only ever in the
+    /// owner's own namespace, and only on apply: the apply stamps the
+    /// marker, and until then it is not the owner's to delete).
     Adopted,
     /// It belongs to someone else (who, in words).
     Foreign(String),
@@ -107,6 +109,9 @@ pub(crate) struct Inspected {
     pub served: Arc<Served>,
     /// What it is to the resource.
     pub verdict: Verdict,
+    /// The live object's UID (`None` when absent): a delete carries it as
+    /// a precondition.
+    pub uid: Option<String>,
 }
 
 /// Looks at each of `ids` (metadata only, in parallel).
@@ -139,14 +144,18 @@ async fn inspect_one(
         (Some(ns), true) => Api::namespaced_with(client.clone(), ns, &served.resource),
         _ => Api::all_with(client.clone(), &served.resource),
     };
-    let verdict = match api.get_metadata_opt(&id.name).await? {
-        None => Verdict::Absent,
-        Some(live) => verdict(owner, &live.metadata, adopts),
+    let at_home = owner.namespace.is_some() && id.namespace == owner.namespace;
+    let never = |_: &ObjectMeta| false;
+    let adopts = if at_home { adopts } else { &never };
+    let (verdict, uid) = match api.get_metadata_opt(&id.name).await? {
+        None => (Verdict::Absent, None),
+        Some(live) => (verdict(owner, &live.metadata, adopts), live.metadata.uid),
     };
     Ok(Inspected {
         id,
         served,
         verdict,
+        uid,
     })
 }
 
@@ -262,6 +271,7 @@ mod tests {
             verdict: Verdict::Foreign(
                 "not created by this resource (written by kubectl-create)".into(),
             ),
+            uid: Some("u-9".into()),
         }];
         let message = conflicts(&inspected, "Sample").unwrap();
         assert!(message.starts_with("deployment.apps/victim in h2 exists, not created by this resource (written by kubectl-create)"), "{message}");

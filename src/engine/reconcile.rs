@@ -310,12 +310,14 @@ async fn run_steps<H: Handler>(
     owner: &Owner,
 ) -> Result<(Done, BTreeSet<ObjectId>), Failure> {
     let engine = &ctx.engine;
+    let identity = ctx.identity(owner)?;
     let adopts = |meta: &ObjectMeta| ctx.handler.adopts(&current.object, meta);
     let actor = Actor {
         owner,
         conflicts: ctx.handler.info().policy.conflicts,
         adopts: &adopts,
         confined: ctx.handler.info().policy.confined_to_namespace,
+        identity: &identity,
     };
     let before = current
         .common
@@ -391,13 +393,13 @@ async fn prune<H: Handler>(
             &deleted,
         ));
     }
-    if !report.left.is_empty() {
-        done.events.push(event(
-            EventType::Warning,
-            "PruneSkipped",
-            "left objects that no longer carry its marker",
-            &report.left,
-        ));
+    if let Some(note) = steps::dropped_entries(&report) {
+        done.events.push(PlannedEvent {
+            type_: EventType::Warning,
+            reason: "InventoryIgnored",
+            note,
+            related: None,
+        });
     }
     Ok(())
 }

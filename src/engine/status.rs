@@ -88,6 +88,10 @@ pub enum Reason {
     ListFailed,
     /// The operator does not serve the resource's namespace (CopyratorRule).
     NamespaceNotServed,
+    /// The identity the resource's writes run as may not make them (a
+    /// tenant's ServiceAccount without the right, a missing account, or a
+    /// namespace the operator never acts in).
+    Forbidden,
     /// A reason this version does not know (written by another version).
     #[serde(other)]
     Unknown,
@@ -113,6 +117,7 @@ impl Reason {
             Self::FetchFailed => "FetchFailed",
             Self::ListFailed => "ListFailed",
             Self::NamespaceNotServed => "NamespaceNotServed",
+            Self::Forbidden => "Forbidden",
             Self::Unknown => "Unknown",
         }
     }

@@ -4,6 +4,9 @@
 //! which only ever touches objects that still carry its marker.
 
 use std::borrow::Cow;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ServiceAccount;
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -15,7 +18,8 @@ use super::inventory::{MAX_INVENTORY, ObjectId, Owner};
 use super::kubectl::{CommandRecord, Invocation};
 use super::outcome::Failure;
 use super::overlay::RenderedOverlay;
-use super::ownership::{self, Inspected, Verdict};
+use super::identity::Identity;
+use super::ownership::{self, Inspected, Served, Verdict};
 use super::status::Reason;
 use super::{Engine, FIELD_MANAGER};
 use crate::kind::{FieldConflicts, api_message};
@@ -37,6 +41,8 @@ pub(crate) struct Actor<'a> {
     pub adopts: &'a (dyn Fn(&ObjectMeta) -> bool + Sync),
     /// Every object must be namespaced and in the owner's namespace.
     pub confined: bool,
+    /// Whose rights the writes use.
+    pub identity: &'a Identity,
 }
 
 /// What the steps did so far.
@@ -105,9 +111,10 @@ pub(crate) async fn apply_owned(
         .extend(inspected.iter().map(|i| i.id.clone()));
     let field_manager = field_manager.unwrap_or(FIELD_MANAGER);
     for (documents, force) in split_by_ownership(&manifests, &inspected, actor.conflicts) {
-        let record = apply(engine, documents, field_manager, force).await?;
+        let record = apply(engine, documents, field_manager, force, actor.identity).await?;
         if !record.succeeded() {
-            return Err(apply_failure(record, Reason::ApplyFailed));
+            let failure = apply_failure(record, Reason::ApplyFailed, actor.identity);
+            return Err(explain_forbidden(engine, actor.identity, failure).await);
         }
         done.ran(record);
     }
@@ -237,6 +244,7 @@ async fn apply(
     documents: Vec<Document>,
     field_manager: &str,
     force_conflicts: bool,
+    identity: &Identity,
 ) -> Result<CommandRecord, Failure> {
     let mut last = None;
     for chunk in chunks(documents) {
@@ -244,6 +252,7 @@ async fn apply(
             documents: chunk,
             field_manager: field_manager.to_string(),
             force_conflicts,
+            identity: identity.clone(),
         };
         let record = match engine.applies.submit(job).await {
             Some(Ok(record)) => record,
@@ -280,20 +289,20 @@ fn chunks(documents: Vec<Document>) -> Vec<Vec<Document>> {
 }
 
 /// The failure for a kubectl apply that did not succeed: `FieldConflict`
-/// when another field manager owns a field, else `fallback`.
-pub(crate) fn apply_failure(record: CommandRecord, fallback: Reason) -> Failure {
+/// when another field manager owns a field, `Forbidden` when the API
+/// server refused `identity`, else `fallback`.
+pub(crate) fn apply_failure(record: CommandRecord, fallback: Reason, identity: &Identity) -> Failure {
     let conflict =
         record.stderr.contains("Apply failed with") && record.stderr.contains("conflict");
-    Failure {
-        reason: if conflict {
-            Reason::FieldConflict
-        } else {
-            fallback
-        },
-        message: failure_message(&record),
-        record: Some(Box::new(record)),
-        inventory: None,
+    if conflict {
+        return Failure {
+            reason: Reason::FieldConflict,
+            message: failure_message(&record),
+            record: Some(Box::new(record)),
+            inventory: None,
+        };
     }
+    run_failure(record, fallback, identity)
 }
 
 /// The message for a failed run: the summary line plus the stderr tail.
@@ -326,9 +335,10 @@ pub(crate) async fn patch_foreign(
         ));
     };
     let documents = manifests.iter().map(Document::of).collect();
-    let record = apply(engine, documents, field_manager, true).await?;
+    let operator = Identity::Operator;
+    let record = apply(engine, documents, field_manager, true, &operator).await?;
     if !record.succeeded() {
-        return Err(apply_failure(record, Reason::ActionFailed));
+        return Err(apply_failure(record, Reason::ActionFailed, &operator));
     }
     done.ran(record);
     Ok(())
@@ -360,14 +370,23 @@ pub(crate) async fn delete_foreign(
 /// What deleting a resource's own objects did.
 #[derive(Debug, Default)]
 pub(crate) struct Deleted {
-    /// The objects deleted (or already gone).
+    /// Its objects, deleted (or gone since they were read).
     pub deleted: Vec<ObjectId>,
-    /// Objects left alone: they no longer carry the resource's marker.
-    pub left: Vec<String>,
+    /// Listed objects that are absent or not its own: forgotten, never
+    /// named, and never told apart (the resource learns nothing of objects
+    /// it does not own).
+    pub forgotten: usize,
+    /// Listed entries it can never own (outside its namespace, of a kind
+    /// the API does not serve, or with a name no object can have):
+    /// dropped without being looked at.
+    pub invalid: usize,
 }
 
-/// Deletes those of `ids` that still carry the owner's marker (or that the
-/// kind adopts); the others are left and reported.
+/// Deletes those of `ids` whose live object carries the owner's marker,
+/// as the actor's identity, each with a UID precondition. The list (an
+/// inventory from status, which tenants can write) is a hint, never an
+/// authority: entries the owner could not own are dropped unread, and
+/// objects without the marker are left, whoever holds them.
 pub(crate) async fn delete_owned(
     engine: &Engine,
     actor: &Actor<'_>,
@@ -375,12 +394,15 @@ pub(crate) async fn delete_owned(
     reason: Reason,
     done: &mut Done,
 ) -> Result<Deleted, Failure> {
+    let mut report = Deleted::default();
+    let candidates = candidates(engine, actor, ids, &mut report).await?;
+    let never = |_: &ObjectMeta| false;
     let inspected = ownership::inspect(
         &engine.client,
         &engine.discovery,
         actor.owner,
-        ids,
-        actor.adopts,
+        candidates,
+        &never,
     )
     .await
     .map_err(|e| {
@@ -389,24 +411,238 @@ pub(crate) async fn delete_owned(
             format!("cannot read the objects to delete: {}", api_message(&e)),
         )
     })?;
-    let mut report = Deleted::default();
     let mut targets = Vec::new();
     for i in inspected {
-        match &i.verdict {
-            Verdict::Absent => report.deleted.push(i.id),
-            Verdict::Ours | Verdict::Adopted => {
-                targets.push((
-                    i.id.clone(),
-                    i.served.kubectl_arg(&i.id.name),
-                    i.served.namespaced,
-                ));
-                report.deleted.push(i.id);
-            }
-            Verdict::Foreign(who) => report.left.push(format!("{} ({who})", i.id)),
+        match (i.verdict, i.uid) {
+            (Verdict::Ours, Some(uid)) => targets.push(Target {
+                path: api_path(&i.served, &i.id),
+                id: i.id,
+                uid,
+            }),
+            _ => report.forgotten += 1,
         }
     }
-    run_deletes(engine, targets, reason, done).await?;
-    Ok(report)
+    let outcomes: Vec<_> = futures::stream::iter(targets)
+        .map(|t| delete_one(engine, actor.identity, t, reason))
+        .buffered(DELETE_CONCURRENCY)
+        .collect()
+        .await;
+    let mut failure = None;
+    for outcome in outcomes {
+        match outcome {
+            Ok(Gone::Deleted(id, record)) => {
+                done.ran(record);
+                report.deleted.push(id);
+            }
+            Ok(Gone::Replaced) => report.forgotten += 1,
+            Err(f) => failure = failure.or(Some(f)),
+        }
+    }
+    match failure {
+        Some(f) => Err(explain_forbidden(engine, actor.identity, f).await),
+        None => Ok(report),
+    }
+}
+
+/// What a delete left of the list it was given, in words that name no
+/// object: `None` when it left nothing.
+pub(crate) fn dropped_entries(report: &Deleted) -> Option<String> {
+    let mut parts = Vec::new();
+    if report.forgotten > 0 {
+        parts.push(format!(
+            "forgot {} listed object(s) that are gone or not its own (left untouched)",
+            report.forgotten
+        ));
+    }
+    if report.invalid > 0 {
+        parts.push(format!(
+            "ignored {} inventory entr{} it could never own (outside its namespace, an unknown kind or an impossible name; not looked at)",
+            report.invalid,
+            if report.invalid == 1 { "y" } else { "ies" }
+        ));
+    }
+    (!parts.is_empty()).then(|| parts.join("; "))
+}
+
+/// Deletes of one resource's objects running at once (each waits for a
+/// kubectl slot as well).
+const DELETE_CONCURRENCY: usize = 4;
+
+/// The entries worth looking at: valid names, in the owner's namespace
+/// when the kind is confined to it, of a kind the API serves (and a
+/// namespaced one when confined). The rest are counted as invalid.
+async fn candidates(
+    engine: &Engine,
+    actor: &Actor<'_>,
+    ids: Vec<ObjectId>,
+    report: &mut Deleted,
+) -> Result<Vec<ObjectId>, Failure> {
+    let mut kept = Vec::with_capacity(ids.len());
+    for id in ids {
+        if !plausible(actor, &id) {
+            report.invalid += 1;
+            continue;
+        }
+        match engine.discovery.resolve(&engine.client, &id).await {
+            Ok(served) if actor.confined && !served.namespaced => report.invalid += 1,
+            Ok(_) => kept.push(id),
+            Err(e) if unknown_kind(&e) => report.invalid += 1,
+            Err(e) => {
+                return Err(Failure::new(
+                    Reason::ApiError,
+                    format!("cannot resolve the kinds to delete: {}", api_message(&e)),
+                ));
+            }
+        }
+    }
+    Ok(kept)
+}
+
+/// True when an inventory entry names an object the owner could own: a
+/// name and namespace an object can have (they become an API path), and,
+/// for a kind confined to its namespace, that namespace.
+fn plausible(actor: &Actor<'_>, id: &ObjectId) -> bool {
+    let home = actor.owner.namespace.as_deref();
+    let namespace_ok = match (id.namespace.as_deref(), actor.confined) {
+        (Some(ns), true) => Some(ns) == home,
+        (None, true) => false,
+        (Some(ns), false) => is_namespace_name(ns),
+        (None, false) => true,
+    };
+    namespace_ok && is_object_name(&id.name)
+}
+
+/// A name an object can have: 1 to 253 of `[A-Za-z0-9._:@-]`, not `.` or
+/// `..` (what any kind allows, and nothing that changes an API path).
+fn is_object_name(name: &str) -> bool {
+    (1..=253).contains(&name.len())
+        && name != "."
+        && name != ".."
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | ':' | '@'))
+}
+
+/// A namespace name: a DNS label.
+fn is_namespace_name(name: &str) -> bool {
+    (1..=63).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+}
+
+/// True when discovery says the API serves no such kind.
+fn unknown_kind(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(status) => status.code == 404,
+        kube::Error::Discovery(_) => true,
+        _ => false,
+    }
+}
+
+/// One object to delete: carries the marker, with this UID.
+struct Target {
+    id: ObjectId,
+    path: String,
+    uid: String,
+}
+
+/// What became of one object to delete.
+enum Gone {
+    /// Deleted (or gone already), by this run.
+    Deleted(ObjectId, CommandRecord),
+    /// Replaced by another object since it was read: left alone.
+    Replaced,
+}
+
+/// Deletes one object by its API path, on condition that it is still the
+/// object read (its UID): `kubectl delete` itself cannot express a
+/// precondition, `kubectl delete --raw` sends the `DeleteOptions` given.
+async fn delete_one(
+    engine: &Engine,
+    identity: &Identity,
+    target: Target,
+    reason: Reason,
+) -> Result<Gone, Failure> {
+    let invocation = Invocation::DeleteObject {
+        path: target.path,
+        impersonate: identity.username(),
+    };
+    let options = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "DeleteOptions",
+        "propagationPolicy": "Background",
+        "preconditions": {"uid": target.uid},
+    });
+    let mut record = engine
+        .kubectl
+        .run(&invocation, Some(options.to_string().into_bytes()))
+        .await
+        .map_err(|e| Failure::new(reason, e.to_string()))?;
+    if record.succeeded() || record.stderr.contains("(NotFound)") {
+        record.stdout = format!("{} deleted\n", target.id.kubectl_name());
+        return Ok(Gone::Deleted(target.id, record));
+    }
+    if record.stderr.contains("(Conflict)") && record.stderr.contains("precondition") {
+        return Ok(Gone::Replaced);
+    }
+    Err(run_failure(record, reason, identity))
+}
+
+/// The API path of an object (`/apis/apps/v1/namespaces/a/deployments/web`).
+fn api_path(served: &Served, id: &ObjectId) -> String {
+    let r = &served.resource;
+    let root = if r.group.is_empty() {
+        format!("/api/{}", r.version)
+    } else {
+        format!("/apis/{}/{}", r.group, r.version)
+    };
+    match id.namespace.as_deref().filter(|_| served.namespaced) {
+        Some(ns) => format!("{root}/namespaces/{ns}/{}/{}", r.plural, id.name),
+        None => format!("{root}/{}/{}", r.plural, id.name),
+    }
+}
+
+/// The failure of a kubectl run that did not succeed: `Forbidden` when
+/// the API server refused the identity, else `reason`.
+fn run_failure(record: CommandRecord, reason: Reason, identity: &Identity) -> Failure {
+    let forbidden = is_forbidden(&record);
+    let mut message = failure_message(&record);
+    if forbidden && *identity != Identity::Operator {
+        message = format!("acting as {identity}: {message}");
+    }
+    Failure {
+        reason: if forbidden { Reason::Forbidden } else { reason },
+        message,
+        record: Some(Box::new(record)),
+        inventory: None,
+    }
+}
+
+/// True when the API server refused a run's request for lack of rights.
+fn is_forbidden(record: &CommandRecord) -> bool {
+    record.stderr.contains("(Forbidden)") || record.stderr.contains(" is forbidden: ")
+}
+
+/// A `Forbidden` failure while acting as a ServiceAccount says so when the
+/// account does not exist (impersonating one that does not exist is
+/// allowed, and every write is then refused).
+async fn explain_forbidden(engine: &Engine, identity: &Identity, mut failure: Failure) -> Failure {
+    let Identity::ServiceAccount { namespace, name } = identity else {
+        return failure;
+    };
+    if failure.reason != Reason::Forbidden {
+        return failure;
+    }
+    let accounts: kube::Api<ServiceAccount> =
+        kube::Api::namespaced(engine.client.clone(), namespace);
+    if let Ok(None) = accounts.get_metadata_opt(name).await {
+        failure.message = format!(
+            "ServiceAccount {namespace}/{name} does not exist: create it and grant it the rights this kind's objects need ({})",
+            failure.message
+        );
+    }
+    failure
 }
 
 /// One `kubectl delete` per namespace (and chunk of names).
@@ -469,7 +705,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            apply_failure(conflict, Reason::ApplyFailed).reason,
+            apply_failure(conflict, Reason::ApplyFailed, &Identity::Operator).reason,
             Reason::FieldConflict
         );
         let other = CommandRecord {
@@ -478,7 +714,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            apply_failure(other, Reason::ApplyFailed).reason,
+            apply_failure(other, Reason::ApplyFailed, &Identity::Operator).reason,
             Reason::ApplyFailed
         );
     }
@@ -504,6 +740,120 @@ mod tests {
         let err = identify(&owner, &[marked, unmarked]).unwrap_err();
         assert_eq!(err.reason, Reason::RenderFailed);
         assert!(err.message.contains("configmap/y"), "{}", err.message);
+    }
+
+    fn owner(namespace: Option<&str>) -> Owner {
+        Owner {
+            api_version: "nuvolaris.org/v1".into(),
+            kind: "Sample".into(),
+            namespace: namespace.map(str::to_string),
+            name: "web".into(),
+            uid: "u".into(),
+        }
+    }
+
+    fn deployment(namespace: Option<&str>, name: &str) -> ObjectId {
+        ObjectId {
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            namespace: namespace.map(str::to_string),
+            name: name.into(),
+        }
+    }
+
+    fn actor<'a>(owner: &'a Owner, confined: bool, identity: &'a Identity) -> Actor<'a> {
+        Actor {
+            owner,
+            conflicts: FieldConflicts::Report,
+            adopts: &|_| false,
+            confined,
+            identity,
+        }
+    }
+
+    #[test]
+    fn an_entry_outside_a_confined_owners_namespace_is_never_looked_at() {
+        let (o, id) = (owner(Some("attacker")), Identity::Operator);
+        let confined = actor(&o, true, &id);
+        assert!(plausible(&confined, &deployment(Some("attacker"), "web")));
+        assert!(!plausible(&confined, &deployment(Some("victim"), "web")));
+        assert!(!plausible(&confined, &deployment(None, "web")));
+        let free = actor(&o, false, &id);
+        assert!(plausible(&free, &deployment(Some("victim"), "web")));
+        assert!(plausible(&free, &deployment(None, "web")));
+    }
+
+    #[test]
+    fn names_that_would_change_an_api_path_are_invalid() {
+        let (o, id) = (owner(Some("a")), Identity::Operator);
+        let free = actor(&o, false, &id);
+        for bad in ["", ".", "..", "web/../x", "web?x", "web#x", "we b", "%2e"] {
+            assert!(!plausible(&free, &deployment(Some("a"), bad)), "{bad:?}");
+        }
+        assert!(!plausible(&free, &deployment(Some("A/b"), "web")));
+        assert!(!plausible(&free, &deployment(Some("a"), &"x".repeat(254))));
+        for good in ["web", "system:aggregate-to-edit", "a.b-c_d@e"] {
+            assert!(plausible(&free, &deployment(Some("a"), good)), "{good:?}");
+        }
+    }
+
+    #[test]
+    fn api_paths_address_one_object() {
+        let namespaced = Served {
+            resource: kube::api::ApiResource::erase::<k8s_openapi::api::apps::v1::Deployment>(&()),
+            namespaced: true,
+        };
+        assert_eq!(
+            api_path(&namespaced, &deployment(Some("a"), "web")),
+            "/apis/apps/v1/namespaces/a/deployments/web"
+        );
+        let cluster = Served {
+            resource: kube::api::ApiResource::erase::<k8s_openapi::api::core::v1::Namespace>(&()),
+            namespaced: false,
+        };
+        let ns = ObjectId {
+            api_version: "v1".into(),
+            kind: "Namespace".into(),
+            namespace: Some("ignored".into()),
+            name: "team".into(),
+        };
+        assert_eq!(api_path(&cluster, &ns), "/api/v1/namespaces/team");
+    }
+
+    #[test]
+    fn what_a_delete_left_is_told_without_naming_anything() {
+        assert_eq!(dropped_entries(&Deleted::default()), None);
+        let report = Deleted {
+            deleted: vec![deployment(Some("a"), "web")],
+            forgotten: 2,
+            invalid: 1,
+        };
+        let note = dropped_entries(&report).unwrap();
+        assert!(note.contains("forgot 2 listed object(s)"), "{note}");
+        assert!(note.contains("ignored 1 inventory entry"), "{note}");
+        assert!(!note.contains("web"), "{note}");
+    }
+
+    #[test]
+    fn a_refusal_of_the_tenants_account_is_forbidden_and_says_whose() {
+        let record = CommandRecord {
+            exit_code: Some(1),
+            stderr: "Error from server (Forbidden): deployments.apps \"web\" is forbidden: User \"system:serviceaccount:t:deployer\" cannot patch resource \"deployments\" in API group \"apps\" in the namespace \"t\"\n".into(),
+            ..Default::default()
+        };
+        let identity = Identity::ServiceAccount {
+            namespace: "t".into(),
+            name: "deployer".into(),
+        };
+        let failure = apply_failure(record, Reason::ApplyFailed, &identity);
+        assert_eq!(failure.reason, Reason::Forbidden);
+        assert!(
+            failure
+                .message
+                .starts_with("acting as ServiceAccount t/deployer: Error from server (Forbidden)"),
+            "{}",
+            failure.message
+        );
     }
 
     #[test]

@@ -303,6 +303,8 @@ impl ExchangeRateHandler {
                 policy: Policy {
                     conflicts: FieldConflicts::Report,
                     owner_references: true,
+                    // The rate's ConfigMap is made for the resource's user.
+                    tenant_writes: true,
                     ..Policy::default()
                 },
             },

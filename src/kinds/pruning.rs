@@ -3,7 +3,7 @@
 //! A successful run deletes the objects that left the resource: those in
 //! its recorded inventory, or that its kind no longer wants, that the run
 //! did not produce again, each only if it still carries the resource's
-//! marker (or the kind adopts it). Rendering knows the candidates; for
+//! marker. Rendering knows the candidates; for
 //! `diff`, rendering a resource read from the cluster looks at them there
 //! too ([`super::OwnedObjects::Read`]); which of them go depends on what
 //! the overlays build, which `diff` learns.
@@ -89,7 +89,11 @@ impl Pruning {
             .filter(|i| !built_again(i, after))
             .filter_map(|i| match &i.verdict {
                 Verdict::Absent => None,
-                Verdict::Ours | Verdict::Adopted => Some(Fate::Prune(i.id.clone())),
+                Verdict::Ours => Some(Fate::Prune(i.id.clone())),
+                Verdict::Adopted => Some(Fate::Leave(
+                    i.id.clone(),
+                    "not marked: only an apply adopts an object".into(),
+                )),
                 Verdict::Foreign(who) => Some(Fate::Leave(i.id.clone(), who.clone())),
             })
             .collect()
@@ -134,6 +138,7 @@ mod tests {
                 namespaced: true,
             }),
             verdict,
+            uid: None,
         }
     }
 
@@ -158,7 +163,10 @@ mod tests {
             pruning(true).fates(&built),
             [
                 Fate::Prune(id("gone")),
-                Fate::Prune(id("adopted")),
+                Fate::Leave(
+                    id("adopted"),
+                    "not marked: only an apply adopts an object".into()
+                ),
                 Fate::Leave(id("taken"), "someone".into()),
             ]
         );

@@ -80,6 +80,10 @@ impl CopyratorHandler {
                     conflicts: FieldConflicts::TakeBack,
                     // Copies live in other namespaces.
                     owner_references: false,
+                    // With impersonation on, copies are written as an
+                    // account of the rule's namespace: revoking its right
+                    // to write a target stops the copies there.
+                    tenant_writes: true,
                     ..Policy::default()
                 },
             },

@@ -343,6 +343,11 @@ pub struct ReconcileSpec {
     /// (`30s`, `10m`; default: the operator's `--resync-interval`).
     #[serde(default)]
     pub interval: Option<String>,
+    /// The ServiceAccount (of each resource's namespace) whose rights the
+    /// kind's writes use, overriding the operator's
+    /// `--default-service-account` (namespaced kinds only).
+    #[serde(default)]
+    pub service_account_name: Option<String>,
 }
 
 impl Default for ReconcileSpec {
@@ -353,6 +358,7 @@ impl Default for ReconcileSpec {
             owner_references: true,
             adopt: BTreeMap::new(),
             interval: None,
+            service_account_name: None,
         }
     }
 }

@@ -43,6 +43,8 @@ impl DeclaredHandler {
                 owner_references: reconcile.owner_references,
                 health: true,
                 confined_to_namespace: kind.namespaced(),
+                tenant_writes: kind.namespaced(),
+                service_account: reconcile.service_account_name.clone(),
             },
         };
         Self { kind, info }

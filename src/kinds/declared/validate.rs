@@ -346,6 +346,17 @@ fn check_readiness(path: &Path, file: &KindFile) -> Result<()> {
 }
 
 fn check_reconcile(path: &Path, file: &KindFile) -> Result<()> {
+    if let Some(account) = &file.spec.reconcile.service_account_name {
+        let field = "spec.reconcile.serviceAccountName";
+        crate::kind::check_account_name(account).map_err(|e| invalid(path, field, e))?;
+        if file.spec.scope == file::Scope::Cluster {
+            return Err(invalid(
+                path,
+                field,
+                "a cluster-scoped kind has no namespace to take an account from",
+            ));
+        }
+    }
     if let Some(interval) = &file.spec.reconcile.interval {
         let parsed = crate::duration::parse_duration(interval)
             .map_err(|e| invalid(path, "spec.reconcile.interval", e.to_string()))?;
