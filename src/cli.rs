@@ -458,4 +458,3 @@ mod tests {
         assert_eq!(args.metrics_addr, MetricsAddr(None));
     }
 }
-

@@ -14,11 +14,11 @@ use serde_json::Value;
 
 use super::applier::{ApplyJob, Document};
 use super::build::BuildJob;
+use super::identity::Identity;
 use super::inventory::{MAX_INVENTORY, ObjectId, Owner};
 use super::kubectl::{CommandRecord, Invocation};
 use super::outcome::Failure;
 use super::overlay::RenderedOverlay;
-use super::identity::Identity;
 use super::ownership::{self, Inspected, Served, Verdict};
 use super::status::Reason;
 use super::{Engine, FIELD_MANAGER};
@@ -291,7 +291,11 @@ fn chunks(documents: Vec<Document>) -> Vec<Vec<Document>> {
 /// The failure for a kubectl apply that did not succeed: `FieldConflict`
 /// when another field manager owns a field, `Forbidden` when the API
 /// server refused `identity`, else `fallback`.
-pub(crate) fn apply_failure(record: CommandRecord, fallback: Reason, identity: &Identity) -> Failure {
+pub(crate) fn apply_failure(
+    record: CommandRecord,
+    fallback: Reason,
+    identity: &Identity,
+) -> Failure {
     let conflict =
         record.stderr.contains("Apply failed with") && record.stderr.contains("conflict");
     if conflict {

@@ -1,0 +1,573 @@
+//! Nothing a tenant writes is an authority, and writes can run as the
+//! tenant (issue "act with the requester's rights").
+//!
+//! - A forged inventory in a resource's status (anyone with `/status` rights
+//!   writes it) neither prunes nor deletes another tenant's object, and no
+//!   event or status tells whether an object the resource does not own
+//!   exists.
+//! - With `--default-service-account`, a Sample's writes run as that
+//!   ServiceAccount of its namespace: without the right they are
+//!   `Forbidden` (nothing is created), and granting it makes the Sample
+//!   Ready without touching it; a CopyratorRule's copies stop at the next
+//!   reconcile once the right to write them is revoked.
+//!
+//! Tenants act through kubeconfigs holding nothing but their own
+//! ServiceAccount tokens.
+
+mod common;
+
+use std::time::Duration;
+
+use common::sample::{Sample, SampleSpec};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use kustomize_operator::kind::{CommonStatus, ConditionStatus, ConditionType, Reason};
+use kustomize_operator::kinds::copyrator::{CopyratorRule, CopyratorRuleSpec, RuleType};
+use serde_json::{Value, json};
+
+const TIMEOUT: Duration = Duration::from_secs(90);
+
+/// `kubectl apply` of `objects` as the admin.
+fn apply(objects: &[Value]) {
+    let text: String = objects.iter().map(|o| format!("---\n{o}\n")).collect();
+    let (ok, _, err) = common::kubectl_stdin(&["apply", "-f", "-"], &text);
+    assert!(ok, "kubectl apply: {err}");
+}
+
+/// A ServiceAccount, a Role of `rules` in `namespace` bound to it (with
+/// `role` as the Role's and the binding's name).
+fn account_with_role(home: &str, account: &str, namespace: &str, role: &str, rules: Value) {
+    apply(&[
+        json!({"apiVersion": "v1", "kind": "ServiceAccount",
+               "metadata": {"name": account, "namespace": home}}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+               "metadata": {"name": role, "namespace": namespace}, "rules": rules}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+               "metadata": {"name": role, "namespace": namespace},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+               "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": home}]}),
+    ]);
+}
+
+/// Every event in `namespace` about `name`, as "Reason: note" lines.
+async fn event_notes(client: &Client, namespace: &str, name: &str) -> Vec<String> {
+    Api::<Event>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .map(|e| {
+            format!(
+                "{}: {}",
+                e.reason.unwrap_or_default(),
+                e.note.unwrap_or_default()
+            )
+        })
+        .collect()
+}
+
+async fn wait_event(client: &Client, namespace: &str, name: &str, prefix: &str) -> String {
+    common::wait_until(TIMEOUT, || async {
+        event_notes(client, namespace, name)
+            .await
+            .iter()
+            .any(|n| n.starts_with(prefix))
+    })
+    .await;
+    event_notes(client, namespace, name)
+        .await
+        .into_iter()
+        .find(|n| n.starts_with(prefix))
+        .unwrap_or_default()
+}
+
+async fn sample_status(samples: &Api<Sample>, name: &str) -> CommonStatus {
+    samples.get(name).await.unwrap().status.unwrap_or_default()
+}
+
+fn ready(s: &CommonStatus) -> Option<(ConditionStatus, Reason, String)> {
+    s.condition(ConditionType::Ready)
+        .map(|c| (c.status, c.reason, c.message.clone()))
+}
+
+async fn wait_sample(samples: &Api<Sample>, name: &str, status: ConditionStatus, reason: Reason) {
+    common::wait_until(TIMEOUT, || async {
+        ready(&sample_status(samples, name).await)
+            .is_some_and(|(s, r, _)| s == status && r == reason)
+    })
+    .await;
+}
+
+/// Patches the status of a resource through `api` (the tenant's token).
+async fn forge_inventory<K>(api: &Api<K>, name: &str, objects: Value)
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+{
+    let count = objects.as_array().map_or(0, Vec::len);
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"inventory": {"count": count, "objects": objects}}})),
+    )
+    .await
+    .expect("the tenant may write its resource's status");
+}
+
+/// A tenant of `home` with `edit` there plus the right to write Samples,
+/// their status and CopyratorRules' status: wildcard roles often include
+/// `/status`.
+async fn status_writing_tenant(client: &Client, home: &str) -> common::TokenKubeconfig {
+    account_with_role(
+        home,
+        "mallory",
+        home,
+        "mallory-status",
+        json!([
+            {"apiGroups": ["nuvolaris.org"], "resources": ["samples", "samples/status"],
+             "verbs": ["get", "list", "create", "patch", "update", "delete"]},
+            {"apiGroups": ["flant.com"], "resources": ["copyrators", "copyrators/status"],
+             "verbs": ["get", "list", "patch", "update"]},
+        ]),
+    );
+    let token = common::TokenKubeconfig::mint(client, home, "mallory").await;
+    common::wait_until(TIMEOUT, || async {
+        token.can_i(&[
+            "patch",
+            "samples.nuvolaris.org",
+            "--subresource=status",
+            "-n",
+            home,
+        ])
+    })
+    .await;
+    token
+}
+
+/// A Deployment in `namespace` named `web` that carries the labels the
+/// Sample kind adopts (`managed-by`, `instance: web`), plus `labels`.
+fn adoptable_deployment(namespace: &str, labels: Value) -> Value {
+    let mut all = json!({
+        "app.kubernetes.io/managed-by": "kustomize-operator",
+        "app.kubernetes.io/instance": "web",
+        "app": "victim",
+    });
+    if let (Some(all), Some(more)) = (all.as_object_mut(), labels.as_object()) {
+        all.extend(more.clone());
+    }
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": namespace, "labels": all},
+        "spec": {
+            "replicas": 0,
+            "selector": {"matchLabels": {"app": "victim"}},
+            "template": {"metadata": {"labels": {"app": "victim"}},
+                         "spec": {"containers": [{"name": "c", "image": "nginx"}]}},
+        },
+    })
+}
+
+async fn uid_of(deployments: &Api<Deployment>, name: &str) -> Option<String> {
+    deployments
+        .get_opt(name)
+        .await
+        .unwrap()
+        .and_then(|d| d.uid())
+}
+
+#[tokio::test]
+async fn a_forged_inventory_neither_prunes_nor_deletes_another_tenants_deployment() {
+    let client = cluster_or_skip!();
+    let attacker = common::TestNamespace::new(&client, "forge-a").await;
+    let victim = common::TestNamespace::new(&client, "forge-v").await;
+    // The victim's Deployment is one the Sample kind would adopt, and one
+    // in the attacker's own namespace belongs to another resource.
+    apply(&[
+        adoptable_deployment(&victim.name, json!({})),
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "other", "namespace": attacker.name,
+                         "labels": {"kustomize-operator.io/owner": "someone-else"}},
+            "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "o"}},
+                     "template": {"metadata": {"labels": {"app": "o"}},
+                                  "spec": {"containers": [{"name": "c", "image": "nginx"}]}}},
+        }),
+    ]);
+    let victims: Api<Deployment> = Api::namespaced(client.clone(), &victim.name);
+    let neighbours: Api<Deployment> = Api::namespaced(client.clone(), &attacker.name);
+    let victim_uid = uid_of(&victims, "web")
+        .await
+        .expect("the victim's Deployment");
+    let other_uid = uid_of(&neighbours, "other")
+        .await
+        .expect("the other Deployment");
+    let mallory = status_writing_tenant(&client, &attacker.name).await;
+    let samples: Api<Sample> = Api::namespaced(mallory.client().await, &attacker.name);
+    let operator = common::start_operator(&attacker.name, &["--kinds", "sample"]).await;
+
+    samples
+        .create(
+            &PostParams::default(),
+            &Sample::new("web", SampleSpec { count: 1 }),
+        )
+        .await
+        .unwrap();
+    wait_sample(&samples, "web", ConditionStatus::True, Reason::Applied).await;
+    let forged = json!([
+        {"apiVersion": "apps/v1", "kind": "Deployment", "namespace": attacker.name, "names": ["other", "web"]},
+        {"apiVersion": "apps/v1", "kind": "Deployment", "namespace": victim.name, "names": ["web"]},
+    ]);
+
+    // The forging happens while no operator runs, so that no status write
+    // of its own can undo it before it reconciles: the next one is certain
+    // to read the forged inventory.
+    // By prune: the next apply no longer renders what the forged entries list.
+    operator.stop().await;
+    forge_inventory(&samples, "web", forged.clone()).await;
+    samples
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"count": 2}})),
+        )
+        .await
+        .unwrap();
+    let operator = common::start_operator(&attacker.name, &["--kinds", "sample"]).await;
+    let note = wait_event(&client, &attacker.name, "web", "InventoryIgnored").await;
+    assert!(note.contains("ignored 1 inventory entry"), "{note}");
+    assert!(note.contains("forgot 1 listed object"), "{note}");
+    assert!(
+        !note.contains(&victim.name) && !note.contains("other"),
+        "{note}"
+    );
+    wait_sample(&samples, "web", ConditionStatus::True, Reason::Applied).await;
+    assert_eq!(uid_of(&victims, "web").await.as_ref(), Some(&victim_uid));
+    assert_eq!(
+        uid_of(&neighbours, "other").await.as_ref(),
+        Some(&other_uid)
+    );
+    let victim_labels = victims.get("web").await.unwrap().labels().clone();
+    assert!(
+        !victim_labels.contains_key("kustomize-operator.io/owner"),
+        "not adopted outside the owner's namespace: {victim_labels:?}"
+    );
+
+    // By delete: the Sample goes, the forged entries stay untouched.
+    operator.stop().await;
+    forge_inventory(&samples, "web", forged).await;
+    samples
+        .delete("web", &DeleteParams::default())
+        .await
+        .unwrap();
+    let operator = common::start_operator(&attacker.name, &["--kinds", "sample"]).await;
+    common::wait_until(TIMEOUT, || async {
+        samples.get_opt("web").await.unwrap().is_none()
+    })
+    .await;
+    let note = wait_event(&client, &attacker.name, "web", "Deleted").await;
+    assert!(note.contains("ignored 1 inventory entry"), "{note}");
+    assert_eq!(uid_of(&victims, "web").await, Some(victim_uid));
+    assert_eq!(uid_of(&neighbours, "other").await, Some(other_uid));
+    assert_eq!(
+        uid_of(&neighbours, "web").await,
+        None,
+        "its own Deployment is deleted"
+    );
+    for note in event_notes(&client, &attacker.name, "web").await {
+        assert!(
+            !note.contains(&victim.name),
+            "an event names the victim: {note}"
+        );
+    }
+    operator.stop().await;
+}
+
+#[tokio::test]
+async fn a_forged_copyrator_inventory_tells_nothing_about_other_namespaces() {
+    let client = cluster_or_skip!();
+    let attacker = common::TestNamespace::new(&client, "oracle-a").await;
+    let target = common::TestNamespace::new(&client, "oracle-t").await;
+    let victim = common::TestNamespace::new(&client, "oracle-v").await;
+    let _release = common::StripFinalizersOnDrop(attacker.name.clone());
+    apply(&[json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "victim-secret", "namespace": victim.name},
+        "stringData": {"password": "hunter2"},
+    })]);
+    let mallory = status_writing_tenant(&client, &attacker.name).await;
+    let operator = common::start_operator(&attacker.name, &["--kinds", "copyrator"]).await;
+    let admin_rules: Api<CopyratorRule> = Api::namespaced(client.clone(), &attacker.name);
+    let rule = CopyratorRule::new(
+        "r",
+        CopyratorRuleSpec {
+            rule_type: Some(RuleType::Configmap),
+            selector: Some([("copy".to_string(), "yes".to_string())].into()),
+            namespaces: Some(vec![target.name.clone()]),
+            deletion_policy: None,
+        },
+    );
+    admin_rules
+        .create(&PostParams::default(), &rule)
+        .await
+        .unwrap();
+    let rules: Api<CopyratorRule> = Api::namespaced(mallory.client().await, &attacker.name);
+    common::wait_until(TIMEOUT, || async {
+        rules
+            .get("r")
+            .await
+            .unwrap()
+            .status
+            .is_some_and(|s| s.common.is_ready())
+    })
+    .await;
+
+    // Forged while no operator runs (see the Sample's test).
+    operator.stop().await;
+    forge_inventory(
+        &rules,
+        "r",
+        json!([{"apiVersion": "v1", "kind": "Secret", "namespace": victim.name,
+                "names": ["no-such-secret", "victim-secret"]}]),
+    )
+    .await;
+    // A new source: the next reconcile applies its copy and prunes.
+    apply(&[json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "src", "namespace": attacker.name, "labels": {"copy": "yes"}},
+        "data": {"k": "v"},
+    })]);
+    let operator = common::start_operator(&attacker.name, &["--kinds", "copyrator"]).await;
+    let note = wait_event(&client, &attacker.name, "r", "InventoryIgnored").await;
+    assert!(note.contains("forgot 2 listed object(s)"), "{note}");
+    let copies: Api<ConfigMap> = Api::namespaced(client.clone(), &target.name);
+    common::wait_until(TIMEOUT, || async {
+        copies.get_opt("src").await.unwrap().is_some()
+    })
+    .await;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &victim.name);
+    assert!(secrets.get_opt("victim-secret").await.unwrap().is_some());
+    let status = serde_json::to_string(&admin_rules.get("r").await.unwrap().status).unwrap();
+    for text in event_notes(&client, &attacker.name, "r")
+        .await
+        .iter()
+        .chain([&status])
+    {
+        for secret in ["victim-secret", "no-such-secret", "kubectl-create"] {
+            assert!(!text.contains(secret), "{secret} revealed: {text}");
+        }
+    }
+    operator.stop().await;
+}
+
+#[tokio::test]
+async fn as_the_tenants_account_a_sample_is_forbidden_until_the_right_is_granted() {
+    let client = cluster_or_skip!();
+    let ns = common::TestNamespace::new(&client, "as-tenant").await;
+    let operator = common::start_operator(
+        &ns.name,
+        &["--kinds", "sample", "--default-service-account", "deployer"],
+    )
+    .await;
+    let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    samples
+        .create(
+            &PostParams::default(),
+            &Sample::new("web", SampleSpec { count: 1 }),
+        )
+        .await
+        .unwrap();
+
+    // No account: Forbidden, and the message says it does not exist.
+    wait_sample(&samples, "web", ConditionStatus::False, Reason::Forbidden).await;
+    let (_, _, message) = ready(&sample_status(&samples, "web").await).unwrap();
+    assert!(
+        message.contains(&format!(
+            "ServiceAccount {}/deployer does not exist",
+            ns.name
+        )),
+        "{message}"
+    );
+
+    // An account without the right to write Deployments: still Forbidden,
+    // naming the account, the verb, the resource and the namespace.
+    account_with_role(
+        &ns.name,
+        "deployer",
+        &ns.name,
+        "deployer-configmaps",
+        json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["*"]}]),
+    );
+    common::wait_until(TIMEOUT, || async {
+        let (_, _, message) = ready(&sample_status(&samples, "web").await).unwrap();
+        !message.contains("does not exist")
+    })
+    .await;
+    let (status, reason, message) = ready(&sample_status(&samples, "web").await).unwrap();
+    assert_eq!(
+        (status, reason),
+        (ConditionStatus::False, Reason::Forbidden),
+        "{message}"
+    );
+    let user = format!("system:serviceaccount:{}:deployer", ns.name);
+    assert!(
+        message.contains(&format!("acting as ServiceAccount {}/deployer", ns.name)),
+        "{message}"
+    );
+    assert!(
+        message.contains(&user) && message.contains("deployments"),
+        "{message}"
+    );
+    assert!(
+        message.contains(&format!("in the namespace \"{}\"", ns.name)),
+        "{message}"
+    );
+    assert!(
+        deployments.get_opt("web").await.unwrap().is_none(),
+        "nothing was created"
+    );
+    let (_, can, _) = common::kubectl(&[
+        "auth",
+        "can-i",
+        "create",
+        "deployments",
+        "-n",
+        &ns.name,
+        "--as",
+        &user,
+    ]);
+    assert_eq!(can.trim(), "no");
+
+    // The right granted: Ready without touching the Sample.
+    let generation = samples.get("web").await.unwrap().metadata.generation;
+    account_with_role(
+        &ns.name,
+        "deployer",
+        &ns.name,
+        "deployer-deployments",
+        json!([{"apiGroups": ["apps"], "resources": ["deployments"],
+                "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}]),
+    );
+    wait_sample(&samples, "web", ConditionStatus::True, Reason::Applied).await;
+    assert_eq!(
+        samples.get("web").await.unwrap().metadata.generation,
+        generation
+    );
+    let last = sample_status(&samples, "web").await.last_command.unwrap();
+    assert!(
+        last.command.contains(&format!("--as={user}")),
+        "{}",
+        last.command
+    );
+    assert!(deployments.get_opt("web").await.unwrap().is_some());
+
+    // Deleted as the account too.
+    samples
+        .delete("web", &DeleteParams::default())
+        .await
+        .unwrap();
+    common::wait_until(TIMEOUT, || async {
+        deployments.get_opt("web").await.unwrap().is_none()
+            && samples.get_opt("web").await.unwrap().is_none()
+    })
+    .await;
+    operator.stop().await;
+}
+
+#[tokio::test]
+async fn revoking_a_tenants_right_stops_its_copies_at_the_next_reconcile() {
+    let client = cluster_or_skip!();
+    let src = common::TestNamespace::new(&client, "revoke-s").await;
+    let dst = common::TestNamespace::new(&client, "revoke-d").await;
+    let _release = common::StripFinalizersOnDrop(src.name.clone());
+    account_with_role(
+        &src.name,
+        "copier",
+        &dst.name,
+        "copier-configmaps",
+        json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["*"]}]),
+    );
+    let operator = common::start_operator(
+        &src.name,
+        &[
+            "--kinds",
+            "copyrator",
+            "--default-service-account",
+            "copier",
+        ],
+    )
+    .await;
+    let sources: Api<ConfigMap> = Api::namespaced(client.clone(), &src.name);
+    let copies: Api<ConfigMap> = Api::namespaced(client.clone(), &dst.name);
+    let value = |cm: Option<ConfigMap>| cm.and_then(|c| c.data).and_then(|d| d.get("k").cloned());
+    apply(&[json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "src", "namespace": src.name, "labels": {"copy": "yes"}},
+        "data": {"k": "v1"},
+    })]);
+    let rules: Api<CopyratorRule> = Api::namespaced(client.clone(), &src.name);
+    let rule = CopyratorRule::new(
+        "r",
+        CopyratorRuleSpec {
+            rule_type: Some(RuleType::Configmap),
+            selector: Some([("copy".to_string(), "yes".to_string())].into()),
+            namespaces: Some(vec![dst.name.clone()]),
+            deletion_policy: None,
+        },
+    );
+    rules.create(&PostParams::default(), &rule).await.unwrap();
+    common::wait_until(TIMEOUT, || async {
+        value(copies.get_opt("src").await.unwrap()).as_deref() == Some("v1")
+    })
+    .await;
+
+    // Revoked: the next reconcile (a changed source) is Forbidden.
+    let (ok, _, err) = common::kubectl(&[
+        "-n",
+        &dst.name,
+        "delete",
+        "rolebinding",
+        "copier-configmaps",
+    ]);
+    assert!(ok, "{err}");
+    let user = format!("system:serviceaccount:{}:copier", src.name);
+    common::wait_until(TIMEOUT, || async {
+        let (_, out, _) = common::kubectl(&[
+            "auth",
+            "can-i",
+            "patch",
+            "configmaps",
+            "-n",
+            &dst.name,
+            "--as",
+            &user,
+        ]);
+        out.trim() == "no"
+    })
+    .await;
+    sources
+        .patch(
+            "src",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"k": "v2"}})),
+        )
+        .await
+        .unwrap();
+    common::wait_until(TIMEOUT, || async {
+        rules.get("r").await.unwrap().status.is_some_and(|s| {
+            s.common
+                .condition(ConditionType::Ready)
+                .is_some_and(|c| c.reason == Reason::Forbidden && c.message.contains(&user))
+        })
+    })
+    .await;
+    assert_eq!(
+        value(copies.get_opt("src").await.unwrap()).as_deref(),
+        Some("v1")
+    );
+    operator.stop().await;
+}
