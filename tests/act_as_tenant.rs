@@ -571,3 +571,150 @@ async fn revoking_a_tenants_right_stops_its_copies_at_the_next_reconcile() {
     );
     operator.stop().await;
 }
+
+/// The ClusterRoles of `overlays/locked-down` that an operator serving
+/// Samples holds, renamed `<prefix>-<name>` (the install's own names are
+/// shared with other tests) and bound to `account`.
+fn locked_down_roles(prefix: &str, account: (&str, &str)) -> Vec<Value> {
+    let mut objects = Vec::new();
+    for doc in common::kustomize_documents("overlays/locked-down") {
+        let name = doc["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let wanted = [
+            "kustomize-operator-sample",
+            "kustomize-operator-events",
+            "kustomize-operator-impersonate",
+        ];
+        if doc["kind"] != "ClusterRole" || !wanted.contains(&name.as_str()) {
+            continue;
+        }
+        let renamed = format!("{prefix}-{name}");
+        let mut role = doc.clone();
+        role["metadata"]["name"] = json!(renamed);
+        objects.push(role);
+        objects.push(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": renamed},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": renamed},
+            "subjects": [{"kind": "ServiceAccount", "name": account.1, "namespace": account.0}],
+        }));
+    }
+    assert_eq!(objects.len(), 6, "the overlay's three roles, bound");
+    objects
+}
+
+/// Deletes cluster-scoped grants when dropped.
+struct ClusterGrants(Vec<Value>);
+
+impl Drop for ClusterGrants {
+    fn drop(&mut self) {
+        for o in &self.0 {
+            let kind = o["kind"].as_str().unwrap_or_default().to_lowercase();
+            let name = o["metadata"]["name"].as_str().unwrap_or_default();
+            let _ = common::kubectl(&[
+                "delete",
+                &format!("{kind}.rbac.authorization.k8s.io"),
+                name,
+                "--wait=false",
+            ]);
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_locked_down_install_runs_a_sample_without_write_rights_of_its_own() {
+    let client = cluster_or_skip!();
+    let home = common::TestNamespace::new(&client, "locked-op").await;
+    let tenant = common::TestNamespace::new(&client, "locked-t").await;
+    let grants = locked_down_roles(&home.name, (&home.name, "operator"));
+    apply(&[json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                   "metadata": {"name": "operator", "namespace": home.name}})]);
+    apply(&grants);
+    let _grants = ClusterGrants(grants);
+    let token = common::TokenKubeconfig::mint(&client, &home.name, "operator").await;
+    let writer = format!("system:serviceaccount:{}:kustomize-writer", tenant.name);
+    common::wait_until(TIMEOUT, || async {
+        token.can_i(&[
+            "impersonate",
+            "serviceaccounts/kustomize-writer",
+            "-n",
+            &tenant.name,
+        ])
+    })
+    .await;
+    // The operator's own account may not write a Deployment anywhere.
+    for verb in ["create", "patch", "delete"] {
+        assert!(
+            !token.can_i(&[verb, "deployments.apps", "-n", &tenant.name]),
+            "{verb}"
+        );
+    }
+    assert!(!token.can_i(&["impersonate", "serviceaccounts/default", "-n", &tenant.name]));
+    // The tenant's account may, in its namespace.
+    apply(&[
+        json!({"apiVersion": "v1", "kind": "ServiceAccount",
+               "metadata": {"name": "kustomize-writer", "namespace": tenant.name}}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+               "metadata": {"name": "kustomize-writer", "namespace": tenant.name},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+               "subjects": [{"kind": "ServiceAccount", "name": "kustomize-writer", "namespace": tenant.name}]}),
+    ]);
+    common::wait_until(TIMEOUT, || async {
+        let (_, out, _) = common::kubectl(&[
+            "auth",
+            "can-i",
+            "create",
+            "deployments",
+            "-n",
+            &tenant.name,
+            "--as",
+            &writer,
+        ]);
+        out.trim() == "yes"
+    })
+    .await;
+    let kubeconfig = token.path().display().to_string();
+    let mut operator = common::OperatorProcess::spawn(
+        &tenant.name,
+        &[("KUBECONFIG", kubeconfig.as_str())],
+        &[
+            "--kinds",
+            "sample",
+            "--default-service-account",
+            "kustomize-writer",
+            "--metrics-addr",
+            "",
+        ],
+    );
+    let samples: Api<Sample> = Api::namespaced(client.clone(), &tenant.name);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &tenant.name);
+    samples
+        .create(
+            &PostParams::default(),
+            &Sample::new("web", SampleSpec { count: 1 }),
+        )
+        .await
+        .unwrap();
+    common::wait_until(TIMEOUT, || async {
+        ready(&sample_status(&samples, "web").await)
+            .is_some_and(|(s, _, _)| s == ConditionStatus::True)
+    })
+    .await;
+    assert!(operator.running(), "{}", operator.log_tail());
+    let deployment = deployments.get("web").await.unwrap();
+    assert_eq!(
+        deployment.labels().get("kustomize-operator.io/owner"),
+        samples.get("web").await.unwrap().uid().as_ref()
+    );
+    samples
+        .delete("web", &DeleteParams::default())
+        .await
+        .unwrap();
+    common::wait_until(TIMEOUT, || async {
+        deployments.get_opt("web").await.unwrap().is_none()
+            && samples.get_opt("web").await.unwrap().is_none()
+    })
+    .await;
+}
