@@ -399,6 +399,30 @@ fn copyrator_namespaces_render_what_the_overlay_installs() {
     );
 }
 
+/// ... and locked down, writing as `kustomize-writer`, overlays/locked-down.
+#[test]
+fn a_locked_down_release_renders_what_the_overlay_installs() {
+    let helm = helm_or_skip!();
+    let overlay = common::kustomize_documents("overlays/locked-down");
+    let rendered = helm.template(
+        "kustomize-operator",
+        "kustomize-operator-system",
+        &[
+            "--set",
+            "writeAs.lockedDown=true",
+            "--set",
+            "writeAs.serviceAccountName=kustomize-writer",
+        ],
+    );
+    assert_same_objects(
+        &overlay,
+        &rendered,
+        "helm template vs kubectl kustomize overlays/locked-down",
+    );
+    let refused = helm.template_error(&["--set", "writeAs.lockedDown=true"]);
+    assert!(refused.contains("writeAs.serviceAccountName"), "{refused}");
+}
+
 #[test]
 fn the_values_shape_the_install() {
     let helm = helm_or_skip!();

@@ -52,11 +52,19 @@ exchangerate,chaosagent,copyrator,sample
 {{- end -}}
 
 {{/*
+The kinds that run when `kinds` is empty: all of them (empty), or, locked
+down, those whose writes can run as the tenant.
+*/}}
+{{- define "kustomize-operator.defaultKinds" -}}
+{{- if .Values.writeAs.lockedDown }}sample,exchangerate,copyrator{{ end -}}
+{{- end -}}
+
+{{/*
 "true" when the kind given as `kind` runs: `kinds` is empty or lists it.
 Usage: include "kustomize-operator.runs" (dict "root" . "kind" "sample")
 */}}
 {{- define "kustomize-operator.runs" -}}
-{{- $kinds := .root.Values.kinds | default list -}}
+{{- $kinds := .root.Values.kinds | default (include "kustomize-operator.defaultKinds" .root | splitList "," | compact) -}}
 {{- if or (empty $kinds) (has .kind $kinds) -}}true{{- end -}}
 {{- end -}}
 
@@ -74,13 +82,19 @@ with a message naming the value.
 {{- if and (gt (int .Values.replicas) 1) (not .Values.leaderElection.enabled) -}}
 {{- fail (printf "replicas: %d replicas need leaderElection.enabled=true (each would run the controllers)" (int .Values.replicas)) -}}
 {{- end -}}
+{{- if and .Values.writeAs.lockedDown (not .Values.writeAs.serviceAccountName) -}}
+{{- fail "writeAs.lockedDown needs writeAs.serviceAccountName: the account of each namespace that writes for its resources" -}}
+{{- end -}}
+{{- if and .Values.writeAs.lockedDown (has "chaosagent" .Values.kinds) -}}
+{{- fail "kinds: chaosagent acts as the operator itself and cannot run with writeAs.lockedDown" -}}
+{{- end -}}
 {{- if and .Values.copyratorNamespaces (not (include "kustomize-operator.runs" (dict "root" . "kind" "copyrator"))) -}}
 {{- fail "copyratorNamespaces is set but copyrator is not among kinds" -}}
 {{- end -}}
 {{- if ne (len .Values.copyratorNamespaces) (len (uniq .Values.copyratorNamespaces)) -}}
 {{- fail (printf "copyratorNamespaces lists a namespace twice: %s" (join "," .Values.copyratorNamespaces)) -}}
 {{- end -}}
-{{- $fromValues := dict "KINDS" "kinds" "WATCH_NAMESPACE" "watchNamespace" "COPYRATOR_NAMESPACES" "copyratorNamespaces" "LEADER_ELECT" "leaderElection.enabled" "NAMESPACE" "the release's namespace" "POD_NAME" "the Pod's name" "SHARD" "shard" -}}
+{{- $fromValues := dict "DEFAULT_SERVICE_ACCOUNT" "writeAs.serviceAccountName" "KINDS" "kinds" "WATCH_NAMESPACE" "watchNamespace" "COPYRATOR_NAMESPACES" "copyratorNamespaces" "LEADER_ELECT" "leaderElection.enabled" "NAMESPACE" "the release's namespace" "POD_NAME" "the Pod's name" "SHARD" "shard" -}}
 {{- range .Values.extraEnv -}}
 {{- if hasKey $fromValues .name -}}
 {{- fail (printf "extraEnv: %s is set by the chart from %s" .name (get $fromValues .name)) -}}
@@ -120,7 +134,7 @@ the order of the values' variables, then deploy/operator/deployment.yaml's.
 {{- define "kustomize-operator.env" -}}
 # What the values set first (where kustomize's patches put it, so the chart
 # and overlays/copyrator-namespaces render alike).
-{{- with .Values.kinds }}
+{{- with .Values.kinds | default (include "kustomize-operator.defaultKinds" . | splitList "," | compact) }}
 - name: KINDS
   value: {{ join "," . | quote }}
 {{- end }}
@@ -134,6 +148,10 @@ the order of the values' variables, then deploy/operator/deployment.yaml's.
 {{- end }}
 {{- with .Values.shard }}
 - name: SHARD
+  value: {{ . | quote }}
+{{- end }}
+{{- with .Values.writeAs.serviceAccountName }}
+- name: DEFAULT_SERVICE_ACCOUNT
   value: {{ . | quote }}
 {{- end }}
 # The operator's namespace, from the downward API: the Lease lives here.
