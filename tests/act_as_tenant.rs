@@ -718,3 +718,72 @@ async fn the_locked_down_install_runs_a_sample_without_write_rights_of_its_own()
     })
     .await;
 }
+
+/// A kubectl that, before a raw delete, replaces the Deployment `web` of
+/// `namespace` with another one carrying the same labels (the owner's
+/// marker included), as if it had been deleted and created again between
+/// the operator's read and its delete.
+fn replacing_kubectl(dir: &std::path::Path, namespace: &str) -> std::path::PathBuf {
+    let wrapper = dir.join("kubectl");
+    let real = common::kubectl_path().display().to_string();
+    common::write_script(
+        &wrapper,
+        &format!(
+            r#"case "$*" in *--raw=*deployments/web*)
+  {real} -n {namespace} get deployment web -o json > {dir}/web.json
+  {real} -n {namespace} delete deployment web --wait=true >/dev/null
+  python3 -c 'import json,sys; o=json.load(sys.stdin); o.pop("status",None); m=o["metadata"]; [m.pop(k,None) for k in ("uid","resourceVersion","creationTimestamp","managedFields","ownerReferences","generation")]; print(json.dumps(o))' < {dir}/web.json | {real} create -f - >/dev/null
+  {real} -n {namespace} get deployment web -o jsonpath='{{.metadata.uid}}' > {dir}/replacement-uid;;
+esac
+exec {real} "$@""#,
+            dir = dir.display(),
+        ),
+    );
+    wrapper
+}
+
+#[tokio::test]
+async fn an_object_replaced_between_the_read_and_the_delete_is_left() {
+    let client = cluster_or_skip!();
+    let ns = common::TestNamespace::new(&client, "replaced").await;
+    let dir = tempfile::tempdir().unwrap();
+    let wrapper = replacing_kubectl(dir.path(), &ns.name);
+    let operator = common::start_operator(
+        &ns.name,
+        &[
+            "--kinds",
+            "sample",
+            "--kubectl",
+            &wrapper.display().to_string(),
+        ],
+    )
+    .await;
+    let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    samples
+        .create(
+            &PostParams::default(),
+            &Sample::new("web", SampleSpec { count: 1 }),
+        )
+        .await
+        .unwrap();
+    wait_sample(&samples, "web", ConditionStatus::True, Reason::Applied).await;
+    samples
+        .delete("web", &DeleteParams::default())
+        .await
+        .unwrap();
+    common::wait_until(TIMEOUT, || async {
+        samples.get_opt("web").await.unwrap().is_none()
+    })
+    .await;
+    let replacement = std::fs::read_to_string(dir.path().join("replacement-uid"))
+        .expect("the wrapper replaced the Deployment during the delete");
+    assert_eq!(
+        uid_of(&deployments, "web").await,
+        Some(replacement),
+        "the replacement is left"
+    );
+    let note = wait_event(&client, &ns.name, "web", "Deleted").await;
+    assert!(note.contains("forgot 1 listed object"), "{note}");
+    operator.stop().await;
+}
