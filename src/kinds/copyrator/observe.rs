@@ -477,7 +477,7 @@ fn sources_error(e: ReadError, targets: usize, max_bytes: usize) -> HandlerError
 /// The `TooLarge` message of a rule whose sources went over their limit.
 pub fn too_large(tally: &paging::Tally, targets: usize, max_bytes: usize) -> String {
     let read = format!(
-        "the rule's sources hold more than {} bytes (reading stopped after {} of them, at {} bytes)",
+        "the rule's sources hold more than {} bytes (the first {} hold {} bytes already)",
         tally.limit, tally.objects, tally.bytes
     );
     if targets == 0 {
@@ -737,7 +737,7 @@ mod tests {
         let message = too_large(&tally, 3, 3072);
         for part in [
             "more than 1024 bytes",
-            "after 1 of them, at 4096 bytes",
+            "the first 1 hold 4096 bytes already",
             "3 namespace(s)",
             "--copyrator-max-bytes",
         ] {
