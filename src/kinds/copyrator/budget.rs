@@ -37,6 +37,7 @@ pub const PAGE_COST: usize = 2 * PAGE_BYTES;
 /// rules near 100 MiB resident, far below the Deployment's 512 Mi limit
 /// (docs/security.md, "Bounded reading").
 pub const DEFAULT_READ_BUDGET: usize = 64 * 1024 * 1024;
+const _: () = assert!(DEFAULT_READ_BUDGET >= 2 * super::plan::DEFAULT_MAX_BYTES);
 
 /// The smallest budget: one page must fit.
 pub const MIN_READ_BUDGET: usize = PAGE_COST;
@@ -160,7 +161,6 @@ mod tests {
     fn a_budget_holds_at_least_one_page() {
         assert_eq!(Budget::new(0).capacity(), MIN_READ_BUDGET);
         assert_eq!(Budget::new(DEFAULT_READ_BUDGET).capacity(), 64 * MIB);
-        assert!(DEFAULT_READ_BUDGET >= 2 * super::super::plan::DEFAULT_MAX_BYTES);
     }
 
     #[tokio::test]
