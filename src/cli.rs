@@ -120,6 +120,7 @@ impl CommonArgs {
             copyrator_namespaces: self.copyrator.namespaces.clone(),
             copyrator_allow_system_namespaces: self.copyrator.allow_system_namespaces,
             copyrator_max_bytes: self.copyrator.max_bytes,
+            copyrator_read_budget: self.copyrator.read_budget,
         }
     }
 }

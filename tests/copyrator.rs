@@ -337,6 +337,66 @@ async fn configmap_rule_over_three_namespaces_and_a_new_one() {
     drop(later_ns);
 }
 
+/// More sources than one page of a list holds (the operator reads them in
+/// pages: measured first, then read again under one hold): every one is
+/// copied, and a copy edited on the second page of the rule's copies (kept
+/// only as fingerprints) is put back.
+#[tokio::test]
+async fn sources_over_several_pages_are_all_copied_and_kept() {
+    let client = cluster!();
+    let src = common::TestNamespace::new(&client, "cr-pages").await;
+    let _release_src = ReleaseRules(src.name.clone());
+    let target = common::TestNamespace::new(&client, "cr-pages-t").await;
+    const SOURCES: usize = 130;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &src.name);
+    for i in 0..SOURCES {
+        create(
+            &cms,
+            &config_map(&format!("cm-{i:03}"), &[("copy", "yes")], "v1"),
+        )
+        .await;
+    }
+    let operator = common::start_operator(&src.name, &["--kinds", "copyrator"]).await;
+    let rules: Api<CopyratorRule> = Api::namespaced(client.clone(), &src.name);
+    create(
+        &rules,
+        &rule(
+            "r",
+            RuleType::Configmap,
+            &[("copy", "yes")],
+            &[&target.name],
+            None,
+        ),
+    )
+    .await;
+    let copies: Api<ConfigMap> = Api::namespaced(client.clone(), &target.name);
+    common::wait_until(TIMEOUT, || async {
+        copies
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .len()
+            >= SOURCES
+    })
+    .await;
+    let status = wait_ready(&rules, "r").await;
+    assert_eq!(status.copies.source_count as usize, SOURCES);
+    assert_eq!(status.copies.copy_count as usize, SOURCES);
+
+    let last = format!("cm-{:03}", SOURCES - 1);
+    copies
+        .patch(
+            &last,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"value": "edited"}})),
+        )
+        .await
+        .unwrap();
+    wait_cm_value(&client, &[&target.name], &last, Some("v1")).await;
+    operator.stop().await;
+}
+
 #[tokio::test]
 async fn a_source_losing_its_label_or_deleted_loses_its_copies() {
     let client = cluster!();

@@ -1140,3 +1140,88 @@ async fn an_admin_rule_over_every_namespace_reaches_a_namespace_created_later() 
     .await;
     operator.stop().await;
 }
+
+/// F4 of #39: many rules over the cap at once. Each is TooLarge, having
+/// measured its sources page by page under one shared read budget (here the
+/// least there is: one page), none waits for ever, and a rule within the
+/// cap beside them still copies.
+#[tokio::test]
+async fn rules_over_the_cap_at_once_share_the_read_budget() {
+    let client = cluster_or_skip!();
+    let home = common::TestNamespace::new(&client, "tn-flood").await;
+    let target = common::TestNamespace::new(&client, "tn-flood-t").await;
+    let _cleanup = common::StripFinalizersOnDrop(home.name.clone());
+    let cms = Api::<ConfigMap>::namespaced(client.clone(), &home.name);
+    for i in 0..4 {
+        let big: ConfigMap = typed(json!({
+            "metadata": {"name": format!("big-{i}"), "labels": {"copy": "yes"}},
+            "data": {"k": "x".repeat(4096)},
+        }));
+        cms.create(&PostParams::default(), &big).await.unwrap();
+    }
+    let small: ConfigMap = typed(json!({
+        "metadata": {"name": "small", "labels": {"small": "yes"}},
+        "data": {"k": "v"},
+    }));
+    cms.create(&PostParams::default(), &small).await.unwrap();
+    let budget = kustomize_operator::kinds::copyrator::budget::MIN_READ_BUDGET.to_string();
+    let operator = common::start_operator(
+        &home.name,
+        &[
+            "--kinds",
+            "copyrator",
+            "--copyrator-max-bytes",
+            "8192",
+            "--copyrator-read-budget",
+            &budget,
+        ],
+    )
+    .await;
+    let rules = Api::<CopyratorRule>::namespaced(client.clone(), &home.name);
+    let big: Vec<String> = (0..8).map(|i| format!("big-{i}")).collect();
+    for name in &big {
+        admitted(&rules, spec_rule(name, "configmap", Some(&[&target.name]))).await;
+    }
+    let mut within = spec_rule("small", "configmap", Some(&[&target.name]));
+    within["spec"]["selector"] = json!({"small": "yes"});
+    admitted(&rules, within).await;
+
+    let too_large = |name: &str| {
+        let (client, ns, name) = (client.clone(), home.name.clone(), name.to_string());
+        async move {
+            rule_status(&client, &ns, &name).await.is_some_and(|s| {
+                s.common.ready_reason() == Some(kustomize_operator::kind::Reason::TooLarge)
+            })
+        }
+    };
+    common::wait_until(TIMEOUT, || async {
+        for name in &big {
+            if !too_large(name).await {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+    let status = rule_status(&client, &home.name, "big-0").await.unwrap();
+    let message = &status
+        .common
+        .condition(kustomize_operator::kind::ConditionType::Ready)
+        .unwrap()
+        .message;
+    // 4,097 bytes each ("k" and its value): the second is over 8 KiB.
+    assert!(
+        message.contains("more than 8192 bytes (the first 2 hold 8194 bytes already)")
+            && message.contains("--copyrator-max-bytes"),
+        "{message}"
+    );
+    let copies = Api::<ConfigMap>::namespaced(client.clone(), &target.name);
+    common::wait_until(TIMEOUT, || async {
+        copies.get_opt("small").await.unwrap().is_some()
+    })
+    .await;
+    for i in 0..4 {
+        assert!(copies.get_opt(&format!("big-{i}")).await.unwrap().is_none());
+    }
+    operator.stop().await;
+}

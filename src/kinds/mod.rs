@@ -42,6 +42,8 @@ pub struct KindOptions {
     pub copyrator_allow_system_namespaces: bool,
     /// CopyratorRule: the most bytes of copies one rule may want.
     pub copyrator_max_bytes: usize,
+    /// CopyratorRule: the bytes all rules together may hold while reading.
+    pub copyrator_read_budget: usize,
 }
 
 impl Default for KindOptions {
@@ -54,6 +56,7 @@ impl Default for KindOptions {
             copyrator_namespaces: Vec::new(),
             copyrator_allow_system_namespaces: false,
             copyrator_max_bytes: copyrator::plan::DEFAULT_MAX_BYTES,
+            copyrator_read_budget: copyrator::budget::DEFAULT_READ_BUDGET,
         }
     }
 }

@@ -2,6 +2,7 @@
 
 use clap::Args;
 
+use super::budget::{DEFAULT_READ_BUDGET, MIN_READ_BUDGET};
 use super::plan::DEFAULT_MAX_BYTES;
 
 /// CopyratorRule flags: where copies may go, and how much.
@@ -33,4 +34,38 @@ pub struct Flags {
     /// data × target namespaces); above it the rule is TooLarge.
     #[arg(long = "copyrator-max-bytes", env = "COPYRATOR_MAX_BYTES", default_value_t = DEFAULT_MAX_BYTES)]
     pub max_bytes: usize,
+    /// CopyratorRule: the most bytes of ConfigMap and Secret data all rules
+    /// together hold while they read (a page being read counts 16 MiB);
+    /// a rule waits for its turn. Default 64 MiB: twice the default
+    /// --copyrator-max-bytes, so one rule at the cap fits beside others
+    /// reading, and the operator stays far below its 512 Mi memory limit.
+    #[arg(long = "copyrator-read-budget", env = "COPYRATOR_READ_BUDGET",
+          default_value_t = DEFAULT_READ_BUDGET, value_parser = parse_read_budget)]
+    pub read_budget: usize,
+}
+
+/// A read budget: at least one page ([`MIN_READ_BUDGET`]).
+fn parse_read_budget(value: &str) -> Result<usize, String> {
+    let bytes: usize = value
+        .trim()
+        .parse()
+        .map_err(|e| format!("{value:?} is not a number of bytes: {e}"))?;
+    if bytes < MIN_READ_BUDGET {
+        return Err(format!(
+            "{bytes} bytes is less than one page being read ({MIN_READ_BUDGET} bytes)"
+        ));
+    }
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_read_budget_holds_at_least_one_page() {
+        assert_eq!(parse_read_budget("67108864"), Ok(64 * 1024 * 1024));
+        assert!(parse_read_budget("1024").is_err());
+        assert!(parse_read_budget("64Mi").is_err());
+    }
 }

@@ -13,15 +13,18 @@
 //! cap) are in [`plan::Rails`].
 //!
 //! - [`resource`]: the CRD type (spec and the article's top-level form);
-//! - [`observe`]: the cluster reads;
+//! - [`observe`]: the cluster reads, page by page ([`paging`]) within a
+//!   process-wide read budget ([`budget`]);
 //! - [`plan`]: resource + observations → plan (pure);
 //! - [`marker`]: the labels and annotations copies carry;
 //! - [`scope`]: the namespaces it may touch (`--copyrator-namespaces`);
 //! - `watch`: the triggers (sources, copies, namespaces).
 
+pub mod budget;
 mod flags;
 pub mod marker;
 pub mod observe;
+pub mod paging;
 pub mod plan;
 pub mod resource;
 pub mod scope;
@@ -55,11 +58,15 @@ pub struct CopyratorHandler {
     pub namespace_selector: Option<String>,
     /// The rails every rule runs within.
     pub rails: Rails,
+    /// What all rules together may hold while reading
+    /// (`--copyrator-read-budget`): one per handler, and the operator runs
+    /// one CopyratorRule controller, so one per process.
+    budget: budget::Budget,
 }
 
 impl Default for CopyratorHandler {
     fn default() -> Self {
-        Self::new(None, Rails::default())
+        Self::new(None, Rails::default(), budget::DEFAULT_READ_BUDGET)
     }
 }
 
@@ -67,8 +74,8 @@ impl CopyratorHandler {
     /// The kind's short name.
     pub const NAME: &'static str = NAME;
 
-    /// A handler with these settings.
-    pub fn new(namespace_selector: Option<String>, rails: Rails) -> Self {
+    /// A handler with these settings and a read budget of `read_budget` bytes.
+    pub fn new(namespace_selector: Option<String>, rails: Rails, read_budget: usize) -> Self {
         Self {
             info: KindInfo {
                 name: NAME.into(),
@@ -89,6 +96,7 @@ impl CopyratorHandler {
             },
             namespace_selector,
             rails,
+            budget: budget::Budget::new(read_budget),
         }
     }
 }
@@ -103,6 +111,7 @@ impl FromOptions for CopyratorHandler {
                 allow_system_namespaces: options.copyrator_allow_system_namespaces,
                 max_bytes: options.copyrator_max_bytes,
             },
+            options.copyrator_read_budget,
         )
     }
 }
@@ -136,6 +145,7 @@ impl Handler for CopyratorHandler {
             &resolved,
             self.namespace_selector.as_deref(),
             &self.rails,
+            &self.budget,
         )
         .await
     }

@@ -2,31 +2,40 @@
 //! from the documents that follow the rule in the file).
 //!
 //! Reads, per reconcile:
-//! - the sources: ConfigMaps or Secrets in the rule's namespace matching the
-//!   selector and carrying no copy marker (one list, label-selected);
 //! - the namespaces (one list; a second, label-selected, when the operator
 //!   restricts targets with `--copyrator-namespace-selector`);
 //! - the rule's copies, by their marker label across all namespaces (or, with
-//!   `--copyrator-namespaces`, in each of those): in full for the rule's kind
-//!   (to detect drift), metadata only for the other kind (copies left from an
+//!   `--copyrator-namespaces`, in each of those): for the rule's kind read
+//!   in pages and kept as fingerprints (to detect drift without holding
+//!   their data), metadata only for the other kind (copies left from an
 //!   earlier `ruleType`);
+//! - then the sources: ConfigMaps or Secrets in the rule's namespace matching
+//!   the selector and carrying no copy marker (label-selected), measured
+//!   page by page against the rule's share of `--copyrator-max-bytes` (the
+//!   cap over the number of target namespaces) before they are held: a rule
+//!   over it is `TooLarge` having held one page at a time
+//!   ([`paging`](super::paging), [`budget`](super::budget));
 //! - only where a wanted copy is not among them: the names of the objects of
 //!   that kind in that namespace, metadata only, to find same-named objects
 //!   the rule did not create.
 //!
-//! Secret data is read only from the sources and from the rule's own copies.
-//! The types here keep it out of `Debug` output.
+//! Secret data is read only from the sources and from the rule's own copies
+//! (and of those, only digests are kept). The types here keep it out of
+//! `Debug` output.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use futures::{StreamExt, TryStreamExt};
+use futures::{AsyncReadExt, StreamExt, TryStreamExt};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::api::{ListParams, ObjectMeta};
-use kube::core::PartialObjectMeta;
+use kube::core::{ObjectList, PartialObjectMeta};
 use kube::{Api, Client};
+use sha2::{Digest, Sha256};
 
+use super::budget::{Budget, Hold, PAGE_BYTES};
 use super::marker;
+use super::paging::{self, Page, PageError, ReadError};
 use super::plan;
 use super::resource::{ResolvedRule, RuleType};
 use super::scope::Scope;
@@ -48,8 +57,56 @@ pub struct Object {
     pub labels: BTreeMap<String, String>,
     /// Its copyrator marker annotations (other annotations are not kept).
     pub annotations: BTreeMap<String, String>,
-    /// Its content; `None` when read as metadata only.
+    /// Its content (sources); `None` when read as metadata only or kept
+    /// as a fingerprint.
     pub content: Option<Content>,
+    /// Its content as digests (the rule's copies, [`Object::fingerprinted`]).
+    pub fingerprint: Option<Fingerprint>,
+}
+
+impl Object {
+    /// An object with no labels, annotations or content.
+    pub fn new(kind: RuleType, namespace: &str, name: &str) -> Self {
+        Self {
+            kind,
+            namespace: namespace.into(),
+            name: name.into(),
+            labels: BTreeMap::new(),
+            annotations: BTreeMap::new(),
+            content: None,
+            fingerprint: None,
+        }
+    }
+
+    /// Bytes its content takes (keys and values, binary data as base64):
+    /// what `--copyrator-max-bytes` counts.
+    pub fn content_bytes(&self) -> usize {
+        self.content.as_ref().map_or(0, |c| {
+            c.data
+                .iter()
+                .chain(&c.binary_data)
+                .map(|(k, v)| k.len() + v.len())
+                .sum()
+        })
+    }
+
+    /// The object with its content replaced by its fingerprint.
+    pub fn fingerprinted(mut self) -> Self {
+        if let Some(content) = self.content.take() {
+            self.fingerprint = Some(Fingerprint::of(&content));
+        }
+        self
+    }
+
+    /// The fingerprint of what it holds: kept as read, or taken from its
+    /// content.
+    pub fn fingerprint(&self) -> Option<std::borrow::Cow<'_, Fingerprint>> {
+        match (&self.fingerprint, &self.content) {
+            (Some(f), _) => Some(std::borrow::Cow::Borrowed(f)),
+            (None, Some(c)) => Some(std::borrow::Cow::Owned(Fingerprint::of(c))),
+            (None, None) => None,
+        }
+    }
 }
 
 /// The content of a ConfigMap or Secret. `Debug` shows key names only.
@@ -76,6 +133,66 @@ impl std::fmt::Debug for Content {
     }
 }
 
+/// sha256 of one value.
+type ValueDigest = [u8; 32];
+
+fn digests(values: &BTreeMap<String, String>) -> BTreeMap<String, ValueDigest> {
+    values
+        .iter()
+        .map(|(k, v)| (k.clone(), Sha256::digest(v.as_bytes()).into()))
+        .collect()
+}
+
+/// The content of a copy as a sha256 per value: enough to tell whether it
+/// holds what its source would put there, without holding the data (a copy
+/// can be large, and a rule has one per source and target). `Debug` shows
+/// key names only.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Fingerprint {
+    data: BTreeMap<String, ValueDigest>,
+    binary_data: BTreeMap<String, ValueDigest>,
+    type_: Option<String>,
+}
+
+impl Fingerprint {
+    /// The fingerprint of `content`.
+    pub fn of(content: &Content) -> Self {
+        Self {
+            data: digests(&content.data),
+            binary_data: digests(&content.binary_data),
+            type_: content.type_.clone(),
+        }
+    }
+
+    /// True when every value of `want` is here, the same (keys others added
+    /// are not drift: server-side apply leaves them), and the type is the
+    /// one `want` sets, if it sets one.
+    pub fn holds(&self, want: &Content) -> bool {
+        let subset = |want: &BTreeMap<String, String>, have: &BTreeMap<String, ValueDigest>| {
+            want.iter().all(|(k, v)| {
+                have.get(k)
+                    .is_some_and(|d| *d == <[u8; 32]>::from(Sha256::digest(v.as_bytes())))
+            })
+        };
+        subset(&want.data, &self.data)
+            && subset(&want.binary_data, &self.binary_data)
+            && (want.type_.is_none() || want.type_ == self.type_)
+    }
+}
+
+impl std::fmt::Debug for Fingerprint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fingerprint")
+            .field("data_keys", &self.data.keys().collect::<Vec<_>>())
+            .field(
+                "binary_data_keys",
+                &self.binary_data.keys().collect::<Vec<_>>(),
+            )
+            .field("type", &self.type_)
+            .finish()
+    }
+}
+
 /// A namespace as the plan sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NamespaceState {
@@ -88,10 +205,13 @@ pub struct NamespaceState {
 }
 
 /// Everything the plan of one rule depends on.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Debug, Default)]
 pub struct Observed {
     /// Matching sources in the rule's namespace.
     pub sources: Vec<Object>,
+    /// What the sources hold of the operator's read budget, given back when
+    /// the reconcile drops what it observed (none offline).
+    pub hold: Option<Hold>,
     /// Every namespace.
     pub namespaces: Vec<NamespaceState>,
     /// Objects of either kind carrying the rule's marker label.
@@ -128,12 +248,14 @@ fn marker_annotations(meta: &ObjectMeta) -> BTreeMap<String, String> {
 
 fn object(kind: RuleType, meta: &ObjectMeta, content: Option<Content>) -> Object {
     Object {
-        kind,
-        namespace: meta.namespace.clone().unwrap_or_default(),
-        name: meta.name.clone().unwrap_or_default(),
         labels: meta.labels.clone().unwrap_or_default(),
         annotations: marker_annotations(meta),
         content,
+        ..Object::new(
+            kind,
+            meta.namespace.as_deref().unwrap_or_default(),
+            meta.name.as_deref().unwrap_or_default(),
+        )
     }
 }
 
@@ -213,25 +335,160 @@ where
     Ok(found.into_iter().flatten().collect())
 }
 
-/// Lists objects of `kind` in full (sources, the rule's own copies).
-async fn list_full(
+/// Reads one page of `K` in `namespace` (all when `None`) matching
+/// `selector`, its response capped at [`PAGE_BYTES`]; returns it with the
+/// bytes the response took. `what` names them in errors, which never quote
+/// the response (it may hold Secret data).
+async fn fetch_page<K>(
+    client: &Client,
+    namespace: Option<&str>,
+    selector: &str,
+    token: Option<String>,
+    limit: u32,
+    what: &str,
+) -> Result<(ObjectList<K>, usize), PageError>
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned,
+{
+    let failed = |message: String| {
+        PageError::Failed(HandlerError::transient(
+            Reason::ApiError,
+            format!("cannot list {what}: {message}"),
+        ))
+    };
+    let api: Api<K> = namespaced_api(client.clone(), namespace);
+    let mut params = ListParams::default().labels(selector).limit(limit);
+    if let Some(token) = &token {
+        params = params.continue_token(token);
+    }
+    let request = kube::core::Request::new(api.resource_url())
+        .list(&params)
+        .map_err(|e| failed(e.to_string()))?;
+    let reader = client
+        .request_stream(request)
+        .await
+        .map_err(|e| failed(e.to_string()))?;
+    let mut body = Vec::new();
+    let cap = u64::try_from(PAGE_BYTES)
+        .unwrap_or(u64::MAX)
+        .saturating_add(1);
+    Box::pin(reader)
+        .take(cap)
+        .read_to_end(&mut body)
+        .await
+        .map_err(|e| failed(e.to_string()))?;
+    if body.len() > PAGE_BYTES {
+        return Err(PageError::TooBig);
+    }
+    let list = serde_json::from_slice(&body).map_err(|e| {
+        failed(format!(
+            "unexpected response (line {}, column {})",
+            e.line(),
+            e.column()
+        ))
+    })?;
+    Ok((list, body.len()))
+}
+
+fn page<K: Clone>(list: ObjectList<K>, bytes: usize) -> Page
+where
+    Object: From<K>,
+{
+    Page {
+        objects: list.items.into_iter().map(Object::from).collect(),
+        bytes,
+        next: list.metadata.continue_.filter(|t| !t.is_empty()),
+    }
+}
+
+/// One page of objects of `kind`, in full.
+async fn page_of(
     client: &Client,
     kind: RuleType,
     namespace: Option<&str>,
-    params: &ListParams,
-) -> Result<Vec<Object>, HandlerError> {
+    selector: &str,
+    token: Option<String>,
+    limit: u32,
+) -> Result<Page, PageError> {
     Ok(match kind {
-        RuleType::Configmap => list::<ConfigMap>(client, namespace, params, "configmaps")
-            .await?
-            .into_iter()
-            .map(Object::from)
-            .collect(),
-        RuleType::Secret => list::<Secret>(client, namespace, params, "secrets")
-            .await?
-            .into_iter()
-            .map(Object::from)
-            .collect(),
+        RuleType::Configmap => {
+            let (list, bytes) =
+                fetch_page::<ConfigMap>(client, namespace, selector, token, limit, "configmaps")
+                    .await?;
+            page(list, bytes)
+        }
+        RuleType::Secret => {
+            let (list, bytes) =
+                fetch_page::<Secret>(client, namespace, selector, token, limit, "secrets").await?;
+            page(list, bytes)
+        }
     })
+}
+
+/// The rule's copies of `kind` in `namespace` (all when `None`), as
+/// fingerprints.
+async fn read_copies(
+    client: &Client,
+    budget: &Budget,
+    kind: RuleType,
+    namespace: Option<&str>,
+    selector: &str,
+) -> Result<Vec<Object>, HandlerError> {
+    let fetch = |token, limit| page_of(client, kind, namespace, selector, token, limit);
+    paging::read_copies(&fetch, budget)
+        .await
+        .map_err(|e| match e {
+            ReadError::Failed(e) => e,
+            other => HandlerError::transient(
+                Reason::ApiError,
+                format!("cannot read the rule's copies: {other}"),
+            ),
+        })
+}
+
+/// The most content bytes a rule's sources may hold: the cap shared by the
+/// target namespaces (a rule with none yet gets the whole cap, as if it had
+/// one).
+pub fn source_limit(max_bytes: usize, targets: usize) -> usize {
+    max_bytes / targets.max(1)
+}
+
+/// Why reading a rule's sources stopped, as the reconcile reports it.
+fn sources_error(e: ReadError, targets: usize, max_bytes: usize) -> HandlerError {
+    match e {
+        ReadError::Over(tally) => HandlerError::TooLarge(too_large(&tally, targets, max_bytes)),
+        ReadError::Budget(e @ super::budget::BudgetError::Exceeds { .. }) => {
+            HandlerError::TooLarge(format!("the rule's sources, while read, take {e}"))
+        }
+        ReadError::ObjectTooBig => HandlerError::TooLarge(format!(
+            "a source takes more than {PAGE_BYTES} bytes as JSON, more than the operator reads at once"
+        )),
+        ReadError::Failed(e) => e,
+        other @ (ReadError::Changed | ReadError::Budget(_)) => HandlerError::transient(
+            Reason::ApiError,
+            format!("cannot read the sources: {other}"),
+        ),
+    }
+}
+
+/// The `TooLarge` message of a rule whose sources went over their limit.
+pub fn too_large(tally: &paging::Tally, targets: usize, max_bytes: usize) -> String {
+    let read = format!(
+        "the rule's sources hold more than {} bytes (the first {} hold {} bytes already)",
+        tally.limit, tally.objects, tally.bytes
+    );
+    if targets == 0 {
+        format!(
+            "{read}: more than the operator allows one rule to copy into even one namespace ({max_bytes} bytes, --copyrator-max-bytes)"
+        )
+    } else {
+        format!(
+            "{read} and it copies into {targets} namespace(s): more than the {max_bytes} bytes of copies the operator allows one rule (--copyrator-max-bytes)"
+        )
+    }
 }
 
 /// Lists objects of `kind` as metadata only.
@@ -299,27 +556,28 @@ async fn namespaces(
         .collect())
 }
 
-/// Reads what the plan of `rule` needs from the cluster.
+/// Reads what the plan of `rule` needs from the cluster, within the
+/// operator's read `budget` (module docs).
 pub async fn observe(
     client: &Client,
     rule: &ResolvedRule,
     namespace_selector: Option<&str>,
     rails: &plan::Rails,
+    budget: &Budget,
 ) -> Result<Observed, HandlerError> {
     let scope = &rails.scope;
     let kind = rule.rule_type;
-    let sources_params = ListParams::default().labels(&source_selector(&rule.selector));
-    let copies_params = ListParams::default().labels(&format!(
+    let copies_selector = format!(
         "{}={}",
         marker::RULE,
         marker::rule_label(&rule.namespace, &rule.name)
-    ));
-    let (sources, namespaces, copies, other_copies) = futures::try_join!(
-        list_full(client, kind, Some(&rule.namespace), &sources_params),
+    );
+    let copies_params = ListParams::default().labels(&copies_selector);
+    let (namespaces, copies, other_copies) = futures::try_join!(
         namespaces(client, namespace_selector),
         list_in_scope(scope, |ns| {
-            let params = &copies_params;
-            async move { list_full(client, kind, ns.as_deref(), params).await }
+            let selector = copies_selector.as_str();
+            async move { read_copies(client, budget, kind, ns.as_deref(), selector).await }
         }),
         list_in_scope(scope, |ns| {
             let params = &copies_params;
@@ -327,11 +585,28 @@ pub async fn observe(
         }),
     )?;
     let mut observed = Observed {
-        sources,
         namespaces,
         copies,
-        existing: BTreeSet::new(),
+        ..Observed::default()
     };
+    // The sources last, holding nothing else of the budget meanwhile.
+    let targets = plan::target_count(rule, &observed.namespaces, rails);
+    let sources_selector = source_selector(&rule.selector);
+    let fetch = |token, limit| {
+        page_of(
+            client,
+            kind,
+            Some(&rule.namespace),
+            &sources_selector,
+            token,
+            limit,
+        )
+    };
+    let sources = paging::read_sources(&fetch, budget, source_limit(rails.max_bytes, targets))
+        .await
+        .map_err(|e| sources_error(e, targets, rails.max_bytes))?;
+    observed.sources = sources.objects;
+    observed.hold = Some(sources.hold);
     // Where a wanted copy is not among the rule's copies, something else may
     // hold its name: look at that namespace's objects (names only).
     let unknown = plan::namespaces_with_unknown_names(rule, &observed, rails);
@@ -398,7 +673,7 @@ pub fn observe_offline(
         let ours = obj.annotations.get(marker::RULE)
             == Some(&marker::rule_annotation(&rule.namespace, &rule.name));
         if ours {
-            observed.copies.push(obj);
+            observed.copies.push(obj.fingerprinted());
         } else if obj.namespace == rule.namespace {
             if matches(&rule.selector, &obj.labels) {
                 observed.sources.push(obj);
@@ -434,6 +709,78 @@ mod tests {
         labels.insert(marker::RULE.into(), "x.y".into());
         assert!(!matches(&sel, &labels));
         assert!(!matches(&sel, &BTreeMap::from([("a".into(), "1".into())])));
+    }
+
+    #[test]
+    fn a_rules_share_of_the_cap_is_split_over_its_targets() {
+        assert_eq!(source_limit(32, 4), 8);
+        assert_eq!(source_limit(32, 0), 32, "no target yet: as if one");
+        // The same decision as the plan's: sources × targets over the cap.
+        for targets in 1..7 {
+            for bytes in 0..40 {
+                assert_eq!(
+                    bytes > source_limit(32, targets),
+                    bytes * targets > 32,
+                    "{bytes} bytes x {targets} targets"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_too_large_message_names_the_flag_and_where_reading_stopped() {
+        let tally = paging::Tally {
+            limit: 1024,
+            bytes: 4096,
+            objects: 1,
+        };
+        let message = too_large(&tally, 3, 3072);
+        for part in [
+            "more than 1024 bytes",
+            "the first 1 hold 4096 bytes already",
+            "3 namespace(s)",
+            "--copyrator-max-bytes",
+        ] {
+            assert!(message.contains(part), "{part}: {message}");
+        }
+        assert!(too_large(&tally, 0, 1024).contains("even one namespace"));
+    }
+
+    #[test]
+    fn a_fingerprint_tells_drift_without_the_data() {
+        let content = |pairs: &[(&str, &str)], type_: Option<&str>| Content {
+            data: pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            binary_data: BTreeMap::new(),
+            type_: type_.map(str::to_string),
+        };
+        let copy = Fingerprint::of(&content(&[("a", "1"), ("extra", "x")], Some("Opaque")));
+        assert!(
+            copy.holds(&content(&[("a", "1")], None)),
+            "extra keys are not drift"
+        );
+        assert!(copy.holds(&content(&[("a", "1")], Some("Opaque"))));
+        assert!(
+            !copy.holds(&content(&[("a", "2")], None)),
+            "a changed value"
+        );
+        assert!(!copy.holds(&content(&[("b", "1")], None)), "a missing key");
+        assert!(!copy.holds(&content(&[("a", "1")], Some("kubernetes.io/tls"))));
+        let debug = format!("{copy:?}");
+        assert!(
+            debug.contains("extra") && !debug.contains("\"x\""),
+            "{debug}"
+        );
+
+        let mut obj = Object::new(RuleType::Configmap, "t1", "a");
+        obj.content = Some(content(&[("a", "secret-value")], None));
+        let read = obj.clone().fingerprinted();
+        assert!(read.content.is_none(), "the data is not kept");
+        assert_eq!(read.fingerprint(), obj.fingerprint());
+        assert_eq!(obj.content_bytes(), "a".len() + "secret-value".len());
+        assert_eq!(read.content_bytes(), 0);
     }
 
     #[test]

@@ -182,6 +182,14 @@ fn listed_state(
     }
 }
 
+/// How many namespaces receive the rule's copies.
+pub fn target_count(rule: &ResolvedRule, namespaces: &[NamespaceState], rails: &Rails) -> usize {
+    targets(rule, namespaces, rails)
+        .iter()
+        .filter(|t| t.state == TargetState::Target)
+        .count()
+}
+
 /// True when `obj` is a copy made by `rule`: both marker label and
 /// annotation name it.
 pub fn is_ours(rule: &ResolvedRule, obj: &Object) -> bool {
@@ -230,12 +238,9 @@ pub fn desired_copy(rule: &ResolvedRule, source: &Object, namespace: &str) -> Ob
     );
     labels.insert(marker::SOURCE.into(), marker::source_label(&source.name));
     let mut copy = Object {
-        kind: source.kind,
-        namespace: namespace.to_string(),
-        name: source.name.clone(),
         labels,
-        annotations: BTreeMap::new(),
         content: source.content.clone(),
+        ..Object::new(source.kind, namespace, &source.name)
     };
     copy.annotations = BTreeMap::from([
         (
@@ -324,12 +329,8 @@ fn satisfies(existing: &Object, desired: &Object) -> bool {
     let subset = |want: &BTreeMap<String, String>, have: &BTreeMap<String, String>| {
         want.iter().all(|(k, v)| have.get(k) == Some(v))
     };
-    let content = match (&existing.content, &desired.content) {
-        (Some(have), Some(want)) => {
-            subset(&want.data, &have.data)
-                && subset(&want.binary_data, &have.binary_data)
-                && (want.type_.is_none() || want.type_ == have.type_)
-        }
+    let content = match (existing.fingerprint(), &desired.content) {
+        (Some(have), Some(want)) => have.holds(want),
         _ => false,
     };
     content
@@ -393,17 +394,6 @@ fn why_not_copyable(source: &Object) -> Option<String> {
                 u32::from(c)
             )
         })
-    })
-}
-
-/// Bytes a source's content takes (keys and values).
-fn content_bytes(source: &Object) -> usize {
-    source.content.as_ref().map_or(0, |c| {
-        c.data
-            .iter()
-            .chain(&c.binary_data)
-            .map(|(k, v)| k.len() + v.len())
-            .sum()
     })
 }
 
@@ -515,7 +505,7 @@ pub fn plan(
     let bytes: usize = sources
         .copied
         .iter()
-        .map(|s| content_bytes(s))
+        .map(|s| s.content_bytes())
         .sum::<usize>()
         * wanted.target_count;
     if bytes > rails.max_bytes {
@@ -762,16 +752,13 @@ mod tests {
 
     fn source(kind: RuleType, name: &str, value: &str) -> Object {
         Object {
-            kind,
-            namespace: "src".into(),
-            name: name.into(),
             labels: BTreeMap::from([("copy".into(), "yes".into()), ("app".into(), "web".into())]),
-            annotations: BTreeMap::new(),
             content: Some(Content {
                 data: BTreeMap::from([("k".into(), value.into())]),
                 binary_data: BTreeMap::from([("b".into(), "AAE=".into())]),
                 type_: (kind == RuleType::Secret).then(|| "kubernetes.io/tls".into()),
             }),
+            ..Object::new(kind, "src", name)
         }
     }
 
@@ -1104,6 +1091,25 @@ mod tests {
         assert_eq!(drifted.digest, last);
         assert!(drifted.always_run);
         assert_eq!(names(&applied(&drifted)), ["t1/b", "t2/a"]);
+    }
+
+    #[test]
+    fn copies_read_as_fingerprints_are_compared_like_whole_copies() {
+        let r = rule(&["t1"]);
+        let (a, b) = (
+            source(RuleType::Configmap, "a", "1"),
+            source(RuleType::Configmap, "b", "1"),
+        );
+        let mut obs = observed(vec![a.clone(), b.clone()], &["t1"]);
+        obs.copies = vec![
+            desired_copy(&r, &a, "t1").fingerprinted(),
+            desired_copy(&r, &b, "t1").fingerprinted(),
+        ];
+        assert!(obs.copies.iter().all(|c| c.content.is_none()));
+        let in_sync = plan_of(&r, &obs, None);
+        assert!(in_sync.steps.is_empty(), "{:?}", in_sync.steps);
+        obs.sources[1] = source(RuleType::Configmap, "b", "2");
+        assert_eq!(names(&applied(&plan_of(&r, &obs, None))), ["t1/b"]);
     }
 
     #[test]
