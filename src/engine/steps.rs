@@ -435,7 +435,7 @@ pub(crate) async fn delete_owned(
     for outcome in outcomes {
         match outcome {
             Ok(Gone::Deleted(id, record)) => {
-                done.ran(record);
+                done.ran(*record);
                 report.deleted.push(id);
             }
             Ok(Gone::Replaced) => report.forgotten += 1,
@@ -554,7 +554,7 @@ struct Target {
 /// What became of one object to delete.
 enum Gone {
     /// Deleted (or gone already), by this run.
-    Deleted(ObjectId, CommandRecord),
+    Deleted(ObjectId, Box<CommandRecord>),
     /// Replaced by another object since it was read: left alone.
     Replaced,
 }
@@ -585,7 +585,7 @@ async fn delete_one(
         .map_err(|e| Failure::new(reason, e.to_string()))?;
     if record.succeeded() || record.stderr.contains("(NotFound)") {
         record.stdout = format!("{} deleted\n", target.id.kubectl_name());
-        return Ok(Gone::Deleted(target.id, record));
+        return Ok(Gone::Deleted(target.id, Box::new(record)));
     }
     if record.stderr.contains("(Conflict)") && record.stderr.contains("precondition") {
         return Ok(Gone::Replaced);
