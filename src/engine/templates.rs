@@ -6,10 +6,13 @@
 //! (Tera templates).
 //!
 //! Values reach templates only in serialized form. Every `{{ expression }}`
-//! of every template, whatever its file name, is escaped by
-//! [`yaml_scalar`], which turns a string into a JSON string literal: a
-//! double-quoted scalar to YAML and a string to JSON, so a value can never
-//! add keys, documents, lines or patch operations to a rendered file. A
+//! of every template, whatever its file name, ends in the `data` filter
+//! (appended when the templates load): a string becomes a JSON string
+//! literal ([`yaml_scalar`]: a double-quoted scalar to YAML and a string to
+//! JSON), a list or an object becomes JSON, so a value can never add keys,
+//! documents, lines or patch operations to a rendered file. (Tera's own
+//! autoescaping, left on too, escapes strings only: a list of strings would
+//! be printed `[a, b]`, its items raw.) A
 //! template's name must therefore end (in any case) in `.yaml`, `.yml` or
 //! `.json`, the two formats that escaping is right for; any other name is
 //! refused when the kind folder loads. The `json` filter is the one way to
@@ -134,6 +137,9 @@ impl KustomizeDir {
                     name: name.clone(),
                     reason: error_chain(&e),
                 })?;
+        }
+        for template in dir.tera.templates.values_mut() {
+            every_output_as_data(template);
         }
         Ok(dir)
     }
@@ -264,13 +270,88 @@ fn new_tera() -> Tera {
     tera.autoescape_on(vec![""]);
     tera.set_escape_fn(yaml_scalar);
     tera.register_filter("json", JsonFilter);
+    tera.register_filter(DATA_FILTER, DataFilter);
     tera
+}
+
+/// The filter every `{{ }}` of a loaded template ends in.
+const DATA_FILTER: &str = "data";
+
+/// Appends the `data` filter to every `{{ }}` of `template`: in its body,
+/// its macros and its blocks (Tera keeps copies of those apart from the
+/// body, for inheritance).
+fn every_output_as_data(template: &mut tera::Template) {
+    as_data(&mut template.ast);
+    for definition in template.macros.values_mut() {
+        as_data(&mut definition.body);
+    }
+    for block in template.blocks.values_mut() {
+        as_data(&mut block.body);
+    }
+    for definitions in template.blocks_definitions.values_mut() {
+        for (_, block) in definitions {
+            as_data(&mut block.body);
+        }
+    }
+}
+
+fn as_data(nodes: &mut [tera::ast::Node]) {
+    use tera::ast::Node;
+    for node in nodes {
+        match node {
+            Node::VariableBlock(_, expr) => append_data(expr),
+            Node::MacroDefinition(_, definition, _) => as_data(&mut definition.body),
+            Node::FilterSection(_, section, _) => as_data(&mut section.body),
+            Node::Block(_, block, _) => as_data(&mut block.body),
+            Node::Forloop(_, lp, _) => {
+                as_data(&mut lp.body);
+                if let Some(empty) = &mut lp.empty_body {
+                    as_data(empty);
+                }
+            }
+            Node::If(branches, _) => {
+                for (_, _, body) in &mut branches.conditions {
+                    as_data(body);
+                }
+                if let Some((_, body)) = &mut branches.otherwise {
+                    as_data(body);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Ends `expr` in the `data` filter, unless it already ends in `json` (or
+/// `data`), calls a macro (whose own `{{ }}` are data) or is negated (a
+/// boolean: Tera negates after the filters).
+fn append_data(expr: &mut tera::ast::Expr) {
+    let serialized = expr
+        .filters
+        .last()
+        .is_some_and(|f| f.name == "json" || f.name == DATA_FILTER);
+    if serialized || expr.negated || matches!(expr.val, tera::ast::ExprVal::MacroCall(_)) {
+        return;
+    }
+    expr.filters.push(tera::ast::FunctionCall {
+        name: DATA_FILTER.to_string(),
+        args: HashMap::new(),
+    });
 }
 
 /// Rejects templates that would emit a value without serializing it.
 fn check_no_escape_bypass(name: &str, text: &str) -> Result<(), TemplateError> {
     let compact: String = text.chars().filter(|c| !c.is_whitespace()).collect();
-    for forbidden in ["|safe", "json_encode", "{%raw%}", "autoescape"] {
+    // A filter section rewrites what its `{{ }}` wrote, after escaping.
+    let forbidden = [
+        "|safe",
+        "json_encode",
+        "{%raw%}",
+        "autoescape",
+        "{%filter",
+        "{%-filter",
+    ];
+    for forbidden in forbidden {
         if compact.contains(forbidden) {
             return Err(TemplateError::Invalid {
                 name: name.to_string(),
@@ -353,6 +434,40 @@ fn escape_non_printable(json: &str) -> String {
         }
     }
     out
+}
+
+/// The end of every `{{ }}`: a string as [`yaml_scalar`], a list or an
+/// object as JSON (valid YAML flow style); numbers, booleans and null as
+/// Tera prints them.
+struct DataFilter;
+
+impl tera::Filter for DataFilter {
+    fn filter(
+        &self,
+        value: &tera::Value,
+        _args: &HashMap<String, tera::Value>,
+    ) -> tera::Result<tera::Value> {
+        use tera::Value;
+        let text = match value {
+            Value::String(s) => yaml_scalar(s),
+            Value::Null => String::new(),
+            Value::Bool(b) => b.to_string(),
+            Value::Number(n) => match (n.as_i64(), n.as_u64(), n.as_f64()) {
+                (Some(i), _, _) => i.to_string(),
+                (None, Some(u), _) => u.to_string(),
+                (None, None, Some(f)) => f.to_string(),
+                (None, None, None) => n.to_string(),
+            },
+            Value::Array(_) | Value::Object(_) => {
+                escape_non_printable(&serde_json::to_string(value).map_err(tera::Error::json)?)
+            }
+        };
+        Ok(Value::String(text))
+    }
+
+    fn is_safe(&self) -> bool {
+        true
+    }
 }
 
 /// `{{ value | json }}`: the value serialized as JSON (valid YAML flow style).
@@ -470,6 +585,43 @@ mod tests {
             assert!(message.contains(&format!("k/{file}")), "{message}");
             assert!(message.contains(".json"), "{message}");
         }
+    }
+
+    #[test]
+    fn a_list_or_an_object_is_written_as_json() {
+        let dir = dir_with(
+            "l: {{ l }}\no: {{ o }}\ni: {{ l.0 }}\nn: {{ n }}\nf: {{ f }}\nb: {{ not b }}\nz: {{ z }}\n",
+        );
+        let k = KustomizeDir::load(dir.path()).unwrap();
+        let injection = "a]\ninjected: yes\nx: [b";
+        let values = json!({"l": [injection, 1], "o": {"k": injection}, "n": 3, "f": 1.5, "b": false, "z": null});
+        let out = k.render("k/patches/p.yaml", &values).unwrap();
+        let parsed: serde_json::Value = serde_saphyr::from_str(&out).unwrap();
+        assert_eq!(
+            parsed,
+            json!({"l": [injection, 1], "o": {"k": injection}, "i": injection, "n": 3, "f": 1.5, "b": true, "z": null}),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn values_in_loops_conditions_and_macros_are_data() {
+        let template = "{% macro item(v) %}- {{ v }}{% endmacro item %}\
+            {% for v in l %}{{ self::item(v=v) }}\n{% endfor %}\
+            {% if true %}- {{ l.0 }}\n{% else %}- {{ l.1 }}\n{% endif %}";
+        let dir = dir_with(template);
+        let k = KustomizeDir::load(dir.path()).unwrap();
+        let values = json!({"l": ["a\n- b", "c: d"]});
+        let out = k.render("k/patches/p.yaml", &values).unwrap();
+        let parsed: Vec<String> = serde_saphyr::from_str(&out).unwrap();
+        assert_eq!(parsed, ["a\n- b", "c: d", "a\n- b"], "{out}");
+    }
+
+    #[test]
+    fn a_filter_section_is_rejected() {
+        let dir = dir_with("{% filter replace(from='\"', to='') %}v: {{ v }}{% endfilter %}\n");
+        let err = KustomizeDir::load(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("{%filter"), "{err}");
     }
 
     #[test]
