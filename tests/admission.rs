@@ -51,9 +51,21 @@ fn the_policies_ship_with_the_install_bound_and_failing_closed() {
         "deploy/kustomization.yaml does not list admission"
     );
     let docs = common::kustomize_documents("deploy");
-    for (name, group, resource) in [
-        (RULE_POLICY, "flant.com", "copyrators"),
-        (AGENT_POLICY, "blackadder.io", "chaosagents"),
+    // A ChaosAgent's DELETE is checked too: deleting someone else's agent
+    // needs the rights it acts with.
+    for (name, group, resource, operations) in [
+        (
+            RULE_POLICY,
+            "flant.com",
+            "copyrators",
+            &["CREATE", "UPDATE"][..],
+        ),
+        (
+            AGENT_POLICY,
+            "blackadder.io",
+            "chaosagents",
+            &["CREATE", "UPDATE", "DELETE"][..],
+        ),
     ] {
         let policy = find(&docs, "ValidatingAdmissionPolicy", name);
         assert_eq!(policy["apiVersion"], "admissionregistration.k8s.io/v1");
@@ -66,11 +78,7 @@ fn the_policies_ship_with_the_install_bound_and_failing_closed() {
         assert_eq!(strings(&rules[0]["apiGroups"]), [group], "{name}");
         // Not `<resource>/status`: the operator's status writes stay unchecked.
         assert_eq!(strings(&rules[0]["resources"]), [resource], "{name}");
-        assert_eq!(
-            strings(&rules[0]["operations"]),
-            ["CREATE", "UPDATE"],
-            "{name}"
-        );
+        assert_eq!(strings(&rules[0]["operations"]), operations, "{name}");
         for validation in spec["validations"].as_array().expect("validations") {
             let expression = validation["expression"].as_str().unwrap();
             assert_eq!(validation["reason"], "Forbidden", "{expression}");

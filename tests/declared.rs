@@ -2,8 +2,8 @@
 //! control plane: `tests/fixtures/kinds/webapp` (namespaced: a ConfigMap and
 //! a Deployment in its base, a generated ConfigMap, a Service only when
 //! asked, a status mapping and a readiness rule) and `tenant`
-//! (cluster-scoped: a Namespace and objects in it). No Rust was written for
-//! either.
+//! (cluster-scoped: a Namespace and objects in it), and `credential` (a
+//! Secret from a resource template). No Rust was written for any of them.
 
 mod common;
 
@@ -27,7 +27,7 @@ async fn fixture_kinds(client: &Client) -> Registry {
     let registry = Registry::load(&common::kustomize_dirs()).unwrap();
     INSTALLED
         .get_or_init(|| async {
-            for name in ["webapp", "tenant"] {
+            for name in ["webapp", "tenant", "credential"] {
                 install_crd(client, &select(&registry, name)).await;
             }
         })
@@ -671,4 +671,110 @@ async fn run_refuses_to_start_naming_the_file_and_the_field() {
         err.contains("unknown kind \"sampel\"") && err.contains("sample"),
         "{err}"
     );
+}
+
+/// Every file under `dir`, with its content.
+fn files_under(dir: &std::path::Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().filter_map(Result::ok) {
+        let path = entry.path();
+        if path.is_dir() {
+            found.extend(files_under(&path));
+        } else {
+            let bytes = std::fs::read(&path).unwrap();
+            found.push((path, bytes));
+        }
+    }
+    found
+}
+
+/// `--keep-overlays` keeps no Secret data, however the Secret got into the
+/// overlay: here a declared kind's resource template renders it, and its
+/// kind file declares nothing secret. A WebApp's overlay beside it is kept.
+#[tokio::test]
+async fn keep_overlays_keeps_no_secret_from_a_resource_template() {
+    let client = cluster_or_skip!();
+    let registry = fixture_kinds(&client).await;
+    let ns = common::TestNamespace::new(&client, "dk-keep").await;
+    let keep = tempfile::tempdir().unwrap();
+    let fixtures = common::fixture_kinds().display().to_string();
+    let operator = common::start_operator(
+        &ns.name,
+        &[
+            "--kustomize-dir",
+            &fixtures,
+            "--kinds",
+            "webapp,credential",
+            "--keep-overlays",
+            &keep.path().display().to_string(),
+            "--health-timeout",
+            "2m",
+        ],
+    )
+    .await;
+    let apps: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns.name,
+        &api_resource(&select(&registry, "webapp")),
+    );
+    let credentials: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns.name,
+        &api_resource(&select(&registry, "credential")),
+    );
+    let marker = format!("kept-overlay-marker-{}", ns.name);
+    let credential: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "secrets.example.com/v1",
+        "kind": "Credential",
+        "metadata": {"name": "cred"},
+        "spec": {"token": marker},
+    }))
+    .unwrap();
+    credentials
+        .create(&PostParams::default(), &credential)
+        .await
+        .unwrap();
+    apps.create(
+        &PostParams::default(),
+        &webapp("plain", json!({"replicas": 1})),
+    )
+    .await
+    .unwrap();
+    wait_reason(&credentials, "cred", "Applied").await;
+    wait_reason(&apps, "plain", "Applied").await;
+    // The Secret was applied, with the token.
+    let secret = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), &ns.name)
+        .get("cred-token")
+        .await
+        .unwrap();
+    assert_eq!(
+        secret.data.unwrap()["token"].0,
+        marker.as_bytes(),
+        "the Secret holds the token"
+    );
+    // The WebApp's overlay is kept; the Credential's is not, and no kept
+    // file holds the token, plain or base64.
+    let kept = |kind: &str, name: &str| keep.path().join(kind).join(&ns.name).join(name);
+    assert!(
+        kept("webapp", "plain").join("kustomization.yaml").is_file(),
+        "the WebApp's overlay is kept: {:?}",
+        files_under(keep.path())
+            .iter()
+            .map(|(p, _)| p)
+            .collect::<Vec<_>>()
+    );
+    assert!(!kept("credential", "cred").exists());
+    let encoded = match serde_json::to_value(k8s_openapi::ByteString(marker.clone().into_bytes())) {
+        Ok(Value::String(encoded)) => encoded,
+        other => panic!("ByteString serializes as base64: {other:?}"),
+    };
+    for (path, bytes) in files_under(keep.path()) {
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(
+            !text.contains(&marker) && !text.contains(&encoded),
+            "{} holds the Secret's token",
+            path.display()
+        );
+    }
+    operator.stop().await;
 }

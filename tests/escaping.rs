@@ -117,3 +117,144 @@ fn hostile_names_stay_one_scalar_in_every_rendered_file() {
         }
     }
 }
+
+/// Pasted raw into a JSON patch, this closes the string and the operation and
+/// adds a second one (`/data/injected`).
+const JSON_INJECTION: &str = r#""x"}, {"op":"add","path":"/data/injected","value":"yes""#;
+
+/// A declared kind whose patches are a JSON 6902 patch in a `.json` file and
+/// a strategic-merge patch in an upper-case `.YAML` file, each pasting
+/// `spec.text` into a ConfigMap's data.
+fn json_and_upper_case_kind(root: &std::path::Path) {
+    let kind = root.join("escaper");
+    let files = [
+        (
+            "kind.yaml",
+            r#"apiVersion: kustomize-operator.io/v1alpha1
+kind: KindDefinition
+metadata:
+  name: escaper
+spec:
+  group: escaping.example.com
+  version: v1
+  names: {kind: Escaper, plural: escapers}
+  schema:
+    type: object
+    properties:
+      text: {type: string}
+  overlay:
+    patches:
+      - template: data.json
+        target: {kind: ConfigMap, name: settings}
+      - template: More.YAML
+"#,
+        ),
+        (
+            "base/kustomization.yaml",
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [settings.yaml]\n",
+        ),
+        (
+            "base/settings.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  fixed: \"1\"\n",
+        ),
+        (
+            "patches/data.json",
+            r#"[{"op": "add", "path": "/data/fromJson", "value": {{ spec.text }}}]"#,
+        ),
+        (
+            "patches/More.YAML",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  fromYaml: {{ spec.text }}\n",
+        ),
+    ];
+    for (path, text) in files {
+        let path = kind.join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+}
+
+/// The `render` flags, reading kinds from `dir` only.
+fn render_args_for(dir: &std::path::Path) -> kustomize_operator::cli::CommonArgs {
+    use clap::Parser;
+    use kustomize_operator::cli::{Cli, Command};
+    let dir = dir.display().to_string();
+    let argv = [
+        "kustomize-operator",
+        "render",
+        "-f",
+        "-",
+        "--out",
+        "-",
+        "--kustomize-dir",
+        &dir,
+    ];
+    match Cli::parse_from(argv).command {
+        Command::Render(args) => *args.common,
+        _ => unreachable!(),
+    }
+}
+
+/// A spec string meant to add a JSON-patch operation (or YAML keys) stays
+/// one string value in a `.json` patch and in an upper-case `.YAML` one:
+/// `render` then the real `kubectl kustomize`, as a user would replay it.
+#[test]
+fn values_stay_one_string_in_json_and_upper_case_yaml_patches() {
+    let kinds = tempfile::tempdir().unwrap();
+    json_and_upper_case_kind(kinds.path());
+    let args = render_args_for(kinds.path());
+    for text in [
+        JSON_INJECTION.to_string(),
+        "x\ninjected: yes".to_string(),
+        "\"}] , {\"op\": \"remove\", \"path\": \"/data/fixed\"}, [{\"a\": \"".to_string(),
+    ] {
+        let cr = json!({
+            "apiVersion": "escaping.example.com/v1", "kind": "Escaper",
+            "metadata": {"name": "e", "namespace": "ns"}, "spec": {"text": text},
+        });
+        let file = kinds.path().join("cr.yaml");
+        std::fs::write(&file, serde_json::to_string(&cr).unwrap()).unwrap();
+        let out = tempfile::tempdir().unwrap();
+        let target = out.path().join("overlay");
+        kustomize_operator::render::render_file(&file, &target, &args).unwrap();
+        let (ok, built, err) = common::kubectl(&["kustomize", &target.display().to_string()]);
+        assert!(ok, "kubectl kustomize: {err}");
+        let objects = docs(&built);
+        assert_eq!(objects.len(), 1, "{built}");
+        let data = objects[0]["data"].as_object().unwrap();
+        let keys: BTreeSet<&str> = data.keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            BTreeSet::from(["fixed", "fromJson", "fromYaml"]),
+            "{built}"
+        );
+        assert_eq!(data["fromJson"], json!(text), "{built}");
+        assert_eq!(data["fromYaml"], json!(text), "{built}");
+        assert_eq!(data["fixed"], json!("1"), "{built}");
+    }
+}
+
+/// A template whose name says neither YAML nor JSON is refused when the
+/// kinds load, with an error naming the file.
+#[test]
+fn a_template_named_neither_yaml_nor_json_is_refused_when_the_kind_loads() {
+    let kinds = tempfile::tempdir().unwrap();
+    json_and_upper_case_kind(kinds.path());
+    let patches = kinds.path().join("escaper/patches");
+    std::fs::rename(patches.join("data.json"), patches.join("data.json.tpl")).unwrap();
+    let cr = kinds.path().join("cr.yaml");
+    std::fs::write(
+        &cr,
+        "apiVersion: escaping.example.com/v1\nkind: Escaper\nmetadata: {name: e, namespace: ns}\nspec: {text: x}\n",
+    )
+    .unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let err = kustomize_operator::render::render_file(
+        &cr,
+        &out.path().join("overlay"),
+        &render_args_for(kinds.path()),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("escaper/patches/data.json.tpl"), "{err}");
+    assert!(err.contains(".yaml, .yml or .json"), "{err}");
+}

@@ -1225,3 +1225,141 @@ async fn rules_over_the_cap_at_once_share_the_read_budget() {
     }
     operator.stop().await;
 }
+
+// ------------------------------------- deleting and resharding a ChaosAgent
+
+/// The label that decides which operator shard serves a resource.
+const SHARD_LABEL: &str = "kustomize-operator.io/shard";
+
+/// The agent `name` as the admin sees it: its labels, and whether it is
+/// being deleted; `None` once it is gone.
+async fn stored_agent(agents: &Api<ChaosAgent>, name: &str) -> Option<(Value, bool)> {
+    let agent = agents.get_opt(name).await.unwrap()?;
+    let labels = json!(agent.metadata.labels.unwrap_or_default());
+    Some((labels, agent.metadata.deletion_timestamp.is_some()))
+}
+
+/// Deleting a ChaosAgent, or changing its shard label (which operator
+/// shard serves it), needs the rights of its enabled modes where it acts,
+/// as creating it does: a tenant holding only the chaosagents grant may do
+/// neither to another's agent, while one holding the rights may do both.
+#[tokio::test]
+async fn deleting_or_resharding_a_chaos_agent_needs_the_rights_of_its_modes() {
+    let client = cluster_or_skip!();
+    install_policies().await;
+    let owner_home = common::TestNamespace::new(&client, "tn-agent-owner").await;
+    let mallory_home = common::TestNamespace::new(&client, "tn-mallory").await;
+    let (oh, mh) = (&owner_home.name, &mallory_home.name);
+    let (home, wide) = (format!("{oh}-home"), format!("{oh}-wide"));
+    let _agents = AgentGuard(vec![home.clone(), wide.clone()]);
+    // The admin's agents: one acting in the owner's namespace, served by
+    // shard "a"; one acting everywhere.
+    let admin_agents = Api::<ChaosAgent>::all(client.clone());
+    let mut labelled = agent(&home, Some(oh), [true, true, true]);
+    labelled["metadata"]["labels"][SHARD_LABEL] = json!("a");
+    for object in [labelled, agent(&wide, None, [true, false, false])] {
+        admin_agents
+            .create(&PostParams::default(), &typed(object))
+            .await
+            .expect("the admin's agent is admitted");
+    }
+    let grant = ["get", "list", "update", "patch", "delete"];
+    // mallory may edit her own namespace and do anything to agents.
+    let mallory = Tenant::new(
+        &client,
+        mh,
+        "mallory",
+        Grants {
+            edit: &[mh],
+            chaos_agents: &grant,
+            ..Grants::default()
+        },
+        &[
+            &["delete", "pods", "-n", mh],
+            &["delete", "chaosagents.blackadder.io"],
+        ],
+    )
+    .await;
+    assert!(!mallory.token.can_i(&["delete", "pods", "-n", oh]));
+    let kills_in_home =
+        format!("delete pods in namespace {oh}, where this ChaosAgent's tantrumMode kills pods");
+    let before = stored_agent(&admin_agents, &home).await.unwrap();
+    assert_refused(
+        mallory.agents().delete(&home, &Default::default()).await,
+        AGENT_POLICY,
+        &mallory.user(),
+        &format!("{kills_in_home}; deleting it needs the rights it acts with"),
+    );
+    assert_refused(
+        mallory.agents().delete(&wide, &Default::default()).await,
+        AGENT_POLICY,
+        &mallory.user(),
+        "delete pods in all namespaces (cluster-wide), where this ChaosAgent's tantrumMode kills pods: it has no blackadder.io/namespace label, so it acts in every namespace; deleting it needs the rights it acts with",
+    );
+    for (shard, what) in [(json!("mallory"), "moving"), (Value::Null, "removing")] {
+        let reshard = Patch::Merge(json!({"metadata": {"labels": {SHARD_LABEL: shard}}}));
+        let result = mallory
+            .agents()
+            .patch(&home, &PatchParams::default(), &reshard)
+            .await;
+        assert!(result.is_err(), "{what} the shard label is refused");
+        assert_refused(result, AGENT_POLICY, &mallory.user(), &kills_in_home);
+    }
+    assert_eq!(
+        stored_agent(&admin_agents, &home).await,
+        Some(before),
+        "the agent is still there, unchanged"
+    );
+    assert!(
+        stored_agent(&admin_agents, &wide)
+            .await
+            .is_some_and(|(_, deleting)| !deleting)
+    );
+    // A label the operator does not read is not checked.
+    let team = Patch::Merge(json!({"metadata": {"labels": {"team": "m"}}}));
+    mallory
+        .agents()
+        .patch(&home, &PatchParams::default(), &team)
+        .await
+        .expect("a label the operator does not read is admitted");
+
+    // alice holds the same grant and the modes' rights in the owner's
+    // namespace: she may move the agent to another shard, and delete it.
+    let alice = Tenant::new(
+        &client,
+        oh,
+        "alice",
+        Grants {
+            edit: &[oh],
+            chaos_agents: &grant,
+            ..Grants::default()
+        },
+        &[
+            &["delete", "pods", "-n", oh],
+            &["patch", "deployments.apps", "-n", oh],
+            &["delete", "chaosagents.blackadder.io"],
+        ],
+    )
+    .await;
+    let reshard = Patch::Merge(json!({"metadata": {"labels": {SHARD_LABEL: "b"}}}));
+    alice
+        .agents()
+        .patch(&home, &PatchParams::default(), &reshard)
+        .await
+        .expect("one with the modes' rights may move the agent to another shard");
+    let (labels, _) = stored_agent(&admin_agents, &home).await.unwrap();
+    assert_eq!(labels[SHARD_LABEL], "b");
+    assert_eq!(labels[SCOPE_LABEL], json!(oh));
+    alice
+        .agents()
+        .delete(&home, &Default::default())
+        .await
+        .expect("one with the modes' rights may delete the agent");
+    // Gone, or going (an operator serving agents may hold a finalizer).
+    assert!(
+        stored_agent(&admin_agents, &home)
+            .await
+            .is_none_or(|(_, deleting)| deleting),
+        "the delete was carried out"
+    );
+}

@@ -329,9 +329,15 @@ async fn run_steps<H: Handler>(
     for (step, overlay) in plan.steps.iter().zip(&rendered.overlays) {
         let result = match (step, overlay) {
             (Step::Apply { field_manager, .. }, Some(overlay)) => {
-                keep(ctx, &*current.object, overlay);
-                steps::apply_owned(engine, &actor, overlay, field_manager.as_deref(), &mut done)
-                    .await
+                let built = steps::build_owned(engine, owner, overlay).await;
+                keep(ctx, &*current.object, overlay, built.as_deref().ok());
+                match built {
+                    Ok(manifests) => {
+                        let fm = field_manager.as_deref();
+                        steps::apply_owned(engine, &actor, &manifests, fm, &mut done).await
+                    }
+                    Err(failure) => Err(failure),
+                }
             }
             (Step::Patch { field_manager, .. }, Some(overlay)) => {
                 steps::patch_foreign(engine, overlay, field_manager, &mut done).await
@@ -424,9 +430,16 @@ fn event(type_: EventType, reason: &'static str, what: &str, names: &[String]) -
     }
 }
 
-fn keep<K: Resource>(ctx: &Context<impl Handler>, obj: &K, overlay: &RenderedOverlay) {
+/// Keeps the overlay for `--keep-overlays`, unless it (or what it `built`
+/// to) holds Secret data.
+fn keep<K: Resource>(
+    ctx: &Context<impl Handler>,
+    obj: &K,
+    overlay: &RenderedOverlay,
+    built: Option<&[serde_json::Value]>,
+) {
     if let Some(dir) = ctx.kept_overlay(obj.meta()) {
-        super::kept::keep(&dir, overlay);
+        super::kept::keep(&dir, overlay, built);
     }
 }
 

@@ -77,16 +77,16 @@ impl Done {
     }
 }
 
-/// Builds and applies an overlay the resource owns.
+/// Applies the objects an overlay the resource owns built to (see
+/// [`build_owned`]).
 pub(crate) async fn apply_owned(
     engine: &Engine,
     actor: &Actor<'_>,
-    overlay: &RenderedOverlay,
+    manifests: &[Value],
     field_manager: Option<&str>,
     done: &mut Done,
 ) -> Result<(), Failure> {
-    let manifests = build_owned(engine, actor.owner, overlay).await?;
-    let ids = identify(actor.owner, &manifests)?;
+    let ids = identify(actor.owner, manifests)?;
     let inspected = ownership::inspect(
         &engine.client,
         &engine.discovery,
@@ -110,7 +110,7 @@ pub(crate) async fn apply_owned(
     done.attempted
         .extend(inspected.iter().map(|i| i.id.clone()));
     let field_manager = field_manager.unwrap_or(FIELD_MANAGER);
-    for (documents, force) in split_by_ownership(&manifests, &inspected, actor.conflicts) {
+    for (documents, force) in split_by_ownership(manifests, &inspected, actor.conflicts) {
         let record = apply(engine, documents, field_manager, force, actor.identity).await?;
         if !record.succeeded() {
             let failure = apply_failure(record, Reason::ApplyFailed, actor.identity);

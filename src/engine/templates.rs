@@ -2,15 +2,24 @@
 //! loaded and parsed once at start-up.
 //!
 //! Layout: `<dir>/<kind>/base/**` (plain kustomize, copied verbatim into each
-//! overlay) and `<dir>/<kind>/patches/*.yaml` (Tera templates).
+//! overlay) and `<dir>/<kind>/patches/*` and `<dir>/<kind>/resources/*`
+//! (Tera templates).
 //!
-//! Values reach templates only in serialized form. Every `{{ expression }}` is
-//! escaped by [`yaml_scalar`], which turns it into a double-quoted YAML string,
-//! so a value can never add keys, documents or lines to a rendered file. The
-//! `json` filter is the one way to emit a typed scalar (a number or a boolean)
-//! or a structure: it serializes the value as JSON, which YAML reads as flow
-//! style. Templates that try to bypass this (`| safe`, `json_encode`) are
-//! rejected when they are loaded.
+//! Values reach templates only in serialized form. Every `{{ expression }}`
+//! of every template, whatever its file name, ends in the `data` filter
+//! (appended when the templates load): a string becomes a JSON string
+//! literal ([`yaml_scalar`]: a double-quoted scalar to YAML and a string to
+//! JSON), a list or an object becomes JSON, so a value can never add keys,
+//! documents, lines or patch operations to a rendered file. (Tera's own
+//! autoescaping, left on too, escapes strings only: a list of strings would
+//! be printed `[a, b]`, its items raw.) A
+//! template's name must therefore end (in any case) in `.yaml`, `.yml` or
+//! `.json`, the two formats that escaping is right for; any other name is
+//! refused when the kind folder loads. The `json` filter is the one way to
+//! emit a typed scalar (a number or a boolean) or a structure: it
+//! serializes the value as JSON, which YAML reads as flow style. Templates
+//! that try to bypass this (`| safe`, `json_encode`) are rejected when they
+//! are loaded.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -36,6 +45,15 @@ pub enum TemplateError {
         name: String,
         /// What is wrong with it.
         reason: String,
+    },
+    /// A template's file name does not say YAML or JSON, the formats its
+    /// values are escaped for.
+    #[error(
+        "template {name} is refused: a template's name must end in .yaml, .yml or .json (any case), the formats its values are escaped for"
+    )]
+    Format {
+        /// The template's name (`<kind>/patches/<file>`).
+        name: String,
     },
     /// A kind has no `base/kustomization.yaml`.
     #[error(
@@ -120,6 +138,9 @@ impl KustomizeDir {
                     reason: error_chain(&e),
                 })?;
         }
+        for template in dir.tera.templates.values_mut() {
+            every_output_as_data(template);
+        }
         Ok(dir)
     }
 
@@ -149,6 +170,9 @@ impl KustomizeDir {
             collect_files(&dir, &dir, &mut found)?;
             for (rel, bytes) in found {
                 let name = format!("{kind}/{sub}/{rel}");
+                if TemplateFormat::of(&name).is_none() {
+                    return Err(TemplateError::Format { name });
+                }
                 let text = String::from_utf8(bytes).map_err(|_| TemplateError::Invalid {
                     name: name.clone(),
                     reason: "not UTF-8".into(),
@@ -211,18 +235,123 @@ fn kind_folders(root: &Path) -> Result<Vec<std::fs::DirEntry>, TemplateError> {
     Ok(kinds)
 }
 
+/// The formats a template may be written in; each `{{ }}` value is escaped
+/// by [`yaml_scalar`] in both, whose output (a JSON string literal) is a
+/// double-quoted scalar in YAML and a string in JSON.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TemplateFormat {
+    /// `.yaml` or `.yml`.
+    Yaml,
+    /// `.json`.
+    Json,
+}
+
+impl TemplateFormat {
+    /// The format a template's file name says (case-insensitively), or
+    /// `None` for a name that says neither.
+    pub fn of(name: &str) -> Option<Self> {
+        let lower = name.to_ascii_lowercase();
+        if lower.ends_with(".yaml") || lower.ends_with(".yml") {
+            Some(Self::Yaml)
+        } else if lower.ends_with(".json") {
+            Some(Self::Json)
+        } else {
+            None
+        }
+    }
+}
+
 fn new_tera() -> Tera {
     let mut tera = Tera::default();
-    tera.autoescape_on(vec![".yaml", ".yml"]);
+    // Every name ends in "": every template is escaped, whatever its file
+    // name (Tera matches its suffixes case-sensitively, so listing
+    // extensions would leave `X.YAML` raw). The names that reach it are
+    // checked by `TemplateFormat::of` first; the one escaper suits both.
+    tera.autoescape_on(vec![""]);
     tera.set_escape_fn(yaml_scalar);
     tera.register_filter("json", JsonFilter);
+    tera.register_filter(DATA_FILTER, DataFilter);
     tera
+}
+
+/// The filter every `{{ }}` of a loaded template ends in.
+const DATA_FILTER: &str = "data";
+
+/// Appends the `data` filter to every `{{ }}` of `template`: in its body,
+/// its macros and its blocks (Tera keeps copies of those apart from the
+/// body, for inheritance).
+fn every_output_as_data(template: &mut tera::Template) {
+    as_data(&mut template.ast);
+    for definition in template.macros.values_mut() {
+        as_data(&mut definition.body);
+    }
+    for block in template.blocks.values_mut() {
+        as_data(&mut block.body);
+    }
+    for definitions in template.blocks_definitions.values_mut() {
+        for (_, block) in definitions {
+            as_data(&mut block.body);
+        }
+    }
+}
+
+fn as_data(nodes: &mut [tera::ast::Node]) {
+    use tera::ast::Node;
+    for node in nodes {
+        match node {
+            Node::VariableBlock(_, expr) => append_data(expr),
+            Node::MacroDefinition(_, definition, _) => as_data(&mut definition.body),
+            Node::FilterSection(_, section, _) => as_data(&mut section.body),
+            Node::Block(_, block, _) => as_data(&mut block.body),
+            Node::Forloop(_, lp, _) => {
+                as_data(&mut lp.body);
+                if let Some(empty) = &mut lp.empty_body {
+                    as_data(empty);
+                }
+            }
+            Node::If(branches, _) => {
+                for (_, _, body) in &mut branches.conditions {
+                    as_data(body);
+                }
+                if let Some((_, body)) = &mut branches.otherwise {
+                    as_data(body);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Ends `expr` in the `data` filter, unless it already ends in `json` (or
+/// `data`), calls a macro (whose own `{{ }}` are data) or is negated (a
+/// boolean: Tera negates after the filters).
+fn append_data(expr: &mut tera::ast::Expr) {
+    let serialized = expr
+        .filters
+        .last()
+        .is_some_and(|f| f.name == "json" || f.name == DATA_FILTER);
+    if serialized || expr.negated || matches!(expr.val, tera::ast::ExprVal::MacroCall(_)) {
+        return;
+    }
+    expr.filters.push(tera::ast::FunctionCall {
+        name: DATA_FILTER.to_string(),
+        args: HashMap::new(),
+    });
 }
 
 /// Rejects templates that would emit a value without serializing it.
 fn check_no_escape_bypass(name: &str, text: &str) -> Result<(), TemplateError> {
     let compact: String = text.chars().filter(|c| !c.is_whitespace()).collect();
-    for forbidden in ["|safe", "json_encode", "{%raw%}", "autoescape"] {
+    // A filter section rewrites what its `{{ }}` wrote, after escaping.
+    let forbidden = [
+        "|safe",
+        "json_encode",
+        "{%raw%}",
+        "autoescape",
+        "{%filter",
+        "{%-filter",
+    ];
+    for forbidden in forbidden {
         if compact.contains(forbidden) {
             return Err(TemplateError::Invalid {
                 name: name.to_string(),
@@ -275,12 +404,14 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     msg
 }
 
-/// Serializes any string as a YAML double-quoted scalar.
+/// Serializes any string as a YAML double-quoted scalar, which is also a
+/// JSON string literal: the escaping of both template formats.
 ///
 /// JSON string syntax is a subset of YAML's double-quoted style; on top of
 /// serde_json's escaping, characters YAML does not allow unescaped in a stream
 /// (DEL, the C1 controls, the byte-order mark, lone line separators) are
-/// written as `\uXXXX` so that any input yields a valid, one-line scalar.
+/// written as `\uXXXX` (a JSON escape too) so that any input yields a valid,
+/// one-line scalar in either format.
 pub fn yaml_scalar(value: &str) -> String {
     let json = serde_json::Value::String(value.to_string()).to_string();
     escape_non_printable(&json)
@@ -303,6 +434,40 @@ fn escape_non_printable(json: &str) -> String {
         }
     }
     out
+}
+
+/// The end of every `{{ }}`: a string as [`yaml_scalar`], a list or an
+/// object as JSON (valid YAML flow style); numbers, booleans and null as
+/// Tera prints them.
+struct DataFilter;
+
+impl tera::Filter for DataFilter {
+    fn filter(
+        &self,
+        value: &tera::Value,
+        _args: &HashMap<String, tera::Value>,
+    ) -> tera::Result<tera::Value> {
+        use tera::Value;
+        let text = match value {
+            Value::String(s) => yaml_scalar(s),
+            Value::Null => String::new(),
+            Value::Bool(b) => b.to_string(),
+            Value::Number(n) => match (n.as_i64(), n.as_u64(), n.as_f64()) {
+                (Some(i), _, _) => i.to_string(),
+                (None, Some(u), _) => u.to_string(),
+                (None, None, Some(f)) => f.to_string(),
+                (None, None, None) => n.to_string(),
+            },
+            Value::Array(_) | Value::Object(_) => {
+                escape_non_printable(&serde_json::to_string(value).map_err(tera::Error::json)?)
+            }
+        };
+        Ok(Value::String(text))
+    }
+
+    fn is_safe(&self) -> bool {
+        true
+    }
 }
 
 /// `{{ value | json }}`: the value serialized as JSON (valid YAML flow style).
@@ -329,13 +494,143 @@ mod tests {
     use serde_json::json;
 
     fn dir_with(template: &str) -> tempfile::TempDir {
+        dir_with_file("patches/p.yaml", template)
+    }
+
+    /// A kustomize directory of one kind `k` holding the template `file`.
+    fn dir_with_file(file: &str, template: &str) -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();
         let kind = dir.path().join("k");
         std::fs::create_dir_all(kind.join("base")).unwrap();
-        std::fs::create_dir_all(kind.join("patches")).unwrap();
+        let path = kind.join(file);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(kind.join("base/kustomization.yaml"), "resources: []\n").unwrap();
-        std::fs::write(kind.join("patches/p.yaml"), template).unwrap();
+        std::fs::write(path, template).unwrap();
         dir
+    }
+
+    /// Breaks out of a JSON string into a second patch operation when pasted raw.
+    const JSON_INJECTION: &str = r#""x"}, {"op":"add","path":"/data/injected","value":"yes""#;
+
+    fn hostile() -> Vec<String> {
+        vec![
+            JSON_INJECTION.into(),
+            "a: b\nkind: Secret\n---\nx: y".into(),
+            "\\\" ] } {{ x }}".into(),
+            "tab\t nul\u{0} del\u{7f} nel\u{85} bom\u{feff} ls\u{2028} \u{ffff} \u{1F600}".into(),
+        ]
+    }
+
+    #[test]
+    fn a_json_template_gets_one_json_string_per_value() {
+        let template = r#"[{"op": "replace", "path": "/data/v", "value": {{ v }}}]"#;
+        let dir = dir_with_file("patches/p.json", template);
+        let k = KustomizeDir::load(dir.path()).unwrap();
+        for value in hostile() {
+            let out = k
+                .render("k/patches/p.json", &json!({ "v": value }))
+                .unwrap();
+            let parsed: serde_json::Value =
+                serde_json::from_str(&out).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"));
+            assert_eq!(
+                parsed,
+                json!([{"op": "replace", "path": "/data/v", "value": value}]),
+                "{out}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_escaper_writes_a_string_both_json_and_yaml_read_back() {
+        for value in hostile() {
+            let scalar = yaml_scalar(&value);
+            let from_json: String = serde_json::from_str(&scalar).unwrap();
+            let from_yaml: String = serde_saphyr::from_str(&scalar).unwrap();
+            assert_eq!(from_json, value);
+            assert_eq!(from_yaml, value);
+            assert!(!scalar.contains('\n'), "one line: {scalar}");
+        }
+    }
+
+    #[test]
+    fn every_template_name_is_escaped_whatever_its_case() {
+        for file in [
+            "patches/P.YAML",
+            "patches/p.Yml",
+            "patches/sub/p.yaml",
+            "resources/r.JSON",
+        ] {
+            let dir = dir_with_file(file, "v: {{ v }}\n");
+            let k = KustomizeDir::load(dir.path()).unwrap();
+            let out = k
+                .render(&format!("k/{file}"), &json!({ "v": "a\nb: c" }))
+                .unwrap();
+            assert_eq!(out, "v: \"a\\nb: c\"\n", "{file}");
+        }
+    }
+
+    #[test]
+    fn a_template_named_neither_yaml_nor_json_is_refused_naming_it() {
+        for file in [
+            "patches/p.yaml.tpl",
+            "patches/p.txt",
+            "patches/p",
+            "resources/r.j2",
+            "patches/.gitkeep",
+        ] {
+            let dir = dir_with_file(file, "v: {{ v }}\n");
+            let err = KustomizeDir::load(dir.path()).unwrap_err();
+            assert!(matches!(err, TemplateError::Format { .. }), "{file}: {err}");
+            let message = err.to_string();
+            assert!(message.contains(&format!("k/{file}")), "{message}");
+            assert!(message.contains(".json"), "{message}");
+        }
+    }
+
+    #[test]
+    fn a_list_or_an_object_is_written_as_json() {
+        let dir = dir_with(
+            "l: {{ l }}\no: {{ o }}\ni: {{ l.0 }}\nn: {{ n }}\nf: {{ f }}\nb: {{ not b }}\nz: {{ z }}\n",
+        );
+        let k = KustomizeDir::load(dir.path()).unwrap();
+        let injection = "a]\ninjected: yes\nx: [b";
+        let values = json!({"l": [injection, 1], "o": {"k": injection}, "n": 3, "f": 1.5, "b": false, "z": null});
+        let out = k.render("k/patches/p.yaml", &values).unwrap();
+        let parsed: serde_json::Value = serde_saphyr::from_str(&out).unwrap();
+        assert_eq!(
+            parsed,
+            json!({"l": [injection, 1], "o": {"k": injection}, "i": injection, "n": 3, "f": 1.5, "b": true, "z": null}),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn values_in_loops_conditions_and_macros_are_data() {
+        let template = "{% macro item(v) %}- {{ v }}{% endmacro item %}\
+            {% for v in l %}{{ self::item(v=v) }}\n{% endfor %}\
+            {% if true %}- {{ l.0 }}\n{% else %}- {{ l.1 }}\n{% endif %}";
+        let dir = dir_with(template);
+        let k = KustomizeDir::load(dir.path()).unwrap();
+        let values = json!({"l": ["a\n- b", "c: d"]});
+        let out = k.render("k/patches/p.yaml", &values).unwrap();
+        let parsed: Vec<String> = serde_saphyr::from_str(&out).unwrap();
+        assert_eq!(parsed, ["a\n- b", "c: d", "a\n- b"], "{out}");
+    }
+
+    #[test]
+    fn a_filter_section_is_rejected() {
+        let dir = dir_with("{% filter replace(from='\"', to='') %}v: {{ v }}{% endfilter %}\n");
+        let err = KustomizeDir::load(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("{%filter"), "{err}");
+    }
+
+    #[test]
+    fn template_formats_follow_the_name_in_any_case() {
+        assert_eq!(TemplateFormat::of("a.yaml"), Some(TemplateFormat::Yaml));
+        assert_eq!(TemplateFormat::of("A.YML"), Some(TemplateFormat::Yaml));
+        assert_eq!(TemplateFormat::of("a.Json"), Some(TemplateFormat::Json));
+        assert_eq!(TemplateFormat::of("a.yaml.tpl"), None);
+        assert_eq!(TemplateFormat::of("json"), None);
     }
 
     #[test]

@@ -20,6 +20,9 @@ use super::inventory::{OWNER_ANNOTATION, OWNER_LABEL, Owner};
 use super::templates::{KustomizeDir, TemplateError};
 
 mod native;
+mod secrets;
+
+pub use secrets::is_secret;
 
 /// An error while rendering or writing an overlay.
 #[derive(Debug, thiserror::Error)]
@@ -75,7 +78,7 @@ pub struct Overlay {
     pub resource_templates: Vec<ResourceTemplate>,
     /// kustomize `configMapGenerator` entries.
     pub config_map_generators: Vec<ConfigMapGenerator>,
-    /// kustomize `secretGenerator` entries (the overlay is then sensitive).
+    /// kustomize `secretGenerator` entries.
     pub secret_generators: Vec<ConfigMapGenerator>,
     /// kustomize `generatorOptions`.
     pub generator_options: Option<GeneratorOptions>,
@@ -83,7 +86,9 @@ pub struct Overlay {
     pub name_prefix: Option<String>,
     /// kustomize `nameSuffix`.
     pub name_suffix: Option<String>,
-    /// The overlay holds Secret data: `--keep-overlays` does not keep it.
+    /// The kind knows the overlay holds Secret data. The engine does not
+    /// rely on it: [`RenderedOverlay::is_sensitive`] also finds every
+    /// Secret the rendered files hold, generate or patch in.
     pub sensitive: bool,
 }
 
@@ -276,6 +281,9 @@ pub struct RenderedOverlay {
     files: BTreeMap<String, Vec<u8>>,
     digest: String,
     sensitive: bool,
+    /// Whether the files hold a Secret: looked at on first use of
+    /// [`RenderedOverlay::is_sensitive`] (only `--keep-overlays` asks).
+    holds_secret: std::sync::OnceLock<bool>,
     plain: bool,
     prebuilt: Option<Vec<Value>>,
     /// What the in-process build needs; it runs on first use of
@@ -410,7 +418,7 @@ impl Overlay {
             to_yaml(&k, "kustomization.yaml")?.into_bytes(),
         );
         let mut rendered = RenderedOverlay::new(files);
-        rendered.sensitive = self.sensitive || !self.secret_generators.is_empty();
+        rendered.sensitive = self.sensitive;
         rendered.plain = self.is_plain();
         if rendered.plain {
             let mut manifests = self.resources.clone();
@@ -540,6 +548,7 @@ impl RenderedOverlay {
             files,
             digest,
             sensitive: false,
+            holds_secret: std::sync::OnceLock::new(),
             plain: false,
             prebuilt: None,
             native: None,
@@ -567,9 +576,16 @@ impl RenderedOverlay {
         self.plain
     }
 
-    /// True when the overlay holds Secret data (see [`Overlay::sensitive`]).
+    /// True when the overlay may hold Secret data, whichever way it got
+    /// there: the kind says so ([`Overlay::sensitive`]), or a file holds a
+    /// Secret, a secret generator or a patch making one (see `secrets.rs`).
+    /// The objects it builds to are looked at too, by [`is_secret`], where
+    /// they are known.
     pub fn is_sensitive(&self) -> bool {
         self.sensitive
+            || *self
+                .holds_secret
+                .get_or_init(|| secrets::holds_secret(&self.files))
     }
 
     /// sha256 over every file's path and content.
@@ -742,6 +758,108 @@ mod tests {
         assert!(!plain.is_sensitive());
         assert!(secret.is_sensitive());
         assert_eq!(plain.digest(), secret.digest());
+    }
+
+    /// A kind folder whose base holds `base_extra` beside a ConfigMap, with a
+    /// resource template and a patch template each rendering `text`.
+    fn secret_kind(base_extra: &str) -> (tempfile::TempDir, KustomizeDir) {
+        let resources = if base_extra.is_empty() {
+            "resources: [cm.yaml]\n"
+        } else {
+            "resources: [cm.yaml, extra.yaml]\n"
+        };
+        kind_folder(
+            "k",
+            &[
+                ("base/kustomization.yaml", resources),
+                (
+                    "base/cm.yaml",
+                    "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\n",
+                ),
+                ("base/extra.yaml", base_extra),
+                (
+                    "resources/secret.yaml",
+                    "apiVersion: v1\nkind: {{ kind }}\nmetadata:\n  name: s\nstringData:\n  password: {{ v }}\n",
+                ),
+                (
+                    "patches/p.yaml",
+                    "apiVersion: v1\nkind: {{ kind }}\nmetadata:\n  name: cm\ndata:\n  v: {{ v }}\n",
+                ),
+                (
+                    "patches/to-secret.json",
+                    r#"[{"op": "replace", "path": "/kind", "value": "Secret"}]"#,
+                ),
+            ],
+        )
+    }
+
+    fn templated(kind: &str) -> serde_json::Value {
+        json!({"kind": kind, "v": "hunter2"})
+    }
+
+    #[test]
+    fn any_secret_in_the_rendered_files_makes_the_overlay_sensitive() {
+        let (_d, k) = secret_kind("");
+        let base = || Overlay {
+            base: Some("k".into()),
+            ..Default::default()
+        };
+        let patch = |template: &str, kind: &str| PatchTemplate {
+            template: template.into(),
+            values: templated(kind),
+            target: None,
+            allow_name_change: false,
+        };
+        let resource_template = |kind: &str| ResourceTemplate {
+            template: "secret.yaml".into(),
+            values: templated(kind),
+        };
+        let sensitive = |o: Overlay| o.render(&k, None).unwrap().is_sensitive();
+        assert!(!sensitive(base()), "a ConfigMap only");
+        assert!(!sensitive(Overlay {
+            resource_templates: vec![resource_template("ConfigMap")],
+            patches: vec![patch("p.yaml", "ConfigMap")],
+            ..base()
+        }));
+        assert!(sensitive(Overlay {
+            resource_templates: vec![resource_template("Secret")],
+            ..base()
+        }));
+        assert!(sensitive(Overlay {
+            patches: vec![patch("p.yaml", "Secret")],
+            ..base()
+        }));
+        assert!(sensitive(Overlay {
+            patches: vec![patch("to-secret.json", "ConfigMap")],
+            ..base()
+        }));
+        assert!(sensitive(Overlay {
+            secret_generators: vec![ConfigMapGenerator {
+                name: "g".into(),
+                ..Default::default()
+            }],
+            ..base()
+        }));
+        assert!(sensitive(Overlay {
+            resources: vec![
+                json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}})
+            ],
+            ..Default::default()
+        }));
+    }
+
+    #[test]
+    fn a_secret_in_the_base_makes_the_overlay_sensitive() {
+        let (_d, k) = secret_kind("apiVersion: v1\nkind: Secret\nmetadata:\n  name: s\n");
+        let o = Overlay {
+            base: Some("k".into()),
+            ..Default::default()
+        };
+        assert!(o.render(&k, None).unwrap().is_sensitive());
+        let (_d, k) = secret_kind(
+            "apiVersion: builtin\nkind: SecretGenerator\nmetadata:\n  name: s\nliterals: [a=b]\n",
+        );
+        assert!(o.render(&k, None).unwrap().is_sensitive());
     }
 
     #[test]
