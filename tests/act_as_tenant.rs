@@ -181,7 +181,7 @@ async fn uid_of(deployments: &Api<Deployment>, name: &str) -> Option<String> {
 
 #[tokio::test]
 async fn a_forged_inventory_neither_prunes_nor_deletes_another_tenants_deployment() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let attacker = common::TestNamespace::new(&client, "forge-a").await;
     let victim = common::TestNamespace::new(&client, "forge-v").await;
     // The victim's Deployment is one the Sample kind would adopt, and one
@@ -288,7 +288,7 @@ async fn a_forged_inventory_neither_prunes_nor_deletes_another_tenants_deploymen
 
 #[tokio::test]
 async fn a_forged_copyrator_inventory_tells_nothing_about_other_namespaces() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let attacker = common::TestNamespace::new(&client, "oracle-a").await;
     let target = common::TestNamespace::new(&client, "oracle-t").await;
     let victim = common::TestNamespace::new(&client, "oracle-v").await;
@@ -365,7 +365,7 @@ async fn a_forged_copyrator_inventory_tells_nothing_about_other_namespaces() {
 
 #[tokio::test]
 async fn as_the_tenants_account_a_sample_is_forbidden_until_the_right_is_granted() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "as-tenant").await;
     let operator = common::start_operator(
         &ns.name,
@@ -480,7 +480,7 @@ async fn as_the_tenants_account_a_sample_is_forbidden_until_the_right_is_granted
 
 #[tokio::test]
 async fn revoking_a_tenants_right_stops_its_copies_at_the_next_reconcile() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let src = common::TestNamespace::new(&client, "revoke-s").await;
     let dst = common::TestNamespace::new(&client, "revoke-d").await;
     let _release = common::StripFinalizersOnDrop(src.name.clone());
@@ -625,7 +625,7 @@ impl Drop for ClusterGrants {
 
 #[tokio::test]
 async fn the_locked_down_install_runs_a_sample_without_write_rights_of_its_own() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let home = common::TestNamespace::new(&client, "locked-op").await;
     let tenant = common::TestNamespace::new(&client, "locked-t").await;
     let grants = locked_down_roles(&home.name, (&home.name, "operator"));
@@ -744,7 +744,7 @@ exec {real} "$@""#,
 
 #[tokio::test]
 async fn an_object_replaced_between_the_read_and_the_delete_is_left() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "replaced").await;
     let dir = tempfile::tempdir().unwrap();
     let wrapper = replacing_kubectl(dir.path(), &ns.name);

@@ -272,7 +272,7 @@ async fn wait_event(client: &Client, name: &str, reason: &str) {
 
 #[tokio::test]
 async fn tantrum_kills_pods_only_when_their_number_reaches_the_tolerance() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "chaos-tantrum").await;
     create_deployment(&client, &ns.name, "web", 3).await;
     let original = wait_running(&client, &ns.name, "web", 3).await;
@@ -343,7 +343,7 @@ async fn tantrum_kills_pods_only_when_their_number_reaches_the_tolerance() {
 
 #[tokio::test]
 async fn cancer_doubles_replicas_and_stops_at_128() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "chaos-cancer").await;
     forbid_pods(&client, &ns.name).await;
     create_deployment(&client, &ns.name, "web", 3).await;
@@ -402,7 +402,7 @@ async fn cancer_doubles_replicas_and_stops_at_128() {
 
 #[tokio::test]
 async fn ipsum_rewrites_a_config_map_but_not_an_immutable_one() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "chaos-ipsum").await;
     create_config_map(
         &client,
@@ -488,7 +488,7 @@ async fn assert_untouched(client: &Client, ns: &str, pods: &BTreeSet<String>) {
 
 #[tokio::test]
 async fn excluded_and_protected_namespaces_are_untouched() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     // Excluded by the agent's spec.
     let excluded = common::TestNamespace::new(&client, "chaos-excluded").await;
     let _g1 = everything_agent_in(&client, &excluded.name, true).await;
@@ -511,7 +511,7 @@ async fn excluded_and_protected_namespaces_are_untouched() {
 
 #[tokio::test]
 async fn max_actions_per_round_is_respected() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "chaos-cap").await;
     forbid_pods(&client, &ns.name).await;
     let names: Vec<String> = (0..6).map(|i| format!("d{i}")).collect();
@@ -552,7 +552,7 @@ async fn max_actions_per_round_is_respected() {
 
 #[tokio::test]
 async fn dry_run_changes_nothing_and_reports() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "chaos-dry").await;
     create_deployment(&client, &ns.name, "web", 2).await;
     let pods = wait_running(&client, &ns.name, "web", 2).await;
@@ -623,7 +623,7 @@ async fn dry_run_changes_nothing_and_reports() {
 
 #[tokio::test]
 async fn deleting_the_agent_stops_the_rounds() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "chaos-stop").await;
     forbid_pods(&client, &ns.name).await;
     create_deployment(&client, &ns.name, "web", 1).await;
@@ -661,7 +661,7 @@ async fn deleting_the_agent_stops_the_rounds() {
 
 #[tokio::test]
 async fn api_server_rejects_out_of_range_values_and_takes_the_article_manifest() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let _ = client;
     // Server-side dry runs: validated like real requests, never stored, so no
     // operator anywhere can act on them.

@@ -21,7 +21,7 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 
 #[tokio::test]
 async fn kubectl_apply_k_of_a_base_is_readable_with_the_client() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "base").await;
     let base = common::repo().join("kustomize/sample/base");
     let (ok, out, err) =
@@ -45,7 +45,7 @@ async fn kubectl_apply_k_of_a_base_is_readable_with_the_client() {
 
 #[tokio::test]
 async fn the_cluster_has_nodes_and_all_are_ready() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let nodes: Api<Node> = Api::all(client);
     common::wait_until(TIMEOUT, || async {
         let list = nodes.list(&ListParams::default()).await.unwrap();
@@ -56,7 +56,7 @@ async fn the_cluster_has_nodes_and_all_are_ready() {
 
 #[tokio::test]
 async fn a_deployment_becomes_available_with_running_pods() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "nodes").await;
     let pods = available_deployment(&client, &ns.name, "web", 2).await;
     assert_eq!(pods.len(), 2, "{pods:?}");
@@ -64,7 +64,7 @@ async fn a_deployment_becomes_available_with_running_pods() {
 
 #[tokio::test]
 async fn a_deleted_pod_is_replaced_by_its_replicaset() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "replace").await;
     let before = available_deployment(&client, &ns.name, "web", 2).await;
     let victim = before.iter().next().unwrap().clone();
@@ -94,7 +94,7 @@ async fn a_deleted_pod_is_replaced_by_its_replicaset() {
 /// test namespace denies what its CEL rule forbids, and allows the rest.
 #[tokio::test]
 async fn a_validating_admission_policy_denies_what_it_forbids() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "policy").await;
     let name = format!("{}-no-forbidden-key", ns.name);
     let policy = format!(

@@ -58,7 +58,7 @@ fn capture_logs() {
 macro_rules! cluster {
     () => {{
         capture_logs();
-        cluster_or_skip!()
+        common::cluster().await
     }};
 }
 

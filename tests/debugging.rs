@@ -38,7 +38,7 @@ async fn ready_sample(client: &kube::Client, ns: &str, name: &str, count: i32) -
 
 #[tokio::test]
 async fn diff_reports_a_scaled_deployment_until_the_operator_corrects_it() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "dbg-diff").await;
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
     let operator = common::start_operator(&ns.name, &[]).await;
@@ -73,7 +73,7 @@ async fn diff_reports_a_scaled_deployment_until_the_operator_corrects_it() {
 
 #[tokio::test]
 async fn diff_fails_clearly_for_a_resource_that_is_not_there() {
-    let _client = cluster_or_skip!();
+    let _client = common::cluster().await;
     let (code, _, err) =
         common::operator_command("diff", &["sample/no-such-sample", "-n", "default"]);
     assert_eq!(code, Some(2), "{err}");
@@ -106,7 +106,7 @@ fn tree(dir: &Path) -> Vec<(PathBuf, Vec<u8>, u32)> {
 
 #[tokio::test]
 async fn render_by_reference_equals_render_of_the_same_object_from_a_file() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "dbg-render").await;
     let operator = common::start_operator(&ns.name, &[]).await;
     ready_sample(&client, &ns.name, "web", 1).await;
@@ -161,7 +161,7 @@ async fn render_by_reference_equals_render_of_the_same_object_from_a_file() {
 
 #[tokio::test]
 async fn a_kept_overlay_is_private_and_goes_with_its_resource() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "dbg-keep").await;
     let keep = tempfile::tempdir().unwrap();
     let operator = common::start_operator(

@@ -156,7 +156,7 @@ async fn generated(
 
 #[tokio::test]
 async fn a_webapp_is_applied_becomes_ready_changes_prunes_and_goes() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let registry = fixture_kinds(&client).await;
     let ns = common::TestNamespace::new(&client, "webapp").await;
     let apps: Api<DynamicObject> = Api::namespaced_with(
@@ -230,7 +230,7 @@ async fn a_webapp_is_applied_becomes_ready_changes_prunes_and_goes() {
 
 #[tokio::test]
 async fn diff_lists_what_a_run_would_prune_and_what_it_would_leave() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let registry = fixture_kinds(&client).await;
     let ns = common::TestNamespace::new(&client, "webapp-diff").await;
     let apps: Api<DynamicObject> = Api::namespaced_with(
@@ -304,7 +304,7 @@ async fn diff_lists_what_a_run_would_prune_and_what_it_would_leave() {
 /// could not be made, never a guess.
 #[tokio::test]
 async fn diff_says_so_when_the_requester_cannot_read_what_would_be_pruned() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let registry = fixture_kinds(&client).await;
     let ns = common::TestNamespace::new(&client, "webapp-diff-rbac").await;
     let apps: Api<DynamicObject> = Api::namespaced_with(
@@ -374,7 +374,7 @@ fn would(out: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn an_object_the_webapp_did_not_create_is_never_taken() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let registry = fixture_kinds(&client).await;
     let ns = common::TestNamespace::new(&client, "webapp-own").await;
     let apps: Api<DynamicObject> = Api::namespaced_with(
@@ -425,7 +425,7 @@ async fn an_object_the_webapp_did_not_create_is_never_taken() {
 
 #[tokio::test]
 async fn hostile_strings_in_a_spec_stay_data() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let registry = fixture_kinds(&client).await;
     let ns = common::TestNamespace::new(&client, "webapp-hostile").await;
     let apps: Api<DynamicObject> = Api::namespaced_with(
@@ -475,7 +475,7 @@ async fn hostile_strings_in_a_spec_stay_data() {
 
 #[tokio::test]
 async fn a_cluster_scoped_tenant_makes_its_namespace_and_takes_it_away() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let registry = fixture_kinds(&client).await;
     let ns = common::TestNamespace::new(&client, "tenant-op").await;
     let tenants: Api<DynamicObject> =
@@ -562,7 +562,7 @@ spec:
 
 #[tokio::test]
 async fn a_namespaced_kind_cannot_create_objects_outside_its_namespace() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let folder = kind_folder(
         "leaky",
         LEAKY,
@@ -608,7 +608,7 @@ async fn a_namespaced_kind_cannot_create_objects_outside_its_namespace() {
 
 #[tokio::test]
 async fn run_refuses_to_start_naming_the_file_and_the_field() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "refuse").await;
     let start = |dir: String| {
         let ns = ns.name.clone();

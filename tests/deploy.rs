@@ -29,7 +29,7 @@ use serde_json::json;
 
 #[tokio::test]
 async fn apply_k_deploy_installs_a_hardened_operator_whose_pods_are_admitted() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     install().await;
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), NAMESPACE);
     let deployment = deployments.get("kustomize-operator").await.unwrap();
@@ -72,10 +72,7 @@ where
     F: FnOnce(Client, String) -> Fut,
     Fut: Future<Output = ()>,
 {
-    let client = match common::cluster().await {
-        Some(c) => c,
-        None => return,
-    };
+    let client = common::cluster().await;
     install().await;
     let ns = common::TestNamespace::new(&client, prefix).await;
     let _cleanup = common::StripFinalizersOnDrop(ns.name.clone());
@@ -268,7 +265,7 @@ async fn copyrator_scenario_passes_with_only_the_service_account_token() {
 
 #[tokio::test]
 async fn the_service_account_token_is_denied_outside_its_grants() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     install().await;
     let token = common::TokenKubeconfig::mint(&client, NAMESPACE, SERVICE_ACCOUNT).await;
     // What the grants allow (the token works, so a "no" below means RBAC said no).
@@ -387,7 +384,7 @@ fn write_manifest(objects: &[serde_json::Value]) -> tempfile::NamedTempFile {
 /// everywhere else.
 #[tokio::test]
 async fn copyrator_namespaces_overlay_confines_secrets_to_its_namespaces() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     install().await;
     let docs = common::kustomize_documents("overlays/copyrator-namespaces");
     let example = common::copyrator_namespaces_env(&docs);

@@ -208,7 +208,7 @@ async fn warning_events(client: &Client, ns: &str, name: &str, reason: &str) -> 
 
 #[tokio::test]
 async fn create_then_the_rate_changes_and_the_config_map_is_replaced() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "er-create").await;
     let provider = TestProvider::start("1.1901").await;
     let operator = start_operator(&ns.name, &provider).await;
@@ -287,7 +287,7 @@ async fn create_then_the_rate_changes_and_the_config_map_is_replaced() {
 
 #[tokio::test]
 async fn quiet_until_due_and_the_annotation_forces_a_refresh() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "er-refresh").await;
     let provider = TestProvider::start("1.1").await;
     let operator = start_operator(&ns.name, &provider).await;
@@ -349,7 +349,7 @@ async fn quiet_until_due_and_the_annotation_forces_a_refresh() {
 
 #[tokio::test]
 async fn a_failing_provider_keeps_the_last_value() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "er-fail").await;
     let provider = TestProvider::start("1.5").await;
     let operator = start_operator(&ns.name, &provider).await;
@@ -401,7 +401,7 @@ async fn a_failing_provider_keeps_the_last_value() {
 
 #[tokio::test]
 async fn deleting_the_exchange_rate_deletes_its_config_maps() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "er-gc").await;
     let provider = TestProvider::start("140.5").await;
     let operator = start_operator(&ns.name, &provider).await;
@@ -433,7 +433,7 @@ async fn deleting_the_exchange_rate_deletes_its_config_maps() {
 /// apply (here, the resync), and the ConfigMap is left as they made it.
 #[tokio::test]
 async fn a_field_someone_else_changed_is_reported_not_overwritten() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "er-conflict").await;
     let provider = TestProvider::start("2.5").await;
     let mut args = provider.operator_args();
@@ -498,7 +498,7 @@ async fn a_field_someone_else_changed_is_reported_not_overwritten() {
 
 #[tokio::test]
 async fn an_interval_below_the_minimum_is_an_invalid_spec() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "er-min").await;
     let provider = TestProvider::start("1.0").await;
     // The default minimum (1m), not the tests' 1s.
@@ -526,7 +526,7 @@ async fn an_interval_below_the_minimum_is_an_invalid_spec() {
 
 #[tokio::test]
 async fn api_server_rejects_bad_currencies_and_intervals() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "er-bad").await;
     let cases = [
         ("currency: usd", "spec.currency"),

@@ -109,7 +109,7 @@ fn operator_process(
 /// the limit is reached (so a missing limit would show: eight at once).
 #[tokio::test]
 async fn no_more_reconciles_run_at_once_than_the_limit() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "limit").await;
     let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
     let tmp = tempfile::tempdir().unwrap();
@@ -273,7 +273,7 @@ impl Drop for OwnPlane {
 #[tokio::test]
 async fn api_server_outage_and_dropped_watches_converge_without_restart() {
     // Needs a cluster to exist at all (and kubectl); otherwise skip like the rest.
-    let _ = cluster_or_skip!();
+    let _ = common::cluster().await;
     let outage = std::env::var("FAULT_OUTAGE_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -391,7 +391,7 @@ async fn api_server_outage_and_dropped_watches_converge_without_restart() {
 /// collector is stopped too).
 #[tokio::test]
 async fn a_status_waiting_for_the_first_look_holds_no_reconcile_slot_and_is_not_lost() {
-    let _ = cluster_or_skip!();
+    let _ = common::cluster().await;
     let state = tempfile::tempdir().unwrap();
     let plane = OwnPlane::up(&state.path().join("plane"));
     let client = plane.client().await;
@@ -486,7 +486,7 @@ async fn a_status_waiting_for_the_first_look_holds_no_reconcile_slot_and_is_not_
 
 #[tokio::test]
 async fn sigkill_mid_apply_then_restart_converges_and_cleans_temp_dirs() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "sigkill").await;
     let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
     let tmp = tempfile::tempdir().unwrap();
@@ -527,7 +527,7 @@ async fn sigkill_mid_apply_then_restart_converges_and_cleans_temp_dirs() {
 
 #[tokio::test]
 async fn hanging_kubectl_is_killed_recorded_and_retried_while_others_flow() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "hang").await;
     let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
     let tmp = tempfile::tempdir().unwrap();
@@ -586,7 +586,7 @@ async fn hanging_kubectl_is_killed_recorded_and_retried_while_others_flow() {
 
 #[tokio::test]
 async fn a_sample_deleted_while_the_operator_is_down_is_cleaned_up_after_restart() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "downdel").await;
     let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
@@ -623,7 +623,7 @@ async fn a_sample_deleted_while_the_operator_is_down_is_cleaned_up_after_restart
 
 #[tokio::test]
 async fn sigterm_finishes_the_in_flight_run_and_records_it() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let (_ns, samples, mut operator, _tmp) =
         operator_with_slow_apply(&client, "sigterm", 3, "20s").await;
     let start = Instant::now();
@@ -647,7 +647,7 @@ async fn sigterm_finishes_the_in_flight_run_and_records_it() {
 
 #[tokio::test]
 async fn sigterm_past_the_grace_period_kills_kubectl_and_records_it() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let (_ns, samples, mut operator, _tmp) =
         operator_with_slow_apply(&client, "sigkillgrace", 600, "5s").await;
     let start = Instant::now();
@@ -665,7 +665,7 @@ async fn sigterm_past_the_grace_period_kills_kubectl_and_records_it() {
 
 #[tokio::test]
 async fn megabytes_of_kubectl_output_keep_the_status_small() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "huge").await;
     let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
     let tmp = tempfile::tempdir().unwrap();

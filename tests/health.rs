@@ -100,7 +100,7 @@ async fn running_pods(client: &Client, ns: &str, sample: &str) -> usize {
 
 #[tokio::test]
 async fn ready_waits_for_running_pods_stalls_after_the_timeout_and_recovers() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "health").await;
     let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
     set_pod_quota(&client, &ns.name, 0).await;
@@ -172,7 +172,7 @@ async fn ready_waits_for_running_pods_stalls_after_the_timeout_and_recovers() {
 
 #[tokio::test]
 async fn a_sample_healthy_at_the_first_look_gets_one_status_ready_at_once() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "first-look").await;
     let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
     let operator = common::start_operator(&ns.name, &[]).await;
@@ -210,7 +210,7 @@ async fn a_sample_healthy_at_the_first_look_gets_one_status_ready_at_once() {
 
 #[tokio::test]
 async fn scaling_up_shows_progress_then_ready() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "scale").await;
     let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
     set_pod_quota(&client, &ns.name, 1).await;
@@ -252,7 +252,7 @@ async fn scaling_up_shows_progress_then_ready() {
 
 #[tokio::test]
 async fn a_deleted_pod_is_replaced_without_a_reapply_or_a_stall() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "pod-gone").await;
     let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
     let operator = common::start_operator(&ns.name, &[]).await;
@@ -314,7 +314,7 @@ async fn a_deleted_pod_is_replaced_without_a_reapply_or_a_stall() {
 
 #[tokio::test]
 async fn a_deployment_deleted_behind_the_operators_back_is_applied_again_at_once() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "drift").await;
     let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);

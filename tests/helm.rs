@@ -693,7 +693,7 @@ fn get_json(args: &[&str]) -> Value {
 
 #[tokio::test]
 async fn install_upgrade_uninstall_on_the_control_plane() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let helm = helm_or_skip!();
     let team_a = common::TestNamespace::new(&client, "helm-a").await;
     let team_b = common::TestNamespace::new(&client, "helm-b").await;

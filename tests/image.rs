@@ -466,7 +466,7 @@ async fn the_image_runs_as_a_kubelet_runs_the_deployments_pod() {
     if !image_available() {
         return;
     }
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     install().await;
     let ns = common::TestNamespace::new(&client, "image").await;
     let _cleanup = common::StripFinalizersOnDrop(ns.name.clone());

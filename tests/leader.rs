@@ -128,7 +128,7 @@ async fn wait_applied(client: &Client, ns: &str, name: &str) {
 
 #[tokio::test]
 async fn two_replicas_apply_once_and_a_killed_leader_is_replaced() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "leader").await;
     let _cleanup = common::StripFinalizersOnDrop(ns.name.clone());
     let leases: Api<Lease> = Api::namespaced(client.clone(), &ns.name);
@@ -207,7 +207,7 @@ async fn two_replicas_apply_once_and_a_killed_leader_is_replaced() {
 
 #[tokio::test]
 async fn sigterm_releases_the_lease_for_an_immediate_takeover() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "release").await;
     let _cleanup = common::StripFinalizersOnDrop(ns.name.clone());
     let leases: Api<Lease> = Api::namespaced(client.clone(), &ns.name);
@@ -246,7 +246,7 @@ async fn sigterm_releases_the_lease_for_an_immediate_takeover() {
 
 #[tokio::test]
 async fn a_leader_that_loses_its_lease_stops_and_exits() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "lost").await;
     let _cleanup = common::StripFinalizersOnDrop(ns.name.clone());
     let leases: Api<Lease> = Api::namespaced(client.clone(), &ns.name);

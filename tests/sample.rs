@@ -100,7 +100,7 @@ exec {real} "$@" < {input}"#,
 
 #[tokio::test]
 async fn create_update_second_sample_and_delete() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "sample").await;
     let operator = common::start_operator(&ns.name, &[]).await;
     let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
@@ -242,7 +242,7 @@ fn untouched(d: &Deployment) {
 /// it did not create must neither take it over nor delete it.
 #[tokio::test]
 async fn a_deployment_the_sample_did_not_create_is_never_touched() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "victim").await;
     let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
@@ -291,7 +291,7 @@ async fn a_deployment_the_sample_did_not_create_is_never_touched() {
 
 #[tokio::test]
 async fn restart_with_nothing_changed_spawns_no_kubectl_and_writes_nothing() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "restart").await;
     let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
     let first = common::start_operator(&ns.name, &[]).await;
@@ -341,7 +341,7 @@ async fn restart_with_nothing_changed_spawns_no_kubectl_and_writes_nothing() {
 
 #[tokio::test]
 async fn failed_apply_is_reported_and_recovers() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "fail").await;
     let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
@@ -381,7 +381,7 @@ async fn failed_apply_is_reported_and_recovers() {
 
 #[tokio::test]
 async fn a_manual_scale_is_taken_back_on_resync() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "drift").await;
     let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
@@ -408,7 +408,7 @@ async fn a_manual_scale_is_taken_back_on_resync() {
 
 #[tokio::test]
 async fn failing_delete_keeps_the_sample_until_it_succeeds() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "delfail").await;
     let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
@@ -453,7 +453,7 @@ async fn failing_delete_keeps_the_sample_until_it_succeeds() {
 
 #[tokio::test]
 async fn keep_overlays_leaves_a_replayable_overlay() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "keep").await;
     let keep = tempfile::tempdir().unwrap();
     let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
@@ -481,7 +481,7 @@ async fn keep_overlays_leaves_a_replayable_overlay() {
 
 #[tokio::test]
 async fn api_server_rejects_bad_counts() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "bad").await;
     for bad in ["-1", "\"abc\"", "1000000"] {
         let manifest = format!(
@@ -496,7 +496,7 @@ async fn api_server_rejects_bad_counts() {
 
 #[tokio::test]
 async fn a_burst_is_batched_and_each_status_names_only_its_objects() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "batch").await;
     let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);

@@ -67,7 +67,7 @@ async fn ready_count(samples: &Api<Sample>) -> usize {
 
 #[tokio::test]
 async fn each_resource_is_reconciled_by_exactly_one_shard_and_moves_when_relabelled() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "shards").await;
     let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);

@@ -344,7 +344,7 @@ fn listed(rule: &CopyratorRule) -> Vec<String> {
 /// more namespaces than the policy checks one by one.
 #[tokio::test]
 async fn a_tenant_may_not_copy_where_it_may_not_write() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     install_policies().await;
     let home = common::TestNamespace::new(&client, "tn-alice").await;
     let other = common::TestNamespace::new(&client, "tn-bob").await;
@@ -448,7 +448,7 @@ async fn a_tenant_may_not_copy_where_it_may_not_write() {
 /// patches are not checked.
 #[tokio::test]
 async fn an_update_is_checked_when_it_changes_the_rule() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     install_policies().await;
     let home = common::TestNamespace::new(&client, "tn-upd").await;
     let mine = common::TestNamespace::new(&client, "tn-upd-mine").await;
@@ -539,7 +539,7 @@ async fn an_update_is_checked_when_it_changes_the_rule() {
 /// sources it may read, is admitted).
 #[tokio::test]
 async fn a_secret_rule_needs_the_right_to_read_its_sources() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     install_policies().await;
     let home = common::TestNamespace::new(&client, "tn-carol").await;
     let carol = Tenant::new(
@@ -591,7 +591,7 @@ async fn a_secret_rule_needs_the_right_to_read_its_sources() {
 /// operator copies.
 #[tokio::test]
 async fn a_tenant_may_copy_where_it_may_write() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     install_policies().await;
     let home = common::TestNamespace::new(&client, "tn-ok").await;
     let mine = common::TestNamespace::new(&client, "tn-ok-mine").await;
@@ -664,7 +664,7 @@ async fn a_tenant_may_copy_where_it_may_write() {
 /// costs two authorization checks for it, whatever its length.
 #[tokio::test]
 async fn an_admin_may_copy_into_every_namespace() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     install_policies().await;
     let home = common::TestNamespace::new(&client, "tn-admin").await;
     let rules = Api::<CopyratorRule>::namespaced(client.clone(), &home.name);
@@ -709,7 +709,7 @@ impl Drop for AgentGuard {
 /// it acts: its labelled namespace, or every namespace.
 #[tokio::test]
 async fn a_chaos_agent_needs_the_rights_of_its_modes_where_it_acts() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     install_policies().await;
     let dave_home = common::TestNamespace::new(&client, "tn-dave").await;
     let alice_home = common::TestNamespace::new(&client, "tn-agents").await;
@@ -867,7 +867,7 @@ async fn rule_status(
 /// bootstrap token labelled for copying and a rule naming kube-system.
 #[tokio::test]
 async fn without_the_policy_the_operator_copies_no_token_and_nothing_into_kube_system() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let home = common::TestNamespace::new(&client, "tn-rails").await;
     let other = common::TestNamespace::new(&client, "tn-rails-t").await;
     let _cleanup = common::StripFinalizersOnDrop(home.name.clone());
@@ -944,7 +944,7 @@ async fn without_the_policy_the_operator_copies_no_token_and_nothing_into_kube_s
 /// data and carries no marker.
 #[tokio::test]
 async fn an_object_created_in_the_middle_of_an_apply_is_not_taken_over() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let home = common::TestNamespace::new(&client, "tn-race").await;
     let target = common::TestNamespace::new(&client, "tn-race-t").await;
     let _cleanup = common::StripFinalizersOnDrop(home.name.clone());
@@ -1032,7 +1032,7 @@ exec {real} "$@""#,
 /// it is TooLarge, copies nothing, and waits for a change.
 #[tokio::test]
 async fn a_rule_wanting_more_than_the_byte_cap_is_too_large() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let home = common::TestNamespace::new(&client, "tn-big").await;
     let target = common::TestNamespace::new(&client, "tn-big-t").await;
     let _cleanup = common::StripFinalizersOnDrop(home.name.clone());
@@ -1082,7 +1082,7 @@ async fn a_rule_wanting_more_than_the_byte_cap_is_too_large() {
 /// namespace created later.
 #[tokio::test]
 async fn an_admin_rule_over_every_namespace_reaches_a_namespace_created_later() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let home = common::TestNamespace::new(&client, "tn-all").await;
     let _cleanup = common::StripFinalizersOnDrop(home.name.clone());
     let run = format!("tn-all-{}", &home.name[home.name.len() - 6..]);
@@ -1147,7 +1147,7 @@ async fn an_admin_rule_over_every_namespace_reaches_a_namespace_created_later() 
 /// cap beside them still copies.
 #[tokio::test]
 async fn rules_over_the_cap_at_once_share_the_read_budget() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let home = common::TestNamespace::new(&client, "tn-flood").await;
     let target = common::TestNamespace::new(&client, "tn-flood-t").await;
     let _cleanup = common::StripFinalizersOnDrop(home.name.clone());

@@ -134,10 +134,11 @@ pub fn copyrator_namespaces_env(docs: &[serde_json::Value]) -> Vec<String> {
 static CRDS_INSTALLED: OnceCell<Result<(), String>> = OnceCell::const_new();
 
 /// A client for the cluster in KUBECONFIG with the CRDs installed. A
-/// cluster test without a cluster fails, naming the command that provides
-/// one: it never reports "passed" for what it did not check. Each test gets
-/// its own client: a client's connections belong to the test's runtime.
-pub async fn cluster() -> Option<Client> {
+/// cluster test without a cluster fails (panics), naming the command that
+/// provides one: it never reports "passed" for what it did not check. Each
+/// test gets its own client: a client's connections belong to the test's
+/// runtime.
+pub async fn cluster() -> Client {
     if std::env::var_os("RUST_LOG").is_some() {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
@@ -178,7 +179,7 @@ pub async fn cluster() -> Option<Client> {
     if let Err(e) = installed {
         panic!("{e}");
     }
-    Some(client)
+    client
 }
 
 /// A namespace that is deleted when dropped.
@@ -326,17 +327,6 @@ pub fn kubectl_stdin(args: &[&str], input: &str) -> (bool, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
-}
-
-/// The cluster client; a test without a cluster fails (see [`cluster`]).
-#[macro_export]
-macro_rules! cluster_or_skip {
-    () => {
-        match common::cluster().await {
-            Some(c) => c,
-            None => unreachable!("cluster() fails rather than skip"),
-        }
-    };
 }
 
 /// The operator binary, run as a child process (for tests that need separate
