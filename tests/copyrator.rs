@@ -143,12 +143,15 @@ async fn rule_status(rules: &Api<CopyratorRule>, name: &str) -> CopyratorRuleSta
 }
 
 async fn wait_ready(rules: &Api<CopyratorRule>, name: &str) -> CopyratorRuleStatus {
-    common::wait_until(TIMEOUT, || async {
+    common::wait_for(TIMEOUT, format!("the rule {name} Ready"), || async {
         let s = rule_status(rules, name).await;
-        s.common.is_ready() && s.common.observed_generation.is_some()
+        if s.common.is_ready() && s.common.observed_generation.is_some() {
+            Ok(s)
+        } else {
+            Err(s)
+        }
     })
-    .await;
-    rule_status(rules, name).await
+    .await
 }
 
 async fn get_cm(client: &Client, ns: &str, name: &str) -> Option<ConfigMap> {
@@ -166,14 +169,18 @@ async fn cm_value(client: &Client, ns: &str, name: &str) -> Option<String> {
 }
 
 async fn wait_cm_value(client: &Client, namespaces: &[&str], name: &str, value: Option<&str>) {
-    common::wait_until(TIMEOUT, || async {
-        for ns in namespaces {
-            if cm_value(client, ns, name).await.as_deref() != value {
-                return false;
+    common::wait_until(
+        TIMEOUT,
+        format!("the ConfigMap {name} to hold {value:?} (None: to be gone) in {namespaces:?}"),
+        || async {
+            for ns in namespaces {
+                if cm_value(client, ns, name).await.as_deref() != value {
+                    return false;
+                }
             }
-        }
-        true
-    })
+            true
+        },
+    )
     .await;
 }
 
@@ -284,7 +291,7 @@ async fn configmap_rule_over_three_namespaces_and_a_new_one() {
     // One kubectl run for the three copies; the reconciles their watch
     // events trigger (the positive marker: counted as skipped) find
     // nothing to do.
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "a skipped reconcile of the rule", || async {
         operator.metrics().skipped_count("copyrator") >= 1
     })
     .await;
@@ -370,15 +377,19 @@ async fn sources_over_several_pages_are_all_copied_and_kept() {
     )
     .await;
     let copies: Api<ConfigMap> = Api::namespaced(client.clone(), &target.name);
-    common::wait_until(TIMEOUT, || async {
-        copies
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .len()
-            >= SOURCES
-    })
+    common::wait_until(
+        TIMEOUT,
+        format!("{SOURCES} copies in {}", target.name),
+        || async {
+            copies
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .len()
+                >= SOURCES
+        },
+    )
     .await;
     let status = wait_ready(&rules, "r").await;
     assert_eq!(status.copies.source_count as usize, SOURCES);
@@ -433,7 +444,7 @@ async fn a_source_losing_its_label_or_deleted_loses_its_copies() {
     cms.delete("b", &DeleteParams::default()).await.unwrap();
     wait_cm_value(&client, &t, "b", None).await;
     assert_eq!(cm_value(&client, t[0], "c").await.as_deref(), Some("c"));
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "the rule r listing only the source c", || async {
         rule_status(&rules, "r").await.copies.sources == ["c"]
     })
     .await;
@@ -494,7 +505,7 @@ async fn deleting_a_rule_deletes_its_copies_unless_it_retains_them() {
     for name in ["deleting", "retaining"] {
         rules.delete(name, &DeleteParams::default()).await.unwrap();
     }
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "every rule gone", || async {
         rules
             .list(&ListParams::default())
             .await
@@ -546,15 +557,19 @@ async fn a_foreign_object_is_left_alone_and_reported() {
         .unwrap();
     assert_eq!(target.result, "Conflict");
     assert_eq!(target.foreign, ["app-config"]);
-    common::wait_until(TIMEOUT, || async {
-        events(&client, &src.name).await.iter().any(|e| {
-            e.reason.as_deref() == Some("ForeignObject")
-                && e.type_.as_deref() == Some("Warning")
-                && e.note
-                    .as_deref()
-                    .is_some_and(|n| n.contains(&format!("{}/app-config", t[0])))
-        })
-    })
+    common::wait_until(
+        TIMEOUT,
+        format!("a ForeignObject warning naming {}/app-config", t[0]),
+        || async {
+            events(&client, &src.name).await.iter().any(|e| {
+                e.reason.as_deref() == Some("ForeignObject")
+                    && e.type_.as_deref() == Some("Warning")
+                    && e.note
+                        .as_deref()
+                        .is_some_and(|n| n.contains(&format!("{}/app-config", t[0])))
+            })
+        },
+    )
     .await;
 
     // Deleting the rule deletes its copy and still leaves the foreign object.
@@ -598,7 +613,7 @@ async fn a_value_kustomize_cannot_carry_is_reported_and_loses_nothing() {
     // The reconcile of the patch alone may already report the value; wait
     // for the one that also saw "other" (it copied it first, then wrote
     // its status).
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "the rule r reporting settings as not copyable, with 2 sources", || async {
         let copies = rule_status(&rules, "r").await.copies;
         copies.not_copyable
             == ["settings: the value of \"value\" holds U+0091, a character kustomize cannot process"]
@@ -612,7 +627,7 @@ async fn a_value_kustomize_cannot_carry_is_reported_and_loses_nothing() {
         cm_value(&client, t[0], "settings").await.as_deref(),
         Some("v1")
     );
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "a NotCopyable warning about settings", || async {
         events(&client, &src.name).await.iter().any(|e| {
             e.reason.as_deref() == Some("NotCopyable")
                 && e.type_.as_deref() == Some("Warning")
@@ -705,17 +720,21 @@ async fn a_secret_rule_copies_registry_and_tls_secrets_and_keeps_their_data_secr
         ),
     )
     .await;
-    common::wait_until(TIMEOUT, || async {
-        for ns in &t {
-            let api: Api<Secret> = Api::namespaced(client.clone(), ns);
-            for name in ["registry", "tls"] {
-                if api.get_opt(name).await.unwrap().is_none() {
-                    return false;
+    common::wait_until(
+        TIMEOUT,
+        "the Secrets registry and tls copied into every target",
+        || async {
+            for ns in &t {
+                let api: Api<Secret> = Api::namespaced(client.clone(), ns);
+                for name in ["registry", "tls"] {
+                    if api.get_opt(name).await.unwrap().is_none() {
+                        return false;
+                    }
                 }
             }
-        }
-        true
-    })
+            true
+        },
+    )
     .await;
     let status = wait_ready(&rules, "pull-secrets").await;
     assert_eq!(status.copies.copy_count, 4);
@@ -740,7 +759,7 @@ async fn a_secret_rule_copies_registry_and_tls_secrets_and_keeps_their_data_secr
         )
         .await
         .unwrap();
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "the renewed tls.crt in every copy", || async {
         let mut all = true;
         for ns in &t {
             let copy = Api::<Secret>::namespaced(client.clone(), ns)
@@ -761,12 +780,16 @@ async fn a_secret_rule_copies_registry_and_tls_secrets_and_keeps_their_data_secr
         base64(key.as_bytes()),
         base64(format!("{marker}-pw").as_bytes()),
     ];
-    common::wait_until(TIMEOUT, || async {
-        events(&client, &src.name)
-            .await
-            .iter()
-            .any(|e| e.reason.as_deref() == Some("Applied"))
-    })
+    common::wait_until(
+        TIMEOUT,
+        format!("an Applied event in {}", src.name),
+        || async {
+            events(&client, &src.name)
+                .await
+                .iter()
+                .any(|e| e.reason.as_deref() == Some("Applied"))
+        },
+    )
     .await;
     let rule_json = serde_json::to_string(&rules.get("pull-secrets").await.unwrap()).unwrap();
     let mut event_text = String::new();
@@ -806,13 +829,17 @@ async fn a_secret_rule_copies_registry_and_tls_secrets_and_keeps_their_data_secr
         .delete("pull-secrets", &DeleteParams::default())
         .await
         .unwrap();
-    common::wait_until(TIMEOUT, || async {
-        Api::<Secret>::namespaced(client.clone(), t[0])
-            .get_opt("tls")
-            .await
-            .unwrap()
-            .is_none()
-    })
+    common::wait_until(
+        TIMEOUT,
+        format!("the copy tls gone from {}", t[0]),
+        || async {
+            Api::<Secret>::namespaced(client.clone(), t[0])
+                .get_opt("tls")
+                .await
+                .unwrap()
+                .is_none()
+        },
+    )
     .await;
     operator.stop().await;
 }
@@ -950,17 +977,24 @@ async fn the_articles_top_level_form_is_kept_and_honoured() {
     )
     .await;
     let rules2: Api<CopyratorRule> = Api::namespaced(client.clone(), &elsewhere.name);
-    common::wait_until(TIMEOUT, || async {
-        rule_status(&rules2, "main-rule")
-            .await
-            .common
-            .condition(ConditionType::Ready)
-            .is_some_and(|c| {
-                c.reason == Reason::InvalidSpec
-                    && c.message.contains("\"default\"")
-                    && c.message.contains(&elsewhere.name)
-            })
-    })
+    common::wait_until(
+        TIMEOUT,
+        format!(
+            "main-rule InvalidSpec in {}, naming \"default\"",
+            elsewhere.name
+        ),
+        || async {
+            rule_status(&rules2, "main-rule")
+                .await
+                .common
+                .condition(ConditionType::Ready)
+                .is_some_and(|c| {
+                    c.reason == Reason::InvalidSpec
+                        && c.message.contains("\"default\"")
+                        && c.message.contains(&elsewhere.name)
+                })
+        },
+    )
     .await;
     other_operator.stop().await;
     operator.stop().await;
@@ -1010,7 +1044,7 @@ exec {real} "$@""#,
         &rule("r", RuleType::Configmap, &[("copy", "yes")], &t, None),
     )
     .await;
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "the rule r ApplyFailed for its target", || async {
         let s = rule_status(&rules, "r").await;
         s.common
             .condition(ConditionType::Ready)
@@ -1033,14 +1067,18 @@ exec {real} "$@""#,
 
     std::fs::remove_file(&marker).unwrap();
     wait_cm_value(&client, &t, "app-config", Some("v1")).await;
-    common::wait_until(Duration::from_secs(90), || async {
-        let s = rule_status(&rules, "r").await;
-        s.common.is_ready()
-            && s.copies
-                .targets
-                .first()
-                .is_some_and(|x| x.result == "Copied")
-    })
+    common::wait_until(
+        Duration::from_secs(90),
+        "the rule r Ready with its target Copied",
+        || async {
+            let s = rule_status(&rules, "r").await;
+            s.common.is_ready()
+                && s.copies
+                    .targets
+                    .first()
+                    .is_some_and(|x| x.result == "Copied")
+        },
+    )
     .await;
     operator.stop().await;
 }
@@ -1068,7 +1106,7 @@ async fn diff_shows_the_copies_a_changed_source_would_change_with_secret_values_
     )
     .await;
     wait_ready(&rules, "tokens").await;
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, format!("the copy token in {}", t[0]), || async {
         Api::<Secret>::namespaced(client.clone(), t[0])
             .get_opt("token")
             .await

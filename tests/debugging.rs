@@ -24,7 +24,7 @@ async fn ready_sample(client: &kube::Client, ns: &str, name: &str, count: i32) -
         )
         .await
         .unwrap();
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, format!("the Sample {name} Ready"), || async {
         samples
             .get_opt(name)
             .await
@@ -62,9 +62,11 @@ async fn diff_reports_a_scaled_deployment_until_the_operator_corrects_it() {
 
     // The operator's resync takes the field back; then diff is clean.
     let operator = common::start_operator(&ns.name, &["--resync-interval", "1s"]).await;
-    common::wait_until(TIMEOUT, || async {
-        replicas(&deployments, "web").await == Some(2)
-    })
+    common::wait_until(
+        TIMEOUT,
+        "the resync to take the Deployment web back to 2 replicas",
+        || async { replicas(&deployments, "web").await == Some(2) },
+    )
     .await;
     let (code, out, err) = common::operator_command("diff", &["sample/web", "-n", &ns.name]);
     assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
@@ -184,7 +186,7 @@ async fn a_kept_overlay_is_private_and_goes_with_its_resource() {
         .delete("web", &DeleteParams::default())
         .await
         .unwrap();
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "the Sample web gone", || async {
         samples.get_opt("web").await.unwrap().is_none()
     })
     .await;

@@ -92,8 +92,7 @@ fn condition<'a>(object: &'a DynamicObject, type_: &str) -> Option<&'a Value> {
 /// Waits until `name` reports `reason` on its Ready condition for its
 /// current generation (Ready=True when `reason` is Applied); returns it.
 async fn wait_reason(api: &Api<DynamicObject>, name: &str, reason: &str) -> DynamicObject {
-    let deadline = tokio::time::Instant::now() + TIMEOUT;
-    loop {
+    common::wait_for(TIMEOUT, format!("{name} to reach {reason}"), || async {
         let object = api.get(name).await.unwrap();
         let status = &object.data["status"];
         let current = status["observedGeneration"].as_i64() == object.metadata.generation;
@@ -102,14 +101,12 @@ async fn wait_reason(api: &Api<DynamicObject>, name: &str, reason: &str) -> Dyna
             c["reason"] == reason && (reason != "Applied" || c["status"] == "True")
         });
         if current && matches {
-            return object;
+            Ok(object)
+        } else {
+            Err(status.clone())
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{name} never reached {reason}: {status:#}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    })
+    .await
 }
 
 async fn names<K>(api: &Api<K>) -> Vec<String>
@@ -219,7 +216,7 @@ async fn a_webapp_is_applied_becomes_ready_changes_prunes_and_goes() {
     assert_eq!(deployment.spec.unwrap().replicas, Some(1));
 
     apps.delete("shop", &DeleteParams::default()).await.unwrap();
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "the webapp shop gone", || async {
         apps.get_opt("shop").await.unwrap().is_none()
     })
     .await;
@@ -347,9 +344,14 @@ subjects: [{{kind: ServiceAccount, name: differ, namespace: {ns}}}]
     let (ok, _, err) = common::kubectl_stdin(&["apply", "-f", "-"], &grants);
     assert!(ok, "{err}");
     let token = common::TokenKubeconfig::mint(&client, &ns.name, "differ").await;
-    common::wait_until(TIMEOUT, || async {
-        token.can_i(&["patch", "deployments", "-n", &ns.name])
-    })
+    common::wait_until(
+        TIMEOUT,
+        format!(
+            "the differ's token allowed to patch deployments in {}",
+            ns.name
+        ),
+        || async { token.can_i(&["patch", "deployments", "-n", &ns.name]) },
+    )
     .await;
     assert!(!token.can_i(&["get", "services", "-n", &ns.name]));
 
@@ -408,7 +410,7 @@ async fn an_object_the_webapp_did_not_create_is_never_taken() {
     assert!(untouched.metadata.labels.is_none());
 
     apps.delete("blog", &DeleteParams::default()).await.unwrap();
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "the webapp blog gone", || async {
         apps.get_opt("blog").await.unwrap().is_none()
     })
     .await;
@@ -469,7 +471,10 @@ async fn hostile_strings_in_a_spec_stay_data() {
             .await
             .unwrap();
     }
-    common::wait_until(TIMEOUT, || async { names(&apps).await.is_empty() }).await;
+    common::wait_until(TIMEOUT, "every hostile webapp gone", || async {
+        names(&apps).await.is_empty()
+    })
+    .await;
     operator.stop().await;
 }
 
@@ -523,7 +528,7 @@ async fn a_cluster_scoped_tenant_makes_its_namespace_and_takes_it_away() {
         .delete(&name, &DeleteParams::default())
         .await
         .unwrap();
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, format!("the tenant {name} gone"), || async {
         tenants.get_opt(&name).await.unwrap().is_none()
     })
     .await;
@@ -599,7 +604,7 @@ async fn a_namespaced_kind_cannot_create_objects_outside_its_namespace() {
     let roles: Api<k8s_openapi::api::rbac::v1::ClusterRole> = Api::all(client.clone());
     assert!(roles.get_opt("leaked").await.unwrap().is_none());
     api.delete("x", &DeleteParams::default()).await.unwrap();
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "the Leaky x gone", || async {
         api.get_opt("x").await.unwrap().is_none()
     })
     .await;

@@ -4,7 +4,6 @@
 
 pub mod deploy;
 
-use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -200,9 +199,11 @@ impl TestNamespace {
             .await
             .expect("create namespace");
         // The ServiceAccount admission plugin wants the default SA before Pods.
-        wait_until(Duration::from_secs(30), || async {
-            kubectl(&["-n", &name, "get", "serviceaccount", "default"]).0
-        })
+        wait_until(
+            Duration::from_secs(30),
+            format!("the default ServiceAccount of {name}"),
+            || async { kubectl(&["-n", &name, "get", "serviceaccount", "default"]).0 },
+        )
         .await;
         Self { name }
     }
@@ -225,12 +226,17 @@ pub async fn delete_namespace(client: &Client, name: &str) {
     let _ = api.delete(name, &DeleteParams::default()).await;
 }
 
-/// Polls `check` every 100 ms until it is true; panics after `timeout`.
-pub async fn wait_until<F, Fut>(timeout: Duration, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
+/// How often [`wait_until`] and [`wait_for`] look again.
+const POLL_EVERY: Duration = Duration::from_millis(100);
+
+/// Polls `check` every 100 ms until it is true. After `timeout` the test
+/// fails, naming `what` it waited for (say "the Sample Ready", not "a
+/// condition").
+pub async fn wait_until(
+    timeout: Duration,
+    what: impl std::fmt::Display,
+    mut check: impl AsyncFnMut() -> bool,
+) {
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
         if check().await {
@@ -238,9 +244,31 @@ where
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "condition not met within {timeout:?}"
+            "timed out after {timeout:?} waiting for {what}"
         );
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(POLL_EVERY).await;
+    }
+}
+
+/// Polls `check` every 100 ms until it returns `Ok`, and returns the value.
+/// Until then `check` returns `Err` with what it saw instead: after
+/// `timeout` the test fails, naming `what` it waited for and showing the
+/// last thing seen.
+pub async fn wait_for<T, Seen: std::fmt::Debug>(
+    timeout: Duration,
+    what: impl std::fmt::Display,
+    mut check: impl AsyncFnMut() -> Result<T, Seen>,
+) -> T {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        match check().await {
+            Ok(value) => return value,
+            Err(seen) => assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out after {timeout:?} waiting for {what}; last seen: {seen:#?}"
+            ),
+        }
+        tokio::time::sleep(POLL_EVERY).await;
     }
 }
 
