@@ -72,12 +72,16 @@ async fn event_notes(client: &Client, namespace: &str, name: &str) -> Vec<String
 }
 
 async fn wait_event(client: &Client, namespace: &str, name: &str, prefix: &str) -> String {
-    common::wait_until(TIMEOUT, || async {
-        event_notes(client, namespace, name)
-            .await
-            .iter()
-            .any(|n| n.starts_with(prefix))
-    })
+    common::wait_until(
+        TIMEOUT,
+        format!("an event about {name} whose note starts with {prefix:?}"),
+        || async {
+            event_notes(client, namespace, name)
+                .await
+                .iter()
+                .any(|n| n.starts_with(prefix))
+        },
+    )
     .await;
     event_notes(client, namespace, name)
         .await
@@ -96,10 +100,14 @@ fn ready(s: &CommonStatus) -> Option<(ConditionStatus, Reason, String)> {
 }
 
 async fn wait_sample(samples: &Api<Sample>, name: &str, status: ConditionStatus, reason: Reason) {
-    common::wait_until(TIMEOUT, || async {
-        ready(&sample_status(samples, name).await)
-            .is_some_and(|(s, r, _)| s == status && r == reason)
-    })
+    common::wait_until(
+        TIMEOUT,
+        format!("the Sample {name} Ready={status:?} with reason {reason:?}"),
+        || async {
+            ready(&sample_status(samples, name).await)
+                .is_some_and(|(s, r, _)| s == status && r == reason)
+        },
+    )
     .await;
 }
 
@@ -135,15 +143,19 @@ async fn status_writing_tenant(client: &Client, home: &str) -> common::TokenKube
         ]),
     );
     let token = common::TokenKubeconfig::mint(client, home, "mallory").await;
-    common::wait_until(TIMEOUT, || async {
-        token.can_i(&[
-            "patch",
-            "samples.nuvolaris.org",
-            "--subresource=status",
-            "-n",
-            home,
-        ])
-    })
+    common::wait_until(
+        TIMEOUT,
+        format!("mallory's token allowed to patch samples/status in {home}"),
+        || async {
+            token.can_i(&[
+                "patch",
+                "samples.nuvolaris.org",
+                "--subresource=status",
+                "-n",
+                home,
+            ])
+        },
+    )
     .await;
     token
 }
@@ -181,7 +193,7 @@ async fn uid_of(deployments: &Api<Deployment>, name: &str) -> Option<String> {
 
 #[tokio::test]
 async fn a_forged_inventory_neither_prunes_nor_deletes_another_tenants_deployment() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let attacker = common::TestNamespace::new(&client, "forge-a").await;
     let victim = common::TestNamespace::new(&client, "forge-v").await;
     // The victim's Deployment is one the Sample kind would adopt, and one
@@ -264,7 +276,7 @@ async fn a_forged_inventory_neither_prunes_nor_deletes_another_tenants_deploymen
         .await
         .unwrap();
     let operator = common::start_operator(&attacker.name, &["--kinds", "sample"]).await;
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "the Sample web gone", || async {
         samples.get_opt("web").await.unwrap().is_none()
     })
     .await;
@@ -288,7 +300,7 @@ async fn a_forged_inventory_neither_prunes_nor_deletes_another_tenants_deploymen
 
 #[tokio::test]
 async fn a_forged_copyrator_inventory_tells_nothing_about_other_namespaces() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let attacker = common::TestNamespace::new(&client, "oracle-a").await;
     let target = common::TestNamespace::new(&client, "oracle-t").await;
     let victim = common::TestNamespace::new(&client, "oracle-v").await;
@@ -315,7 +327,7 @@ async fn a_forged_copyrator_inventory_tells_nothing_about_other_namespaces() {
         .await
         .unwrap();
     let rules: Api<CopyratorRule> = Api::namespaced(mallory.client().await, &attacker.name);
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "the rule r Ready", || async {
         rules
             .get("r")
             .await
@@ -344,9 +356,11 @@ async fn a_forged_copyrator_inventory_tells_nothing_about_other_namespaces() {
     let note = wait_event(&client, &attacker.name, "r", "InventoryIgnored").await;
     assert!(note.contains("forgot 2 listed object(s)"), "{note}");
     let copies: Api<ConfigMap> = Api::namespaced(client.clone(), &target.name);
-    common::wait_until(TIMEOUT, || async {
-        copies.get_opt("src").await.unwrap().is_some()
-    })
+    common::wait_until(
+        TIMEOUT,
+        format!("the copy src in {}", target.name),
+        || async { copies.get_opt("src").await.unwrap().is_some() },
+    )
     .await;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &victim.name);
     assert!(secrets.get_opt("victim-secret").await.unwrap().is_some());
@@ -365,7 +379,7 @@ async fn a_forged_copyrator_inventory_tells_nothing_about_other_namespaces() {
 
 #[tokio::test]
 async fn as_the_tenants_account_a_sample_is_forbidden_until_the_right_is_granted() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "as-tenant").await;
     let operator = common::start_operator(
         &ns.name,
@@ -402,10 +416,14 @@ async fn as_the_tenants_account_a_sample_is_forbidden_until_the_right_is_granted
         "deployer-configmaps",
         json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["*"]}]),
     );
-    common::wait_until(TIMEOUT, || async {
-        let (_, _, message) = ready(&sample_status(&samples, "web").await).unwrap();
-        !message.contains("does not exist")
-    })
+    common::wait_until(
+        TIMEOUT,
+        "the Sample web's Ready message no longer saying the account does not exist",
+        || async {
+            let (_, _, message) = ready(&sample_status(&samples, "web").await).unwrap();
+            !message.contains("does not exist")
+        },
+    )
     .await;
     let (status, reason, message) = ready(&sample_status(&samples, "web").await).unwrap();
     assert_eq!(
@@ -470,17 +488,21 @@ async fn as_the_tenants_account_a_sample_is_forbidden_until_the_right_is_granted
         .delete("web", &DeleteParams::default())
         .await
         .unwrap();
-    common::wait_until(TIMEOUT, || async {
-        deployments.get_opt("web").await.unwrap().is_none()
-            && samples.get_opt("web").await.unwrap().is_none()
-    })
+    common::wait_until(
+        TIMEOUT,
+        "the Deployment web and the Sample web gone",
+        || async {
+            deployments.get_opt("web").await.unwrap().is_none()
+                && samples.get_opt("web").await.unwrap().is_none()
+        },
+    )
     .await;
     operator.stop().await;
 }
 
 #[tokio::test]
 async fn revoking_a_tenants_right_stops_its_copies_at_the_next_reconcile() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let src = common::TestNamespace::new(&client, "revoke-s").await;
     let dst = common::TestNamespace::new(&client, "revoke-d").await;
     let _release = common::StripFinalizersOnDrop(src.name.clone());
@@ -520,7 +542,7 @@ async fn revoking_a_tenants_right_stops_its_copies_at_the_next_reconcile() {
         },
     );
     rules.create(&PostParams::default(), &rule).await.unwrap();
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "the copy src with the value v1", || async {
         value(copies.get_opt("src").await.unwrap()).as_deref() == Some("v1")
     })
     .await;
@@ -535,19 +557,26 @@ async fn revoking_a_tenants_right_stops_its_copies_at_the_next_reconcile() {
     ]);
     assert!(ok, "{err}");
     let user = format!("system:serviceaccount:{}:copier", src.name);
-    common::wait_until(TIMEOUT, || async {
-        let (_, out, _) = common::kubectl(&[
-            "auth",
-            "can-i",
-            "patch",
-            "configmaps",
-            "-n",
-            &dst.name,
-            "--as",
-            &user,
-        ]);
-        out.trim() == "no"
-    })
+    common::wait_until(
+        TIMEOUT,
+        format!(
+            "{user} no longer allowed to patch configmaps in {}",
+            dst.name
+        ),
+        || async {
+            let (_, out, _) = common::kubectl(&[
+                "auth",
+                "can-i",
+                "patch",
+                "configmaps",
+                "-n",
+                &dst.name,
+                "--as",
+                &user,
+            ]);
+            out.trim() == "no"
+        },
+    )
     .await;
     sources
         .patch(
@@ -557,13 +586,17 @@ async fn revoking_a_tenants_right_stops_its_copies_at_the_next_reconcile() {
         )
         .await
         .unwrap();
-    common::wait_until(TIMEOUT, || async {
-        rules.get("r").await.unwrap().status.is_some_and(|s| {
-            s.common
-                .condition(ConditionType::Ready)
-                .is_some_and(|c| c.reason == Reason::Forbidden && c.message.contains(&user))
-        })
-    })
+    common::wait_until(
+        TIMEOUT,
+        format!("the rule r Forbidden, naming {user}"),
+        || async {
+            rules.get("r").await.unwrap().status.is_some_and(|s| {
+                s.common
+                    .condition(ConditionType::Ready)
+                    .is_some_and(|c| c.reason == Reason::Forbidden && c.message.contains(&user))
+            })
+        },
+    )
     .await;
     assert_eq!(
         value(copies.get_opt("src").await.unwrap()).as_deref(),
@@ -625,7 +658,7 @@ impl Drop for ClusterGrants {
 
 #[tokio::test]
 async fn the_locked_down_install_runs_a_sample_without_write_rights_of_its_own() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let home = common::TestNamespace::new(&client, "locked-op").await;
     let tenant = common::TestNamespace::new(&client, "locked-t").await;
     let grants = locked_down_roles(&home.name, (&home.name, "operator"));
@@ -635,14 +668,21 @@ async fn the_locked_down_install_runs_a_sample_without_write_rights_of_its_own()
     let _grants = ClusterGrants(grants);
     let token = common::TokenKubeconfig::mint(&client, &home.name, "operator").await;
     let writer = format!("system:serviceaccount:{}:kustomize-writer", tenant.name);
-    common::wait_until(TIMEOUT, || async {
-        token.can_i(&[
-            "impersonate",
-            "serviceaccounts/kustomize-writer",
-            "-n",
-            &tenant.name,
-        ])
-    })
+    common::wait_until(
+        TIMEOUT,
+        format!(
+            "the operator's token allowed to impersonate kustomize-writer in {}",
+            tenant.name
+        ),
+        || async {
+            token.can_i(&[
+                "impersonate",
+                "serviceaccounts/kustomize-writer",
+                "-n",
+                &tenant.name,
+            ])
+        },
+    )
     .await;
     // The operator's own account may not write a Deployment anywhere.
     for verb in ["create", "patch", "delete"] {
@@ -661,19 +701,23 @@ async fn the_locked_down_install_runs_a_sample_without_write_rights_of_its_own()
                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
                "subjects": [{"kind": "ServiceAccount", "name": "kustomize-writer", "namespace": tenant.name}]}),
     ]);
-    common::wait_until(TIMEOUT, || async {
-        let (_, out, _) = common::kubectl(&[
-            "auth",
-            "can-i",
-            "create",
-            "deployments",
-            "-n",
-            &tenant.name,
-            "--as",
-            &writer,
-        ]);
-        out.trim() == "yes"
-    })
+    common::wait_until(
+        TIMEOUT,
+        format!("{writer} allowed to create deployments in {}", tenant.name),
+        || async {
+            let (_, out, _) = common::kubectl(&[
+                "auth",
+                "can-i",
+                "create",
+                "deployments",
+                "-n",
+                &tenant.name,
+                "--as",
+                &writer,
+            ]);
+            out.trim() == "yes"
+        },
+    )
     .await;
     let kubeconfig = token.path().display().to_string();
     let mut operator = common::OperatorProcess::spawn(
@@ -697,7 +741,7 @@ async fn the_locked_down_install_runs_a_sample_without_write_rights_of_its_own()
         )
         .await
         .unwrap();
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "the Sample web Ready", || async {
         ready(&sample_status(&samples, "web").await)
             .is_some_and(|(s, _, _)| s == ConditionStatus::True)
     })
@@ -712,10 +756,14 @@ async fn the_locked_down_install_runs_a_sample_without_write_rights_of_its_own()
         .delete("web", &DeleteParams::default())
         .await
         .unwrap();
-    common::wait_until(TIMEOUT, || async {
-        deployments.get_opt("web").await.unwrap().is_none()
-            && samples.get_opt("web").await.unwrap().is_none()
-    })
+    common::wait_until(
+        TIMEOUT,
+        "the Deployment web and the Sample web gone",
+        || async {
+            deployments.get_opt("web").await.unwrap().is_none()
+                && samples.get_opt("web").await.unwrap().is_none()
+        },
+    )
     .await;
 }
 
@@ -744,7 +792,7 @@ exec {real} "$@""#,
 
 #[tokio::test]
 async fn an_object_replaced_between_the_read_and_the_delete_is_left() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "replaced").await;
     let dir = tempfile::tempdir().unwrap();
     let wrapper = replacing_kubectl(dir.path(), &ns.name);
@@ -772,7 +820,7 @@ async fn an_object_replaced_between_the_read_and_the_delete_is_left() {
         .delete("web", &DeleteParams::default())
         .await
         .unwrap();
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "the Sample web gone", || async {
         samples.get_opt("web").await.unwrap().is_none()
     })
     .await;

@@ -97,10 +97,14 @@ async fn status(client: &Client, name: &str) -> ChaosAgentStatus {
 
 /// Waits until the agent has completed round `n`, and returns its status.
 async fn wait_round(client: &Client, name: &str, n: i64) -> ChaosAgentStatus {
-    common::wait_until(TIMEOUT, || async {
-        let s = status(client, name).await;
-        s.round.round.unwrap_or(0) >= n && s.common.is_ready()
-    })
+    common::wait_until(
+        TIMEOUT,
+        format!("the agent {name} Ready after round {n}"),
+        || async {
+            let s = status(client, name).await;
+            s.round.round.unwrap_or(0) >= n && s.common.is_ready()
+        },
+    )
     .await;
     status(client, name).await
 }
@@ -109,7 +113,7 @@ async fn wait_round(client: &Client, name: &str, n: i64) -> ChaosAgentStatus {
 async fn delete_agent(client: &Client, name: &str) {
     let api = Api::<ChaosAgent>::all(client.clone());
     api.delete(name, &DeleteParams::default()).await.unwrap();
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, format!("the agent {name} gone"), || async {
         api.get_opt(name).await.unwrap().is_none()
     })
     .await;
@@ -203,7 +207,7 @@ async fn running_uids(client: &Client, ns: &str, app: &str) -> BTreeSet<String> 
 
 /// Waits until `n` Pods of `app` run (kwok's nodes run them); their UIDs.
 async fn wait_running(client: &Client, ns: &str, app: &str, n: usize) -> BTreeSet<String> {
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, format!("{n} running Pods of {app}"), || async {
         running_uids(client, ns, app).await.len() == n
     })
     .await;
@@ -261,18 +265,22 @@ async fn event_targets(client: &Client, name: &str, reason: &str) -> BTreeSet<St
 }
 
 async fn wait_event(client: &Client, name: &str, reason: &str) {
-    common::wait_until(TIMEOUT, || async {
-        event_reasons(client, name)
-            .await
-            .iter()
-            .any(|r| r == reason)
-    })
+    common::wait_until(
+        TIMEOUT,
+        format!("an event {reason} about {name}"),
+        || async {
+            event_reasons(client, name)
+                .await
+                .iter()
+                .any(|r| r == reason)
+        },
+    )
     .await;
 }
 
 #[tokio::test]
 async fn tantrum_kills_pods_only_when_their_number_reaches_the_tolerance() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "chaos-tantrum").await;
     create_deployment(&client, &ns.name, "web", 3).await;
     let original = wait_running(&client, &ns.name, "web", 3).await;
@@ -304,23 +312,27 @@ async fn tantrum_kills_pods_only_when_their_number_reaches_the_tolerance() {
         )
         .await
         .unwrap();
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "every original Pod of web killed", || async {
         pod_uids(&client, &ns.name, "web")
             .await
             .is_disjoint(&original)
     })
     .await;
     // The round's status is written after its kubectl commands ran.
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "3 tantrum kills in the status", || async {
         status(&client, &ns.name).await.round.total.tantrum >= 3
     })
     .await;
     // One event per kill, related to the Pod it killed.
-    common::wait_until(TIMEOUT, || async {
-        event_targets(&client, &ns.name, "KilledPod")
-            .await
-            .is_superset(&original_names)
-    })
+    common::wait_until(
+        TIMEOUT,
+        "a KilledPod event for every original Pod",
+        || async {
+            event_targets(&client, &ns.name, "KilledPod")
+                .await
+                .is_superset(&original_names)
+        },
+    )
     .await;
     // The tantrum calms down; the ReplicaSet has brought the Pods back.
     Api::<ChaosAgent>::all(client.clone())
@@ -331,7 +343,7 @@ async fn tantrum_kills_pods_only_when_their_number_reaches_the_tolerance() {
         )
         .await
         .unwrap();
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "3 new Pods of web running", || async {
         let running = running_uids(&client, &ns.name, "web").await;
         running.len() == 3 && running.is_disjoint(&original)
     })
@@ -343,7 +355,7 @@ async fn tantrum_kills_pods_only_when_their_number_reaches_the_tolerance() {
 
 #[tokio::test]
 async fn cancer_doubles_replicas_and_stops_at_128() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "chaos-cancer").await;
     forbid_pods(&client, &ns.name).await;
     create_deployment(&client, &ns.name, "web", 3).await;
@@ -358,7 +370,7 @@ async fn cancer_doubles_replicas_and_stops_at_128() {
     s.cancer_mode = true;
     let _guard = create_agent(&client, &ns.name, s).await;
 
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "web and idle scaled to 128 replicas", || async {
         replicas(&client, &ns.name, "web").await == 128
             && replicas(&client, &ns.name, "idle").await == 128
     })
@@ -402,7 +414,7 @@ async fn cancer_doubles_replicas_and_stops_at_128() {
 
 #[tokio::test]
 async fn ipsum_rewrites_a_config_map_but_not_an_immutable_one() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "chaos-ipsum").await;
     create_config_map(
         &client,
@@ -425,13 +437,17 @@ async fn ipsum_rewrites_a_config_map_but_not_an_immutable_one() {
     s.ipsum_mode = true;
     let _guard = create_agent(&client, &ns.name, s).await;
 
-    common::wait_until(TIMEOUT, || async {
-        let cm = config_map(&client, &ns.name, "settings").await;
-        cm.data
-            .unwrap_or_default()
-            .get("color")
-            .is_some_and(|v| v.starts_with("Lorem ipsum"))
-    })
+    common::wait_until(
+        TIMEOUT,
+        "the ConfigMap settings' color rewritten in Lorem ipsum",
+        || async {
+            let cm = config_map(&client, &ns.name, "settings").await;
+            cm.data
+                .unwrap_or_default()
+                .get("color")
+                .is_some_and(|v| v.starts_with("Lorem ipsum"))
+        },
+    )
     .await;
     let settings = config_map(&client, &ns.name, "settings").await;
     let data = settings.data.unwrap();
@@ -488,7 +504,7 @@ async fn assert_untouched(client: &Client, ns: &str, pods: &BTreeSet<String>) {
 
 #[tokio::test]
 async fn excluded_and_protected_namespaces_are_untouched() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     // Excluded by the agent's spec.
     let excluded = common::TestNamespace::new(&client, "chaos-excluded").await;
     let _g1 = everything_agent_in(&client, &excluded.name, true).await;
@@ -511,7 +527,7 @@ async fn excluded_and_protected_namespaces_are_untouched() {
 
 #[tokio::test]
 async fn max_actions_per_round_is_respected() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "chaos-cap").await;
     forbid_pods(&client, &ns.name).await;
     let names: Vec<String> = (0..6).map(|i| format!("d{i}")).collect();
@@ -540,7 +556,7 @@ async fn max_actions_per_round_is_respected() {
     assert_eq!(scaled, 2);
     // One round per pause: the reconcile its own status write causes (the
     // positive marker: an idle plan, counted as skipped) runs no round.
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "a skipped reconcile of the agent", || async {
         operator.metrics().skipped_count("chaosagent") >= 1
     })
     .await;
@@ -552,7 +568,7 @@ async fn max_actions_per_round_is_respected() {
 
 #[tokio::test]
 async fn dry_run_changes_nothing_and_reports() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "chaos-dry").await;
     create_deployment(&client, &ns.name, "web", 2).await;
     let pods = wait_running(&client, &ns.name, "web", 2).await;
@@ -623,7 +639,7 @@ async fn dry_run_changes_nothing_and_reports() {
 
 #[tokio::test]
 async fn deleting_the_agent_stops_the_rounds() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "chaos-stop").await;
     forbid_pods(&client, &ns.name).await;
     create_deployment(&client, &ns.name, "web", 1).await;
@@ -632,7 +648,7 @@ async fn deleting_the_agent_stops_the_rounds() {
     s.cancer_mode = true;
     let guard = create_agent(&client, &ns.name, s).await;
 
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "web scaled to 2 replicas or more", || async {
         replicas(&client, &ns.name, "web").await >= 2
     })
     .await;
@@ -661,7 +677,7 @@ async fn deleting_the_agent_stops_the_rounds() {
 
 #[tokio::test]
 async fn api_server_rejects_out_of_range_values_and_takes_the_article_manifest() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let _ = client;
     // Server-side dry runs: validated like real requests, never stored, so no
     // operator anywhere can act on them.

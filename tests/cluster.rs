@@ -21,7 +21,7 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 
 #[tokio::test]
 async fn kubectl_apply_k_of_a_base_is_readable_with_the_client() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "base").await;
     let base = common::repo().join("kustomize/sample/base");
     let (ok, out, err) =
@@ -37,26 +37,32 @@ async fn kubectl_apply_k_of_a_base_is_readable_with_the_client() {
         .delete("nginx", &DeleteParams::default())
         .await
         .unwrap();
-    common::wait_until(std::time::Duration::from_secs(30), || async {
-        deployments.get_opt("nginx").await.unwrap().is_none()
-    })
+    common::wait_until(
+        std::time::Duration::from_secs(30),
+        "the Deployment nginx gone",
+        || async { deployments.get_opt("nginx").await.unwrap().is_none() },
+    )
     .await;
 }
 
 #[tokio::test]
 async fn the_cluster_has_nodes_and_all_are_ready() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let nodes: Api<Node> = Api::all(client);
-    common::wait_until(TIMEOUT, || async {
-        let list = nodes.list(&ListParams::default()).await.unwrap();
-        !list.items.is_empty() && list.items.iter().all(|n| condition_true(n, "Ready"))
-    })
+    common::wait_until(
+        TIMEOUT,
+        "every node Ready (and at least one node)",
+        || async {
+            let list = nodes.list(&ListParams::default()).await.unwrap();
+            !list.items.is_empty() && list.items.iter().all(|n| condition_true(n, "Ready"))
+        },
+    )
     .await;
 }
 
 #[tokio::test]
 async fn a_deployment_becomes_available_with_running_pods() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "nodes").await;
     let pods = available_deployment(&client, &ns.name, "web", 2).await;
     assert_eq!(pods.len(), 2, "{pods:?}");
@@ -64,7 +70,7 @@ async fn a_deployment_becomes_available_with_running_pods() {
 
 #[tokio::test]
 async fn a_deleted_pod_is_replaced_by_its_replicaset() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "replace").await;
     let before = available_deployment(&client, &ns.name, "web", 2).await;
     let victim = before.iter().next().unwrap().clone();
@@ -72,20 +78,24 @@ async fn a_deleted_pod_is_replaced_by_its_replicaset() {
     api.delete(&victim, &DeleteParams::default()).await.unwrap();
 
     // The victim goes away, and a Pod with a new name runs in its place.
-    common::wait_until(TIMEOUT, || async {
-        let running = running_pods(&api, "web").await;
-        let all = api
-            .list(&ListParams::default().labels("app=web"))
-            .await
-            .unwrap();
-        running.len() == 2
-            && !running.contains(&victim)
-            && running.difference(&before).count() == 1
-            && all
-                .items
-                .iter()
-                .all(|p| p.metadata.name.as_ref() != Some(&victim))
-    })
+    common::wait_until(
+        TIMEOUT,
+        format!("a new Pod running in place of {victim}, 2 running"),
+        || async {
+            let running = running_pods(&api, "web").await;
+            let all = api
+                .list(&ListParams::default().labels("app=web"))
+                .await
+                .unwrap();
+            running.len() == 2
+                && !running.contains(&victim)
+                && running.difference(&before).count() == 1
+                && all
+                    .items
+                    .iter()
+                    .all(|p| p.metadata.name.as_ref() != Some(&victim))
+        },
+    )
     .await;
 }
 
@@ -94,7 +104,7 @@ async fn a_deleted_pod_is_replaced_by_its_replicaset() {
 /// test namespace denies what its CEL rule forbids, and allows the rest.
 #[tokio::test]
 async fn a_validating_admission_policy_denies_what_it_forbids() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "policy").await;
     let name = format!("{}-no-forbidden-key", ns.name);
     let policy = format!(
@@ -133,25 +143,29 @@ spec:
 
     // The API server loads a new policy within a moment: until then the
     // create succeeds, so remove what got through and try again.
-    common::wait_until(TIMEOUT, || async {
-        let (created, _, err) = common::kubectl(&[
-            "create",
-            "configmap",
-            "bad",
-            "-n",
-            &ns.name,
-            "--from-literal=forbidden=x",
-        ]);
-        if created {
-            let _ = common::kubectl(&["delete", "configmap", "bad", "-n", &ns.name]);
-            return false;
-        }
-        assert!(
-            err.contains("denied request: a ConfigMap may not have the key 'forbidden'"),
-            "{err}"
-        );
-        true
-    })
+    common::wait_until(
+        TIMEOUT,
+        "the policy to deny a ConfigMap with the key 'forbidden'",
+        || async {
+            let (created, _, err) = common::kubectl(&[
+                "create",
+                "configmap",
+                "bad",
+                "-n",
+                &ns.name,
+                "--from-literal=forbidden=x",
+            ]);
+            if created {
+                let _ = common::kubectl(&["delete", "configmap", "bad", "-n", &ns.name]);
+                return false;
+            }
+            assert!(
+                err.contains("denied request: a ConfigMap may not have the key 'forbidden'"),
+                "{err}"
+            );
+            true
+        },
+    )
     .await;
     let (ok, _, err) = common::kubectl(&[
         "create",
@@ -193,22 +207,28 @@ async fn available_deployment(
         .create(&PostParams::default(), &deployment)
         .await
         .expect("create the Deployment");
-    common::wait_until(TIMEOUT, || async {
-        let d = deployments.get(name).await.unwrap();
-        let status = d.status.unwrap_or_default();
-        status.available_replicas == Some(replicas)
-            && status.ready_replicas == Some(replicas)
-            && status
-                .conditions
-                .unwrap_or_default()
-                .iter()
-                .any(|c| c.type_ == "Available" && c.status == "True")
-    })
+    common::wait_until(
+        TIMEOUT,
+        format!("the Deployment {name} Available with {replicas} ready replicas"),
+        || async {
+            let d = deployments.get(name).await.unwrap();
+            let status = d.status.unwrap_or_default();
+            status.available_replicas == Some(replicas)
+                && status.ready_replicas == Some(replicas)
+                && status
+                    .conditions
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|c| c.type_ == "Available" && c.status == "True")
+        },
+    )
     .await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    common::wait_until(TIMEOUT, || async {
-        running_pods(&pods, name).await.len() == replicas as usize
-    })
+    common::wait_until(
+        TIMEOUT,
+        format!("{replicas} running Pods of {name}"),
+        || async { running_pods(&pods, name).await.len() == replicas as usize },
+    )
     .await;
     let running = running_pods(&pods, name).await;
     assert_eq!(running.len(), replicas as usize, "{running:?}");

@@ -55,13 +55,6 @@ fn capture_logs() {
     });
 }
 
-macro_rules! cluster {
-    () => {{
-        capture_logs();
-        cluster_or_skip!()
-    }};
-}
-
 /// Removes the finalizer of every rule left in a namespace when dropped, so
 /// that a test that stopped early (or left rules behind) does not leave its
 /// namespace terminating forever once the operator is gone.
@@ -143,12 +136,15 @@ async fn rule_status(rules: &Api<CopyratorRule>, name: &str) -> CopyratorRuleSta
 }
 
 async fn wait_ready(rules: &Api<CopyratorRule>, name: &str) -> CopyratorRuleStatus {
-    common::wait_until(TIMEOUT, || async {
+    common::wait_for(TIMEOUT, format!("the rule {name} Ready"), || async {
         let s = rule_status(rules, name).await;
-        s.common.is_ready() && s.common.observed_generation.is_some()
+        if s.common.is_ready() && s.common.observed_generation.is_some() {
+            Ok(s)
+        } else {
+            Err(s)
+        }
     })
-    .await;
-    rule_status(rules, name).await
+    .await
 }
 
 async fn get_cm(client: &Client, ns: &str, name: &str) -> Option<ConfigMap> {
@@ -166,14 +162,18 @@ async fn cm_value(client: &Client, ns: &str, name: &str) -> Option<String> {
 }
 
 async fn wait_cm_value(client: &Client, namespaces: &[&str], name: &str, value: Option<&str>) {
-    common::wait_until(TIMEOUT, || async {
-        for ns in namespaces {
-            if cm_value(client, ns, name).await.as_deref() != value {
-                return false;
+    common::wait_until(
+        TIMEOUT,
+        format!("the ConfigMap {name} to hold {value:?} (None: to be gone) in {namespaces:?}"),
+        || async {
+            for ns in namespaces {
+                if cm_value(client, ns, name).await.as_deref() != value {
+                    return false;
+                }
             }
-        }
-        true
-    })
+            true
+        },
+    )
     .await;
 }
 
@@ -196,63 +196,99 @@ async fn add_namespace_label(client: &Client, ns: &str, key: &str, value: &str) 
         .unwrap();
 }
 
-async fn namespaces(client: &Client, prefix: &str, n: usize) -> Vec<common::TestNamespace> {
-    let mut v = Vec::new();
-    for i in 0..n {
-        v.push(common::TestNamespace::new(client, &format!("{prefix}{i}")).await);
-    }
-    v
+/// One test's cluster: its source namespace (where its rules live and its
+/// operator watches), its target namespaces, and the ConfigMaps and rules
+/// of the source namespace. Dropped after the test's operator (declare the
+/// operator after it): the rules are released, then the namespaces go.
+struct Fixture {
+    client: Client,
+    /// The source namespace's ConfigMaps.
+    cms: Api<ConfigMap>,
+    /// The source namespace's rules.
+    rules: Api<CopyratorRule>,
+    targets: Vec<common::TestNamespace>,
+    // Fields drop in order: the rules are released before their namespace goes.
+    _release: ReleaseRules,
+    src: common::TestNamespace,
 }
 
-fn names(namespaces: &[common::TestNamespace]) -> Vec<&str> {
-    namespaces.iter().map(|n| n.name.as_str()).collect()
+impl Fixture {
+    /// The source namespace `ko-<prefix>-...` and `targets` target
+    /// namespaces `ko-<prefix>t<i>-...`; the operator's logs captured.
+    async fn new(prefix: &str, targets: usize) -> Self {
+        capture_logs();
+        let client = common::cluster().await;
+        let src = common::TestNamespace::new(&client, prefix).await;
+        let release = ReleaseRules(src.name.clone());
+        let mut namespaces = Vec::new();
+        for i in 0..targets {
+            namespaces.push(common::TestNamespace::new(&client, &format!("{prefix}t{i}")).await);
+        }
+        Self {
+            cms: Api::namespaced(client.clone(), &src.name),
+            rules: Api::namespaced(client.clone(), &src.name),
+            client,
+            targets: namespaces,
+            _release: release,
+            src,
+        }
+    }
+
+    /// The names of the target namespaces.
+    fn targets(&self) -> Vec<&str> {
+        self.targets.iter().map(|n| n.name.as_str()).collect()
+    }
+
+    /// An operator of the copyrator kind alone, watching the source
+    /// namespace, with `extra` flags.
+    async fn start_operator(&self, extra: &[&str]) -> kustomize_operator::Operator {
+        let args = [&["--kinds", "copyrator"][..], extra].concat();
+        common::start_operator(&self.src.name, &args).await
+    }
 }
 
 #[tokio::test]
 async fn configmap_rule_over_three_namespaces_and_a_new_one() {
-    let client = cluster!();
-    let src = common::TestNamespace::new(&client, "cr-src").await;
-    let _release_src = ReleaseRules(src.name.clone());
-    let targets = namespaces(&client, "cr-t", 3).await;
-    let later = format!("{}-later", src.name);
-    let operator = common::start_operator(&src.name, &["--kinds", "copyrator"]).await;
-    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &src.name);
+    let fx = Fixture::new("cr-src", 3).await;
+    let later = format!("{}-later", fx.src.name);
+    let operator = fx.start_operator(&[]).await;
     create(
-        &cms,
+        &fx.cms,
         &config_map("app-config", &[("copy", "yes"), ("app", "web")], "v1"),
     )
     .await;
-    create(&cms, &config_map("not-me", &[("app", "web")], "x")).await;
-    let rules: Api<CopyratorRule> = Api::namespaced(client.clone(), &src.name);
-    let mut listed = names(&targets);
+    create(&fx.cms, &config_map("not-me", &[("app", "web")], "x")).await;
+    let mut listed = fx.targets();
     listed.push(&later);
     create(
-        &rules,
+        &fx.rules,
         &rule("r", RuleType::Configmap, &[("copy", "yes")], &listed, None),
     )
     .await;
 
-    let t = names(&targets);
-    wait_cm_value(&client, &t, "app-config", Some("v1")).await;
-    let status = wait_ready(&rules, "r").await;
-    let source = get_cm(&client, &src.name, "app-config").await.unwrap();
+    let t = fx.targets();
+    wait_cm_value(&fx.client, &t, "app-config", Some("v1")).await;
+    let status = wait_ready(&fx.rules, "r").await;
+    let source = get_cm(&fx.client, &fx.src.name, "app-config")
+        .await
+        .unwrap();
     for ns in &t {
-        let copy = get_cm(&client, ns, "app-config").await.unwrap();
+        let copy = get_cm(&fx.client, ns, "app-config").await.unwrap();
         assert_eq!(copy.data, source.data);
         assert_eq!(copy.binary_data, source.binary_data);
         let copy_labels = copy.metadata.labels.unwrap();
         for (k, v) in source.metadata.labels.clone().unwrap() {
             assert_eq!(copy_labels.get(&k), Some(&v), "label {k}");
         }
-        assert_eq!(copy_labels[RULE_LABEL], format!("{}.r", src.name));
+        assert_eq!(copy_labels[RULE_LABEL], format!("{}.r", fx.src.name));
         assert_eq!(copy_labels["copyrator.flant.com/source"], "app-config");
         let annotations = copy.metadata.annotations.unwrap();
-        assert_eq!(annotations[RULE_LABEL], format!("{}/r", src.name));
+        assert_eq!(annotations[RULE_LABEL], format!("{}/r", fx.src.name));
         assert_eq!(
             annotations["copyrator.flant.com/source"],
-            format!("{}/app-config", src.name)
+            format!("{}/app-config", fx.src.name)
         );
-        assert!(get_cm(&client, ns, "not-me").await.is_none());
+        assert!(get_cm(&fx.client, ns, "not-me").await.is_none());
     }
     // Status: per target the copied sources and the result, the last command.
     assert_eq!(status.copies.copy_count, 3);
@@ -270,7 +306,7 @@ async fn configmap_rule_over_three_namespaces_and_a_new_one() {
         cmd.command.contains(" apply --server-side")
             && cmd
                 .command
-                .contains(&format!("--field-manager=copyrator.{}.r", src.name))
+                .contains(&format!("--field-manager=copyrator.{}.r", fx.src.name))
             && !cmd.command.contains("--force-conflicts"),
         "new copies are created by the rule's own manager, never forced: {}",
         cmd.command
@@ -284,7 +320,7 @@ async fn configmap_rule_over_three_namespaces_and_a_new_one() {
     // One kubectl run for the three copies; the reconciles their watch
     // events trigger (the positive marker: counted as skipped) find
     // nothing to do.
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "a skipped reconcile of the rule", || async {
         operator.metrics().skipped_count("copyrator") >= 1
     })
     .await;
@@ -295,35 +331,36 @@ async fn configmap_rule_over_three_namespaces_and_a_new_one() {
         name: later.clone(),
     };
     create(
-        &Api::<Namespace>::all(client.clone()),
+        &Api::<Namespace>::all(fx.client.clone()),
         &serde_json::from_value(
             json!({"metadata": {"name": later, "labels": {"kustomize-operator-test": "true"}}}),
         )
         .unwrap(),
     )
     .await;
-    wait_cm_value(&client, &[&later], "app-config", Some("v1")).await;
+    wait_cm_value(&fx.client, &[&later], "app-config", Some("v1")).await;
 
     // A source change reaches every copy within seconds.
     let all: Vec<&str> = t.iter().copied().chain([later.as_str()]).collect();
     let started = Instant::now();
-    cms.patch(
-        "app-config",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"data": {"value": "v2"}})),
-    )
-    .await
-    .unwrap();
-    wait_cm_value(&client, &all, "app-config", Some("v2")).await;
+    fx.cms
+        .patch(
+            "app-config",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"value": "v2"}})),
+        )
+        .await
+        .unwrap();
+    wait_cm_value(&fx.client, &all, "app-config", Some("v2")).await;
     let took = started.elapsed();
     assert!(took < Duration::from_secs(10), "propagation took {took:?}");
 
     // A copy deleted or edited by someone else is put back.
-    Api::<ConfigMap>::namespaced(client.clone(), t[0])
+    Api::<ConfigMap>::namespaced(fx.client.clone(), t[0])
         .delete("app-config", &DeleteParams::default())
         .await
         .unwrap();
-    Api::<ConfigMap>::namespaced(client.clone(), t[1])
+    Api::<ConfigMap>::namespaced(fx.client.clone(), t[1])
         .patch(
             "app-config",
             &PatchParams::default(),
@@ -331,7 +368,7 @@ async fn configmap_rule_over_three_namespaces_and_a_new_one() {
         )
         .await
         .unwrap();
-    wait_cm_value(&client, &t, "app-config", Some("v2")).await;
+    wait_cm_value(&fx.client, &t, "app-config", Some("v2")).await;
 
     operator.stop().await;
     drop(later_ns);
@@ -343,34 +380,24 @@ async fn configmap_rule_over_three_namespaces_and_a_new_one() {
 /// only as fingerprints) is put back.
 #[tokio::test]
 async fn sources_over_several_pages_are_all_copied_and_kept() {
-    let client = cluster!();
-    let src = common::TestNamespace::new(&client, "cr-pages").await;
-    let _release_src = ReleaseRules(src.name.clone());
-    let target = common::TestNamespace::new(&client, "cr-pages-t").await;
+    let fx = Fixture::new("cr-pages", 1).await;
+    let t = fx.targets();
     const SOURCES: usize = 130;
-    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &src.name);
     for i in 0..SOURCES {
         create(
-            &cms,
+            &fx.cms,
             &config_map(&format!("cm-{i:03}"), &[("copy", "yes")], "v1"),
         )
         .await;
     }
-    let operator = common::start_operator(&src.name, &["--kinds", "copyrator"]).await;
-    let rules: Api<CopyratorRule> = Api::namespaced(client.clone(), &src.name);
+    let operator = fx.start_operator(&[]).await;
     create(
-        &rules,
-        &rule(
-            "r",
-            RuleType::Configmap,
-            &[("copy", "yes")],
-            &[&target.name],
-            None,
-        ),
+        &fx.rules,
+        &rule("r", RuleType::Configmap, &[("copy", "yes")], &[t[0]], None),
     )
     .await;
-    let copies: Api<ConfigMap> = Api::namespaced(client.clone(), &target.name);
-    common::wait_until(TIMEOUT, || async {
+    let copies: Api<ConfigMap> = Api::namespaced(fx.client.clone(), t[0]);
+    common::wait_until(TIMEOUT, format!("{SOURCES} copies in {}", t[0]), || async {
         copies
             .list(&ListParams::default())
             .await
@@ -380,7 +407,7 @@ async fn sources_over_several_pages_are_all_copied_and_kept() {
             >= SOURCES
     })
     .await;
-    let status = wait_ready(&rules, "r").await;
+    let status = wait_ready(&fx.rules, "r").await;
     assert_eq!(status.copies.source_count as usize, SOURCES);
     assert_eq!(status.copies.copy_count as usize, SOURCES);
 
@@ -393,53 +420,49 @@ async fn sources_over_several_pages_are_all_copied_and_kept() {
         )
         .await
         .unwrap();
-    wait_cm_value(&client, &[&target.name], &last, Some("v1")).await;
+    wait_cm_value(&fx.client, &[t[0]], &last, Some("v1")).await;
     operator.stop().await;
 }
 
 #[tokio::test]
 async fn a_source_losing_its_label_or_deleted_loses_its_copies() {
-    let client = cluster!();
-    let src = common::TestNamespace::new(&client, "cr-lbl").await;
-    let _release_src = ReleaseRules(src.name.clone());
-    let targets = namespaces(&client, "cr-lblt", 2).await;
-    let t = names(&targets);
-    let operator = common::start_operator(&src.name, &["--kinds", "copyrator"]).await;
-    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &src.name);
+    let fx = Fixture::new("cr-lbl", 2).await;
+    let t = fx.targets();
+    let operator = fx.start_operator(&[]).await;
     for name in ["a", "b", "c"] {
-        create(&cms, &config_map(name, &[("copy", "yes")], name)).await;
+        create(&fx.cms, &config_map(name, &[("copy", "yes")], name)).await;
     }
-    let rules: Api<CopyratorRule> = Api::namespaced(client.clone(), &src.name);
     create(
-        &rules,
+        &fx.rules,
         &rule("r", RuleType::Configmap, &[("copy", "yes")], &t, None),
     )
     .await;
     for name in ["a", "b", "c"] {
-        wait_cm_value(&client, &t, name, Some(name)).await;
+        wait_cm_value(&fx.client, &t, name, Some(name)).await;
     }
 
     // The label goes: its copies go, the source stays.
-    cms.patch(
-        "a",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"labels": {"copy": null}}})),
-    )
-    .await
-    .unwrap();
-    wait_cm_value(&client, &t, "a", None).await;
-    assert!(get_cm(&client, &src.name, "a").await.is_some());
+    fx.cms
+        .patch(
+            "a",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"copy": null}}})),
+        )
+        .await
+        .unwrap();
+    wait_cm_value(&fx.client, &t, "a", None).await;
+    assert!(get_cm(&fx.client, &fx.src.name, "a").await.is_some());
     // The source is deleted: its copies go.
-    cms.delete("b", &DeleteParams::default()).await.unwrap();
-    wait_cm_value(&client, &t, "b", None).await;
-    assert_eq!(cm_value(&client, t[0], "c").await.as_deref(), Some("c"));
-    common::wait_until(TIMEOUT, || async {
-        rule_status(&rules, "r").await.copies.sources == ["c"]
+    fx.cms.delete("b", &DeleteParams::default()).await.unwrap();
+    wait_cm_value(&fx.client, &t, "b", None).await;
+    assert_eq!(cm_value(&fx.client, t[0], "c").await.as_deref(), Some("c"));
+    common::wait_until(TIMEOUT, "the rule r listing only the source c", || async {
+        rule_status(&fx.rules, "r").await.copies.sources == ["c"]
     })
     .await;
 
     // A namespace no longer listed loses its copies.
-    rules
+    fx.rules
         .patch(
             "r",
             &PatchParams::default(),
@@ -447,25 +470,20 @@ async fn a_source_losing_its_label_or_deleted_loses_its_copies() {
         )
         .await
         .unwrap();
-    wait_cm_value(&client, &[t[1]], "c", None).await;
-    assert_eq!(cm_value(&client, t[0], "c").await.as_deref(), Some("c"));
+    wait_cm_value(&fx.client, &[t[1]], "c", None).await;
+    assert_eq!(cm_value(&fx.client, t[0], "c").await.as_deref(), Some("c"));
     operator.stop().await;
 }
 
 #[tokio::test]
 async fn deleting_a_rule_deletes_its_copies_unless_it_retains_them() {
-    let client = cluster!();
-    let src = common::TestNamespace::new(&client, "cr-del").await;
-    let _release_src = ReleaseRules(src.name.clone());
-    let target = common::TestNamespace::new(&client, "cr-delt").await;
-    let t = [target.name.as_str()];
-    let operator = common::start_operator(&src.name, &["--kinds", "copyrator"]).await;
-    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &src.name);
-    create(&cms, &config_map("dropped", &[("set", "delete")], "d")).await;
-    create(&cms, &config_map("kept", &[("set", "retain")], "k")).await;
-    let rules: Api<CopyratorRule> = Api::namespaced(client.clone(), &src.name);
+    let fx = Fixture::new("cr-del", 1).await;
+    let t = fx.targets();
+    let operator = fx.start_operator(&[]).await;
+    create(&fx.cms, &config_map("dropped", &[("set", "delete")], "d")).await;
+    create(&fx.cms, &config_map("kept", &[("set", "retain")], "k")).await;
     create(
-        &rules,
+        &fx.rules,
         &rule(
             "deleting",
             RuleType::Configmap,
@@ -476,7 +494,7 @@ async fn deleting_a_rule_deletes_its_copies_unless_it_retains_them() {
     )
     .await;
     create(
-        &rules,
+        &fx.rules,
         &rule(
             "retaining",
             RuleType::Configmap,
@@ -486,16 +504,19 @@ async fn deleting_a_rule_deletes_its_copies_unless_it_retains_them() {
         ),
     )
     .await;
-    wait_cm_value(&client, &t, "dropped", Some("d")).await;
-    wait_cm_value(&client, &t, "kept", Some("k")).await;
-    wait_ready(&rules, "deleting").await;
-    wait_ready(&rules, "retaining").await;
+    wait_cm_value(&fx.client, &t, "dropped", Some("d")).await;
+    wait_cm_value(&fx.client, &t, "kept", Some("k")).await;
+    wait_ready(&fx.rules, "deleting").await;
+    wait_ready(&fx.rules, "retaining").await;
 
     for name in ["deleting", "retaining"] {
-        rules.delete(name, &DeleteParams::default()).await.unwrap();
+        fx.rules
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap();
     }
-    common::wait_until(TIMEOUT, || async {
-        rules
+    common::wait_until(TIMEOUT, "every rule gone", || async {
+        fx.rules
             .list(&ListParams::default())
             .await
             .unwrap()
@@ -503,38 +524,37 @@ async fn deleting_a_rule_deletes_its_copies_unless_it_retains_them() {
             .is_empty()
     })
     .await;
-    assert!(get_cm(&client, t[0], "dropped").await.is_none());
-    assert_eq!(cm_value(&client, t[0], "kept").await.as_deref(), Some("k"));
+    assert!(get_cm(&fx.client, t[0], "dropped").await.is_none());
+    assert_eq!(
+        cm_value(&fx.client, t[0], "kept").await.as_deref(),
+        Some("k")
+    );
     operator.stop().await;
 }
 
 #[tokio::test]
 async fn a_foreign_object_is_left_alone_and_reported() {
-    let client = cluster!();
-    let src = common::TestNamespace::new(&client, "cr-fgn").await;
-    let _release_src = ReleaseRules(src.name.clone());
-    let targets = namespaces(&client, "cr-fgnt", 2).await;
-    let t = names(&targets);
+    let fx = Fixture::new("cr-fgn", 2).await;
+    let t = fx.targets();
     create(
-        &Api::<ConfigMap>::namespaced(client.clone(), t[0]),
+        &Api::<ConfigMap>::namespaced(fx.client.clone(), t[0]),
         &config_map("app-config", &[("owner", "someone")], "mine"),
     )
     .await;
-    let operator = common::start_operator(&src.name, &["--kinds", "copyrator"]).await;
+    let operator = fx.start_operator(&[]).await;
     create(
-        &Api::<ConfigMap>::namespaced(client.clone(), &src.name),
+        &fx.cms,
         &config_map("app-config", &[("copy", "yes")], "theirs"),
     )
     .await;
-    let rules: Api<CopyratorRule> = Api::namespaced(client.clone(), &src.name);
     create(
-        &rules,
+        &fx.rules,
         &rule("r", RuleType::Configmap, &[("copy", "yes")], &t, None),
     )
     .await;
-    wait_cm_value(&client, &[t[1]], "app-config", Some("theirs")).await;
-    let status = wait_ready(&rules, "r").await;
-    let foreign = get_cm(&client, t[0], "app-config").await.unwrap();
+    wait_cm_value(&fx.client, &[t[1]], "app-config", Some("theirs")).await;
+    let status = wait_ready(&fx.rules, "r").await;
+    let foreign = get_cm(&fx.client, t[0], "app-config").await.unwrap();
     assert_eq!(foreign.data.unwrap()["value"], "mine");
     assert!(!foreign.metadata.labels.unwrap().contains_key(RULE_LABEL));
     assert_eq!(status.copies.foreign_count, 1);
@@ -546,22 +566,29 @@ async fn a_foreign_object_is_left_alone_and_reported() {
         .unwrap();
     assert_eq!(target.result, "Conflict");
     assert_eq!(target.foreign, ["app-config"]);
-    common::wait_until(TIMEOUT, || async {
-        events(&client, &src.name).await.iter().any(|e| {
-            e.reason.as_deref() == Some("ForeignObject")
-                && e.type_.as_deref() == Some("Warning")
-                && e.note
-                    .as_deref()
-                    .is_some_and(|n| n.contains(&format!("{}/app-config", t[0])))
-        })
-    })
+    common::wait_until(
+        TIMEOUT,
+        format!("a ForeignObject warning naming {}/app-config", t[0]),
+        || async {
+            events(&fx.client, &fx.src.name).await.iter().any(|e| {
+                e.reason.as_deref() == Some("ForeignObject")
+                    && e.type_.as_deref() == Some("Warning")
+                    && e.note
+                        .as_deref()
+                        .is_some_and(|n| n.contains(&format!("{}/app-config", t[0])))
+            })
+        },
+    )
     .await;
 
     // Deleting the rule deletes its copy and still leaves the foreign object.
-    rules.delete("r", &DeleteParams::default()).await.unwrap();
-    wait_cm_value(&client, &[t[1]], "app-config", None).await;
+    fx.rules
+        .delete("r", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_cm_value(&fx.client, &[t[1]], "app-config", None).await;
     assert_eq!(
-        cm_value(&client, t[0], "app-config").await.as_deref(),
+        cm_value(&fx.client, t[0], "app-config").await.as_deref(),
         Some("mine")
     );
     operator.stop().await;
@@ -569,51 +596,47 @@ async fn a_foreign_object_is_left_alone_and_reported() {
 
 #[tokio::test]
 async fn a_value_kustomize_cannot_carry_is_reported_and_loses_nothing() {
-    let client = cluster!();
-    let src = common::TestNamespace::new(&client, "cr-c1").await;
-    let _release_src = ReleaseRules(src.name.clone());
-    let targets = namespaces(&client, "cr-c1t", 1).await;
-    let t = names(&targets);
-    let operator = common::start_operator(&src.name, &["--kinds", "copyrator"]).await;
-    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &src.name);
-    create(&cms, &config_map("settings", &[("copy", "yes")], "v1")).await;
-    let rules: Api<CopyratorRule> = Api::namespaced(client.clone(), &src.name);
+    let fx = Fixture::new("cr-c1", 1).await;
+    let t = fx.targets();
+    let operator = fx.start_operator(&[]).await;
+    create(&fx.cms, &config_map("settings", &[("copy", "yes")], "v1")).await;
     create(
-        &rules,
+        &fx.rules,
         &rule("r", RuleType::Configmap, &[("copy", "yes")], &t, None),
     )
     .await;
-    wait_cm_value(&client, &t, "settings", Some("v1")).await;
+    wait_cm_value(&fx.client, &t, "settings", Some("v1")).await;
 
     // The API server accepts a C1 control character; kustomize does not.
-    cms.patch(
-        "settings",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"data": {"value": "c1\u{91}"}})),
-    )
-    .await
-    .unwrap();
-    create(&cms, &config_map("other", &[("copy", "yes")], "ok")).await;
-    wait_cm_value(&client, &t, "other", Some("ok")).await;
+    fx.cms
+        .patch(
+            "settings",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"value": "c1\u{91}"}})),
+        )
+        .await
+        .unwrap();
+    create(&fx.cms, &config_map("other", &[("copy", "yes")], "ok")).await;
+    wait_cm_value(&fx.client, &t, "other", Some("ok")).await;
     // The reconcile of the patch alone may already report the value; wait
     // for the one that also saw "other" (it copied it first, then wrote
     // its status).
-    common::wait_until(TIMEOUT, || async {
-        let copies = rule_status(&rules, "r").await.copies;
+    common::wait_until(TIMEOUT, "the rule r reporting settings as not copyable, with 2 sources", || async {
+        let copies = rule_status(&fx.rules, "r").await.copies;
         copies.not_copyable
             == ["settings: the value of \"value\" holds U+0091, a character kustomize cannot process"]
             && copies.source_count == 2
     })
     .await;
-    let status = wait_ready(&rules, "r").await;
+    let status = wait_ready(&fx.rules, "r").await;
     assert_eq!(status.copies.source_count, 2);
     // The copy made before stays as it was.
     assert_eq!(
-        cm_value(&client, t[0], "settings").await.as_deref(),
+        cm_value(&fx.client, t[0], "settings").await.as_deref(),
         Some("v1")
     );
-    common::wait_until(TIMEOUT, || async {
-        events(&client, &src.name).await.iter().any(|e| {
+    common::wait_until(TIMEOUT, "a NotCopyable warning about settings", || async {
+        events(&fx.client, &fx.src.name).await.iter().any(|e| {
             e.reason.as_deref() == Some("NotCopyable")
                 && e.type_.as_deref() == Some("Warning")
                 && e.note
@@ -652,11 +675,8 @@ fn base64(bytes: &[u8]) -> String {
 
 #[tokio::test]
 async fn a_secret_rule_copies_registry_and_tls_secrets_and_keeps_their_data_secret() {
-    let client = cluster!();
-    let src = common::TestNamespace::new(&client, "cr-sec").await;
-    let _release_src = ReleaseRules(src.name.clone());
-    let targets = namespaces(&client, "cr-sect", 2).await;
-    let t = names(&targets);
+    let fx = Fixture::new("cr-sec", 2).await;
+    let t = fx.targets();
     let keep = tempfile::tempdir().unwrap();
     let marker = format!("s3cr3t-{:08x}", rand::random::<u32>());
     let docker = format!(
@@ -664,17 +684,10 @@ async fn a_secret_rule_copies_registry_and_tls_secrets_and_keeps_their_data_secr
     );
     let key = format!("-----BEGIN PRIVATE KEY-----\n{marker}-key\n-----END PRIVATE KEY-----\n");
     let cert = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
-    let operator = common::start_operator(
-        &src.name,
-        &[
-            "--kinds",
-            "copyrator",
-            "--keep-overlays",
-            &keep.path().display().to_string(),
-        ],
-    )
-    .await;
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), &src.name);
+    let operator = fx
+        .start_operator(&["--keep-overlays", &keep.path().display().to_string()])
+        .await;
+    let secrets: Api<Secret> = Api::namespaced(fx.client.clone(), &fx.src.name);
     create(
         &secrets,
         &secret(
@@ -693,9 +706,8 @@ async fn a_secret_rule_copies_registry_and_tls_secrets_and_keeps_their_data_secr
         ),
     )
     .await;
-    let rules: Api<CopyratorRule> = Api::namespaced(client.clone(), &src.name);
     create(
-        &rules,
+        &fx.rules,
         &rule(
             "pull-secrets",
             RuleType::Secret,
@@ -705,22 +717,26 @@ async fn a_secret_rule_copies_registry_and_tls_secrets_and_keeps_their_data_secr
         ),
     )
     .await;
-    common::wait_until(TIMEOUT, || async {
-        for ns in &t {
-            let api: Api<Secret> = Api::namespaced(client.clone(), ns);
-            for name in ["registry", "tls"] {
-                if api.get_opt(name).await.unwrap().is_none() {
-                    return false;
+    common::wait_until(
+        TIMEOUT,
+        "the Secrets registry and tls copied into every target",
+        || async {
+            for ns in &t {
+                let api: Api<Secret> = Api::namespaced(fx.client.clone(), ns);
+                for name in ["registry", "tls"] {
+                    if api.get_opt(name).await.unwrap().is_none() {
+                        return false;
+                    }
                 }
             }
-        }
-        true
-    })
+            true
+        },
+    )
     .await;
-    let status = wait_ready(&rules, "pull-secrets").await;
+    let status = wait_ready(&fx.rules, "pull-secrets").await;
     assert_eq!(status.copies.copy_count, 4);
     for ns in &t {
-        let api: Api<Secret> = Api::namespaced(client.clone(), ns);
+        let api: Api<Secret> = Api::namespaced(fx.client.clone(), ns);
         for name in ["registry", "tls"] {
             let copy = api.get(name).await.unwrap();
             let source = secrets.get(name).await.unwrap();
@@ -740,10 +756,10 @@ async fn a_secret_rule_copies_registry_and_tls_secrets_and_keeps_their_data_secr
         )
         .await
         .unwrap();
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "the renewed tls.crt in every copy", || async {
         let mut all = true;
         for ns in &t {
-            let copy = Api::<Secret>::namespaced(client.clone(), ns)
+            let copy = Api::<Secret>::namespaced(fx.client.clone(), ns)
                 .get("tls")
                 .await
                 .unwrap();
@@ -752,7 +768,7 @@ async fn a_secret_rule_copies_registry_and_tls_secrets_and_keeps_their_data_secr
         all
     })
     .await;
-    wait_ready(&rules, "pull-secrets").await;
+    wait_ready(&fx.rules, "pull-secrets").await;
 
     // No secret value in status, events, logs or kept overlays.
     let forbidden = [
@@ -761,17 +777,21 @@ async fn a_secret_rule_copies_registry_and_tls_secrets_and_keeps_their_data_secr
         base64(key.as_bytes()),
         base64(format!("{marker}-pw").as_bytes()),
     ];
-    common::wait_until(TIMEOUT, || async {
-        events(&client, &src.name)
-            .await
-            .iter()
-            .any(|e| e.reason.as_deref() == Some("Applied"))
-    })
+    common::wait_until(
+        TIMEOUT,
+        format!("an Applied event in {}", fx.src.name),
+        || async {
+            events(&fx.client, &fx.src.name)
+                .await
+                .iter()
+                .any(|e| e.reason.as_deref() == Some("Applied"))
+        },
+    )
     .await;
-    let rule_json = serde_json::to_string(&rules.get("pull-secrets").await.unwrap()).unwrap();
+    let rule_json = serde_json::to_string(&fx.rules.get("pull-secrets").await.unwrap()).unwrap();
     let mut event_text = String::new();
-    for ns in [src.name.as_str()].into_iter().chain(t.iter().copied()) {
-        for e in events(&client, ns).await {
+    for ns in [fx.src.name.as_str()].into_iter().chain(t.iter().copied()) {
+        for e in events(&fx.client, ns).await {
             event_text.push_str(&serde_json::to_string(&e).unwrap());
         }
     }
@@ -794,7 +814,7 @@ async fn a_secret_rule_copies_registry_and_tls_secrets_and_keeps_their_data_secr
     let kept = keep
         .path()
         .join("copyrator")
-        .join(&src.name)
+        .join(&fx.src.name)
         .join("pull-secrets");
     assert!(
         !kept.exists(),
@@ -802,26 +822,28 @@ async fn a_secret_rule_copies_registry_and_tls_secrets_and_keeps_their_data_secr
         kept.display()
     );
 
-    rules
+    fx.rules
         .delete("pull-secrets", &DeleteParams::default())
         .await
         .unwrap();
-    common::wait_until(TIMEOUT, || async {
-        Api::<Secret>::namespaced(client.clone(), t[0])
-            .get_opt("tls")
-            .await
-            .unwrap()
-            .is_none()
-    })
+    common::wait_until(
+        TIMEOUT,
+        format!("the copy tls gone from {}", t[0]),
+        || async {
+            Api::<Secret>::namespaced(fx.client.clone(), t[0])
+                .get_opt("tls")
+                .await
+                .unwrap()
+                .is_none()
+        },
+    )
     .await;
     operator.stop().await;
 }
 
 #[tokio::test]
 async fn the_api_server_rejects_bad_rules() {
-    let client = cluster!();
-    let ns = common::TestNamespace::new(&client, "cr-bad").await;
-    let _release_ns = ReleaseRules(ns.name.clone());
+    let fx = Fixture::new("cr-bad", 0).await;
     let cases = [
         ("spec:\n  ruleType: pod\n  selector: {a: b}\n", "ruleType"),
         (
@@ -852,7 +874,7 @@ async fn the_api_server_rejects_bad_rules() {
     for (body, expected) in cases {
         let manifest = format!(
             "apiVersion: flant.com/v1\nkind: CopyratorRule\nmetadata:\n  name: bad\n  namespace: {}\n{body}",
-            ns.name
+            fx.src.name
         );
         let (ok, _, err) = common::kubectl_stdin(&["create", "-f", "-"], &manifest);
         assert!(!ok, "accepted:\n{body}");
@@ -875,43 +897,33 @@ namespace: default
 
 #[tokio::test]
 async fn the_articles_top_level_form_is_kept_and_honoured() {
-    let client = cluster!();
-    let src = common::TestNamespace::new(&client, "cr-art").await;
-    let _release_src = ReleaseRules(src.name.clone());
-    let targets = namespaces(&client, "cr-artt", 2).await;
-    let t = names(&targets);
+    let fx = Fixture::new("cr-art", 2).await;
+    let t = fx.targets();
     // The rule targets every namespace: the operator may copy only into this
     // test's namespaces.
     let tag = format!("copyrator-test-{:06x}", rand::random::<u32>() & 0xff_ffff);
-    for ns in t.iter().chain([&src.name.as_str()]) {
-        add_namespace_label(&client, ns, "copyrator-test", &tag).await;
+    for ns in t.iter().chain([&fx.src.name.as_str()]) {
+        add_namespace_label(&fx.client, ns, "copyrator-test", &tag).await;
     }
     let selector = format!("copyrator-test={tag}");
-    let operator = common::start_operator(
-        &src.name,
-        &[
-            "--kinds",
-            "copyrator",
-            "--copyrator-namespace-selector",
-            &selector,
-        ],
-    )
-    .await;
+    let operator = fx
+        .start_operator(&["--copyrator-namespace-selector", &selector])
+        .await;
     create(
-        &Api::<ConfigMap>::namespaced(client.clone(), &src.name),
+        &fx.cms,
         &config_map("settings", &[("copyrator", "true")], "s"),
     )
     .await;
     // The manifest as printed, but for the namespace its sources are read
     // from, which must be the rule's own (the article uses `default`).
-    let manifest = ARTICLE.replace("namespace: default", &format!("namespace: {}", src.name));
-    let (ok, _, err) = common::kubectl_stdin(&["apply", "-n", &src.name, "-f", "-"], &manifest);
+    let manifest = ARTICLE.replace("namespace: default", &format!("namespace: {}", fx.src.name));
+    let (ok, _, err) = common::kubectl_stdin(&["apply", "-n", &fx.src.name, "-f", "-"], &manifest);
     assert!(ok, "{err}");
     // The API server kept the top-level fields.
     let (_, stored, _) = common::kubectl(&[
         "get",
         "-n",
-        &src.name,
+        &fx.src.name,
         "copyrator",
         "main-rule",
         "-o",
@@ -920,22 +932,21 @@ async fn the_articles_top_level_form_is_kept_and_honoured() {
     let stored: serde_json::Value = serde_json::from_str(&stored).unwrap();
     assert_eq!(stored["ruleType"], "configmap");
     assert_eq!(stored["selector"], json!({"copyrator": "true"}));
-    assert_eq!(stored["namespace"], src.name.as_str());
+    assert_eq!(stored["namespace"], fx.src.name.as_str());
     assert!(stored.get("spec").is_none());
 
     // Every namespace the operator may copy into gets the copy, but not the
     // rule's own; a new one too.
-    wait_cm_value(&client, &t, "settings", Some("s")).await;
-    let rules: Api<CopyratorRule> = Api::namespaced(client.clone(), &src.name);
-    let status = wait_ready(&rules, "main-rule").await;
+    wait_cm_value(&fx.client, &t, "settings", Some("s")).await;
+    let status = wait_ready(&fx.rules, "main-rule").await;
     assert_eq!(status.copies.target_count, 2);
-    let newcomer = common::TestNamespace::new(&client, "cr-artnew").await;
-    add_namespace_label(&client, &newcomer.name, "copyrator-test", &tag).await;
-    wait_cm_value(&client, &[&newcomer.name], "settings", Some("s")).await;
+    let newcomer = common::TestNamespace::new(&fx.client, "cr-artnew").await;
+    add_namespace_label(&fx.client, &newcomer.name, "copyrator-test", &tag).await;
+    wait_cm_value(&fx.client, &[&newcomer.name], "settings", Some("s")).await;
 
     // Unchanged, the manifest names `default` as its source namespace: in
     // any other namespace that is reported, not silently ignored.
-    let elsewhere = common::TestNamespace::new(&client, "cr-art2").await;
+    let elsewhere = common::TestNamespace::new(&fx.client, "cr-art2").await;
     let _release_elsewhere = ReleaseRules(elsewhere.name.clone());
     let (ok, _, err) = common::kubectl_stdin(&["apply", "-n", &elsewhere.name, "-f", "-"], ARTICLE);
     assert!(ok, "{err}");
@@ -949,18 +960,25 @@ async fn the_articles_top_level_form_is_kept_and_honoured() {
         ],
     )
     .await;
-    let rules2: Api<CopyratorRule> = Api::namespaced(client.clone(), &elsewhere.name);
-    common::wait_until(TIMEOUT, || async {
-        rule_status(&rules2, "main-rule")
-            .await
-            .common
-            .condition(ConditionType::Ready)
-            .is_some_and(|c| {
-                c.reason == Reason::InvalidSpec
-                    && c.message.contains("\"default\"")
-                    && c.message.contains(&elsewhere.name)
-            })
-    })
+    let rules2: Api<CopyratorRule> = Api::namespaced(fx.client.clone(), &elsewhere.name);
+    common::wait_until(
+        TIMEOUT,
+        format!(
+            "main-rule InvalidSpec in {}, naming \"default\"",
+            elsewhere.name
+        ),
+        || async {
+            rule_status(&rules2, "main-rule")
+                .await
+                .common
+                .condition(ConditionType::Ready)
+                .is_some_and(|c| {
+                    c.reason == Reason::InvalidSpec
+                        && c.message.contains("\"default\"")
+                        && c.message.contains(&elsewhere.name)
+                })
+        },
+    )
     .await;
     other_operator.stop().await;
     operator.stop().await;
@@ -968,11 +986,8 @@ async fn the_articles_top_level_form_is_kept_and_honoured() {
 
 #[tokio::test]
 async fn a_failed_apply_is_reported_per_target_and_retried() {
-    let client = cluster!();
-    let src = common::TestNamespace::new(&client, "cr-fail").await;
-    let _release_src = ReleaseRules(src.name.clone());
-    let target = common::TestNamespace::new(&client, "cr-failt").await;
-    let t = [target.name.as_str()];
+    let fx = Fixture::new("cr-fail", 1).await;
+    let t = fx.targets();
     // A kubectl that fails `apply` while a marker file exists.
     let dir = tempfile::tempdir().unwrap();
     let marker = dir.path().join("fail-applies");
@@ -989,29 +1004,17 @@ exec {real} "$@""#,
         ),
     );
     std::fs::write(&marker, "").unwrap();
-    let operator = common::start_operator(
-        &src.name,
-        &[
-            "--kinds",
-            "copyrator",
-            "--kubectl",
-            &wrapper.display().to_string(),
-        ],
-    )
-    .await;
+    let operator = fx
+        .start_operator(&["--kubectl", &wrapper.display().to_string()])
+        .await;
+    create(&fx.cms, &config_map("app-config", &[("copy", "yes")], "v1")).await;
     create(
-        &Api::<ConfigMap>::namespaced(client.clone(), &src.name),
-        &config_map("app-config", &[("copy", "yes")], "v1"),
-    )
-    .await;
-    let rules: Api<CopyratorRule> = Api::namespaced(client.clone(), &src.name);
-    create(
-        &rules,
+        &fx.rules,
         &rule("r", RuleType::Configmap, &[("copy", "yes")], &t, None),
     )
     .await;
-    common::wait_until(TIMEOUT, || async {
-        let s = rule_status(&rules, "r").await;
+    common::wait_until(TIMEOUT, "the rule r ApplyFailed for its target", || async {
+        let s = rule_status(&fx.rules, "r").await;
         s.common
             .condition(ConditionType::Ready)
             .is_some_and(|c| c.status == ConditionStatus::False && c.reason == Reason::ApplyFailed)
@@ -1021,7 +1024,7 @@ exec {real} "$@""#,
                 .is_some_and(|x| x.result == "ApplyFailed")
     })
     .await;
-    let s = rule_status(&rules, "r").await;
+    let s = rule_status(&fx.rules, "r").await;
     assert!(
         s.common
             .last_command
@@ -1029,47 +1032,47 @@ exec {real} "$@""#,
             .stderr
             .contains("injected apply failure")
     );
-    assert!(get_cm(&client, t[0], "app-config").await.is_none());
+    assert!(get_cm(&fx.client, t[0], "app-config").await.is_none());
 
     std::fs::remove_file(&marker).unwrap();
-    wait_cm_value(&client, &t, "app-config", Some("v1")).await;
-    common::wait_until(Duration::from_secs(90), || async {
-        let s = rule_status(&rules, "r").await;
-        s.common.is_ready()
-            && s.copies
-                .targets
-                .first()
-                .is_some_and(|x| x.result == "Copied")
-    })
+    wait_cm_value(&fx.client, &t, "app-config", Some("v1")).await;
+    common::wait_until(
+        Duration::from_secs(90),
+        "the rule r Ready with its target Copied",
+        || async {
+            let s = rule_status(&fx.rules, "r").await;
+            s.common.is_ready()
+                && s.copies
+                    .targets
+                    .first()
+                    .is_some_and(|x| x.result == "Copied")
+        },
+    )
     .await;
     operator.stop().await;
 }
 
 #[tokio::test]
 async fn diff_shows_the_copies_a_changed_source_would_change_with_secret_values_masked() {
-    let client = cluster!();
-    let src = common::TestNamespace::new(&client, "cr-diff").await;
-    let _release_src = ReleaseRules(src.name.clone());
-    let targets = namespaces(&client, "cr-difft", 1).await;
-    let t = names(&targets);
+    let fx = Fixture::new("cr-diff", 1).await;
+    let t = fx.targets();
     let old = format!("old-{:08x}", rand::random::<u32>());
     let new = format!("new-{:08x}", rand::random::<u32>());
-    let operator = common::start_operator(&src.name, &["--kinds", "copyrator"]).await;
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), &src.name);
+    let operator = fx.start_operator(&[]).await;
+    let secrets: Api<Secret> = Api::namespaced(fx.client.clone(), &fx.src.name);
     create(
         &secrets,
         &secret("token", "Opaque", &[("password", old.as_bytes())]),
     )
     .await;
-    let rules: Api<CopyratorRule> = Api::namespaced(client.clone(), &src.name);
     create(
-        &rules,
+        &fx.rules,
         &rule("tokens", RuleType::Secret, &[("copy", "yes")], &t, None),
     )
     .await;
-    wait_ready(&rules, "tokens").await;
-    common::wait_until(TIMEOUT, || async {
-        Api::<Secret>::namespaced(client.clone(), t[0])
+    wait_ready(&fx.rules, "tokens").await;
+    common::wait_until(TIMEOUT, format!("the copy token in {}", t[0]), || async {
+        Api::<Secret>::namespaced(fx.client.clone(), t[0])
             .get_opt("token")
             .await
             .unwrap()
@@ -1077,7 +1080,7 @@ async fn diff_shows_the_copies_a_changed_source_would_change_with_secret_values_
     })
     .await;
     let (code, out, err) =
-        common::operator_command("diff", &["copyratorrule/tokens", "-n", &src.name]);
+        common::operator_command("diff", &["copyratorrule/tokens", "-n", &fx.src.name]);
     assert_eq!(code, Some(0), "in sync: stdout:\n{out}\nstderr:\n{err}");
     operator.stop().await;
 
@@ -1091,7 +1094,7 @@ async fn diff_shows_the_copies_a_changed_source_would_change_with_secret_values_
         .await
         .unwrap();
     let (code, out, err) =
-        common::operator_command("diff", &["copyratorrule/tokens", "-n", &src.name]);
+        common::operator_command("diff", &["copyratorrule/tokens", "-n", &fx.src.name]);
     assert_eq!(code, Some(1), "stdout:\n{out}\nstderr:\n{err}");
     assert!(out.contains(&format!("v1.Secret.{}.token", t[0])), "{out}");
     assert!(out.contains("password: '*** (before)'"), "{out}");
@@ -1105,7 +1108,7 @@ async fn diff_shows_the_copies_a_changed_source_would_change_with_secret_values_
         }
     }
     // Nothing was written: the copy still holds the old value.
-    let copy = Api::<Secret>::namespaced(client.clone(), t[0])
+    let copy = Api::<Secret>::namespaced(fx.client.clone(), t[0])
         .get("token")
         .await
         .unwrap();

@@ -24,7 +24,7 @@ async fn ready_sample(client: &kube::Client, ns: &str, name: &str, count: i32) -
         )
         .await
         .unwrap();
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, format!("the Sample {name} Ready"), || async {
         samples
             .get_opt(name)
             .await
@@ -38,7 +38,7 @@ async fn ready_sample(client: &kube::Client, ns: &str, name: &str, count: i32) -
 
 #[tokio::test]
 async fn diff_reports_a_scaled_deployment_until_the_operator_corrects_it() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "dbg-diff").await;
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
     let operator = common::start_operator(&ns.name, &[]).await;
@@ -62,9 +62,11 @@ async fn diff_reports_a_scaled_deployment_until_the_operator_corrects_it() {
 
     // The operator's resync takes the field back; then diff is clean.
     let operator = common::start_operator(&ns.name, &["--resync-interval", "1s"]).await;
-    common::wait_until(TIMEOUT, || async {
-        replicas(&deployments, "web").await == Some(2)
-    })
+    common::wait_until(
+        TIMEOUT,
+        "the resync to take the Deployment web back to 2 replicas",
+        || async { replicas(&deployments, "web").await == Some(2) },
+    )
     .await;
     let (code, out, err) = common::operator_command("diff", &["sample/web", "-n", &ns.name]);
     assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
@@ -73,7 +75,7 @@ async fn diff_reports_a_scaled_deployment_until_the_operator_corrects_it() {
 
 #[tokio::test]
 async fn diff_fails_clearly_for_a_resource_that_is_not_there() {
-    let _client = cluster_or_skip!();
+    let _client = common::cluster().await;
     let (code, _, err) =
         common::operator_command("diff", &["sample/no-such-sample", "-n", "default"]);
     assert_eq!(code, Some(2), "{err}");
@@ -106,7 +108,7 @@ fn tree(dir: &Path) -> Vec<(PathBuf, Vec<u8>, u32)> {
 
 #[tokio::test]
 async fn render_by_reference_equals_render_of_the_same_object_from_a_file() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "dbg-render").await;
     let operator = common::start_operator(&ns.name, &[]).await;
     ready_sample(&client, &ns.name, "web", 1).await;
@@ -161,7 +163,7 @@ async fn render_by_reference_equals_render_of_the_same_object_from_a_file() {
 
 #[tokio::test]
 async fn a_kept_overlay_is_private_and_goes_with_its_resource() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "dbg-keep").await;
     let keep = tempfile::tempdir().unwrap();
     let operator = common::start_operator(
@@ -184,7 +186,7 @@ async fn a_kept_overlay_is_private_and_goes_with_its_resource() {
         .delete("web", &DeleteParams::default())
         .await
         .unwrap();
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "the Sample web gone", || async {
         samples.get_opt("web").await.unwrap().is_none()
     })
     .await;

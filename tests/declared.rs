@@ -92,8 +92,7 @@ fn condition<'a>(object: &'a DynamicObject, type_: &str) -> Option<&'a Value> {
 /// Waits until `name` reports `reason` on its Ready condition for its
 /// current generation (Ready=True when `reason` is Applied); returns it.
 async fn wait_reason(api: &Api<DynamicObject>, name: &str, reason: &str) -> DynamicObject {
-    let deadline = tokio::time::Instant::now() + TIMEOUT;
-    loop {
+    common::wait_for(TIMEOUT, format!("{name} to reach {reason}"), || async {
         let object = api.get(name).await.unwrap();
         let status = &object.data["status"];
         let current = status["observedGeneration"].as_i64() == object.metadata.generation;
@@ -102,14 +101,12 @@ async fn wait_reason(api: &Api<DynamicObject>, name: &str, reason: &str) -> Dyna
             c["reason"] == reason && (reason != "Applied" || c["status"] == "True")
         });
         if current && matches {
-            return object;
+            Ok(object)
+        } else {
+            Err(status.clone())
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{name} never reached {reason}: {status:#}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    })
+    .await
 }
 
 async fn names<K>(api: &Api<K>) -> Vec<String>
@@ -156,7 +153,7 @@ async fn generated(
 
 #[tokio::test]
 async fn a_webapp_is_applied_becomes_ready_changes_prunes_and_goes() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let registry = fixture_kinds(&client).await;
     let ns = common::TestNamespace::new(&client, "webapp").await;
     let apps: Api<DynamicObject> = Api::namespaced_with(
@@ -219,7 +216,7 @@ async fn a_webapp_is_applied_becomes_ready_changes_prunes_and_goes() {
     assert_eq!(deployment.spec.unwrap().replicas, Some(1));
 
     apps.delete("shop", &DeleteParams::default()).await.unwrap();
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "the webapp shop gone", || async {
         apps.get_opt("shop").await.unwrap().is_none()
     })
     .await;
@@ -230,7 +227,7 @@ async fn a_webapp_is_applied_becomes_ready_changes_prunes_and_goes() {
 
 #[tokio::test]
 async fn diff_lists_what_a_run_would_prune_and_what_it_would_leave() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let registry = fixture_kinds(&client).await;
     let ns = common::TestNamespace::new(&client, "webapp-diff").await;
     let apps: Api<DynamicObject> = Api::namespaced_with(
@@ -304,7 +301,7 @@ async fn diff_lists_what_a_run_would_prune_and_what_it_would_leave() {
 /// could not be made, never a guess.
 #[tokio::test]
 async fn diff_says_so_when_the_requester_cannot_read_what_would_be_pruned() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let registry = fixture_kinds(&client).await;
     let ns = common::TestNamespace::new(&client, "webapp-diff-rbac").await;
     let apps: Api<DynamicObject> = Api::namespaced_with(
@@ -347,9 +344,14 @@ subjects: [{{kind: ServiceAccount, name: differ, namespace: {ns}}}]
     let (ok, _, err) = common::kubectl_stdin(&["apply", "-f", "-"], &grants);
     assert!(ok, "{err}");
     let token = common::TokenKubeconfig::mint(&client, &ns.name, "differ").await;
-    common::wait_until(TIMEOUT, || async {
-        token.can_i(&["patch", "deployments", "-n", &ns.name])
-    })
+    common::wait_until(
+        TIMEOUT,
+        format!(
+            "the differ's token allowed to patch deployments in {}",
+            ns.name
+        ),
+        || async { token.can_i(&["patch", "deployments", "-n", &ns.name]) },
+    )
     .await;
     assert!(!token.can_i(&["get", "services", "-n", &ns.name]));
 
@@ -374,7 +376,7 @@ fn would(out: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn an_object_the_webapp_did_not_create_is_never_taken() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let registry = fixture_kinds(&client).await;
     let ns = common::TestNamespace::new(&client, "webapp-own").await;
     let apps: Api<DynamicObject> = Api::namespaced_with(
@@ -408,7 +410,7 @@ async fn an_object_the_webapp_did_not_create_is_never_taken() {
     assert!(untouched.metadata.labels.is_none());
 
     apps.delete("blog", &DeleteParams::default()).await.unwrap();
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "the webapp blog gone", || async {
         apps.get_opt("blog").await.unwrap().is_none()
     })
     .await;
@@ -425,7 +427,7 @@ async fn an_object_the_webapp_did_not_create_is_never_taken() {
 
 #[tokio::test]
 async fn hostile_strings_in_a_spec_stay_data() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let registry = fixture_kinds(&client).await;
     let ns = common::TestNamespace::new(&client, "webapp-hostile").await;
     let apps: Api<DynamicObject> = Api::namespaced_with(
@@ -469,13 +471,16 @@ async fn hostile_strings_in_a_spec_stay_data() {
             .await
             .unwrap();
     }
-    common::wait_until(TIMEOUT, || async { names(&apps).await.is_empty() }).await;
+    common::wait_until(TIMEOUT, "every hostile webapp gone", || async {
+        names(&apps).await.is_empty()
+    })
+    .await;
     operator.stop().await;
 }
 
 #[tokio::test]
 async fn a_cluster_scoped_tenant_makes_its_namespace_and_takes_it_away() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let registry = fixture_kinds(&client).await;
     let ns = common::TestNamespace::new(&client, "tenant-op").await;
     let tenants: Api<DynamicObject> =
@@ -523,7 +528,7 @@ async fn a_cluster_scoped_tenant_makes_its_namespace_and_takes_it_away() {
         .delete(&name, &DeleteParams::default())
         .await
         .unwrap();
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, format!("the tenant {name} gone"), || async {
         tenants.get_opt(&name).await.unwrap().is_none()
     })
     .await;
@@ -562,7 +567,7 @@ spec:
 
 #[tokio::test]
 async fn a_namespaced_kind_cannot_create_objects_outside_its_namespace() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let folder = kind_folder(
         "leaky",
         LEAKY,
@@ -599,7 +604,7 @@ async fn a_namespaced_kind_cannot_create_objects_outside_its_namespace() {
     let roles: Api<k8s_openapi::api::rbac::v1::ClusterRole> = Api::all(client.clone());
     assert!(roles.get_opt("leaked").await.unwrap().is_none());
     api.delete("x", &DeleteParams::default()).await.unwrap();
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "the Leaky x gone", || async {
         api.get_opt("x").await.unwrap().is_none()
     })
     .await;
@@ -608,7 +613,7 @@ async fn a_namespaced_kind_cannot_create_objects_outside_its_namespace() {
 
 #[tokio::test]
 async fn run_refuses_to_start_naming_the_file_and_the_field() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "refuse").await;
     let start = |dir: String| {
         let ns = ns.name.clone();

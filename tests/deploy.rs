@@ -29,7 +29,7 @@ use serde_json::json;
 
 #[tokio::test]
 async fn apply_k_deploy_installs_a_hardened_operator_whose_pods_are_admitted() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     install().await;
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), NAMESPACE);
     let deployment = deployments.get("kustomize-operator").await.unwrap();
@@ -57,7 +57,7 @@ async fn apply_k_deploy_installs_a_hardened_operator_whose_pods_are_admitted() {
     // depends on the nodes: kwok's report Running, a real one needs the image.)
     let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
     let selector = ListParams::default().labels("app.kubernetes.io/name=kustomize-operator");
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "a Pod of the operator's Deployment", || async {
         !pods.list(&selector).await.unwrap().items.is_empty()
     })
     .await;
@@ -72,10 +72,7 @@ where
     F: FnOnce(Client, String) -> Fut,
     Fut: Future<Output = ()>,
 {
-    let client = match common::cluster().await {
-        Some(c) => c,
-        None => return,
-    };
+    let client = common::cluster().await;
     install().await;
     let ns = common::TestNamespace::new(&client, prefix).await;
     let _cleanup = common::StripFinalizersOnDrop(ns.name.clone());
@@ -149,17 +146,21 @@ async fn copy_follow_and_delete(client: &Client, ns: &str, target: &str) {
     }
     let target_secrets: Api<Secret> = Api::namespaced(client.clone(), target);
     let target_config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), target);
-    common::wait_until(TIMEOUT, || async {
-        target_secrets.get_opt("pull").await.unwrap().is_some()
-            && target_config_maps
-                .get_opt("settings")
-                .await
-                .unwrap()
-                .is_some()
-    })
+    common::wait_until(
+        TIMEOUT,
+        format!("the copies pull and settings in {target}"),
+        || async {
+            target_secrets.get_opt("pull").await.unwrap().is_some()
+                && target_config_maps
+                    .get_opt("settings")
+                    .await
+                    .unwrap()
+                    .is_some()
+        },
+    )
     .await;
     for name in ["secrets", "configmaps"] {
-        common::wait_until(TIMEOUT, || async {
+        common::wait_until(TIMEOUT, format!("the rule {name} Ready"), || async {
             rules
                 .get(name)
                 .await
@@ -183,14 +184,18 @@ async fn copy_follow_and_delete(client: &Client, ns: &str, target: &str) {
         )
         .await
         .unwrap();
-    common::wait_until(TIMEOUT, || async {
-        target_secrets
-            .get("pull")
-            .await
-            .unwrap()
-            .data
-            .is_some_and(|d| d[".dockerconfigjson"] == ByteString(br#"{"auths":{}}"#.to_vec()))
-    })
+    common::wait_until(
+        TIMEOUT,
+        format!("the copy pull in {target} with the source's new data"),
+        || async {
+            target_secrets
+                .get("pull")
+                .await
+                .unwrap()
+                .data
+                .is_some_and(|d| d[".dockerconfigjson"] == ByteString(br#"{"auths":{}}"#.to_vec()))
+        },
+    )
     .await;
 
     delete_rules(&rules, &["secrets", "configmaps"]).await;
@@ -250,7 +255,7 @@ async fn delete_rules(rules: &Api<CopyratorRule>, names: &[&str]) {
     for name in names {
         rules.delete(name, &DeleteParams::default()).await.unwrap();
     }
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "every rule gone", || async {
         rules
             .list(&ListParams::default())
             .await
@@ -268,7 +273,7 @@ async fn copyrator_scenario_passes_with_only_the_service_account_token() {
 
 #[tokio::test]
 async fn the_service_account_token_is_denied_outside_its_grants() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     install().await;
     let token = common::TokenKubeconfig::mint(&client, NAMESPACE, SERVICE_ACCOUNT).await;
     // What the grants allow (the token works, so a "no" below means RBAC said no).
@@ -387,7 +392,7 @@ fn write_manifest(objects: &[serde_json::Value]) -> tempfile::NamedTempFile {
 /// everywhere else.
 #[tokio::test]
 async fn copyrator_namespaces_overlay_confines_secrets_to_its_namespaces() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     install().await;
     let docs = common::kustomize_documents("overlays/copyrator-namespaces");
     let example = common::copyrator_namespaces_env(&docs);
@@ -498,20 +503,24 @@ async fn a_rule_outside_the_list_is_not_served(client: &Client, ns: &str, listed
         into,
     )
     .await;
-    common::wait_until(TIMEOUT, || async {
-        rules
-            .get("unserved")
-            .await
-            .unwrap()
-            .status
-            .is_some_and(|s| {
-                s.common.condition(ConditionType::Ready).is_some_and(|c| {
-                    c.status == ConditionStatus::False
-                        && c.reason == Reason::NamespaceNotServed
-                        && c.message.contains("--copyrator-namespaces")
+    common::wait_until(
+        TIMEOUT,
+        "the rule unserved NamespaceNotServed, naming --copyrator-namespaces",
+        || async {
+            rules
+                .get("unserved")
+                .await
+                .unwrap()
+                .status
+                .is_some_and(|s| {
+                    s.common.condition(ConditionType::Ready).is_some_and(|c| {
+                        c.status == ConditionStatus::False
+                            && c.reason == Reason::NamespaceNotServed
+                            && c.message.contains("--copyrator-namespaces")
+                    })
                 })
-            })
-    })
+        },
+    )
     .await;
     let copies: Api<ConfigMap> = Api::namespaced(client.clone(), listed);
     assert!(copies.get_opt("unserved").await.unwrap().is_none());
@@ -548,11 +557,15 @@ async fn every_namespace_means_every_listed_one(
             })
             .unwrap_or_default()
     };
-    common::wait_until(TIMEOUT, || async {
-        let rule = rules.get("everywhere").await.unwrap();
-        rule.status.as_ref().is_some_and(|s| s.common.is_ready())
-            && target_status(rule).len() == targets.len()
-    })
+    common::wait_until(
+        TIMEOUT,
+        format!("the rule everywhere Ready with {} targets", targets.len()),
+        || async {
+            let rule = rules.get("everywhere").await.unwrap();
+            rule.status.as_ref().is_some_and(|s| s.common.is_ready())
+                && target_status(rule).len() == targets.len()
+        },
+    )
     .await;
     let mut expected: Vec<(String, String)> = targets
         .iter()
@@ -577,16 +590,20 @@ async fn every_namespace_means_every_listed_one(
             .is_none()
     );
 
-    common::wait_until(TIMEOUT, || async {
-        rules.get("outside").await.unwrap().status.is_some_and(|s| {
-            s.copies.targets.iter().any(|t| {
-                t.namespace == outside
-                    && t.result == "Excluded"
-                    && t.message.as_deref()
-                        == Some("not among the operator's --copyrator-namespaces")
+    common::wait_until(
+        TIMEOUT,
+        format!("the rule outside reporting {outside} Excluded"),
+        || async {
+            rules.get("outside").await.unwrap().status.is_some_and(|s| {
+                s.copies.targets.iter().any(|t| {
+                    t.namespace == outside
+                        && t.result == "Excluded"
+                        && t.message.as_deref()
+                            == Some("not among the operator's --copyrator-namespaces")
+                })
             })
-        })
-    })
+        },
+    )
     .await;
     assert!(
         outside_config_maps

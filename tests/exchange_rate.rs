@@ -151,22 +151,32 @@ async fn status(api: &Api<ExchangeRate>, name: &str) -> ExchangeRateStatus {
 
 /// Waits until Ready=True with `rate`; returns the status.
 async fn wait_rate(api: &Api<ExchangeRate>, name: &str, rate: &str) -> ExchangeRateStatus {
-    common::wait_until(TIMEOUT, || async {
-        let s = status(api, name).await;
-        s.common.is_ready() && s.rate.rate.as_deref() == Some(rate)
-    })
+    common::wait_until(
+        TIMEOUT,
+        format!("{name} Ready with the rate {rate}"),
+        || async {
+            let s = status(api, name).await;
+            s.common.is_ready() && s.rate.rate.as_deref() == Some(rate)
+        },
+    )
     .await;
     status(api, name).await
 }
 
 async fn wait_fetch_failed(api: &Api<ExchangeRate>, name: &str) -> ExchangeRateStatus {
-    common::wait_until(TIMEOUT, || async {
-        status(api, name)
-            .await
-            .common
-            .condition(ConditionType::Ready)
-            .is_some_and(|c| c.status == ConditionStatus::False && c.reason == Reason::FetchFailed)
-    })
+    common::wait_until(
+        TIMEOUT,
+        format!("{name} Ready=False with reason FetchFailed"),
+        || async {
+            status(api, name)
+                .await
+                .common
+                .condition(ConditionType::Ready)
+                .is_some_and(|c| {
+                    c.status == ConditionStatus::False && c.reason == Reason::FetchFailed
+                })
+        },
+    )
     .await;
     status(api, name).await
 }
@@ -208,7 +218,7 @@ async fn warning_events(client: &Client, ns: &str, name: &str, reason: &str) -> 
 
 #[tokio::test]
 async fn create_then_the_rate_changes_and_the_config_map_is_replaced() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "er-create").await;
     let provider = TestProvider::start("1.1901").await;
     let operator = start_operator(&ns.name, &provider).await;
@@ -262,7 +272,7 @@ async fn create_then_the_rate_changes_and_the_config_map_is_replaced() {
         config_maps.get(&second).await.unwrap().data.unwrap()["rate"],
         "1.2345"
     );
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, format!("the ConfigMap {first} gone"), || async {
         config_maps.get_opt(&first).await.unwrap().is_none()
     })
     .await;
@@ -287,7 +297,7 @@ async fn create_then_the_rate_changes_and_the_config_map_is_replaced() {
 
 #[tokio::test]
 async fn quiet_until_due_and_the_annotation_forces_a_refresh() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "er-refresh").await;
     let provider = TestProvider::start("1.1").await;
     let operator = start_operator(&ns.name, &provider).await;
@@ -301,9 +311,11 @@ async fn quiet_until_due_and_the_annotation_forces_a_refresh() {
     // write causes (the positive marker: it is counted as skipped) fetches
     // nothing and runs no kubectl.
     let spawned = operator.kubectl_stats().spawned();
-    common::wait_until(TIMEOUT, || async {
-        operator.metrics().skipped_count("exchangerate") >= 1
-    })
+    common::wait_until(
+        TIMEOUT,
+        "a skipped reconcile of the ExchangeRate",
+        || async { operator.metrics().skipped_count("exchangerate") >= 1 },
+    )
     .await;
     let fetches = provider.requests();
     assert_eq!(fetches, 1, "fetches on create");
@@ -329,18 +341,22 @@ async fn quiet_until_due_and_the_annotation_forces_a_refresh() {
     )
     .await
     .unwrap();
-    common::wait_until(TIMEOUT, || async {
-        operator.metrics().skipped_count("exchangerate") > skipped
-    })
+    common::wait_until(
+        TIMEOUT,
+        "one more skipped reconcile of the ExchangeRate",
+        || async { operator.metrics().skipped_count("exchangerate") > skipped },
+    )
     .await;
     assert_eq!(provider.requests(), fetches + 1);
     operator.stop().await;
 
     // A restarted operator finds everything in status: no fetch, no kubectl.
     let second = start_operator(&ns.name, &provider).await;
-    common::wait_until(TIMEOUT, || async {
-        second.metrics().skipped_count("exchangerate") >= 1
-    })
+    common::wait_until(
+        TIMEOUT,
+        "a skipped reconcile in the restarted operator",
+        || async { second.metrics().skipped_count("exchangerate") >= 1 },
+    )
     .await;
     assert_eq!(provider.requests(), fetches + 1);
     assert_eq!(second.kubectl_stats().spawned(), 0);
@@ -349,7 +365,7 @@ async fn quiet_until_due_and_the_annotation_forces_a_refresh() {
 
 #[tokio::test]
 async fn a_failing_provider_keeps_the_last_value() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "er-fail").await;
     let provider = TestProvider::start("1.5").await;
     let operator = start_operator(&ns.name, &provider).await;
@@ -381,17 +397,21 @@ async fn a_failing_provider_keeps_the_last_value() {
             config_maps.get(&good_cm).await.unwrap().data.unwrap()["rate"],
             "1.5"
         );
-        common::wait_until(TIMEOUT, || async {
+        common::wait_until(TIMEOUT, "a FetchFailed warning event about jpy", || async {
             warning_events(&client, &ns.name, "jpy", "FetchFailed").await > 0
         })
         .await;
         // The provider recovers: the retry (with backoff) picks it up.
         provider.set(Mode::Rate("1.5".into()));
-        common::wait_until(TIMEOUT, || async {
-            let s = status(&api, "jpy").await;
-            s.common.is_ready()
-                && s.rate.refresh_requested_at.as_deref() == Some(&format!("attempt-{i}"))
-        })
+        common::wait_until(
+            TIMEOUT,
+            format!("jpy Ready after the refresh attempt-{i}"),
+            || async {
+                let s = status(&api, "jpy").await;
+                s.common.is_ready()
+                    && s.rate.refresh_requested_at.as_deref() == Some(&format!("attempt-{i}"))
+            },
+        )
         .await;
         // A new fetch: a new fetchedAt, so a new ConfigMap.
         good_cm = status(&api, "jpy").await.rate.config_map_name.unwrap();
@@ -401,7 +421,7 @@ async fn a_failing_provider_keeps_the_last_value() {
 
 #[tokio::test]
 async fn deleting_the_exchange_rate_deletes_its_config_maps() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "er-gc").await;
     let provider = TestProvider::start("140.5").await;
     let operator = start_operator(&ns.name, &provider).await;
@@ -415,13 +435,13 @@ async fn deleting_the_exchange_rate_deletes_its_config_maps() {
     assert_eq!(config_maps_of(&client, &ns.name, &created).await.len(), 1);
 
     api.delete("pln", &DeleteParams::default()).await.unwrap();
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "the ExchangeRate pln gone", || async {
         api.get_opt("pln").await.unwrap().is_none()
     })
     .await;
     // The engine deleted its inventory before the finalizer went (the
     // ownerReference lets the garbage collector do it too, as a safety net).
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "every ConfigMap of pln gone", || async {
         config_maps_of(&client, &ns.name, &created).await.is_empty()
     })
     .await;
@@ -433,7 +453,7 @@ async fn deleting_the_exchange_rate_deletes_its_config_maps() {
 /// apply (here, the resync), and the ConfigMap is left as they made it.
 #[tokio::test]
 async fn a_field_someone_else_changed_is_reported_not_overwritten() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "er-conflict").await;
     let provider = TestProvider::start("2.5").await;
     let mut args = provider.operator_args();
@@ -462,7 +482,7 @@ async fn a_field_someone_else_changed_is_reported_not_overwritten() {
         r#"{"data":{"rate":"9.9"}}"#,
     ]);
     assert!(ok, "{err}");
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "nok reporting FieldConflict", || async {
         status(&api, "nok")
             .await
             .common
@@ -485,7 +505,7 @@ async fn a_field_someone_else_changed_is_reported_not_overwritten() {
         .delete(&cm, &DeleteParams::default())
         .await
         .unwrap();
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "nok Ready again", || async {
         status(&api, "nok").await.common.is_ready()
     })
     .await;
@@ -498,7 +518,7 @@ async fn a_field_someone_else_changed_is_reported_not_overwritten() {
 
 #[tokio::test]
 async fn an_interval_below_the_minimum_is_an_invalid_spec() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "er-min").await;
     let provider = TestProvider::start("1.0").await;
     // The default minimum (1m), not the tests' 1s.
@@ -512,7 +532,7 @@ async fn an_interval_below_the_minimum_is_an_invalid_spec() {
     api.create(&PostParams::default(), &exchange_rate("cad", "CAD", "30s"))
         .await
         .unwrap();
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "cad InvalidSpec, naming the minimum", || async {
         status(&api, "cad")
             .await
             .common
@@ -526,7 +546,7 @@ async fn an_interval_below_the_minimum_is_an_invalid_spec() {
 
 #[tokio::test]
 async fn api_server_rejects_bad_currencies_and_intervals() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "er-bad").await;
     let cases = [
         ("currency: usd", "spec.currency"),

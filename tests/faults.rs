@@ -109,7 +109,7 @@ fn operator_process(
 /// the limit is reached (so a missing limit would show: eight at once).
 #[tokio::test]
 async fn no_more_reconciles_run_at_once_than_the_limit() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "limit").await;
     let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
     let tmp = tempfile::tempdir().unwrap();
@@ -124,9 +124,8 @@ async fn no_more_reconciles_run_at_once_than_the_limit() {
             .await
             .unwrap();
     }
-    let deadline = tokio::time::Instant::now() + TIMEOUT;
     let mut most = 0.0_f64;
-    loop {
+    common::wait_for(TIMEOUT, "every Sample Ready", async || {
         let metrics = operator.metrics().encode();
         most = most.max(common::metric_sum(
             &metrics,
@@ -135,14 +134,12 @@ async fn no_more_reconciles_run_at_once_than_the_limit() {
         ));
         let ready = futures::future::join_all(names.iter().map(|n| is_ready(&samples, n))).await;
         if ready.iter().all(|r| *r) {
-            break;
+            Ok(())
+        } else {
+            Err(ready)
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "not all Ready: {ready:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await;
     assert_eq!(most, 3.0, "the most reconciles seen running at once");
     operator.stop().await;
 }
@@ -185,7 +182,12 @@ async fn operator_with_slow_apply(
         .create(&PostParams::default(), &sample("web", 1))
         .await
         .unwrap();
-    common::wait_until(TIMEOUT, || async { marker.exists() }).await;
+    common::wait_until(
+        TIMEOUT,
+        "the first kubectl apply to start (its marker file)",
+        || async { marker.exists() },
+    )
+    .await;
     (ns, samples, operator, tmp)
 }
 
@@ -273,7 +275,7 @@ impl Drop for OwnPlane {
 #[tokio::test]
 async fn api_server_outage_and_dropped_watches_converge_without_restart() {
     // Needs a cluster to exist at all (and kubectl); otherwise skip like the rest.
-    let _ = cluster_or_skip!();
+    let _ = common::cluster().await;
     let outage = std::env::var("FAULT_OUTAGE_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -282,21 +284,29 @@ async fn api_server_outage_and_dropped_watches_converge_without_restart() {
     let plane = OwnPlane::up(&state.path().join("plane"));
     let client = plane.client().await;
     let ns = "outage";
-    common::wait_until(TIMEOUT, || async {
-        Command::new(common::kubectl_path())
-            .args(["create", "namespace", ns])
-            .env("KUBECONFIG", &plane.kubeconfig)
-            .output()
-            .is_ok_and(|o| o.status.success())
-    })
+    common::wait_until(
+        TIMEOUT,
+        format!("the namespace {ns} created on the own control plane"),
+        || async {
+            Command::new(common::kubectl_path())
+                .args(["create", "namespace", ns])
+                .env("KUBECONFIG", &plane.kubeconfig)
+                .output()
+                .is_ok_and(|o| o.status.success())
+        },
+    )
     .await;
-    common::wait_until(TIMEOUT, || async {
-        Command::new(common::kubectl_path())
-            .args(["-n", ns, "get", "serviceaccount", "default"])
-            .env("KUBECONFIG", &plane.kubeconfig)
-            .output()
-            .is_ok_and(|o| o.status.success())
-    })
+    common::wait_until(
+        TIMEOUT,
+        format!("the default ServiceAccount of {ns}"),
+        || async {
+            Command::new(common::kubectl_path())
+                .args(["-n", ns, "get", "serviceaccount", "default"])
+                .env("KUBECONFIG", &plane.kubeconfig)
+                .output()
+                .is_ok_and(|o| o.status.success())
+        },
+    )
     .await;
     let samples: Api<Sample> = Api::namespaced(client.clone(), ns);
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
@@ -308,7 +318,10 @@ async fn api_server_outage_and_dropped_watches_converge_without_restart() {
             .unwrap();
     }
     for name in ["a", "b", "c"] {
-        common::wait_until(TIMEOUT, || is_ready(&samples, name)).await;
+        common::wait_until(TIMEOUT, format!("the Sample {name} Ready"), || {
+            is_ready(&samples, name)
+        })
+        .await;
     }
 
     // Changes land, then the API server goes away before the operator is done.
@@ -330,12 +343,12 @@ async fn api_server_outage_and_dropped_watches_converge_without_restart() {
     plane.component("start-component", "kube-apiserver");
 
     wait_ready_or_explain(&samples, "d", &operator, RECOVERY).await;
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "the Deployment a at 3 replicas", || async {
         replicas(&deployments, "a").await == Some(3)
     })
     .await;
     wait_ready_or_explain(&samples, "a", &operator, TIMEOUT).await;
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "the Sample b gone", || async {
         samples.get_opt("b").await.is_ok_and(|s| s.is_none())
     })
     .await;
@@ -354,7 +367,7 @@ async fn api_server_outage_and_dropped_watches_converge_without_restart() {
         )
         .await
         .unwrap();
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "the Deployment c at 4 replicas", || async {
         replicas(&deployments, "c").await == Some(4)
     })
     .await;
@@ -391,7 +404,7 @@ async fn api_server_outage_and_dropped_watches_converge_without_restart() {
 /// collector is stopped too).
 #[tokio::test]
 async fn a_status_waiting_for_the_first_look_holds_no_reconcile_slot_and_is_not_lost() {
-    let _ = cluster_or_skip!();
+    let _ = common::cluster().await;
     let state = tempfile::tempdir().unwrap();
     let plane = OwnPlane::up(&state.path().join("plane"));
     let client = plane.client().await;
@@ -423,12 +436,12 @@ async fn a_status_waiting_for_the_first_look_holds_no_reconcile_slot_and_is_not_
         .create(&PostParams::default(), &sample("a", 0))
         .await
         .unwrap();
-    common::wait_until(TIMEOUT, || exists("a")).await;
+    common::wait_until(TIMEOUT, "the Deployment a", || exists("a")).await;
     samples
         .create(&PostParams::default(), &sample("b", 0))
         .await
         .unwrap();
-    common::wait_until(TIMEOUT, || exists("b")).await;
+    common::wait_until(TIMEOUT, "the Deployment b", || exists("b")).await;
     assert!(
         !written("a").await,
         "b was applied only after a's status was written: a held the one slot\n{}",
@@ -455,7 +468,7 @@ async fn a_status_waiting_for_the_first_look_holds_no_reconcile_slot_and_is_not_
     assert!(!common::has_event(&client, ns, "a", "Healthy").await);
 
     // b never gets its look: its status is written at the deadline.
-    common::wait_until(TIMEOUT, || written("b")).await;
+    common::wait_until(TIMEOUT, "the status of b written", || written("b")).await;
     let b = samples.get("b").await.unwrap().status.unwrap();
     let ready = b
         .conditions
@@ -470,10 +483,10 @@ async fn a_status_waiting_for_the_first_look_holds_no_reconcile_slot_and_is_not_
         .create(&PostParams::default(), &sample("c", 0))
         .await
         .unwrap();
-    common::wait_until(TIMEOUT, || exists("c")).await;
+    common::wait_until(TIMEOUT, "the Deployment c", || exists("c")).await;
     assert!(!written("c").await, "c's status was not parked");
     samples.delete("c", &DeleteParams::default()).await.unwrap();
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "the Sample c gone", || async {
         samples.get_opt("c").await.unwrap().is_none()
     })
     .await;
@@ -486,7 +499,7 @@ async fn a_status_waiting_for_the_first_look_holds_no_reconcile_slot_and_is_not_
 
 #[tokio::test]
 async fn sigkill_mid_apply_then_restart_converges_and_cleans_temp_dirs() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "sigkill").await;
     let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
     let tmp = tempfile::tempdir().unwrap();
@@ -504,9 +517,11 @@ async fn sigkill_mid_apply_then_restart_converges_and_cleans_temp_dirs() {
         .await
         .unwrap();
     let run_dir = work.join(format!("run-{}-0", first.pid()));
-    common::wait_until(TIMEOUT, || async {
-        std::fs::read_dir(&run_dir).is_ok_and(|mut d| d.next().is_some())
-    })
+    common::wait_until(
+        TIMEOUT,
+        format!("a temp dir in {}", run_dir.display()),
+        || async { std::fs::read_dir(&run_dir).is_ok_and(|mut d| d.next().is_some()) },
+    )
     .await;
     first.signal(libc::SIGKILL);
     first
@@ -519,7 +534,10 @@ async fn sigkill_mid_apply_then_restart_converges_and_cleans_temp_dirs() {
     );
 
     let _second = operator_process(None, &ns.name, &args);
-    common::wait_until(TIMEOUT, || is_ready(&samples, "web")).await;
+    common::wait_until(TIMEOUT, "the Sample web Ready", || {
+        is_ready(&samples, "web")
+    })
+    .await;
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
     assert_eq!(replicas(&deployments, "web").await, Some(2));
     assert!(!run_dir.exists(), "leftover temp dir not cleaned at start");
@@ -527,7 +545,7 @@ async fn sigkill_mid_apply_then_restart_converges_and_cleans_temp_dirs() {
 
 #[tokio::test]
 async fn hanging_kubectl_is_killed_recorded_and_retried_while_others_flow() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "hang").await;
     let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
     let tmp = tempfile::tempdir().unwrap();
@@ -555,23 +573,33 @@ async fn hanging_kubectl_is_killed_recorded_and_retried_while_others_flow() {
             .await
             .unwrap();
     }
-    common::wait_until(TIMEOUT, || is_ready(&samples, "ok1")).await;
-    common::wait_until(TIMEOUT, || is_ready(&samples, "ok2")).await;
-    common::wait_until(TIMEOUT, || async {
-        samples
-            .get("stuck")
-            .await
-            .unwrap()
-            .status
-            .and_then(|s| s.last_command)
-            .is_some_and(|c| c.timed_out && c.exit_code.is_none())
+    common::wait_until(TIMEOUT, "the Sample ok1 Ready", || {
+        is_ready(&samples, "ok1")
     })
+    .await;
+    common::wait_until(TIMEOUT, "the Sample ok2 Ready", || {
+        is_ready(&samples, "ok2")
+    })
+    .await;
+    common::wait_until(
+        TIMEOUT,
+        "the Sample stuck recording a timed-out kubectl",
+        || async {
+            samples
+                .get("stuck")
+                .await
+                .unwrap()
+                .status
+                .and_then(|s| s.last_command)
+                .is_some_and(|c| c.timed_out && c.exit_code.is_none())
+        },
+    )
     .await;
     let status = samples.get("stuck").await.unwrap().status.unwrap();
     assert!(!status.is_ready());
     assert!(status.message.unwrap().contains("timed out"));
     // Retried with backoff: more timeouts follow, a second or more apart.
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "3 timed-out kubectl runs", || async {
         operator.kubectl_stats().timed_out() >= 3
     })
     .await;
@@ -580,13 +608,16 @@ async fn hanging_kubectl_is_killed_recorded_and_retried_while_others_flow() {
         .create(&PostParams::default(), &sample("ok3", 1))
         .await
         .unwrap();
-    common::wait_until(TIMEOUT, || is_ready(&samples, "ok3")).await;
+    common::wait_until(TIMEOUT, "the Sample ok3 Ready", || {
+        is_ready(&samples, "ok3")
+    })
+    .await;
     operator.stop().await;
 }
 
 #[tokio::test]
 async fn a_sample_deleted_while_the_operator_is_down_is_cleaned_up_after_restart() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "downdel").await;
     let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
@@ -595,14 +626,17 @@ async fn a_sample_deleted_while_the_operator_is_down_is_cleaned_up_after_restart
         .create(&PostParams::default(), &sample("web", 1))
         .await
         .unwrap();
-    common::wait_until(TIMEOUT, || is_ready(&samples, "web")).await;
+    common::wait_until(TIMEOUT, "the Sample web Ready", || {
+        is_ready(&samples, "web")
+    })
+    .await;
     first.stop().await;
 
     samples
         .delete("web", &DeleteParams::default())
         .await
         .unwrap();
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "the Sample web marked for deletion", || async {
         samples
             .get_opt("web")
             .await
@@ -613,7 +647,7 @@ async fn a_sample_deleted_while_the_operator_is_down_is_cleaned_up_after_restart
     assert!(replicas(&deployments, "web").await.is_some());
 
     let second = common::start_operator(&ns.name, &[]).await;
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "the Sample web gone", || async {
         samples.get_opt("web").await.unwrap().is_none()
     })
     .await;
@@ -623,7 +657,7 @@ async fn a_sample_deleted_while_the_operator_is_down_is_cleaned_up_after_restart
 
 #[tokio::test]
 async fn sigterm_finishes_the_in_flight_run_and_records_it() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let (_ns, samples, mut operator, _tmp) =
         operator_with_slow_apply(&client, "sigterm", 3, "20s").await;
     let start = Instant::now();
@@ -647,7 +681,7 @@ async fn sigterm_finishes_the_in_flight_run_and_records_it() {
 
 #[tokio::test]
 async fn sigterm_past_the_grace_period_kills_kubectl_and_records_it() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let (_ns, samples, mut operator, _tmp) =
         operator_with_slow_apply(&client, "sigkillgrace", 600, "5s").await;
     let start = Instant::now();
@@ -665,7 +699,7 @@ async fn sigterm_past_the_grace_period_kills_kubectl_and_records_it() {
 
 #[tokio::test]
 async fn megabytes_of_kubectl_output_keep_the_status_small() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "huge").await;
     let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
     let tmp = tempfile::tempdir().unwrap();
@@ -678,7 +712,10 @@ async fn megabytes_of_kubectl_output_keep_the_status_small() {
         .create(&PostParams::default(), &sample("web", 1))
         .await
         .unwrap();
-    common::wait_until(TIMEOUT, || is_ready(&samples, "web")).await;
+    common::wait_until(TIMEOUT, "the Sample web Ready", || {
+        is_ready(&samples, "web")
+    })
+    .await;
     let s = samples.get("web").await.unwrap();
     let size = serde_json::to_string(&s.status).unwrap().len();
     assert!(size < 8 * 1024, "status is {size} bytes");

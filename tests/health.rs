@@ -35,18 +35,11 @@ async fn wait_status(
     what: &str,
     check: impl Fn(&CommonStatus) -> bool,
 ) -> CommonStatus {
-    let deadline = tokio::time::Instant::now() + TIMEOUT;
-    loop {
+    common::wait_for(TIMEOUT, format!("{name} {what}"), || async {
         let s = status(samples, name).await;
-        if check(&s) {
-            return s;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{name}: never {what}: {s:#?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        if check(&s) { Ok(s) } else { Err(s) }
+    })
+    .await
 }
 
 fn ready(s: &CommonStatus) -> bool {
@@ -71,15 +64,21 @@ async fn set_pod_quota(client: &Client, ns: &str, pods: u32) {
         .await
         .unwrap();
     // The quota admission plugin needs the quota's status before it counts.
-    common::wait_until(TIMEOUT, || async {
-        quotas
-            .get("pods")
-            .await
-            .unwrap()
-            .status
-            .and_then(|s| s.hard)
-            .is_some_and(|h| h.get("pods").map(|q| q.0.as_str()) == Some(pods.to_string().as_str()))
-    })
+    common::wait_until(
+        TIMEOUT,
+        format!("the quota of {pods} Pods in the quota's status"),
+        || async {
+            quotas
+                .get("pods")
+                .await
+                .unwrap()
+                .status
+                .and_then(|s| s.hard)
+                .is_some_and(|h| {
+                    h.get("pods").map(|q| q.0.as_str()) == Some(pods.to_string().as_str())
+                })
+        },
+    )
     .await;
 }
 
@@ -100,7 +99,7 @@ async fn running_pods(client: &Client, ns: &str, sample: &str) -> usize {
 
 #[tokio::test]
 async fn ready_waits_for_running_pods_stalls_after_the_timeout_and_recovers() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "health").await;
     let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
     set_pod_quota(&client, &ns.name, 0).await;
@@ -143,7 +142,7 @@ async fn ready_waits_for_running_pods_stalls_after_the_timeout_and_recovers() {
     );
     let message = stalled.message.clone().unwrap_or_default();
     assert!(message.starts_with("not healthy after 5s"), "{message}");
-    common::wait_until(TIMEOUT, || {
+    common::wait_until(TIMEOUT, "an Unhealthy event about web", || {
         common::has_event(&client, &ns.name, "web", "Unhealthy")
     })
     .await;
@@ -154,11 +153,11 @@ async fn ready_waits_for_running_pods_stalls_after_the_timeout_and_recovers() {
     let healthy = wait_status(&samples, "web", "ready", ready).await;
     assert!(condition(&healthy, ConditionType::Stalled).is_none());
     assert_eq!(running_pods(&client, &ns.name, "web").await, 2);
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "2 available replicas of web", || async {
         available(&samples, "web").await == Some(2)
     })
     .await;
-    common::wait_until(TIMEOUT, || {
+    common::wait_until(TIMEOUT, "a Healthy event about web", || {
         common::has_event(&client, &ns.name, "web", "Healthy")
     })
     .await;
@@ -172,7 +171,7 @@ async fn ready_waits_for_running_pods_stalls_after_the_timeout_and_recovers() {
 
 #[tokio::test]
 async fn a_sample_healthy_at_the_first_look_gets_one_status_ready_at_once() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "first-look").await;
     let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
     let operator = common::start_operator(&ns.name, &[]).await;
@@ -185,9 +184,11 @@ async fn a_sample_healthy_at_the_first_look_gets_one_status_ready_at_once() {
         .await
         .unwrap();
     wait_status(&samples, "web", "ready", ready).await;
-    common::wait_until(TIMEOUT, || async {
-        seen.lock().unwrap().iter().any(CommonStatus::is_ready)
-    })
+    common::wait_until(
+        TIMEOUT,
+        "a Ready status of web among those seen",
+        || async { seen.lock().unwrap().iter().any(CommonStatus::is_ready) },
+    )
     .await;
 
     // Its Deployment needed the Deployment controller's first look to be
@@ -210,7 +211,7 @@ async fn a_sample_healthy_at_the_first_look_gets_one_status_ready_at_once() {
 
 #[tokio::test]
 async fn scaling_up_shows_progress_then_ready() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "scale").await;
     let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
     set_pod_quota(&client, &ns.name, 1).await;
@@ -252,7 +253,7 @@ async fn scaling_up_shows_progress_then_ready() {
 
 #[tokio::test]
 async fn a_deleted_pod_is_replaced_without_a_reapply_or_a_stall() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "pod-gone").await;
     let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
     let operator = common::start_operator(&ns.name, &[]).await;
@@ -264,7 +265,7 @@ async fn a_deleted_pod_is_replaced_without_a_reapply_or_a_stall() {
         .await
         .unwrap();
     wait_status(&samples, "web", "ready", ready).await;
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "2 running Pods of web", || async {
         running_pods(&client, &ns.name, "web").await == 2
     })
     .await;
@@ -282,28 +283,25 @@ async fn a_deleted_pod_is_replaced_without_a_reapply_or_a_stall() {
 
     // Until a replacement runs, Ready is never False: at most Unknown while
     // the Deployment really has fewer available replicas.
-    let deadline = tokio::time::Instant::now() + TIMEOUT;
-    loop {
-        let s = status(&samples, "web").await;
-        let ready = condition(&s, ConditionType::Ready).map(|c| c.0);
-        assert_ne!(ready, Some(ConditionStatus::False), "flapped: {s:#?}");
-        let replaced = pods
-            .list(&selector)
-            .await
-            .unwrap()
-            .items
-            .iter()
-            .any(|p| p.metadata.name.as_deref() != Some(&victim) && p.metadata.name.is_some())
-            && running_pods(&client, &ns.name, "web").await == 2;
-        if replaced && s.is_ready() {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "not replaced: {s:#?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    common::wait_for(
+        TIMEOUT,
+        format!("a Pod running in place of {victim}, and web Ready"),
+        || async {
+            let s = status(&samples, "web").await;
+            let ready = condition(&s, ConditionType::Ready).map(|c| c.0);
+            assert_ne!(ready, Some(ConditionStatus::False), "flapped: {s:#?}");
+            let replaced =
+                pods.list(&selector).await.unwrap().items.iter().any(|p| {
+                    p.metadata.name.as_deref() != Some(&victim) && p.metadata.name.is_some()
+                }) && running_pods(&client, &ns.name, "web").await == 2;
+            if replaced && s.is_ready() {
+                Ok(())
+            } else {
+                Err(s)
+            }
+        },
+    )
+    .await;
     assert_eq!(
         operator.kubectl_stats().spawned(),
         spawned,
@@ -314,7 +312,7 @@ async fn a_deleted_pod_is_replaced_without_a_reapply_or_a_stall() {
 
 #[tokio::test]
 async fn a_deployment_deleted_behind_the_operators_back_is_applied_again_at_once() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "drift").await;
     let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
@@ -333,13 +331,15 @@ async fn a_deployment_deleted_behind_the_operators_back_is_applied_again_at_once
         .delete("web", &DeleteParams::foreground())
         .await
         .unwrap();
-    common::wait_until(TIMEOUT, || async {
-        deployments
-            .get_opt("web")
-            .await
-            .unwrap()
-            .is_some_and(|d| d.metadata.uid != before && d.metadata.deletion_timestamp.is_none())
-    })
+    common::wait_until(
+        TIMEOUT,
+        "a new Deployment web in place of the deleted one",
+        || async {
+            deployments.get_opt("web").await.unwrap().is_some_and(|d| {
+                d.metadata.uid != before && d.metadata.deletion_timestamp.is_none()
+            })
+        },
+    )
     .await;
     wait_status(&samples, "web", "ready again", ready).await;
     operator.stop().await;

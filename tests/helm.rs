@@ -626,15 +626,11 @@ impl TokenKubeconfig {
     /// `allowed`, failing after [`TIMEOUT`]: the authorizer learns of new and
     /// deleted bindings through a watch, a moment after helm returns.
     async fn expect(&self, args: &[&str], allowed: bool) {
-        let deadline = tokio::time::Instant::now() + TIMEOUT;
-        while self.can_i(args) != allowed {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "should be {}: {args:?}",
-                if allowed { "allowed" } else { "denied" }
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let what = format!(
+            "the token to be {}: {args:?}",
+            if allowed { "allowed" } else { "denied" }
+        );
+        common::wait_until(TIMEOUT, what, || async { self.can_i(args) == allowed }).await;
     }
 
     /// `kubectl auth can-i <args>` with the token: true for "yes".
@@ -693,7 +689,7 @@ fn get_json(args: &[&str]) -> Value {
 
 #[tokio::test]
 async fn install_upgrade_uninstall_on_the_control_plane() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let helm = helm_or_skip!();
     let team_a = common::TestNamespace::new(&client, "helm-a").await;
     let team_b = common::TestNamespace::new(&client, "helm-b").await;
@@ -758,11 +754,15 @@ async fn install_upgrade_uninstall_on_the_control_plane() {
     // The ReplicaSet's Pods exist only if "restricted" admitted them (they
     // stay Pending on a control plane without nodes).
     let selector = format!("app.kubernetes.io/instance={name}");
-    common::wait_until(TIMEOUT, || async {
-        let (_, out, _) =
-            common::kubectl(&["get", "pods", "-n", ns, "-l", &selector, "-o", "name"]);
-        out.lines().count() == 2
-    })
+    common::wait_until(
+        TIMEOUT,
+        format!("two Pods of the release {name}"),
+        || async {
+            let (_, out, _) =
+                common::kubectl(&["get", "pods", "-n", ns, "-l", &selector, "-o", "name"]);
+            out.lines().count() == 2
+        },
+    )
     .await;
 
     // RBAC, through a token of the chart's ServiceAccount.
@@ -877,21 +877,25 @@ async fn install_upgrade_uninstall_on_the_control_plane() {
     // Uninstall: nothing of the release is left but the CRDs.
     let out = helm.ok(&["uninstall", &name, "--namespace", ns]);
     assert!(out.contains("uninstalled"), "{out}");
-    common::wait_until(TIMEOUT, || async {
-        [
-            "clusterroles",
-            "clusterrolebindings",
-            "roles",
-            "rolebindings",
-            "serviceaccounts",
-            "services",
-            "deployments",
-            "replicasets",
-            "pods",
-        ]
-        .iter()
-        .all(|what| objects_of(&name, what).is_empty())
-    })
+    common::wait_until(
+        TIMEOUT,
+        format!("no object of the release {name} left"),
+        || async {
+            [
+                "clusterroles",
+                "clusterrolebindings",
+                "roles",
+                "rolebindings",
+                "serviceaccounts",
+                "services",
+                "deployments",
+                "replicasets",
+                "pods",
+            ]
+            .iter()
+            .all(|what| objects_of(&name, what).is_empty())
+        },
+    )
     .await;
     let (ok, out, err) = helm.run(&["list", "--namespace", ns, "--short"]);
     assert!(ok && out.trim().is_empty(), "releases left: {out} {err}");

@@ -466,7 +466,7 @@ async fn the_image_runs_as_a_kubelet_runs_the_deployments_pod() {
     if !image_available() {
         return;
     }
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     install().await;
     let ns = common::TestNamespace::new(&client, "image").await;
     let _cleanup = common::StripFinalizersOnDrop(ns.name.clone());
@@ -497,7 +497,7 @@ async fn the_image_runs_as_a_kubelet_runs_the_deployments_pod() {
     let leases: Api<Lease> = Api::namespaced(client.clone(), NAMESPACE);
     let scenario = async {
         // The readiness probe: 200 once it leads (or stands by).
-        common::wait_until(TIMEOUT, || async {
+        common::wait_until(TIMEOUT, "/readyz to answer 200", || async {
             common::http_get(port, "/readyz")
                 .await
                 .is_some_and(|(code, _)| code == 200)
@@ -506,11 +506,15 @@ async fn the_image_runs_as_a_kubelet_runs_the_deployments_pod() {
         let ready = started.elapsed();
         // It leads once the Lease is free (at once, unless an earlier run's
         // container was killed while holding it: then after its duration).
-        common::wait_until(TIMEOUT, || async {
-            common::http_get(port, "/readyz")
-                .await
-                .is_some_and(|(code, body)| code == 200 && body.contains("ready: leading"))
-        })
+        common::wait_until(
+            TIMEOUT,
+            "/readyz to answer 200 with \"ready: leading\"",
+            || async {
+                common::http_get(port, "/readyz")
+                    .await
+                    .is_some_and(|(code, body)| code == 200 && body.contains("ready: leading"))
+            },
+        )
         .await;
         say(&format!(
             "[image] podman run to /readyz 200: {:.2}s; leading after {:.2}s",

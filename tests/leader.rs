@@ -85,9 +85,11 @@ impl Replica {
     }
 
     async fn wait_serving(&self) {
-        common::wait_until(TIMEOUT, || async {
-            common::http_get(self.port, "/readyz").await.is_some()
-        })
+        common::wait_until(
+            TIMEOUT,
+            format!("/readyz of {} to answer", self.name),
+            || async { common::http_get(self.port, "/readyz").await.is_some() },
+        )
         .await;
     }
 }
@@ -114,21 +116,25 @@ async fn create_sample(client: &Client, ns: &str, name: &str) {
 async fn wait_applied(client: &Client, ns: &str, name: &str) {
     let samples: Api<Sample> = Api::namespaced(client.clone(), ns);
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
-    common::wait_until(TIMEOUT, || async {
-        samples
-            .get(name)
-            .await
-            .unwrap()
-            .status
-            .is_some_and(|s| s.is_ready())
-            && deployments.get_opt(name).await.unwrap().is_some()
-    })
+    common::wait_until(
+        TIMEOUT,
+        format!("the Sample {name} Ready with its Deployment"),
+        || async {
+            samples
+                .get(name)
+                .await
+                .unwrap()
+                .status
+                .is_some_and(|s| s.is_ready())
+                && deployments.get_opt(name).await.unwrap().is_some()
+        },
+    )
     .await;
 }
 
 #[tokio::test]
 async fn two_replicas_apply_once_and_a_killed_leader_is_replaced() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "leader").await;
     let _cleanup = common::StripFinalizersOnDrop(ns.name.clone());
     let leases: Api<Lease> = Api::namespaced(client.clone(), &ns.name);
@@ -136,7 +142,10 @@ async fn two_replicas_apply_once_and_a_killed_leader_is_replaced() {
     let b = Replica::start("replica-b", &ns.name, "3s", "2s", "250ms");
     a.wait_serving().await;
     b.wait_serving().await;
-    common::wait_until(TIMEOUT, || async { holder(&leases).await.is_some() }).await;
+    common::wait_until(TIMEOUT, "a holder of the Lease", || async {
+        holder(&leases).await.is_some()
+    })
+    .await;
     let leader_name = holder(&leases).await.unwrap();
     let (mut leader, follower) = if leader_name == a.name {
         (a, b)
@@ -150,7 +159,10 @@ async fn two_replicas_apply_once_and_a_killed_leader_is_replaced() {
     wait_applied(&client, &ns.name, "web").await;
     // The positive marker: the leader reconciled again (its own status
     // write) and found nothing to do.
-    common::wait_until(TIMEOUT, || async { leader.skipped().await >= 1.0 }).await;
+    common::wait_until(TIMEOUT, "a skipped reconcile in the leader", || async {
+        leader.skipped().await >= 1.0
+    })
+    .await;
     assert_eq!(leader.applies().await, 1.0);
     assert_eq!(
         follower.applies().await,
@@ -180,9 +192,11 @@ async fn two_replicas_apply_once_and_a_killed_leader_is_replaced() {
     // leader's last renewal.
     leader.process.signal(libc::SIGKILL);
     let killed = Instant::now();
-    common::wait_until(TIMEOUT, || async {
-        holder(&leases).await.as_deref() == Some(follower.name)
-    })
+    common::wait_until(
+        TIMEOUT,
+        format!("{} holding the Lease", follower.name),
+        || async { holder(&leases).await.as_deref() == Some(follower.name) },
+    )
     .await;
     let takeover = killed.elapsed();
     eprintln!("takeover after SIGKILL of the leader: {takeover:?}");
@@ -201,20 +215,23 @@ async fn two_replicas_apply_once_and_a_killed_leader_is_replaced() {
     // ... and reconciles a new Sample; the old one, unchanged, spawns nothing.
     create_sample(&client, &ns.name, "api").await;
     wait_applied(&client, &ns.name, "api").await;
-    common::wait_until(TIMEOUT, || async { follower.skipped().await >= 1.0 }).await;
+    common::wait_until(TIMEOUT, "a skipped reconcile in the new leader", || async {
+        follower.skipped().await >= 1.0
+    })
+    .await;
     assert_eq!(follower.applies().await, 1.0);
 }
 
 #[tokio::test]
 async fn sigterm_releases_the_lease_for_an_immediate_takeover() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "release").await;
     let _cleanup = common::StripFinalizersOnDrop(ns.name.clone());
     let leases: Api<Lease> = Api::namespaced(client.clone(), &ns.name);
     // A long lease: a takeover in a few seconds can only come from a release.
     let mut first = Replica::start("first", &ns.name, "30s", "20s", "250ms");
     first.wait_serving().await;
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "first holding the Lease", || async {
         holder(&leases).await.as_deref() == Some("first")
     })
     .await;
@@ -229,7 +246,7 @@ async fn sigterm_releases_the_lease_for_an_immediate_takeover() {
         "SIGTERM: {status:?}; log:\n{}",
         first.process.log_tail()
     );
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "second holding the Lease", || async {
         holder(&leases).await.as_deref() == Some("second")
     })
     .await;
@@ -246,19 +263,19 @@ async fn sigterm_releases_the_lease_for_an_immediate_takeover() {
 
 #[tokio::test]
 async fn a_leader_that_loses_its_lease_stops_and_exits() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "lost").await;
     let _cleanup = common::StripFinalizersOnDrop(ns.name.clone());
     let leases: Api<Lease> = Api::namespaced(client.clone(), &ns.name);
     let mut only = Replica::start("only", &ns.name, "3s", "2s", "250ms");
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "only holding the Lease", || async {
         holder(&leases).await.as_deref() == Some("only")
     })
     .await;
 
     // Another holder writes itself into the Lease (compare-and-swap, retried
     // on conflicts with the renewals).
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "the intruder written into the Lease", || async {
         let mut lease = leases.get(LEASE).await.unwrap();
         let spec = lease.spec.get_or_insert_with(Default::default);
         spec.holder_identity = Some("intruder".into());

@@ -25,10 +25,14 @@ async fn status(samples: &Api<Sample>, name: &str) -> CommonStatus {
 }
 
 async fn wait_ready(samples: &Api<Sample>, name: &str, generation: i64) -> CommonStatus {
-    common::wait_until(TIMEOUT, || async {
-        let s = status(samples, name).await;
-        s.is_ready() && s.observed_generation == Some(generation)
-    })
+    common::wait_until(
+        TIMEOUT,
+        format!("the Sample {name} Ready at generation {generation}"),
+        || async {
+            let s = status(samples, name).await;
+            s.is_ready() && s.observed_generation == Some(generation)
+        },
+    )
     .await;
     status(samples, name).await
 }
@@ -50,20 +54,28 @@ fn ready_reason(s: &CommonStatus) -> Option<(ConditionStatus, Reason)> {
 }
 
 async fn wait_reason(samples: &Api<Sample>, name: &str, reason: Reason) -> CommonStatus {
-    common::wait_until(TIMEOUT, || async {
-        ready_reason(&status(samples, name).await) == Some((ConditionStatus::False, reason))
-    })
+    common::wait_until(
+        TIMEOUT,
+        format!("the Sample {name} Ready=False with reason {reason:?}"),
+        || async {
+            ready_reason(&status(samples, name).await) == Some((ConditionStatus::False, reason))
+        },
+    )
     .await;
     status(samples, name).await
 }
 
 async fn wait_event(client: &Client, ns: &str, name: &str, reason: &str, type_: &str) {
-    common::wait_until(TIMEOUT, || async {
-        events_for(client, ns, name)
-            .await
-            .iter()
-            .any(|e| e.reason.as_deref() == Some(reason) && e.type_.as_deref() == Some(type_))
-    })
+    common::wait_until(
+        TIMEOUT,
+        format!("a {type_} event {reason} about {name}"),
+        || async {
+            events_for(client, ns, name)
+                .await
+                .iter()
+                .any(|e| e.reason.as_deref() == Some(reason) && e.type_.as_deref() == Some(type_))
+        },
+    )
     .await;
 }
 
@@ -100,7 +112,7 @@ exec {real} "$@" < {input}"#,
 
 #[tokio::test]
 async fn create_update_second_sample_and_delete() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "sample").await;
     let operator = common::start_operator(&ns.name, &[]).await;
     let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
@@ -110,7 +122,7 @@ async fn create_update_second_sample_and_delete() {
         .create(&PostParams::default(), &sample("web", 2))
         .await
         .unwrap();
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "the Deployment web at 2 replicas", || async {
         replicas(&deployments, "web").await == Some(2)
     })
     .await;
@@ -173,7 +185,7 @@ async fn create_update_second_sample_and_delete() {
         )
         .await
         .unwrap();
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "the Deployment web at 5 replicas", || async {
         replicas(&deployments, "web").await == Some(5)
     })
     .await;
@@ -184,7 +196,7 @@ async fn create_update_second_sample_and_delete() {
         .create(&PostParams::default(), &sample("api", 1))
         .await
         .unwrap();
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "the Deployment api at 1 replica", || async {
         replicas(&deployments, "api").await == Some(1)
     })
     .await;
@@ -204,11 +216,11 @@ async fn create_update_second_sample_and_delete() {
         .delete("web", &DeleteParams::default())
         .await
         .unwrap();
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "the Deployment web gone", || async {
         deployments.get_opt("web").await.unwrap().is_none()
     })
     .await;
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "the Sample web gone", || async {
         samples.get_opt("web").await.unwrap().is_none()
     })
     .await;
@@ -242,7 +254,7 @@ fn untouched(d: &Deployment) {
 /// it did not create must neither take it over nor delete it.
 #[tokio::test]
 async fn a_deployment_the_sample_did_not_create_is_never_touched() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "victim").await;
     let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
@@ -280,7 +292,7 @@ async fn a_deployment_the_sample_did_not_create_is_never_touched() {
         .delete("victim", &DeleteParams::default())
         .await
         .unwrap();
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "the Sample victim gone", || async {
         samples.get_opt("victim").await.unwrap().is_none()
     })
     .await;
@@ -291,7 +303,7 @@ async fn a_deployment_the_sample_did_not_create_is_never_touched() {
 
 #[tokio::test]
 async fn restart_with_nothing_changed_spawns_no_kubectl_and_writes_nothing() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "restart").await;
     let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
     let first = common::start_operator(&ns.name, &[]).await;
@@ -320,9 +332,14 @@ async fn restart_with_nothing_changed_spawns_no_kubectl_and_writes_nothing() {
     assert_eq!(at_start, 1, "the start-up check builds the base once");
     // The positive marker: the restarted operator reconciled every Sample
     // and found nothing to do.
-    common::wait_until(TIMEOUT, || async {
-        second.metrics().skipped_count("sample") >= names.len() as u64
-    })
+    common::wait_until(
+        TIMEOUT,
+        format!(
+            "{} skipped reconciles in the restarted operator",
+            names.len()
+        ),
+        || async { second.metrics().skipped_count("sample") >= names.len() as u64 },
+    )
     .await;
     assert_eq!(
         second.kubectl_stats().spawned(),
@@ -341,7 +358,7 @@ async fn restart_with_nothing_changed_spawns_no_kubectl_and_writes_nothing() {
 
 #[tokio::test]
 async fn failed_apply_is_reported_and_recovers() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "fail").await;
     let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
@@ -371,9 +388,11 @@ async fn failed_apply_is_reported_and_recovers() {
 
     // Fix the cause: the retry (with backoff) succeeds.
     std::fs::remove_file(&marker).unwrap();
-    common::wait_until(Duration::from_secs(90), || async {
-        status(&samples, "web").await.is_ready()
-    })
+    common::wait_until(
+        Duration::from_secs(90),
+        "the Sample web Ready after the retry",
+        || async { status(&samples, "web").await.is_ready() },
+    )
     .await;
     assert_eq!(replicas(&deployments, "web").await, Some(2));
     operator.stop().await;
@@ -381,7 +400,7 @@ async fn failed_apply_is_reported_and_recovers() {
 
 #[tokio::test]
 async fn a_manual_scale_is_taken_back_on_resync() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "drift").await;
     let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
@@ -396,9 +415,11 @@ async fn a_manual_scale_is_taken_back_on_resync() {
     assert!(ok, "{err}");
     assert_eq!(replicas(&deployments, "web").await, Some(5));
     // The Sample's count is the truth about its Deployment.
-    common::wait_until(TIMEOUT, || async {
-        replicas(&deployments, "web").await == Some(2)
-    })
+    common::wait_until(
+        TIMEOUT,
+        "the resync to take the Deployment web back to 2 replicas",
+        || async { replicas(&deployments, "web").await == Some(2) },
+    )
     .await;
     // Ready again once the Deployment settled (the re-apply may first
     // find it still scaling down, Ready=Unknown).
@@ -408,7 +429,7 @@ async fn a_manual_scale_is_taken_back_on_resync() {
 
 #[tokio::test]
 async fn failing_delete_keeps_the_sample_until_it_succeeds() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "delfail").await;
     let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
@@ -435,7 +456,12 @@ async fn failing_delete_keeps_the_sample_until_it_succeeds() {
             .contains("injected delete failure")
     );
     // The positive marker: the delete was retried and failed again.
-    common::wait_until(TIMEOUT, || async { operator.kubectl_stats().failed() >= 2 }).await;
+    common::wait_until(
+        TIMEOUT,
+        "2 failed kubectl runs (the delete retried)",
+        || async { operator.kubectl_stats().failed() >= 2 },
+    )
+    .await;
     assert!(
         samples.get_opt("web").await.unwrap().is_some(),
         "the Sample must stay while delete fails"
@@ -443,9 +469,11 @@ async fn failing_delete_keeps_the_sample_until_it_succeeds() {
     assert!(deployments.get_opt("web").await.unwrap().is_some());
 
     std::fs::remove_file(&marker).unwrap();
-    common::wait_until(Duration::from_secs(90), || async {
-        samples.get_opt("web").await.unwrap().is_none()
-    })
+    common::wait_until(
+        Duration::from_secs(90),
+        "the Sample web gone after the retry",
+        || async { samples.get_opt("web").await.unwrap().is_none() },
+    )
     .await;
     assert!(deployments.get_opt("web").await.unwrap().is_none());
     operator.stop().await;
@@ -453,7 +481,7 @@ async fn failing_delete_keeps_the_sample_until_it_succeeds() {
 
 #[tokio::test]
 async fn keep_overlays_leaves_a_replayable_overlay() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "keep").await;
     let keep = tempfile::tempdir().unwrap();
     let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
@@ -481,7 +509,7 @@ async fn keep_overlays_leaves_a_replayable_overlay() {
 
 #[tokio::test]
 async fn api_server_rejects_bad_counts() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "bad").await;
     for bad in ["-1", "\"abc\"", "1000000"] {
         let manifest = format!(
@@ -496,7 +524,7 @@ async fn api_server_rejects_bad_counts() {
 
 #[tokio::test]
 async fn a_burst_is_batched_and_each_status_names_only_its_objects() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "batch").await;
     let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);

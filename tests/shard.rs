@@ -67,7 +67,7 @@ async fn ready_count(samples: &Api<Sample>) -> usize {
 
 #[tokio::test]
 async fn each_resource_is_reconciled_by_exactly_one_shard_and_moves_when_relabelled() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "shards").await;
     let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
@@ -81,7 +81,10 @@ async fn each_resource_is_reconciled_by_exactly_one_shard_and_moves_when_relabel
             .await
             .unwrap();
     }
-    common::wait_until(TIMEOUT, || async { ready_count(&samples).await == SAMPLES }).await;
+    common::wait_until(TIMEOUT, format!("all {SAMPLES} Samples Ready"), || async {
+        ready_count(&samples).await == SAMPLES
+    })
+    .await;
 
     // Every Sample was applied once, by the operator of its shard.
     let applied = reporters(&client, &ns.name, "Applied").await;
@@ -108,7 +111,7 @@ async fn each_resource_is_reconciled_by_exactly_one_shard_and_moves_when_relabel
         .patch("s001", &PatchParams::default(), &Patch::Merge(&moved))
         .await
         .unwrap();
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "the Deployment s001 at 1 replica", || async {
         deployments
             .get("s001")
             .await
@@ -118,12 +121,16 @@ async fn each_resource_is_reconciled_by_exactly_one_shard_and_moves_when_relabel
             == Some(1)
     })
     .await;
-    common::wait_until(TIMEOUT, || async {
-        reporters(&client, &ns.name, "Applied").await["s001"]
-            .contains(&"kustomize-operator-a".to_string())
-    })
+    common::wait_until(
+        TIMEOUT,
+        "an Applied event about s001 from kustomize-operator-a",
+        || async {
+            reporters(&client, &ns.name, "Applied").await["s001"]
+                .contains(&"kustomize-operator-a".to_string())
+        },
+    )
     .await;
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "the Sample s001 Ready at generation 2", || async {
         samples
             .get("s001")
             .await
@@ -141,7 +148,7 @@ async fn each_resource_is_reconciled_by_exactly_one_shard_and_moves_when_relabel
         )
         .await
         .unwrap();
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "the Sample s001 Ready at generation 3", || async {
         samples
             .get("s001")
             .await

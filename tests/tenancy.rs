@@ -67,7 +67,7 @@ async fn install_policies() {
                 [(rule, "default", RULE_POLICY), (agent, "default", AGENT_POLICY)]
             {
                 let text = object.to_string();
-                common::wait_until(TIMEOUT, || async {
+                common::wait_until(TIMEOUT, format!("the policy {policy} to refuse the canary's object"), || async {
                     let (ok, _, err) = common::kubectl_stdin(
                         &["--as", canary, "-n", namespace, "create", "--dry-run=server", "-f", "-"],
                         &text,
@@ -206,7 +206,12 @@ impl Tenant {
         });
         let token = common::TokenKubeconfig::mint(client, home, name).await;
         for args in ready {
-            common::wait_until(TIMEOUT, || async { token.can_i(args) }).await;
+            common::wait_until(
+                TIMEOUT,
+                format!("{name}'s token allowed: {args:?}"),
+                || async { token.can_i(args) },
+            )
+            .await;
         }
         let client = token.client().await;
         Self {
@@ -344,7 +349,7 @@ fn listed(rule: &CopyratorRule) -> Vec<String> {
 /// more namespaces than the policy checks one by one.
 #[tokio::test]
 async fn a_tenant_may_not_copy_where_it_may_not_write() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     install_policies().await;
     let home = common::TestNamespace::new(&client, "tn-alice").await;
     let other = common::TestNamespace::new(&client, "tn-bob").await;
@@ -448,7 +453,7 @@ async fn a_tenant_may_not_copy_where_it_may_not_write() {
 /// patches are not checked.
 #[tokio::test]
 async fn an_update_is_checked_when_it_changes_the_rule() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     install_policies().await;
     let home = common::TestNamespace::new(&client, "tn-upd").await;
     let mine = common::TestNamespace::new(&client, "tn-upd-mine").await;
@@ -539,7 +544,7 @@ async fn an_update_is_checked_when_it_changes_the_rule() {
 /// sources it may read, is admitted).
 #[tokio::test]
 async fn a_secret_rule_needs_the_right_to_read_its_sources() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     install_policies().await;
     let home = common::TestNamespace::new(&client, "tn-carol").await;
     let carol = Tenant::new(
@@ -591,7 +596,7 @@ async fn a_secret_rule_needs_the_right_to_read_its_sources() {
 /// operator copies.
 #[tokio::test]
 async fn a_tenant_may_copy_where_it_may_write() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     install_policies().await;
     let home = common::TestNamespace::new(&client, "tn-ok").await;
     let mine = common::TestNamespace::new(&client, "tn-ok-mine").await;
@@ -641,15 +646,19 @@ async fn a_tenant_may_copy_where_it_may_write() {
         .expect("a rule listing as many namespaces as are checked one by one is admitted");
 
     let copies = Api::<ConfigMap>::namespaced(client.clone(), &mine.name);
-    common::wait_until(TIMEOUT, || async {
-        copies
-            .get_opt("greeting")
-            .await
-            .unwrap()
-            .is_some_and(|c| c.data == source.data)
-    })
+    common::wait_until(
+        TIMEOUT,
+        format!("the copy greeting in {}", mine.name),
+        || async {
+            copies
+                .get_opt("greeting")
+                .await
+                .unwrap()
+                .is_some_and(|c| c.data == source.data)
+        },
+    )
     .await;
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "the rule share Ready", || async {
         stored_rule(&client, &home.name, "share")
             .await
             .and_then(|r| r.status)
@@ -664,7 +673,7 @@ async fn a_tenant_may_copy_where_it_may_write() {
 /// costs two authorization checks for it, whatever its length.
 #[tokio::test]
 async fn an_admin_may_copy_into_every_namespace() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     install_policies().await;
     let home = common::TestNamespace::new(&client, "tn-admin").await;
     let rules = Api::<CopyratorRule>::namespaced(client.clone(), &home.name);
@@ -709,7 +718,7 @@ impl Drop for AgentGuard {
 /// it acts: its labelled namespace, or every namespace.
 #[tokio::test]
 async fn a_chaos_agent_needs_the_rights_of_its_modes_where_it_acts() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     install_policies().await;
     let dave_home = common::TestNamespace::new(&client, "tn-dave").await;
     let alice_home = common::TestNamespace::new(&client, "tn-agents").await;
@@ -867,7 +876,7 @@ async fn rule_status(
 /// bootstrap token labelled for copying and a rule naming kube-system.
 #[tokio::test]
 async fn without_the_policy_the_operator_copies_no_token_and_nothing_into_kube_system() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let home = common::TestNamespace::new(&client, "tn-rails").await;
     let other = common::TestNamespace::new(&client, "tn-rails-t").await;
     let _cleanup = common::StripFinalizersOnDrop(home.name.clone());
@@ -893,7 +902,7 @@ async fn without_the_policy_the_operator_copies_no_token_and_nothing_into_kube_s
         spec_rule("evil", "secret", Some(&["kube-system", &other.name])),
     )
     .await;
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "the rule evil Ready", || async {
         rule_status(&client, &home.name, "evil")
             .await
             .is_some_and(|s| s.common.is_ready())
@@ -931,7 +940,7 @@ async fn without_the_policy_the_operator_copies_no_token_and_nothing_into_kube_s
     assert!(system.get_opt(&token_name).await.unwrap().is_none());
     assert!(system.get_opt("harmless").await.unwrap().is_none());
     rules.delete("evil", &Default::default()).await.unwrap();
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "the rule evil gone", || async {
         stored_rule(&client, &home.name, "evil").await.is_none()
     })
     .await;
@@ -944,7 +953,7 @@ async fn without_the_policy_the_operator_copies_no_token_and_nothing_into_kube_s
 /// data and carries no marker.
 #[tokio::test]
 async fn an_object_created_in_the_middle_of_an_apply_is_not_taken_over() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let home = common::TestNamespace::new(&client, "tn-race").await;
     let target = common::TestNamespace::new(&client, "tn-race-t").await;
     let _cleanup = common::StripFinalizersOnDrop(home.name.clone());
@@ -987,16 +996,20 @@ exec {real} "$@""#,
     admitted(&rules, spec_rule("r", "configmap", Some(&[&target.name]))).await;
     // First the apply fails on the other manager's field; then the rule sees
     // a same-named object it did not create and leaves it alone.
-    common::wait_until(TIMEOUT, || async {
-        rule_status(&client, &home.name, "r")
-            .await
-            .is_some_and(|s| {
-                s.copies
-                    .targets
-                    .iter()
-                    .any(|t| t.result == "Conflict" && t.foreign == ["shared"])
-            })
-    })
+    common::wait_until(
+        TIMEOUT,
+        "the rule r reporting a Conflict over shared",
+        || async {
+            rule_status(&client, &home.name, "r")
+                .await
+                .is_some_and(|s| {
+                    s.copies
+                        .targets
+                        .iter()
+                        .any(|t| t.result == "Conflict" && t.foreign == ["shared"])
+                })
+        },
+    )
     .await;
     let theirs = Api::<ConfigMap>::namespaced(client.clone(), &target.name)
         .get("shared")
@@ -1013,7 +1026,7 @@ exec {real} "$@""#,
     );
     assert!(done.exists(), "the race was run");
     rules.delete("r", &Default::default()).await.unwrap();
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "the rule r gone", || async {
         stored_rule(&client, &home.name, "r").await.is_none()
     })
     .await;
@@ -1032,7 +1045,7 @@ exec {real} "$@""#,
 /// it is TooLarge, copies nothing, and waits for a change.
 #[tokio::test]
 async fn a_rule_wanting_more_than_the_byte_cap_is_too_large() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let home = common::TestNamespace::new(&client, "tn-big").await;
     let target = common::TestNamespace::new(&client, "tn-big-t").await;
     let _cleanup = common::StripFinalizersOnDrop(home.name.clone());
@@ -1051,7 +1064,7 @@ async fn a_rule_wanting_more_than_the_byte_cap_is_too_large() {
     .await;
     let rules = Api::<CopyratorRule>::namespaced(client.clone(), &home.name);
     admitted(&rules, spec_rule("r", "configmap", Some(&[&target.name]))).await;
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "the rule r TooLarge", || async {
         rule_status(&client, &home.name, "r")
             .await
             .is_some_and(|s| {
@@ -1082,7 +1095,7 @@ async fn a_rule_wanting_more_than_the_byte_cap_is_too_large() {
 /// namespace created later.
 #[tokio::test]
 async fn an_admin_rule_over_every_namespace_reaches_a_namespace_created_later() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let home = common::TestNamespace::new(&client, "tn-all").await;
     let _cleanup = common::StripFinalizersOnDrop(home.name.clone());
     let run = format!("tn-all-{}", &home.name[home.name.len() - 6..]);
@@ -1107,7 +1120,7 @@ async fn an_admin_rule_over_every_namespace_reaches_a_namespace_created_later() 
     .await;
     let rules = Api::<CopyratorRule>::namespaced(client.clone(), &home.name);
     admitted(&rules, spec_rule("all", "configmap", None)).await;
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "the rule all Ready", || async {
         rule_status(&client, &home.name, "all")
             .await
             .is_some_and(|s| s.common.is_ready())
@@ -1121,22 +1134,30 @@ async fn an_admin_rule_over_every_namespace_reaches_a_namespace_created_later() 
         &format!("ko-tenancy-run={run}"),
     ]);
     assert!(ok, "{err}");
-    common::wait_until(TIMEOUT, || async {
-        Api::<ConfigMap>::namespaced(client.clone(), &later.name)
-            .get_opt("everywhere")
-            .await
-            .unwrap()
-            .is_some()
-    })
+    common::wait_until(
+        TIMEOUT,
+        format!("the copy everywhere in {}", later.name),
+        || async {
+            Api::<ConfigMap>::namespaced(client.clone(), &later.name)
+                .get_opt("everywhere")
+                .await
+                .unwrap()
+                .is_some()
+        },
+    )
     .await;
     rules.delete("all", &Default::default()).await.unwrap();
-    common::wait_until(TIMEOUT, || async {
-        Api::<ConfigMap>::namespaced(client.clone(), &later.name)
-            .get_opt("everywhere")
-            .await
-            .unwrap()
-            .is_none()
-    })
+    common::wait_until(
+        TIMEOUT,
+        format!("the copy everywhere gone from {}", later.name),
+        || async {
+            Api::<ConfigMap>::namespaced(client.clone(), &later.name)
+                .get_opt("everywhere")
+                .await
+                .unwrap()
+                .is_none()
+        },
+    )
     .await;
     operator.stop().await;
 }
@@ -1147,7 +1168,7 @@ async fn an_admin_rule_over_every_namespace_reaches_a_namespace_created_later() 
 /// cap beside them still copies.
 #[tokio::test]
 async fn rules_over_the_cap_at_once_share_the_read_budget() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let home = common::TestNamespace::new(&client, "tn-flood").await;
     let target = common::TestNamespace::new(&client, "tn-flood-t").await;
     let _cleanup = common::StripFinalizersOnDrop(home.name.clone());
@@ -1194,7 +1215,7 @@ async fn rules_over_the_cap_at_once_share_the_read_budget() {
             })
         }
     };
-    common::wait_until(TIMEOUT, || async {
+    common::wait_until(TIMEOUT, "every big-N rule TooLarge", || async {
         for name in &big {
             if !too_large(name).await {
                 return false;
@@ -1216,9 +1237,11 @@ async fn rules_over_the_cap_at_once_share_the_read_budget() {
         "{message}"
     );
     let copies = Api::<ConfigMap>::namespaced(client.clone(), &target.name);
-    common::wait_until(TIMEOUT, || async {
-        copies.get_opt("small").await.unwrap().is_some()
-    })
+    common::wait_until(
+        TIMEOUT,
+        format!("the copy small in {}", target.name),
+        || async { copies.get_opt("small").await.unwrap().is_some() },
+    )
     .await;
     for i in 0..4 {
         assert!(copies.get_opt(&format!("big-{i}")).await.unwrap().is_none());

@@ -129,7 +129,7 @@ pub async fn sample_created_and_ready(client: &Client, ns: &str) -> Sample {
         )
         .await
         .unwrap();
-    super::wait_until(TIMEOUT, || async {
+    super::wait_until(TIMEOUT, "the Sample web Ready at generation 1", || async {
         samples
             .get("web")
             .await
@@ -141,7 +141,7 @@ pub async fn sample_created_and_ready(client: &Client, ns: &str) -> Sample {
     assert_eq!(replicas(&deployments, "web").await, Some(2));
     // The event proves the events grant: a refused event is only logged.
     let events: Api<Event> = Api::namespaced(client.clone(), ns);
-    super::wait_until(TIMEOUT, || async {
+    super::wait_until(TIMEOUT, "an Applied event about the Sample web", || async {
         events
             .list(&ListParams::default())
             .await
@@ -170,7 +170,7 @@ pub async fn sample_scaled_and_deleted(client: &Client, ns: &str) {
         )
         .await
         .unwrap();
-    super::wait_until(TIMEOUT, || async {
+    super::wait_until(TIMEOUT, "the Deployment web at 3 replicas", || async {
         replicas(&deployments, "web").await == Some(3)
     })
     .await;
@@ -179,7 +179,7 @@ pub async fn sample_scaled_and_deleted(client: &Client, ns: &str) {
         .delete("web", &DeleteParams::default())
         .await
         .unwrap();
-    super::wait_until(TIMEOUT, || async {
+    super::wait_until(TIMEOUT, "the Sample web gone", || async {
         samples.get_opt("web").await.unwrap().is_none()
     })
     .await;

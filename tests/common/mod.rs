@@ -4,7 +4,6 @@
 
 pub mod deploy;
 
-use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -134,10 +133,11 @@ pub fn copyrator_namespaces_env(docs: &[serde_json::Value]) -> Vec<String> {
 static CRDS_INSTALLED: OnceCell<Result<(), String>> = OnceCell::const_new();
 
 /// A client for the cluster in KUBECONFIG with the CRDs installed. A
-/// cluster test without a cluster fails, naming the command that provides
-/// one: it never reports "passed" for what it did not check. Each test gets
-/// its own client: a client's connections belong to the test's runtime.
-pub async fn cluster() -> Option<Client> {
+/// cluster test without a cluster fails (panics), naming the command that
+/// provides one: it never reports "passed" for what it did not check. Each
+/// test gets its own client: a client's connections belong to the test's
+/// runtime.
+pub async fn cluster() -> Client {
     if std::env::var_os("RUST_LOG").is_some() {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
@@ -178,7 +178,7 @@ pub async fn cluster() -> Option<Client> {
     if let Err(e) = installed {
         panic!("{e}");
     }
-    Some(client)
+    client
 }
 
 /// A namespace that is deleted when dropped.
@@ -199,9 +199,11 @@ impl TestNamespace {
             .await
             .expect("create namespace");
         // The ServiceAccount admission plugin wants the default SA before Pods.
-        wait_until(Duration::from_secs(30), || async {
-            kubectl(&["-n", &name, "get", "serviceaccount", "default"]).0
-        })
+        wait_until(
+            Duration::from_secs(30),
+            format!("the default ServiceAccount of {name}"),
+            || async { kubectl(&["-n", &name, "get", "serviceaccount", "default"]).0 },
+        )
         .await;
         Self { name }
     }
@@ -224,12 +226,17 @@ pub async fn delete_namespace(client: &Client, name: &str) {
     let _ = api.delete(name, &DeleteParams::default()).await;
 }
 
-/// Polls `check` every 100 ms until it is true; panics after `timeout`.
-pub async fn wait_until<F, Fut>(timeout: Duration, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
+/// How often [`wait_until`] and [`wait_for`] look again.
+const POLL_EVERY: Duration = Duration::from_millis(100);
+
+/// Polls `check` every 100 ms until it is true. After `timeout` the test
+/// fails, naming `what` it waited for (say "the Sample Ready", not "a
+/// condition").
+pub async fn wait_until(
+    timeout: Duration,
+    what: impl std::fmt::Display,
+    mut check: impl AsyncFnMut() -> bool,
+) {
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
         if check().await {
@@ -237,9 +244,31 @@ where
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "condition not met within {timeout:?}"
+            "timed out after {timeout:?} waiting for {what}"
         );
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(POLL_EVERY).await;
+    }
+}
+
+/// Polls `check` every 100 ms until it returns `Ok`, and returns the value.
+/// Until then `check` returns `Err` with what it saw instead: after
+/// `timeout` the test fails, naming `what` it waited for and showing the
+/// last thing seen.
+pub async fn wait_for<T, Seen: std::fmt::Debug>(
+    timeout: Duration,
+    what: impl std::fmt::Display,
+    mut check: impl AsyncFnMut() -> Result<T, Seen>,
+) -> T {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        match check().await {
+            Ok(value) => return value,
+            Err(seen) => assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out after {timeout:?} waiting for {what}; last seen: {seen:#?}"
+            ),
+        }
+        tokio::time::sleep(POLL_EVERY).await;
     }
 }
 
@@ -326,17 +355,6 @@ pub fn kubectl_stdin(args: &[&str], input: &str) -> (bool, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
-}
-
-/// The cluster client; a test without a cluster fails (see [`cluster`]).
-#[macro_export]
-macro_rules! cluster_or_skip {
-    () => {
-        match common::cluster().await {
-            Some(c) => c,
-            None => unreachable!("cluster() fails rather than skip"),
-        }
-    };
 }
 
 /// The operator binary, run as a child process (for tests that need separate
