@@ -698,7 +698,7 @@ fn files_under(dir: &std::path::Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {
 /// kind file declares nothing secret. A WebApp's overlay beside it is kept.
 #[tokio::test]
 async fn keep_overlays_keeps_no_secret_from_a_resource_template() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     let registry = fixture_kinds(&client).await;
     let ns = common::TestNamespace::new(&client, "dk-keep").await;
     let keep = tempfile::tempdir().unwrap();

@@ -1268,7 +1268,7 @@ async fn stored_agent(agents: &Api<ChaosAgent>, name: &str) -> Option<(Value, bo
 /// neither to another's agent, while one holding the rights may do both.
 #[tokio::test]
 async fn deleting_or_resharding_a_chaos_agent_needs_the_rights_of_its_modes() {
-    let client = cluster_or_skip!();
+    let client = common::cluster().await;
     install_policies().await;
     let owner_home = common::TestNamespace::new(&client, "tn-agent-owner").await;
     let mallory_home = common::TestNamespace::new(&client, "tn-mallory").await;
