@@ -554,8 +554,11 @@ async fn max_actions_per_round_is_respected() {
         }
     }
     assert_eq!(scaled, 2);
-    // One round per pause: the reconcile its own status write causes (the
-    // positive marker: an idle plan, counted as skipped) runs no round.
+    // One round per pause: a reconcile before the pause is over (started
+    // by a label; the positive marker: an idle plan, counted as skipped)
+    // runs no round.
+    let (ok, _, err) = common::kubectl(&["label", "chaosagent", &ns.name, "touched=1"]);
+    assert!(ok, "{err}");
     common::wait_until(TIMEOUT, "a skipped reconcile of the agent", || async {
         operator.metrics().skipped_count("chaosagent") >= 1
     })

@@ -47,6 +47,8 @@ enum Mode {
 struct ProviderState {
     mode: Mutex<Mode>,
     requests: AtomicUsize,
+    /// When each request came.
+    arrivals: Mutex<Vec<std::time::Instant>>,
 }
 
 /// A rate provider on 127.0.0.1, answering `/rates/{base}/{currency}`.
@@ -60,6 +62,7 @@ impl TestProvider {
         let state = Arc::new(ProviderState {
             mode: Mutex::new(Mode::Rate(rate.into())),
             requests: AtomicUsize::new(0),
+            arrivals: Mutex::default(),
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -78,6 +81,12 @@ impl TestProvider {
 
     fn requests(&self) -> usize {
         self.state.requests.load(Ordering::SeqCst)
+    }
+
+    /// The time between each request and the next.
+    fn gaps(&self) -> Vec<Duration> {
+        let arrivals = self.state.arrivals.lock().unwrap();
+        arrivals.windows(2).map(|w| w[1] - w[0]).collect()
     }
 
     /// Operator flags pointing at this provider; refresh intervals down to 1 s.
@@ -102,6 +111,11 @@ async fn answer(
     Path((base, currency)): Path<(String, String)>,
 ) -> Response {
     state.requests.fetch_add(1, Ordering::SeqCst);
+    state
+        .arrivals
+        .lock()
+        .unwrap()
+        .push(std::time::Instant::now());
     let mode = state.mode.lock().unwrap().clone();
     let json = |body: String| {
         (
@@ -186,6 +200,17 @@ async fn request_refresh(api: &Api<ExchangeRate>, name: &str, value: &str) {
         name,
         &PatchParams::default(),
         &Patch::Merge(json!({"metadata": {"annotations": {REFRESH_ANNOTATION: value}}})),
+    )
+    .await
+    .unwrap();
+}
+
+/// Sets a label on the ExchangeRate: a change that starts a reconcile.
+async fn touch(api: &Api<ExchangeRate>, name: &str, value: &str) {
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"touched": value}}})),
     )
     .await
     .unwrap();
@@ -307,10 +332,11 @@ async fn quiet_until_due_and_the_annotation_forces_a_refresh() {
         .await
         .unwrap();
     let s = wait_rate(&api, "chf", "1.1").await;
-    // Nothing is due for an hour: the reconcile the operator's own status
-    // write causes (the positive marker: it is counted as skipped) fetches
-    // nothing and runs no kubectl.
+    // Nothing is due for an hour: a reconcile (started by a label; the
+    // positive marker: it is counted as skipped) fetches nothing and runs
+    // no kubectl. (The operator's own status write starts none.)
     let spawned = operator.kubectl_stats().spawned();
+    touch(&api, "chf", "1").await;
     common::wait_until(
         TIMEOUT,
         "a skipped reconcile of the ExchangeRate",
@@ -334,13 +360,7 @@ async fn quiet_until_due_and_the_annotation_forces_a_refresh() {
     let skipped = operator.metrics().skipped_count("exchangerate");
     request_refresh(&api, "chf", "2026-01-01T00:00:00Z").await;
     // The same value again: a reconcile that finds nothing to do.
-    api.patch(
-        "chf",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"labels": {"touched": "yes"}}})),
-    )
-    .await
-    .unwrap();
+    touch(&api, "chf", "2").await;
     common::wait_until(
         TIMEOUT,
         "one more skipped reconcile of the ExchangeRate",
@@ -416,6 +436,35 @@ async fn a_failing_provider_keeps_the_last_value() {
         // A new fetch: a new fetchedAt, so a new ConfigMap.
         good_cm = status(&api, "jpy").await.rate.config_map_name.unwrap();
     }
+    operator.stop().await;
+}
+
+/// A failed fetch writes its status (Ready=False, FetchFailed); that
+/// write must not start the next fetch ahead of the backoff (1 s, then
+/// 2 s): three requests take at least three seconds, not milliseconds.
+#[tokio::test]
+async fn a_failing_provider_is_asked_again_only_when_the_backoff_allows() {
+    let client = common::cluster().await;
+    let ns = common::TestNamespace::new(&client, "er-backoff").await;
+    let provider = TestProvider::start("1.5").await;
+    provider.set(Mode::Status(500));
+    let operator = start_operator(&ns.name, &provider).await;
+    let api: Api<ExchangeRate> = Api::namespaced(client.clone(), &ns.name);
+    api.create(&PostParams::default(), &exchange_rate("chf", "CHF", "1h"))
+        .await
+        .unwrap();
+    wait_fetch_failed(&api, "chf").await;
+    common::wait_until(
+        TIMEOUT,
+        "three requests to the failing provider",
+        || async { provider.requests() >= 3 },
+    )
+    .await;
+    let gaps = provider.gaps();
+    assert!(
+        gaps[0] >= Duration::from_millis(900) && gaps[1] >= Duration::from_millis(1800),
+        "the provider was asked again ahead of the backoff: {gaps:?}"
+    );
     operator.stop().await;
 }
 

@@ -157,8 +157,10 @@ async fn two_replicas_apply_once_and_a_killed_leader_is_replaced() {
     // One Sample, two replicas: applied once, by the leader.
     create_sample(&client, &ns.name, "web").await;
     wait_applied(&client, &ns.name, "web").await;
-    // The positive marker: the leader reconciled again (its own status
-    // write) and found nothing to do.
+    // The positive marker: the leader reconciled again (a label changed)
+    // and found nothing to do.
+    let (ok, _, err) = common::kubectl(&["-n", &ns.name, "label", "sample", "web", "touched=1"]);
+    assert!(ok, "{err}");
     common::wait_until(TIMEOUT, "a skipped reconcile in the leader", || async {
         leader.skipped().await >= 1.0
     })

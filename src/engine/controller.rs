@@ -21,6 +21,7 @@ use super::inventory::Owner;
 use super::outcome::Failure;
 use super::primer::Primer;
 use super::status::Reason;
+use super::triggers::Triggers;
 use super::{Engine, backoff, cleanup, reconcile};
 use crate::kind::{DynType, Handler};
 
@@ -46,6 +47,8 @@ pub enum ReconcileError {
 pub(crate) struct Context<H: Handler> {
     pub engine: Arc<Engine>,
     pub handler: Arc<H>,
+    /// Which watch events start a reconcile (status writes do not).
+    pub triggers: Arc<Triggers>,
 }
 
 impl<H: Handler> Context<H> {
@@ -122,6 +125,8 @@ pub async fn run<H: Handler>(
     let writer = reflector::store::Writer::new(dyn_type.clone());
     let reader = writer.as_reader();
     let mut primer = Primer::new(engine.clone(), handler.clone());
+    let triggers = Arc::new(Triggers::default());
+    let admitted = triggers.clone();
     let objects = watcher(api, watch)
         .modify(slim::<H::Resource>)
         .inspect(move |event| {
@@ -130,6 +135,10 @@ pub async fn run<H: Handler>(
             }
         })
         .reflect(writer)
+        .filter(move |event| {
+            let admit = event.as_ref().map_or(true, |e| admitted.admit(e));
+            std::future::ready(admit)
+        })
         .applied_objects();
     let owned_changed = owners_of_changed_objects::<H>(&engine, dyn_type.clone());
     let config =
@@ -140,7 +149,11 @@ pub async fn run<H: Handler>(
         .reconcile_on(owned_changed);
     let controller = handler.configure(controller, &engine.client, namespace.as_deref());
     let name = handler.info().name.clone();
-    let context = Arc::new(Context { engine, handler });
+    let context = Arc::new(Context {
+        engine,
+        handler,
+        triggers,
+    });
     controller
         .graceful_shutdown_on(shutdown)
         .run(reconcile_one::<H>, error_policy::<H>, context.clone())
@@ -258,7 +271,18 @@ async fn reconcile_one<H: Handler>(
     // A new resource: add the finalizer and go on with the object the API
     // server returned, instead of waiting for the watch to bring it back.
     let obj = if needs_finalizer(&*obj, &finalizer_name) {
-        Arc::new(add_finalizer(&api, &*obj, &finalizer_name).await?)
+        // Its echo from the watch need not start this reconcile again: the
+        // object as it will be is recorded before the patch (the echo may
+        // come first), the object as it is after.
+        let mut expected = obj.meta().clone();
+        expected
+            .finalizers
+            .get_or_insert_default()
+            .push(finalizer_name.clone());
+        ctx.triggers.changed(&expected);
+        let updated = add_finalizer(&api, &*obj, &finalizer_name).await?;
+        ctx.triggers.changed(updated.meta());
+        Arc::new(updated)
     } else {
         obj
     };

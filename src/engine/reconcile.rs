@@ -475,9 +475,10 @@ async fn succeed<H: Handler>(
     plan: &Plan<H::Status>,
     ran: Ran,
 ) -> Result<Action, ReconcileError> {
-    let requeue = plan
-        .requeue_after
-        .unwrap_or(ctx.engine.settings.resync_interval);
+    // Looked at again by the resync at the latest: a status write starts
+    // no reconcile (see `triggers`), so this requeue is the next look.
+    let resync = ctx.engine.settings.resync_interval;
+    let requeue = plan.requeue_after.map_or(resync, |r| r.min(resync));
     let checkup = if ctx.handler.info().policy.health {
         let source = Source::AfterApply {
             created: &ran.done.created,

@@ -14,8 +14,8 @@
 //! annotation [`REFRESH_ANNOTATION`] holds a value not seen yet, or
 //! `fetchedAt + refreshInterval` (+ up to 10% jitter, at most 5 minutes) has
 //! passed. Otherwise the values recorded in status are reused, so the overlay
-//! and its digest stay the same and the engine spawns no kubectl: the
-//! reconciles caused by the operator's own status writes fetch nothing. A
+//! and its digest stay the same and the engine spawns no kubectl: a
+//! reconcile for a label or the resync fetches nothing. A
 //! failed fetch keeps the last ConfigMap and is reported as `FetchFailed`.
 
 mod flags;
