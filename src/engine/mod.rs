@@ -2,6 +2,7 @@
 //! status. Kinds reach it only through the facade in [`crate::kind`].
 //!
 //! - [`controller`]: the watch, the finalizer, backoff, one reconcile;
+//!   `triggers`: which changes start one (status writes do not);
 //! - `reconcile` / `cleanup`: the apply path and the deletion path;
 //! - `steps`: a plan's steps carried out (build, ownership check, apply,
 //!   prune, deletes);
@@ -44,10 +45,10 @@ pub(crate) mod status;
 mod status_writer;
 mod steps;
 pub(crate) mod templates;
+mod triggers;
 mod waiters;
 mod watch;
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -58,6 +59,7 @@ use self::applier::{Applied, ApplyJob};
 use self::batch::{BatchSettings, Queue};
 use self::build::{BuildJob, Built};
 use self::events::Events;
+use self::expiring::Expiring;
 use self::kubectl::Kubectl;
 use self::ownership::Discovery;
 use self::parked::ParkedStatuses;
@@ -81,6 +83,10 @@ pub const FORGET_EVERY: Duration = Duration::from_secs(60);
 /// Shortest and longest retry delay after a failure.
 const BACKOFF_MIN: Duration = Duration::from_secs(1);
 const BACKOFF_MAX: Duration = Duration::from_secs(300);
+/// A count of failures in a row is forgotten this long after the last
+/// one: a resource failing still fails again sooner (the longest delay is
+/// half of it), a deleted one leaves nothing behind.
+const FAILURES_KEPT: Duration = BACKOFF_MAX.saturating_mul(2);
 
 /// How the engine behaves, shared by every controller.
 #[derive(Debug, Clone)]
@@ -119,7 +125,7 @@ pub struct Engine {
     settings: Settings,
     metrics: Arc<Metrics>,
     events: Events,
-    failures: Mutex<HashMap<String, u32>>,
+    failures: Mutex<Expiring<String, u32>>,
     memo: StatusMemo,
     parked: ParkedStatuses,
     builds: Queue<BuildJob, Built>,
@@ -200,28 +206,36 @@ impl Engine {
     }
 
     /// Forgets what the engine remembered about resources for a few
-    /// minutes (events' series, parked statuses, written statuses) once it
-    /// expired. The tables also sweep themselves when used; run every
-    /// [`FORGET_EVERY`], this keeps a quiet operator from holding a burst's
-    /// entries until its next event.
+    /// minutes (events' series, parked statuses, written statuses, failure
+    /// counts) once it expired. The tables also sweep themselves when used;
+    /// run every [`FORGET_EVERY`], this keeps a quiet operator from holding
+    /// a burst's entries until its next event.
     pub fn forget_expired(&self) {
         let now = tokio::time::Instant::now();
         self.events.forget_expired(now);
         self.parked.forget_expired(now);
         self.memo.forget_expired(now);
+        self.failures
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .forget_expired(now);
     }
 
     /// Counts a failure of `key` (returns how many in a row), or clears them.
     fn failure_count(&self, key: &str, failed: bool) -> u32 {
         let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
-        if failed {
-            let n = failures.entry(key.to_string()).or_insert(0);
-            *n = n.saturating_add(1);
-            *n
-        } else {
+        if !failed {
             failures.remove(key);
-            0
+            return 0;
         }
+        let now = tokio::time::Instant::now();
+        let count = failures
+            .get(key, now)
+            .copied()
+            .unwrap_or(0)
+            .saturating_add(1);
+        failures.insert(key.to_string(), count, now + FAILURES_KEPT, now);
+        count
     }
 }
 
