@@ -16,17 +16,13 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
-
-use tokio::io::AsyncWriteExt;
-use tokio::process::Command;
 
 use crate::cli::CommonArgs;
 use crate::engine::FIELD_MANAGER;
 use crate::engine::build_one;
 use crate::engine::inventory::ObjectId;
-use crate::engine::kubectl::{Kubectl, KubectlConfig};
+use crate::engine::kubectl::{Invocation, Kubectl, KubectlConfig};
 use crate::engine::overlay::RenderedOverlay;
 use crate::kind::Step;
 use crate::kinds::pruning::Fate;
@@ -72,7 +68,7 @@ pub async fn diff(
     common: &CommonArgs,
     kubectl: Option<&Path>,
 ) -> Result<Result<Drift, i32>, DiffError> {
-    let kubectl = crate::engine::kubectl::KubectlConfig::locate(kubectl)?;
+    let kubectl = runner(KubectlConfig::locate(kubectl)?);
     let prepared = prepare(source, common, OwnedObjects::Read).await?;
     if prepared.placeholder_uid {
         eprintln!(
@@ -116,12 +112,23 @@ pub async fn diff(
     Ok(Ok(drift))
 }
 
+/// The runner `diff` uses: one kubectl at a time, a minute each.
+fn runner(path: PathBuf) -> Kubectl {
+    Kubectl::new(KubectlConfig {
+        path,
+        timeout: Duration::from_secs(60),
+        max_concurrent: 1,
+        cache_dir: None,
+        output_cap: 64 * 1024,
+    })
+}
+
 /// Why `diff` could not tell what a run would prune.
 struct Unchecked(String);
 
 /// What a run would do with the objects leaving the resource. The
 /// overlays are built only when a candidate exists in the cluster.
-async fn prune_preview(kubectl: &Path, output: &RenderOutput) -> Result<Vec<Fate>, Unchecked> {
+async fn prune_preview(kubectl: &Kubectl, output: &RenderOutput) -> Result<Vec<Fate>, Unchecked> {
     let pruning = &output.pruning;
     match &pruning.looked {
         _ if !pruning.prunes || pruning.candidates.is_empty() => return Ok(Vec::new()),
@@ -141,16 +148,9 @@ async fn prune_preview(kubectl: &Path, output: &RenderOutput) -> Result<Vec<Fate
             .prefix("kustomize-operator-diff-")
             .tempdir()
             .map_err(|e| Unchecked(format!("cannot make a temporary directory: {e}")))?;
-        let kubectl = Kubectl::new(KubectlConfig {
-            path: kubectl.to_path_buf(),
-            timeout: Duration::from_secs(60),
-            max_concurrent: 1,
-            cache_dir: None,
-            output_cap: 64 * 1024,
-        });
         for (step, overlay) in output.steps.iter().zip(&output.overlays) {
             if let (Step::Apply { .. }, Some(overlay)) = (step, overlay) {
-                let manifests = build_one(&kubectl, work.path(), overlay)
+                let manifests = build_one(kubectl, work.path(), overlay)
                     .await
                     .map_err(Unchecked)?;
                 built.extend(manifests.iter().filter_map(ObjectId::of_manifest));
@@ -160,37 +160,35 @@ async fn prune_preview(kubectl: &Path, output: &RenderOutput) -> Result<Vec<Fate
     Ok(pruning.fates(&built))
 }
 
-/// `kubectl diff --server-side` of one overlay.
+/// `kubectl diff --server-side` of one overlay, through the runner (its
+/// timeout, process group and output cap); kubectl's output is passed on.
 async fn compare(
-    kubectl: &Path,
+    kubectl: &Kubectl,
     overlay: &RenderedOverlay,
     field_manager: &str,
     force: bool,
 ) -> Result<Compared, DiffError> {
-    let mut args = vec![
-        "diff".to_string(),
-        "--server-side".into(),
-        format!("--field-manager={field_manager}"),
-    ];
-    if force {
-        args.push("--force-conflicts".into());
-    }
     // `_dir` (an overlay's files) stays until kubectl is done.
-    let (stdin, _dir) = match input_of(overlay)? {
-        Input::Stdin(bytes) => {
-            args.extend(["-f".into(), "-".into()]);
-            (Some(bytes), None)
-        }
-        Input::Dir(dir) => {
-            args.extend(["-k".into(), dir.path().display().to_string()]);
-            (None, Some(dir))
-        }
+    let (stdin, dir) = match input_of(overlay)? {
+        Input::Stdin(bytes) => (Some(bytes), None),
+        Input::Dir(dir) => (None, Some(dir)),
     };
-    let status = run(kubectl, &args, stdin).await?;
-    Ok(match status {
-        0 => Compared::Same,
-        1 => Compared::Differs,
-        code => Compared::Failed(code),
+    let invocation = Invocation::Diff {
+        field_manager: field_manager.to_string(),
+        force_conflicts: force,
+        dir: dir.as_ref().map(|d| d.path().to_path_buf()),
+    };
+    let record = kubectl.run(&invocation, stdin).await?;
+    print!("{}", record.stdout);
+    eprint!("{}", record.stderr);
+    if record.timed_out {
+        eprintln!("{}", record.summary());
+    }
+    Ok(match record.exit_code {
+        Some(0) if !record.timed_out => Compared::Same,
+        Some(1) if !record.timed_out => Compared::Differs,
+        Some(code) if code > 1 => Compared::Failed(code),
+        _ => Compared::Failed(2),
     })
 }
 
@@ -225,30 +223,4 @@ fn write_overlay(overlay: &RenderedOverlay) -> Result<tempfile::TempDir, DiffErr
         .write_to(dir.path())
         .map_err(|e| DiffError::Io(e.to_string()))?;
     Ok(dir)
-}
-
-/// Runs kubectl with its output on ours; its exit code (2 when killed).
-async fn run(kubectl: &Path, args: &[String], stdin: Option<Vec<u8>>) -> Result<i32, DiffError> {
-    let spawn_err = |source| crate::engine::kubectl::KubectlError::Spawn {
-        path: PathBuf::from(kubectl),
-        source,
-    };
-    let mut child = Command::new(kubectl)
-        .args(args)
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::inherit())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .map_err(spawn_err)?;
-    if let (Some(bytes), Some(mut pipe)) = (stdin, child.stdin.take()) {
-        pipe.write_all(&bytes)
-            .await
-            .map_err(|e| DiffError::Io(format!("cannot hand the overlay to kubectl: {e}")))?;
-    }
-    let status = child.wait().await.map_err(spawn_err)?;
-    Ok(status.code().unwrap_or(2))
 }

@@ -63,7 +63,8 @@ impl KubectlConfig {
     }
 }
 
-/// The most a `kubectl kustomize` may print: a larger overlay is refused.
+/// The most a `kubectl kustomize` (a larger overlay is refused) or a
+/// `kubectl diff` may print.
 pub const BUILD_OUTPUT_CAP: usize = 64 * 1024 * 1024;
 
 /// A kubectl command the engine runs. Every command line the operator runs
@@ -103,6 +104,17 @@ pub enum Invocation {
         /// The user to act as (`--as`); `None`: the operator itself.
         impersonate: Option<String>,
     },
+    /// `kubectl diff --server-side --field-manager=M [--force-conflicts]
+    /// (-k DIR | -f -)`: what an apply would change (a server-side dry
+    /// run). Exits 0 when nothing would, 1 when something would.
+    Diff {
+        /// The field manager.
+        field_manager: String,
+        /// Take fields owned by other managers.
+        force_conflicts: bool,
+        /// The overlay directory; `None`: the objects on standard input.
+        dir: Option<PathBuf>,
+    },
 }
 
 impl Invocation {
@@ -112,6 +124,7 @@ impl Invocation {
             Self::Build { .. } => "kustomize",
             Self::Apply { .. } => "apply",
             Self::Delete { .. } | Self::DeleteObject { .. } => "delete",
+            Self::Diff { .. } => "diff",
         }
     }
 
@@ -157,6 +170,25 @@ impl Invocation {
                     "-f".into(),
                     "-".into(),
                 ]);
+                args
+            }
+            Self::Diff {
+                field_manager,
+                force_conflicts,
+                dir,
+            } => {
+                let mut args = vec![
+                    "diff".to_string(),
+                    "--server-side".into(),
+                    format!("--field-manager={field_manager}"),
+                ];
+                if *force_conflicts {
+                    args.push("--force-conflicts".into());
+                }
+                match dir {
+                    Some(dir) => args.extend(["-k".into(), dir.display().to_string()]),
+                    None => args.extend(["-f".into(), "-".into()]),
+                }
                 args
             }
         }
@@ -386,7 +418,7 @@ impl Kubectl {
         let group = ProcessGroup(child.id());
         let _registered = child.id().map(|pid| Registered::new(&self.running, pid));
         let stdout_cap = match invocation {
-            Invocation::Build { .. } => BUILD_OUTPUT_CAP,
+            Invocation::Build { .. } | Invocation::Diff { .. } => BUILD_OUTPUT_CAP,
             i if i.discards_stdout() => 0,
             _ => self.config.output_cap,
         };
