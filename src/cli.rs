@@ -1,4 +1,4 @@
-//! Command-line interface: `run`, `render`, `crd`, `rbac`. Every flag can
+//! Command-line interface: `run`, `render`, `diff`, `crd`, `rbac`, `kind`. Every flag can
 //! also be set through the environment variable named in its help.
 
 use std::net::SocketAddr;
@@ -10,6 +10,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use crate::duration::parse_duration;
 use crate::engine::shard;
 use crate::kind::{KustomizeDir, TemplateError};
+use crate::kinds::declared::pack::{self, PackError};
 use crate::kinds::registry::{Registry, RegistryError};
 use crate::kinds::{KindOptions, copyrator, exchange_rate};
 use crate::render::{ResourceRef, Source};
@@ -55,6 +56,27 @@ pub enum Command {
     Crd(CrdArgs),
     /// Print the RBAC (ClusterRole and binding) each declared kind needs.
     Rbac(RbacArgs),
+    /// Pack a kind folder into one KindDefinition, or unpack one.
+    #[command(subcommand)]
+    Kind(KindCommand),
+}
+
+/// `kind pack` / `kind unpack`.
+#[derive(Debug, Subcommand)]
+pub enum KindCommand {
+    /// Print the KindDefinition of a kind folder, its files in `spec.files`.
+    Pack {
+        /// The kind folder (holding kind.yaml).
+        dir: PathBuf,
+    },
+    /// Write the kind folder of a packed KindDefinition (`-`: standard input).
+    Unpack {
+        /// The packed definition.
+        file: PathBuf,
+        /// Where to write the folder (as `<out-dir>/<name>/`).
+        #[arg(long, default_value = ".")]
+        out_dir: PathBuf,
+    },
 }
 
 /// Where the kinds come from: the kustomize directories.
@@ -69,6 +91,10 @@ pub struct KindsDir {
         default_value = "kustomize"
     )]
     pub kustomize_dir: Vec<PathBuf>,
+    /// Packed kind definitions (`kind pack`), served as if their folders
+    /// were in a kustomize directory; comma-separated.
+    #[arg(long, env = "KIND_DEFINITIONS", value_delimiter = ',')]
+    pub kind_definition: Vec<PathBuf>,
 }
 
 /// Why the kinds could not be loaded.
@@ -77,6 +103,9 @@ pub enum KindsError {
     /// A kind folder's templates or base are broken.
     #[error(transparent)]
     Templates(#[from] TemplateError),
+    /// A packed kind definition cannot be unpacked.
+    #[error(transparent)]
+    Definition(#[from] PackError),
     /// A kind file is wrong, or `--kinds` names an unknown kind.
     #[error(transparent)]
     Registry(#[from] RegistryError),
@@ -85,10 +114,36 @@ pub enum KindsError {
 impl KindsDir {
     /// The kind folders, their templates parsed, and every kind they make
     /// known (besides the built-in ones), each kind file checked.
+    /// Packed definitions are unpacked into a private temporary directory,
+    /// read with the folders, and removed.
     pub fn load(&self) -> Result<(KustomizeDir, Registry), KindsError> {
-        let dir = KustomizeDir::load_all(&self.kustomize_dir)?;
+        let unpacked = self.unpack_definitions()?;
+        let mut roots = self.kustomize_dir.clone();
+        roots.extend(unpacked.as_ref().map(|d| d.path().to_path_buf()));
+        let dir = KustomizeDir::load_all(&roots)?;
         let registry = Registry::load(&dir)?;
         Ok((dir, registry))
+    }
+
+    /// The folders of `--kind-definition`, in a temporary directory.
+    fn unpack_definitions(&self) -> Result<Option<tempfile::TempDir>, PackError> {
+        if self.kind_definition.is_empty() {
+            return Ok(None);
+        }
+        let io = |path: &std::path::Path| {
+            let path = path.to_path_buf();
+            move |source| PackError::Io { path, source }
+        };
+        let temp = std::env::temp_dir();
+        let dir = tempfile::Builder::new()
+            .prefix("kustomize-operator-kinds-")
+            .tempdir()
+            .map_err(io(&temp))?;
+        for file in &self.kind_definition {
+            let text = std::fs::read_to_string(file).map_err(io(file))?;
+            pack::unpack(&text, &file.display().to_string(), dir.path())?;
+        }
+        Ok(Some(dir))
     }
 }
 

@@ -40,6 +40,9 @@ pub enum Error {
     /// `crd` or `rbac` failed.
     #[error(transparent)]
     Manifests(#[from] manifests::ManifestError),
+    /// `kind pack` or `kind unpack` failed.
+    #[error(transparent)]
+    Pack(#[from] kinds::declared::pack::PackError),
     /// This replica lost the leader Lease; it exits so that it restarts as a candidate.
     #[error("lost the leader lease")]
     LostLeadership,

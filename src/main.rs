@@ -1,9 +1,10 @@
-//! The `kustomize-operator` command: `run`, `render`, `diff`, `crd`, `rbac`.
+//! The `kustomize-operator` command: `run`, `render`, `diff`, `crd`, `rbac`,
+//! `kind pack|unpack`.
 
 use std::process::ExitCode;
 
 use clap::Parser;
-use kustomize_operator::cli::{Cli, Command, LogFormat, RunArgs};
+use kustomize_operator::cli::{Cli, Command, KindCommand, LogFormat, RunArgs};
 use kustomize_operator::diff::Drift;
 use kustomize_operator::{Error, Operator};
 use tracing_subscriber::EnvFilter;
@@ -62,6 +63,7 @@ async fn main() -> ExitCode {
         }
         Command::Crd(args) => kustomize_operator::manifests::write_crds(&args).map_err(Error::from),
         Command::Rbac(args) => rbac(&args).await,
+        Command::Kind(command) => kind(&command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -127,6 +129,36 @@ async fn render(args: &kustomize_operator::cli::RenderArgs) -> Result<(), Error>
 async fn rbac(args: &kustomize_operator::cli::RbacArgs) -> Result<(), Error> {
     for (_, yaml) in kustomize_operator::manifests::rbac_yaml(args).await? {
         println!("---\n{}", yaml.trim_end());
+    }
+    Ok(())
+}
+
+/// `kind pack DIR` (to standard output) and `kind unpack FILE`.
+fn kind(command: &KindCommand) -> Result<(), Error> {
+    use kustomize_operator::kinds::declared::pack;
+    match command {
+        KindCommand::Pack { dir } => {
+            print!("{}", pack::pack(dir)?);
+        }
+        KindCommand::Unpack { file, out_dir } => {
+            let (text, what) = if file.as_os_str() == "-" {
+                let text = std::io::read_to_string(std::io::stdin()).map_err(|source| {
+                    pack::PackError::Io {
+                        path: file.clone(),
+                        source,
+                    }
+                })?;
+                (text, "standard input".to_string())
+            } else {
+                let text = std::fs::read_to_string(file).map_err(|source| pack::PackError::Io {
+                    path: file.clone(),
+                    source,
+                })?;
+                (text, file.display().to_string())
+            };
+            let folder = pack::unpack(&text, &what, out_dir)?;
+            eprintln!("wrote {}", folder.display());
+        }
     }
     Ok(())
 }

@@ -7,6 +7,7 @@
 //! - [`file`]: the kind file's format;
 //! - `validate`: every check, each error naming the file and the field;
 //! - [`crd`]: the CRD generated from it;
+//! - [`pack`]: a folder as one `KindDefinition` object, and back;
 //! - `handler`: the handler serving it;
 //! - [`rbac`]: the rules the operator needs for it.
 
@@ -14,6 +15,7 @@ pub mod crd;
 pub mod file;
 mod handler;
 mod object;
+pub mod pack;
 pub mod rbac;
 mod recipe;
 mod validate;
