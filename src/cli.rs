@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::duration::parse_duration;
-use crate::engine::shard;
+use crate::engine::host::shard;
 use crate::kind::{KustomizeDir, TemplateError};
 use crate::kinds::registry::{Registry, RegistryError};
 use crate::kinds::{KindOptions, copyrator, exchange_rate};

@@ -235,7 +235,7 @@ fn write(prepared: &Prepared, out: &Path) -> Result<RenderSummary, RenderCommand
             path: target.clone(),
             reason,
         };
-        crate::engine::overlay::private_dir(&target).map_err(|e| output_err(e.to_string()))?;
+        crate::engine::host::private_dir(&target).map_err(|e| output_err(e.to_string()))?;
         rendered
             .write_to(&target)
             .map_err(|e| output_err(e.to_string()))?;
@@ -338,7 +338,7 @@ fn prepare_out(out: &Path) -> Result<(), RenderCommandError> {
             return Err(output_err("exists and is not empty".into()));
         }
     }
-    crate::engine::overlay::private_dir(out).map_err(|e| output_err(e.to_string()))
+    crate::engine::host::private_dir(out).map_err(|e| output_err(e.to_string()))
 }
 
 #[cfg(test)]
