@@ -12,7 +12,7 @@ use crate::engine::host::shard;
 use crate::kind::{KustomizeDir, TemplateError};
 use crate::kinds::registry::{Registry, RegistryError};
 use crate::kinds::{KindOptions, copyrator, exchange_rate};
-use crate::render::{ResourceRef, Source};
+use crate::source::{ResourceRef, Source};
 
 /// The Lease's default name.
 pub const DEFAULT_LEASE_NAME: &str = "kustomize-operator";

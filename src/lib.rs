@@ -26,6 +26,7 @@ pub mod memory;
 pub mod metrics;
 pub mod operator;
 pub mod render;
+pub mod source;
 
 pub use engine::host::{KubectlStats, ReconcileError};
 pub use kind::{Handler, HandlerError, Plan, Step};
