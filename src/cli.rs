@@ -8,12 +8,12 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::duration::parse_duration;
-use crate::engine::shard;
+use crate::engine::host::shard;
 use crate::kind::{KustomizeDir, TemplateError};
 use crate::kinds::declared::pack::{self, PackError};
 use crate::kinds::registry::{Registry, RegistryError};
 use crate::kinds::{KindOptions, copyrator, exchange_rate};
-use crate::render::{ResourceRef, Source};
+use crate::source::{ResourceRef, Source};
 
 /// The Lease's default name.
 pub const DEFAULT_LEASE_NAME: &str = "kustomize-operator";

@@ -19,11 +19,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::cli::CommonArgs;
-use crate::engine::FIELD_MANAGER;
-use crate::engine::build_one;
-use crate::engine::inventory::ObjectId;
-use crate::engine::kubectl::{Invocation, Kubectl, KubectlConfig};
-use crate::engine::overlay::RenderedOverlay;
+use crate::engine::host::{
+    FIELD_MANAGER, Invocation, Kubectl, KubectlConfig, ObjectId, RenderedOverlay, build_one,
+};
 use crate::kind::Step;
 use crate::kinds::pruning::Fate;
 use crate::kinds::{OwnedObjects, RenderOutput};
@@ -37,7 +35,7 @@ pub enum DiffError {
     Render(#[from] RenderCommandError),
     /// kubectl could not be found or started.
     #[error(transparent)]
-    Kubectl(#[from] crate::engine::kubectl::KubectlError),
+    Kubectl(#[from] crate::engine::host::KubectlError),
     /// An overlay could not be handed to kubectl.
     #[error("{0}")]
     Io(String),

@@ -18,18 +18,23 @@ use kube::runtime::Controller;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-pub use crate::engine::identity::check_account_name;
-pub use crate::engine::inventory::{Inventory, OWNER_ANNOTATION, OWNER_LABEL, ObjectId, Owner};
 pub use crate::engine::kubectl::CommandRecord;
-pub use crate::engine::overlay::{
+pub use crate::engine::model::identity::check_account_name;
+pub use crate::engine::model::inventory::{
+    Inventory, OWNER_ANNOTATION, OWNER_LABEL, ObjectId, Owner,
+};
+pub use crate::engine::model::overlay::{
     ConfigMapGenerator, GeneratorOptions, Labels, Overlay, PatchTemplate, ResourceTemplate, Target,
     kustomize_refuses,
 };
-pub use crate::engine::shard::SHARD_LABEL;
-pub use crate::engine::status::{
+pub use crate::engine::model::shard::SHARD_LABEL;
+pub use crate::engine::model::status::{
     CommonStatus, Condition, ConditionStatus, ConditionType, Reason, truncate,
 };
-pub use crate::engine::templates::{KustomizeDir, TemplateError};
+pub use crate::engine::model::templates::{KustomizeDir, TemplateError};
+
+#[cfg(test)]
+pub(crate) use crate::engine::model::status::ConditionUpdate;
 
 /// A custom resource type the engine can serve: a typed one (derived with
 /// `kube::CustomResource`) or `kube::api::DynamicObject` for declared kinds.

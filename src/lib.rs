@@ -7,7 +7,12 @@
 //! outcome in the resource's status.
 //!
 //! Kinds are written against the facade in [`kind`]; the engine behind it
-//! is private to the crate.
+//! is private to the crate. The code that hosts the engine (the operator,
+//! `render`, `diff`, the manifests, the metrics, the kind registry and
+//! pruning) reaches it through its second facade, `engine::host`, and
+//! through nothing else: outside `src/engine/`, only `kind.rs` and
+//! `engine::host` name engine paths (`hack/check-imports` checks it, and
+//! that no modules import each other in a circle).
 
 pub mod cli;
 pub mod diff;
@@ -21,9 +26,9 @@ pub mod memory;
 pub mod metrics;
 pub mod operator;
 pub mod render;
+pub mod source;
 
-pub use engine::controller::ReconcileError;
-pub use engine::kubectl::KubectlStats;
+pub use engine::host::{KubectlStats, ReconcileError};
 pub use kind::{Handler, HandlerError, Plan, Step};
 pub use kinds::KindName;
 pub use operator::{Operator, StartError};

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use crate::cli::{CrdArgs, KindsError, RbacArgs};
-use crate::engine::kubectl::{Kubectl, KubectlConfig, KubectlError};
+use crate::engine::host::{Kubectl, KubectlConfig, KubectlError};
 use crate::kinds::declared::rbac::{self, Subject};
 use crate::kinds::registry::Kind;
 
@@ -105,7 +105,7 @@ pub async fn rbac_yaml(args: &RbacArgs) -> Result<Vec<(String, String)>, Manifes
         let Kind::Declared(declared) = kind else {
             return Err(ManifestError::Builtin(kind.name().to_string()));
         };
-        let base = crate::engine::build_base(&kubectl, work.path(), &dir, declared.name())
+        let base = crate::engine::host::build_base(&kubectl, work.path(), &dir, declared.name())
             .await
             .map_err(|reason| ManifestError::Base {
                 file: declared.path.display().to_string(),

@@ -10,10 +10,10 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::{KindsError, RunArgs};
-use crate::engine::batch::BatchSettings;
-use crate::engine::kubectl::{Kubectl, KubectlConfig, KubectlError, KubectlStats};
-use crate::engine::status::OUTPUT_LIMIT;
-use crate::engine::{Engine, Settings};
+use crate::engine::host::{
+    BatchSettings, Engine, Kubectl, KubectlConfig, KubectlError, KubectlStats, OUTPUT_LIMIT,
+    Settings,
+};
 use crate::kinds::KindOptions;
 use crate::kinds::registry::Kind;
 use crate::leader::{LeaderConfig, LeaderConfigError, LeaderElector};
@@ -200,7 +200,7 @@ impl Operator {
         }
         let engine = self.engine.clone();
         self.tasks.spawn(crate::memory::every(
-            crate::engine::FORGET_EVERY,
+            crate::engine::host::FORGET_EVERY,
             self.shutdown.clone(),
             move || engine.forget_expired(),
         ));

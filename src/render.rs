@@ -11,6 +11,7 @@ use kube::api::{Api, DynamicObject};
 use crate::cli::{CommonArgs, KindsError};
 use crate::kind::Step;
 use crate::kinds::{OwnedObjects, RenderError, RenderOutput};
+pub use crate::source::{BadReference, ResourceRef, Source};
 
 /// Why `render` (or `diff`) could not render the resource.
 #[derive(Debug, thiserror::Error)]
@@ -32,8 +33,8 @@ pub enum RenderCommandError {
         reason: String,
     },
     /// A reference is not `KIND/NAME`.
-    #[error("{0:?} is not KIND/NAME (for example sample/web)")]
-    Reference(String),
+    #[error(transparent)]
+    Reference(#[from] BadReference),
     /// The cluster could not be reached or read.
     #[error("cannot read {what} from the cluster: {reason}")]
     Cluster {
@@ -58,47 +59,6 @@ pub enum RenderCommandError {
         path: PathBuf,
         /// What is wrong.
         reason: String,
-    },
-}
-
-/// A resource in the cluster, as the command line names it: `KIND/NAME`
-/// (KIND: the kind's short name, kind, plural, singular or CRD short name).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ResourceRef {
-    /// The kind, as given.
-    pub kind: String,
-    /// The resource's name.
-    pub name: String,
-}
-
-impl std::str::FromStr for ResourceRef {
-    type Err = RenderCommandError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.split_once('/') {
-            Some((kind, name)) if !kind.is_empty() && !name.is_empty() && !name.contains('/') => {
-                Ok(Self {
-                    kind: kind.to_string(),
-                    name: name.to_string(),
-                })
-            }
-            _ => Err(RenderCommandError::Reference(s.to_string())),
-        }
-    }
-}
-
-/// Where the resource to render comes from.
-#[derive(Debug, Clone)]
-pub enum Source {
-    /// A YAML file: the resource first, then any documents its kind needs.
-    File(PathBuf),
-    /// The cluster in KUBECONFIG: this resource, in `namespace` (default:
-    /// the kubeconfig's) when its kind is namespaced.
-    Live {
-        /// The resource.
-        reference: ResourceRef,
-        /// Its namespace.
-        namespace: Option<String>,
     },
 }
 
@@ -235,7 +195,7 @@ fn write(prepared: &Prepared, out: &Path) -> Result<RenderSummary, RenderCommand
             path: target.clone(),
             reason,
         };
-        crate::engine::overlay::private_dir(&target).map_err(|e| output_err(e.to_string()))?;
+        crate::engine::host::private_dir(&target).map_err(|e| output_err(e.to_string()))?;
         rendered
             .write_to(&target)
             .map_err(|e| output_err(e.to_string()))?;
@@ -338,19 +298,5 @@ fn prepare_out(out: &Path) -> Result<(), RenderCommandError> {
             return Err(output_err("exists and is not empty".into()));
         }
     }
-    crate::engine::overlay::private_dir(out).map_err(|e| output_err(e.to_string()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_reference_is_kind_slash_name() {
-        let r: ResourceRef = "sample/web".parse().unwrap();
-        assert_eq!((r.kind.as_str(), r.name.as_str()), ("sample", "web"));
-        for bad in ["sample", "/web", "sample/", "a/b/c", ""] {
-            assert!(bad.parse::<ResourceRef>().is_err(), "{bad}");
-        }
-    }
+    crate::engine::host::private_dir(out).map_err(|e| output_err(e.to_string()))
 }

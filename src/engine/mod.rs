@@ -1,53 +1,38 @@
 //! The engine: the only code that spawns kubectl, writes files or writes
-//! status. Kinds reach it only through the facade in [`crate::kind`].
+//! status. Two facades lead in, and nothing else outside this folder names
+//! an engine path (`hack/check-imports` fails the build's checks if it
+//! does): kinds use [`crate::kind`], which re-exports the engine's
+//! vocabulary; the code that hosts the engine (the operator, `render`,
+//! `diff`, the manifests, the metrics, the kind registry, pruning) uses
+//! [`host`].
 //!
-//! - [`controller`]: the watch, the finalizer, backoff, one reconcile;
-//!   `triggers`: which changes start one (status writes do not);
-//! - `reconcile` / `cleanup`: the apply path and the deletion path;
-//! - `steps`: a plan's steps carried out (build, ownership check, apply,
-//!   prune, deletes);
-//! - [`outcome`]: the outcome of a reconcile → status (one pure function);
-//! - `status_writer`: the one place status is written; `parked`: the
-//!   status of an apply that waits for its objects' first look;
-//! - [`inventory`], `ownership`: what a resource owns, and who owns what;
-//! - [`identity`]: whose rights a resource's writes use (the operator's,
-//!   or a ServiceAccount of the resource's namespace, impersonated);
-//! - [`overlay`], [`templates`]: overlays as data → files;
-//! - `build`, `applier`, `batch`: kubectl runs, coalesced;
-//! - [`kubectl`]: the runner (argv only, timeout, process group, bounded output);
-//! - `watch`, `observed`, `health`, `checkup`: the live state of owned
-//!   objects (compact, from watches) and their health;
-//! - `events`: Kubernetes events.
+//! Four folders, named after the stages, with imports pointing one way
+//! (`reconcile` → `run` / `live` → `model` → [`kubectl`]):
+//!
+//! - [`reconcile`]: the controller of a kind (the watch, the finalizer,
+//!   backoff, which changes start a reconcile), the apply and deletion
+//!   paths, a plan's steps, the health checkup, the one status writer,
+//!   parked statuses, events; `reconcile::context` (what a reconcile
+//!   shares, and why one failed) is a leaf they all use;
+//! - [`run`]: building and applying (`kubectl kustomize`, `kubectl apply`),
+//!   coalesced into batched kubectl runs; kept overlays;
+//! - [`live`]: the live state of owned objects (compact, from watches),
+//!   their health, and who owns what;
+//! - [`model`]: what kinds see and use, as data: status and the outcome →
+//!   status mapping (one pure function), inventory, identity (whose rights
+//!   a resource's writes use), overlays and templates, shards;
+//! - [`kubectl`]: the runner (argv only, timeout, process group, bounded
+//!   output), at the bottom.
+//!
+//! [`Engine`] (this module) holds what every reconcile shares; only the
+//! reconcile stage reaches into it.
 
-mod applier;
-pub(crate) mod batch;
-mod build;
-mod checkup;
-mod cleanup;
-pub(crate) mod controller;
-pub(crate) mod dynamic_kind;
-mod events;
-mod expiring;
-mod health;
-pub(crate) mod identity;
-pub(crate) mod inventory;
-mod kept;
+pub(crate) mod host;
 pub(crate) mod kubectl;
-mod observed;
-pub(crate) mod outcome;
-pub(crate) mod overlay;
-pub(crate) mod ownership;
-mod parked;
-mod primer;
+mod live;
+pub(crate) mod model;
 mod reconcile;
-pub mod shard;
-pub(crate) mod status;
-mod status_writer;
-mod steps;
-pub(crate) mod templates;
-mod triggers;
-mod waiters;
-mod watch;
+mod run;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -55,23 +40,18 @@ use std::time::Duration;
 
 use kube::Client;
 
-use self::applier::{Applied, ApplyJob};
-use self::batch::{BatchSettings, Queue};
-use self::build::{BuildJob, Built};
-use self::events::Events;
-use self::expiring::Expiring;
 use self::kubectl::Kubectl;
-use self::ownership::Discovery;
-use self::parked::ParkedStatuses;
-use self::status_writer::StatusMemo;
-use self::templates::KustomizeDir;
-use self::watch::ObjectCache;
+use self::live::ownership::Discovery;
+use self::live::watch::ObjectCache;
+use self::model::templates::KustomizeDir;
+use self::reconcile::events::Events;
+use self::reconcile::expiring::Expiring;
+use self::reconcile::parked::ParkedStatuses;
+use self::reconcile::status_writer::StatusMemo;
+use self::run::applier::{self, Applied, ApplyJob};
+use self::run::batch::{BatchSettings, Queue};
+use self::run::build::{self, BuildJob, Built};
 use crate::metrics::Metrics;
-
-pub(crate) use self::build::{build_base, build_one};
-pub(crate) use self::reconcile::{Rendered, render as render_plan};
-pub(crate) use self::status_writer::COMMON_KEYS as COMMON_STATUS_KEYS;
-pub(crate) use self::watch::always_current_kind;
 
 /// The field manager of the engine's server-side applies (objects and status).
 pub const FIELD_MANAGER: &str = "kustomize-operator";

@@ -17,10 +17,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::CustomResourceExt;
 use kube::api::ListParams;
 
-use crate::engine::Engine;
-use crate::engine::inventory::Owner;
-use crate::engine::overlay::{Marking, OverlayError};
-use crate::engine::{Rendered, render_plan};
+use crate::engine::host::{Engine, Marking, OverlayError, Owner, Rendered, render_plan};
 use crate::kind::{FieldConflicts, Handler, HandlerError, KustomizeDir, Step};
 
 /// Settings handlers take from the command line.
@@ -137,7 +134,7 @@ macro_rules! kinds {
                 match self {
                     $(KindName::$variant => {
                         let handler = Arc::new(<$handler as FromOptions>::from_options(options));
-                        crate::engine::controller::run(engine, handler, shutdown).await
+                        crate::engine::host::run_controller(engine, handler, shutdown).await
                     })*
                 }
             }
@@ -241,7 +238,7 @@ pub struct RenderOutput {
     /// The steps.
     pub steps: Vec<Step>,
     /// Each step's overlay, rendered (`None` for steps without one).
-    pub overlays: Vec<Option<crate::engine::overlay::RenderedOverlay>>,
+    pub overlays: Vec<Option<crate::engine::host::RenderedOverlay>>,
     /// The kind's own status fields the plan writes, as JSON.
     pub status: Option<serde_json::Value>,
     /// The engine takes back fields other managers changed on the

@@ -13,8 +13,7 @@ use std::collections::BTreeSet;
 use kube::Client;
 use kube::api::ObjectMeta;
 
-use crate::engine::inventory::{ObjectId, Owner};
-use crate::engine::ownership::{self, Discovery, Inspected, Verdict};
+use crate::engine::host::{Discovery, Inspected, ObjectId, Owner, Verdict, ownership};
 use crate::kind::api_message;
 
 /// What a run prunes from.
@@ -119,7 +118,7 @@ mod tests {
     use kube::api::ApiResource;
 
     use super::*;
-    use crate::engine::ownership::Served;
+    use crate::engine::host::Served;
 
     fn id(name: &str) -> ObjectId {
         ObjectId {

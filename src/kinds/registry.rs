@@ -11,7 +11,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 
 use super::declared::{self, DeclaredHandler, DeclaredKind, KindFileError};
 use super::{KindName, KindOptions, OwnedObjects, RenderError, RenderOutput};
-use crate::engine::Engine;
+use crate::engine::host::Engine;
 use crate::kind::KustomizeDir;
 
 /// One kind.
@@ -98,7 +98,7 @@ impl Kind {
             Self::Builtin(k) => k.run(engine, options, shutdown).await,
             Self::Declared(d) => {
                 let handler = Arc::new(DeclaredHandler::new(d.clone()));
-                crate::engine::controller::run(engine, handler, shutdown).await;
+                crate::engine::host::run_controller(engine, handler, shutdown).await;
             }
         }
     }

@@ -24,6 +24,7 @@ pub mod budget;
 mod flags;
 pub mod marker;
 pub mod observe;
+pub mod observed;
 pub mod paging;
 pub mod plan;
 pub mod resource;
@@ -46,6 +47,10 @@ use crate::kind::{
 };
 use crate::kinds::{FromOptions, KindOptions};
 use plan::Rails;
+
+// The default read budget holds two rules at the default byte cap
+// (budget.rs, plan.rs).
+const _: () = assert!(budget::DEFAULT_READ_BUDGET >= 2 * plan::DEFAULT_MAX_BYTES);
 
 /// The kind's short name (`--kinds copyrator`, `kustomize/copyrator`).
 pub const NAME: &str = "copyrator";
@@ -118,7 +123,7 @@ impl FromOptions for CopyratorHandler {
 
 impl Handler for CopyratorHandler {
     type Resource = CopyratorRule;
-    type Observed = observe::Observed;
+    type Observed = observed::Observed;
     type Status = CopiesStatus;
 
     fn info(&self) -> &KindInfo<()> {
@@ -137,7 +142,7 @@ impl Handler for CopyratorHandler {
         &self,
         rule: &CopyratorRule,
         client: &kube::Client,
-    ) -> Result<observe::Observed, HandlerError> {
+    ) -> Result<observed::Observed, HandlerError> {
         let resolved = rule.resolve()?;
         self.rails.scope.check_rule_namespace(&resolved.namespace)?;
         observe::observe(
@@ -154,14 +159,14 @@ impl Handler for CopyratorHandler {
         &self,
         rule: &CopyratorRule,
         documents: &[serde_json::Value],
-    ) -> Result<observe::Observed, HandlerError> {
+    ) -> Result<observed::Observed, HandlerError> {
         observe::observe_offline(&rule.resolve()?, documents)
     }
 
     fn plan(
         &self,
         rule: &CopyratorRule,
-        observed: &observe::Observed,
+        observed: &observed::Observed,
     ) -> Result<Plan<CopiesStatus>, HandlerError> {
         let last_digest = rule
             .status

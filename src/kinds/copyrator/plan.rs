@@ -30,7 +30,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use super::marker;
-use super::observe::{NamespaceState, Object, Observed};
+use super::observed::{NamespaceState, Object, Observed};
 use super::resource::{CopiesStatus, DeletionPolicy, ResolvedRule, RuleType, TargetStatus};
 use super::scope::Scope;
 use crate::kind::{
@@ -720,7 +720,7 @@ fn name_list(names: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kinds::copyrator::observe::Content;
+    use crate::kinds::copyrator::observed::Content;
 
     type P = Plan<CopiesStatus>;
 

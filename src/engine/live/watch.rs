@@ -16,10 +16,10 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::Value;
 use tokio::sync::broadcast;
 
-use super::inventory::{OWNER_LABEL, ObjectId};
 use super::observed::Observed;
 use super::ownership::{Discovery, Served};
 use super::waiters::Waiters;
+use crate::engine::model::inventory::{OWNER_LABEL, ObjectId};
 use crate::kind::api_message;
 
 /// How long the first list of a new watch may take before reads go on

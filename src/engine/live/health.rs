@@ -6,7 +6,7 @@
 
 use serde_json::Value;
 
-use super::inventory::ObjectId;
+use crate::engine::model::inventory::ObjectId;
 
 /// What an object's state says.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -12,8 +12,8 @@ use kube::api::ObjectMeta;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Value, json};
 
-use super::dynamic_kind::dynamic_kind;
-use super::inventory::OWNER_ANNOTATION;
+use crate::engine::model::dynamic_kind::dynamic_kind;
+use crate::engine::model::inventory::OWNER_ANNOTATION;
 
 /// One watched object: its kind is the watch's [`ApiResource`].
 #[derive(Clone, Debug)]

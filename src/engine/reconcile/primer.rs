@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use kube::runtime::watcher;
 
-use super::Engine;
-use super::inventory::{Inventory, ObjectId};
+use crate::engine::Engine;
+use crate::engine::model::inventory::{Inventory, ObjectId};
 use crate::kind::Handler;
 
 /// A kind of owned object in one namespace: `apps/v1`, `Deployment`, namespace.
@@ -72,7 +72,7 @@ fn new_kinds(started: &mut HashSet<KindIn>, inventory: Inventory) -> Vec<ObjectI
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::inventory::InventoryGroup;
+    use crate::engine::model::inventory::InventoryGroup;
 
     fn group(kind: &str, namespace: &str, names: &[&str]) -> InventoryGroup {
         InventoryGroup {

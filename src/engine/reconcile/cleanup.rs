@@ -9,15 +9,15 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 
-use super::controller::{Context, ReconcileError};
-use super::identity::Identity;
-use super::inventory::{ObjectId, Owner};
-use super::outcome::Failure;
-use super::overlay::Marking;
-use super::reconcile::{fail, publish, render};
-use super::status::Reason;
+use super::apply::{fail, publish, render};
+use super::context::{Context, ReconcileError};
 use super::status_writer::{self, Current};
 use super::steps::{self, Actor, Done};
+use crate::engine::model::identity::Identity;
+use crate::engine::model::inventory::{ObjectId, Owner};
+use crate::engine::model::outcome::Failure;
+use crate::engine::model::overlay::Marking;
+use crate::engine::model::status::Reason;
 use crate::kind::{Deletion, EventType, Handler, Step};
 
 /// Objects named in the deletion event.
@@ -80,7 +80,7 @@ fn forget<H: Handler>(ctx: &Context<H>, obj: &H::Resource) {
         ctx.engine.parked.release(&uid);
     }
     if let Some(dir) = ctx.kept_overlay(obj.meta()) {
-        super::kept::remove(&dir);
+        crate::engine::run::kept::remove(&dir);
     }
 }
 

@@ -6,7 +6,6 @@ use std::future::Future;
 use std::sync::Arc;
 
 use futures::StreamExt;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
@@ -16,96 +15,12 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tokio::sync::broadcast;
 
-use super::identity::{self, Identity};
-use super::inventory::Owner;
-use super::outcome::Failure;
+use super::context::{Context, ReconcileError};
 use super::primer::Primer;
-use super::status::Reason;
 use super::triggers::Triggers;
-use super::{Engine, backoff, cleanup, reconcile};
+use super::{apply, cleanup};
+use crate::engine::{Engine, backoff};
 use crate::kind::{DynType, Handler};
-
-/// Why a reconcile did not succeed (its status says it in full).
-#[derive(Debug, thiserror::Error)]
-pub enum ReconcileError {
-    /// The reconcile failed; the resource's status and an event say why.
-    #[error("{reason}: {message}")]
-    Failed {
-        /// The condition reason.
-        reason: Reason,
-        /// What went wrong.
-        message: String,
-        /// Retrying cannot help until the resource changes.
-        permanent: bool,
-    },
-    /// An API call failed (e.g. writing status).
-    #[error(transparent)]
-    Kube(#[from] kube::Error),
-}
-
-/// What every reconcile of one kind shares.
-pub(crate) struct Context<H: Handler> {
-    pub engine: Arc<Engine>,
-    pub handler: Arc<H>,
-    /// Which watch events start a reconcile (status writes do not).
-    pub triggers: Arc<Triggers>,
-}
-
-impl<H: Handler> Context<H> {
-    /// Where `--keep-overlays` keeps the overlay of the resource `meta`
-    /// describes (`None` when overlays are not kept).
-    pub(crate) fn kept_overlay(&self, meta: &ObjectMeta) -> Option<std::path::PathBuf> {
-        let root = self.engine.settings.keep_overlays.as_ref()?;
-        Some(super::kept::dir(
-            root,
-            &self.handler.info().name,
-            meta.namespace.as_deref(),
-            meta.name.as_deref().unwrap_or_default(),
-        ))
-    }
-
-    /// `kind/namespace/name`, for logs and the backoff counter.
-    pub fn key(&self, obj: &H::Resource) -> String {
-        format!(
-            "{}/{}/{}",
-            self.handler.info().name,
-            obj.namespace().unwrap_or_default(),
-            obj.name_any()
-        )
-    }
-
-    /// Whose rights the writes of `owner` use: a ServiceAccount of its
-    /// namespace when the kind writes for tenants and an account is named
-    /// (by the kind, else by `--default-service-account`), else the
-    /// operator's own. `Forbidden` in a namespace never acted in.
-    pub fn identity(&self, owner: &Owner) -> Result<Identity, Failure> {
-        let policy = &self.handler.info().policy;
-        let settings = &self.engine.settings;
-        let account = policy
-            .tenant_writes
-            .then(|| {
-                policy
-                    .service_account
-                    .as_deref()
-                    .or(settings.default_service_account.as_deref())
-            })
-            .flatten();
-        identity::for_owner(owner, account, settings.operator_namespace.as_deref())
-            .map_err(|e| Failure::new(Reason::Forbidden, e.to_string()))
-    }
-
-    /// The resource as the owner of what it applies.
-    pub fn owner(&self, obj: &H::Resource) -> Option<Owner> {
-        let dt = &self.handler.info().dyn_type;
-        Some(Owner {
-            api_version: H::Resource::api_version(dt).into_owned(),
-            kind: H::Resource::kind(dt).into_owned(),
-            namespace: obj.namespace(),
-            name: obj.name_any(),
-            uid: obj.uid()?,
-        })
-    }
-}
 
 /// Runs the controller for one kind until `shutdown` resolves.
 pub async fn run<H: Handler>(
@@ -115,8 +30,9 @@ pub async fn run<H: Handler>(
 ) {
     let namespace = engine.settings.namespace.clone();
     let api = handler.api(engine.client.clone(), namespace.as_deref());
-    let shard = super::shard::selector(engine.settings.shard.as_deref());
-    let selector = super::shard::combine(handler.watch_selector(namespace.as_deref()), &shard);
+    let shard = crate::engine::model::shard::selector(engine.settings.shard.as_deref());
+    let selector =
+        crate::engine::model::shard::combine(handler.watch_selector(namespace.as_deref()), &shard);
     let watch = watcher::Config::default().any_semantic().labels(&selector);
     let dyn_type = handler.info().dyn_type.clone();
     // The controller's own reflector, fed objects without what no handler
@@ -194,7 +110,7 @@ async fn write_parked<H: Handler>(ctx: &Context<H>, store: &reflector::Store<H::
 }
 
 /// The resources of this kind whose owned objects changed (as the
-/// watches of [`super::watch`] see them).
+/// watches of [`crate::engine::live::watch`] see them).
 fn owners_of_changed_objects<H: Handler>(
     engine: &Engine,
     dyn_type: DynType<H::Resource>,
@@ -288,7 +204,7 @@ async fn reconcile_one<H: Handler>(
     };
     let result = finalizer(&api, &finalizer_name, obj.clone(), |event| async {
         match event {
-            FinalizerEvent::Apply(obj) => reconcile::apply(&ctx, &obj).await,
+            FinalizerEvent::Apply(obj) => apply::apply(&ctx, &obj).await,
             FinalizerEvent::Cleanup(obj) => cleanup::cleanup(&ctx, &obj).await,
         }
     })

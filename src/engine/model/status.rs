@@ -10,7 +10,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::inventory::Inventory;
-use super::kubectl::CommandRecord;
+use crate::engine::kubectl::CommandRecord;
 
 /// Longest condition message kept, in bytes.
 pub const MESSAGE_LIMIT: usize = 1024;

@@ -12,16 +12,16 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 
-use super::applier::{ApplyJob, Document};
-use super::build::BuildJob;
-use super::identity::Identity;
-use super::inventory::{MAX_INVENTORY, ObjectId, Owner};
-use super::kubectl::{CommandRecord, Invocation};
-use super::outcome::Failure;
-use super::overlay::RenderedOverlay;
-use super::ownership::{self, Inspected, Served, Verdict};
-use super::status::Reason;
-use super::{Engine, FIELD_MANAGER};
+use crate::engine::kubectl::{CommandRecord, Invocation};
+use crate::engine::live::ownership::{self, Inspected, Served, Verdict};
+use crate::engine::model::identity::Identity;
+use crate::engine::model::inventory::{MAX_INVENTORY, ObjectId, Owner};
+use crate::engine::model::outcome::Failure;
+use crate::engine::model::overlay::RenderedOverlay;
+use crate::engine::model::status::Reason;
+use crate::engine::run::applier::{ApplyJob, Document};
+use crate::engine::run::build::BuildJob;
+use crate::engine::{Engine, FIELD_MANAGER};
 use crate::kind::{FieldConflicts, api_message};
 
 /// Objects per `kubectl apply` (larger applies are split).
@@ -312,7 +312,7 @@ pub(crate) fn apply_failure(
 /// The message for a failed run: the summary line plus the stderr tail.
 pub(crate) fn failure_message(record: &CommandRecord) -> String {
     let summary = record.summary();
-    let tail = super::status::keep_tail(record.stderr.trim(), 512);
+    let tail = crate::engine::model::status::keep_tail(record.stderr.trim(), 512);
     let tail: String = tail
         .lines()
         .filter(|l| !l.starts_with("Warning:"))
@@ -733,7 +733,7 @@ mod tests {
             uid: "u".into(),
         };
         let marked = json!({"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": "x", "namespace": "a", "labels": {super::super::inventory::OWNER_LABEL: "u"}}});
+            "metadata": {"name": "x", "namespace": "a", "labels": {crate::engine::model::inventory::OWNER_LABEL: "u"}}});
         let unmarked = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "y"}});
         assert_eq!(
             identify(&owner, std::slice::from_ref(&marked))

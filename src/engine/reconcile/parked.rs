@@ -25,8 +25,8 @@ use tokio::time::{Duration, Instant};
 
 use super::checkup::Waiting;
 use super::expiring::Expiring;
-use super::outcome::Applied;
-use super::status::{CommonStatus, StatusText};
+use crate::engine::model::outcome::Applied;
+use crate::engine::model::status::{CommonStatus, StatusText};
 
 /// A parked status is dropped this long after its deadline at the latest
 /// (its resource went away, or this process stopped reconciling it).
@@ -118,8 +118,8 @@ impl ParkedStatuses {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::inventory::Inventory;
-    use crate::engine::outcome::HealthState;
+    use crate::engine::model::inventory::Inventory;
+    use crate::engine::model::outcome::HealthState;
     use serde_json::json;
 
     fn parked(message: &str, until: Instant) -> Parked {

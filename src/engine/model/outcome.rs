@@ -7,11 +7,11 @@
 //! they will not, and every outcome records the generation it describes.
 
 use super::inventory::Inventory;
-use super::kubectl::CommandRecord;
 use super::status::{
     CommonStatus, ConditionStatus, ConditionType, ConditionUpdate, Reason, SHORT_MESSAGE_LIMIT,
     one_line,
 };
+use crate::engine::kubectl::CommandRecord;
 
 /// What a reconcile came to.
 #[derive(Debug, Clone, PartialEq)]

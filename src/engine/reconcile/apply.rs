@@ -10,14 +10,16 @@ use kube::{Resource, ResourceExt};
 use sha2::{Digest, Sha256};
 
 use super::checkup::{self, Source};
-use super::controller::{Context, ReconcileError};
-use super::inventory::{Inventory, ObjectId, Owner, prune_set};
-use super::outcome::{self, Applied, Failure, HealthState, Outcome};
-use super::overlay::{Marking, RenderedOverlay};
+use super::context::{Context, ReconcileError};
 use super::parked::{ApplyRecord, Parked};
-use super::status::{CommonStatus, ConditionStatus, ConditionType, Reason, StatusText};
 use super::status_writer::{self, Current};
 use super::steps::{self, Actor, Done};
+use crate::engine::model::inventory::{Inventory, ObjectId, Owner, prune_set};
+use crate::engine::model::outcome::{self, Applied, Failure, HealthState, Outcome};
+use crate::engine::model::overlay::{Marking, RenderedOverlay};
+use crate::engine::model::status::{
+    CommonStatus, ConditionStatus, ConditionType, Reason, StatusText,
+};
 use crate::kind::{EventType, Handler, OnFailure, Plan, PlannedEvent, Step};
 
 /// A run that takes longer than this shows `Reconciling=True` meanwhile.
@@ -46,9 +48,9 @@ pub(crate) struct Rendered {
 /// Renders every overlay of `plan`; owned ones get `marking`.
 pub(crate) fn render<S>(
     plan: &Plan<S>,
-    templates: &super::templates::KustomizeDir,
+    templates: &crate::engine::model::templates::KustomizeDir,
     marking: &Marking,
-) -> Result<Rendered, super::overlay::OverlayError> {
+) -> Result<Rendered, crate::engine::model::overlay::OverlayError> {
     let mut hasher = Sha256::new();
     let mut overlays = Vec::with_capacity(plan.steps.len());
     for step in &plan.steps {
@@ -439,7 +441,7 @@ fn keep<K: Resource>(
     built: Option<&[serde_json::Value]>,
 ) {
     if let Some(dir) = ctx.kept_overlay(obj.meta()) {
-        super::kept::keep(&dir, overlay, built);
+        crate::engine::run::kept::keep(&dir, overlay, built);
     }
 }
 

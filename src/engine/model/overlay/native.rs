@@ -243,8 +243,8 @@ fn in_print_order(mut objects: Vec<Value>) -> Option<Vec<Value>> {
 mod tests {
     use super::super::{Overlay, PatchTemplate, Target};
     use super::*;
-    use crate::engine::inventory::Owner;
-    use crate::engine::templates::KustomizeDir;
+    use crate::engine::model::inventory::Owner;
+    use crate::engine::model::templates::KustomizeDir;
     use serde_json::json;
 
     const DEPLOYMENT: &str = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: nginx\nspec:\n  replicas: 1\n  selector:\n    matchLabels: {app: nginx}\n  template:\n    metadata:\n      labels: {app: nginx}\n    spec:\n      containers: [{name: nginx, image: nginx}]\n";

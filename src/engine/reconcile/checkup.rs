@@ -1,5 +1,5 @@
 //! Looking at what a resource applied: how healthy its objects are (by the
-//! rules in [`super::health`], on the state the watches keep or a fresh
+//! rules in [`crate::engine::live::health`], on the state the watches keep or a fresh
 //! read), whether one went missing, and the kind's status fields read from
 //! them. The verdict over time (still waiting, or stalled after the health
 //! timeout) is one pure function, [`verdict`].
@@ -9,12 +9,12 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-use super::controller::Context;
-use super::health::{self, Health};
-use super::inventory::ObjectId;
-use super::outcome::HealthState;
-use super::status::{CommonStatus, ConditionStatus, ConditionType, Reason};
-use super::watch::Seen;
+use super::context::Context;
+use crate::engine::live::health::{self, Health};
+use crate::engine::live::watch::Seen;
+use crate::engine::model::inventory::ObjectId;
+use crate::engine::model::outcome::HealthState;
+use crate::engine::model::status::{CommonStatus, ConditionStatus, ConditionType, Reason};
 use crate::kind::Handler;
 
 /// Objects named in a health message.
@@ -199,7 +199,7 @@ fn named<'a>(lines: impl Iterator<Item = &'a String>) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::outcome::{self, Outcome};
+    use crate::engine::model::outcome::{self, Outcome};
 
     fn t(s: &str) -> jiff::Timestamp {
         s.parse().unwrap()

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::kubectl::{Kubectl, Slot};
+use crate::engine::kubectl::{Kubectl, Slot};
 
 /// How runs are coalesced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,5 +1,5 @@
 //! The one place status is written: a server-side apply of the whole status
-//! (the engine's fields, from [`super::outcome::status_after`], beside the
+//! (the engine's fields, from [`crate::engine::model::outcome::status_after`], beside the
 //! kind's own fields), and the memory that hides the watch cache's lag
 //! behind these writes.
 //!
@@ -20,8 +20,8 @@ use tokio::time::{Duration, Instant};
 
 use super::expiring::Expiring;
 use super::parked::Parked;
-use super::status::{CommonStatus, StatusText};
-use super::{Engine, FIELD_MANAGER};
+use crate::engine::model::status::{CommonStatus, StatusText};
+use crate::engine::{Engine, FIELD_MANAGER};
 use crate::kind::Handler;
 
 /// The engine's keys in a status; every other key is the kind's.

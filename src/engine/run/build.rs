@@ -15,9 +15,9 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::batch::{self, Job, Member, Runner};
-use super::inventory::OWNER_LABEL;
-use super::kubectl::{CommandRecord, Invocation, Kubectl, Slot};
-use super::overlay::RenderedOverlay;
+use crate::engine::kubectl::{CommandRecord, Invocation, Kubectl, Slot};
+use crate::engine::model::inventory::OWNER_LABEL;
+use crate::engine::model::overlay::RenderedOverlay;
 
 /// One overlay to build.
 pub(crate) struct BuildJob {
@@ -106,7 +106,7 @@ async fn build_together(
     kubectl: &Kubectl,
     work_dir: &Path,
 ) -> Option<Vec<Vec<Value>>> {
-    let write = |dir: &Path| -> Result<(), super::overlay::OverlayError> {
+    let write = |dir: &Path| -> Result<(), crate::engine::model::overlay::OverlayError> {
         let mut root = RootKustomization::default();
         for (i, m) in batch.iter().enumerate() {
             let sub = format!("r{i:04}");
@@ -116,7 +116,7 @@ async fn build_together(
             root.resources.push(sub);
         }
         let yaml = serde_saphyr::to_string(&root).map_err(|e| {
-            super::overlay::OverlayError::Serialize {
+            crate::engine::model::overlay::OverlayError::Serialize {
                 what: "kustomization.yaml".into(),
                 reason: e.to_string(),
             }
@@ -128,8 +128,8 @@ async fn build_together(
     split_by_owner(manifests, batch)
 }
 
-fn write_error(path: &Path, source: std::io::Error) -> super::overlay::OverlayError {
-    super::overlay::OverlayError::Write {
+fn write_error(path: &Path, source: std::io::Error) -> crate::engine::model::overlay::OverlayError {
+    crate::engine::model::overlay::OverlayError::Write {
         path: path.display().to_string(),
         source,
     }
@@ -141,7 +141,7 @@ async fn build_dir(
     work_dir: &Path,
     kubectl: &Kubectl,
     slot: Slot,
-    write: impl FnOnce(&Path) -> Result<(), super::overlay::OverlayError>,
+    write: impl FnOnce(&Path) -> Result<(), crate::engine::model::overlay::OverlayError>,
 ) -> Built {
     let failure = |message: String| BuildFailure {
         message,
@@ -182,10 +182,10 @@ async fn build_dir(
 pub(crate) async fn build_base(
     kubectl: &Kubectl,
     work_dir: &Path,
-    templates: &super::templates::KustomizeDir,
+    templates: &crate::engine::model::templates::KustomizeDir,
     kind: &str,
 ) -> Result<Vec<Value>, String> {
-    let overlay = super::overlay::Overlay {
+    let overlay = crate::engine::model::overlay::Overlay {
         base: Some(kind.to_string()),
         ..Default::default()
     }

@@ -19,7 +19,7 @@ use std::sync::{Mutex, MutexGuard};
 use tokio::time::{Duration, Instant};
 
 use super::expiring::Expiring;
-use super::status::truncate;
+use crate::engine::model::status::truncate;
 use crate::kind::EventType;
 
 /// How long a published event can still become a series.

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::overlay::{RenderedOverlay, is_secret, private_dir};
+use crate::engine::model::overlay::{RenderedOverlay, is_secret, private_dir};
 
 /// The directory of one resource's kept overlay.
 pub(crate) fn dir(root: &Path, kind: &str, namespace: Option<&str>, name: &str) -> PathBuf {
@@ -51,7 +51,7 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     use super::*;
-    use crate::engine::overlay::Overlay;
+    use crate::engine::model::overlay::Overlay;
     use crate::kind::KustomizeDir;
 
     fn empty_dir() -> (tempfile::TempDir, KustomizeDir) {

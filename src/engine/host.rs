@@ -1,0 +1,32 @@
+//! The engine as host code sees it: the one way into the engine for the
+//! code that hosts it (the operator, `render`, `diff`, the manifests, the
+//! metrics, the kind registry and pruning). Kinds use [`crate::kind`]
+//! instead. Everything here is a re-export; nothing outside the engine
+//! names another engine path (`hack/check-imports` checks it).
+
+pub use super::kubectl::KubectlStats;
+pub use super::reconcile::context::ReconcileError;
+
+pub(crate) use super::kubectl::{Invocation, Kubectl, KubectlConfig, KubectlError};
+pub(crate) use super::live::ownership::{self, Discovery, Inspected, Verdict};
+pub(crate) use super::model::inventory::{ObjectId, Owner};
+pub(crate) use super::model::overlay::{Marking, OverlayError, RenderedOverlay, private_dir};
+pub(crate) use super::model::shard;
+pub(crate) use super::model::status::OUTPUT_LIMIT;
+pub(crate) use super::reconcile::apply::{Rendered, render as render_plan};
+pub(crate) use super::reconcile::controller::run as run_controller;
+pub(crate) use super::run::batch::BatchSettings;
+pub(crate) use super::run::build::{build_base, build_one};
+pub(crate) use super::{Engine, FIELD_MANAGER, FORGET_EVERY, Settings};
+
+// For the declared kinds, which the host serves from kind files: the
+// dynamic kind of a declared resource, the engine's own status fields a
+// kind file may not redefine, and the kinds whose objects are current as
+// soon as they exist. (Through `crate::kind` they would make a circle: the
+// engine's modules that define them use the kinds' facade.)
+pub(crate) use super::live::watch::always_current_kind;
+pub(crate) use super::model::dynamic_kind::dynamic_kind;
+pub(crate) use super::reconcile::status_writer::COMMON_KEYS as COMMON_STATUS_KEYS;
+
+#[cfg(test)]
+pub(crate) use super::live::ownership::Served;

@@ -1,0 +1,99 @@
+//! What every reconcile of one kind shares ([`Context`]: the engine, the
+//! kind's handler, its triggers) and why a reconcile did not succeed
+//! ([`ReconcileError`]). A leaf: the controller, the apply and deletion
+//! paths and the health checkup all use it, and it uses none of them.
+
+use std::sync::Arc;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::{Resource, ResourceExt};
+
+use super::triggers::Triggers;
+use crate::engine::Engine;
+use crate::engine::model::identity::{self, Identity};
+use crate::engine::model::inventory::Owner;
+use crate::engine::model::outcome::Failure;
+use crate::engine::model::status::Reason;
+use crate::kind::Handler;
+
+/// Why a reconcile did not succeed (its status says it in full).
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// The reconcile failed; the resource's status and an event say why.
+    #[error("{reason}: {message}")]
+    Failed {
+        /// The condition reason.
+        reason: Reason,
+        /// What went wrong.
+        message: String,
+        /// Retrying cannot help until the resource changes.
+        permanent: bool,
+    },
+    /// An API call failed (e.g. writing status).
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+}
+
+/// What every reconcile of one kind shares.
+pub(crate) struct Context<H: Handler> {
+    pub engine: Arc<Engine>,
+    pub handler: Arc<H>,
+    /// Which watch events start a reconcile (status writes do not).
+    pub triggers: Arc<Triggers>,
+}
+
+impl<H: Handler> Context<H> {
+    /// Where `--keep-overlays` keeps the overlay of the resource `meta`
+    /// describes (`None` when overlays are not kept).
+    pub(crate) fn kept_overlay(&self, meta: &ObjectMeta) -> Option<std::path::PathBuf> {
+        let root = self.engine.settings.keep_overlays.as_ref()?;
+        Some(crate::engine::run::kept::dir(
+            root,
+            &self.handler.info().name,
+            meta.namespace.as_deref(),
+            meta.name.as_deref().unwrap_or_default(),
+        ))
+    }
+
+    /// `kind/namespace/name`, for logs and the backoff counter.
+    pub fn key(&self, obj: &H::Resource) -> String {
+        format!(
+            "{}/{}/{}",
+            self.handler.info().name,
+            obj.namespace().unwrap_or_default(),
+            obj.name_any()
+        )
+    }
+
+    /// Whose rights the writes of `owner` use: a ServiceAccount of its
+    /// namespace when the kind writes for tenants and an account is named
+    /// (by the kind, else by `--default-service-account`), else the
+    /// operator's own. `Forbidden` in a namespace never acted in.
+    pub fn identity(&self, owner: &Owner) -> Result<Identity, Failure> {
+        let policy = &self.handler.info().policy;
+        let settings = &self.engine.settings;
+        let account = policy
+            .tenant_writes
+            .then(|| {
+                policy
+                    .service_account
+                    .as_deref()
+                    .or(settings.default_service_account.as_deref())
+            })
+            .flatten();
+        identity::for_owner(owner, account, settings.operator_namespace.as_deref())
+            .map_err(|e| Failure::new(Reason::Forbidden, e.to_string()))
+    }
+
+    /// The resource as the owner of what it applies.
+    pub fn owner(&self, obj: &H::Resource) -> Option<Owner> {
+        let dt = &self.handler.info().dyn_type;
+        Some(Owner {
+            api_version: H::Resource::api_version(dt).into_owned(),
+            kind: H::Resource::kind(dt).into_owned(),
+            namespace: obj.namespace(),
+            name: obj.name_any(),
+            uid: obj.uid()?,
+        })
+    }
+}

@@ -1,0 +1,26 @@
+//! The reconcile: the controller of a kind ([`controller`]: the watch, the
+//! finalizer, backoff; [`triggers`]: which changes start a reconcile;
+//! [`primer`]: the first look at owned objects), what every reconcile
+//! shares ([`context`]), the apply and deletion paths ([`apply`],
+//! [`cleanup`]), a plan's steps carried out ([`steps`]), the health
+//! checkup after an apply ([`checkup`]), the one status writer
+//! ([`status_writer`]) and the statuses parked until a first look
+//! ([`parked`]), events ([`events`]) and the expiring tables they remember
+//! things in ([`expiring`]).
+//!
+//! Imports point one way: `controller` → `apply` / `cleanup` → `steps`,
+//! `checkup`, `status_writer` → `parked`, `context` (a leaf), and down to
+//! `run`, `live`, `model` and `kubectl`.
+
+pub(in crate::engine) mod apply;
+pub(in crate::engine) mod checkup;
+pub(in crate::engine) mod cleanup;
+pub(in crate::engine) mod context;
+pub(crate) mod controller;
+pub(in crate::engine) mod events;
+pub(in crate::engine) mod expiring;
+pub(in crate::engine) mod parked;
+pub(in crate::engine) mod primer;
+pub(in crate::engine) mod status_writer;
+pub(in crate::engine) mod steps;
+pub(in crate::engine) mod triggers;

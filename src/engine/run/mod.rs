@@ -1,0 +1,10 @@
+//! Building and applying: overlays built with `kubectl kustomize`
+//! ([`build`]), objects applied with `kubectl apply --server-side`
+//! ([`applier`]), both coalesced into batched kubectl runs ([`batch`]), and
+//! the overlays kept for `--keep-overlays` ([`kept`]). Uses the model and
+//! the kubectl runner, nothing of the reconcile.
+
+pub(in crate::engine) mod applier;
+pub(crate) mod batch;
+pub(in crate::engine) mod build;
+pub(in crate::engine) mod kept;
