@@ -21,6 +21,7 @@ pub mod memory;
 pub mod metrics;
 pub mod operator;
 pub mod render;
+pub(crate) mod sync;
 
 pub use engine::controller::ReconcileError;
 pub use engine::kubectl::KubectlStats;

@@ -61,10 +61,7 @@ impl Discovery {
             id.version().to_string(),
             id.kind.clone(),
         );
-        let cell = self
-            .cache
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        let cell = crate::sync::lock(&self.cache)
             .entry(key)
             .or_default()
             .clone();
