@@ -30,6 +30,7 @@ pub use crate::engine::status::{
     CommonStatus, Condition, ConditionStatus, ConditionType, Reason, truncate,
 };
 pub use crate::engine::templates::{KustomizeDir, TemplateError};
+pub use crate::text::{IN_EVENT, first_names};
 
 /// A custom resource type the engine can serve: a typed one (derived with
 /// `kube::CustomResource`) or `kube::api::DynamicObject` for declared kinds.

@@ -22,6 +22,7 @@ pub mod metrics;
 pub mod operator;
 pub mod render;
 pub(crate) mod sync;
+mod text;
 
 pub use engine::controller::ReconcileError;
 pub use engine::kubectl::KubectlStats;
