@@ -11,7 +11,7 @@
 //!    - the resource type (`#[derive(CustomResource)]`), whose CRD
 //!      `crd` prints;
 //!    - the handler, `FooHandler`, with an inherent `const NAME: &str =
-//!      "foo"`, implementing [`Handler`](crate::kind::Handler) (observe and
+//!      "foo"`, implementing [`Handler`] (observe and
 //!      plan) and [`RustKind`];
 //!    - its flags, if it has any: one `#[derive(clap::Args)]` struct (by
 //!      convention `foo::Flags` in `foo/flags.rs`) with a unique
