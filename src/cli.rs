@@ -12,7 +12,7 @@ use crate::engine::host::shard;
 use crate::kind::{KustomizeDir, TemplateError};
 use crate::kinds::declared::pack::{self, PackError};
 use crate::kinds::registry::{Registry, RegistryError};
-use crate::kinds::{KindOptions, copyrator, exchange_rate};
+use crate::kinds::{KindContext, KindFlags, KindOptions};
 use crate::source::{ResourceRef, Source};
 
 /// The Lease's default name.
@@ -156,26 +156,20 @@ pub struct CommonArgs {
     /// The namespace the operator itself runs in (the downward API sets it).
     #[arg(long, env = "NAMESPACE")]
     pub operator_namespace: Option<String>,
-    /// ExchangeRate flags.
+    /// Every Rust kind's own flags.
     #[command(flatten)]
-    pub exchange_rate: exchange_rate::Flags,
-    /// CopyratorRule flags.
-    #[command(flatten)]
-    pub copyrator: copyrator::Flags,
+    pub kinds: KindFlags,
 }
 
 impl CommonArgs {
     /// The kinds' settings, for an operator watching `watch_namespace`.
     pub fn kind_options(&self, watch_namespace: Option<&str>) -> KindOptions {
         KindOptions {
-            operator_namespace: self.operator_namespace.clone(),
-            exchange_rate: self.exchange_rate.options(),
-            watch_namespace: watch_namespace.map(str::to_string),
-            copyrator_namespace_selector: self.copyrator.namespace_selector.clone(),
-            copyrator_namespaces: self.copyrator.namespaces.clone(),
-            copyrator_allow_system_namespaces: self.copyrator.allow_system_namespaces,
-            copyrator_max_bytes: self.copyrator.max_bytes,
-            copyrator_read_budget: self.copyrator.read_budget,
+            context: KindContext {
+                operator_namespace: self.operator_namespace.clone(),
+                watch_namespace: watch_namespace.map(str::to_string),
+            },
+            flags: self.kinds.clone(),
         }
     }
 }
@@ -418,8 +412,8 @@ mod tests {
             panic!()
         };
         assert_eq!(
-            args.common.exchange_rate.options(),
-            exchange_rate::ExchangeRateOptions::default()
+            args.common.kinds.exchange_rate.options(),
+            crate::kinds::exchange_rate::ExchangeRateOptions::default()
         );
         let cli = Cli::try_parse_from([
             "kustomize-operator",
@@ -436,10 +430,10 @@ mod tests {
             panic!()
         };
         assert_eq!(
-            args.common.exchange_rate.min_refresh,
+            args.common.kinds.exchange_rate.min_refresh,
             Duration::from_secs(5)
         );
-        assert_eq!(args.common.exchange_rate.base, "USD");
+        assert_eq!(args.common.kinds.exchange_rate.base, "USD");
         for bad in [
             ["--exchange-rate-url", "http://x/{base}"],
             ["--exchange-rate-url", "file:///{currency}"],
@@ -493,8 +487,20 @@ mod tests {
             panic!()
         };
         let options = args.common.kind_options(None);
-        assert!(options.copyrator_allow_system_namespaces);
-        assert_eq!(options.exchange_rate.base, "USD");
+        assert!(options.flags.copyrator.allow_system_namespaces);
+        assert_eq!(options.flags.exchange_rate.base, "USD");
+    }
+
+    #[test]
+    fn the_kinds_flags_default_to_what_no_flag_parses_to() {
+        let cli = Cli::try_parse_from(["kustomize-operator", "run"]).unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!()
+        };
+        let defaults = KindFlags::default();
+        assert_eq!(args.common.kinds.exchange_rate, defaults.exchange_rate);
+        assert_eq!(args.common.kinds.copyrator, defaults.copyrator);
+        assert_eq!(args.common.kinds.chaos_agent, defaults.chaos_agent);
     }
 
     #[test]

@@ -32,6 +32,7 @@ pub use crate::engine::model::status::{
     CommonStatus, Condition, ConditionStatus, ConditionType, Reason, truncate,
 };
 pub use crate::engine::model::templates::{KustomizeDir, TemplateError};
+pub use crate::text::{IN_EVENT, first_names};
 
 #[cfg(test)]
 pub(crate) use crate::engine::model::status::ConditionUpdate;

@@ -27,6 +27,8 @@ pub mod metrics;
 pub mod operator;
 pub mod render;
 pub mod source;
+pub(crate) mod sync;
+mod text;
 
 pub use engine::host::{KubectlStats, ReconcileError};
 pub use kind::{Handler, HandlerError, Plan, Step};

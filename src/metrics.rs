@@ -215,13 +215,13 @@ impl Metrics {
     /// (its watch stream ended): `/healthz` fails from then on, so the
     /// kubelet restarts the process.
     pub fn controller_stopped(&self, kind: &str) {
-        let mut stopped = self.stopped.lock().unwrap_or_else(|e| e.into_inner());
+        let mut stopped = crate::sync::lock(&self.stopped);
         stopped.push(kind.to_string());
     }
 
     /// The `/healthz` answer: healthy while every controller that should run does.
     pub fn health(&self) -> (bool, String) {
-        let stopped = self.stopped.lock().unwrap_or_else(|e| e.into_inner());
+        let stopped = crate::sync::lock(&self.stopped);
         if stopped.is_empty() {
             (true, "ok".into())
         } else {

@@ -352,7 +352,7 @@ impl Kubectl {
     /// Kills every kubectl process group running now (shutdown past its
     /// grace period). Their runs end as killed and are recorded as such.
     pub fn kill_all(&self) {
-        let running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        let running = crate::sync::lock(&self.running);
         for pid in running.iter() {
             ProcessGroup(Some(*pid)).kill();
         }
@@ -360,7 +360,7 @@ impl Kubectl {
 
     /// kubectl processes running now.
     pub fn running(&self) -> usize {
-        self.running.lock().unwrap_or_else(|e| e.into_inner()).len()
+        crate::sync::lock(&self.running).len()
     }
 
     /// Calls `observer` after every run (used for metrics).
@@ -533,7 +533,7 @@ struct Registered {
 
 impl Registered {
     fn new(set: &Arc<std::sync::Mutex<std::collections::HashSet<u32>>>, pid: u32) -> Self {
-        set.lock().unwrap_or_else(|e| e.into_inner()).insert(pid);
+        crate::sync::lock(set).insert(pid);
         Self {
             set: set.clone(),
             pid,
@@ -543,10 +543,7 @@ impl Registered {
 
 impl Drop for Registered {
     fn drop(&mut self) {
-        self.set
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&self.pid);
+        crate::sync::lock(&self.set).remove(&self.pid);
     }
 }
 

@@ -195,15 +195,12 @@ impl Engine {
         self.events.forget_expired(now);
         self.parked.forget_expired(now);
         self.memo.forget_expired(now);
-        self.failures
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .forget_expired(now);
+        crate::sync::lock(&self.failures).forget_expired(now);
     }
 
     /// Counts a failure of `key` (returns how many in a row), or clears them.
     fn failure_count(&self, key: &str, failed: bool) -> u32 {
-        let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        let mut failures = crate::sync::lock(&self.failures);
         if !failed {
             failures.remove(key);
             return 0;

@@ -26,7 +26,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::kind::{CommonStatus, Deletion, Handler, HandlerError, KindInfo, Plan, Policy, Reason};
-use crate::kinds::{FromOptions, KindOptions};
+use crate::kinds::{KindContext, NoFlags, RustKind};
 use targets::{Targets, Wanted};
 
 /// Namespaces no agent ever touches.
@@ -252,11 +252,13 @@ impl Default for ChaosAgentHandler {
     }
 }
 
-impl FromOptions for ChaosAgentHandler {
-    fn from_options(options: &KindOptions) -> Self {
+impl RustKind for ChaosAgentHandler {
+    type Flags = NoFlags;
+
+    fn from_flags(_: &NoFlags, context: &KindContext) -> Self {
         Self::new(
-            options.operator_namespace.clone(),
-            options.watch_namespace.clone(),
+            context.operator_namespace.clone(),
+            context.watch_namespace.clone(),
         )
     }
 }

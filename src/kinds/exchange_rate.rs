@@ -37,7 +37,7 @@ use crate::kind::{
     CommonStatus, ConfigMapGenerator, FieldConflicts, Handler, HandlerError, KindInfo, Labels,
     OnFailure, Overlay, Plan, PlannedEvent, Policy, Reason, namespaced_api,
 };
-use crate::kinds::{FromOptions, KindOptions};
+use crate::kinds::{KindContext, RustKind};
 
 pub use kustomize_hash::config_map_name;
 use provider::Provider;
@@ -282,9 +282,11 @@ pub struct ExchangeRateHandler {
     provider: Provider,
 }
 
-impl FromOptions for ExchangeRateHandler {
-    fn from_options(options: &KindOptions) -> Self {
-        Self::new(options.exchange_rate.clone())
+impl RustKind for ExchangeRateHandler {
+    type Flags = Flags;
+
+    fn from_flags(flags: &Flags, _: &KindContext) -> Self {
+        Self::new(flags.options())
     }
 }
 

@@ -1,6 +1,32 @@
 //! The kinds this operator reconciles: the Rust kinds (one module each,
 //! registered by one line in the `kinds!` invocation below) and the kinds
 //! declared as folders ([`declared`]); [`registry`] serves both.
+//!
+//! # Adding a Rust kind
+//!
+//! A Rust kind `Foo` (short name `foo`) takes:
+//!
+//! 1. Its module, `src/kinds/foo.rs` or `src/kinds/foo/`, declared here with
+//!    `pub mod foo;`, holding:
+//!    - the resource type (`#[derive(CustomResource)]`), whose CRD
+//!      `crd` prints;
+//!    - the handler, `FooHandler`, with an inherent `const NAME: &str =
+//!      "foo"`, implementing [`Handler`] (observe and
+//!      plan) and [`RustKind`];
+//!    - its flags, if it has any: one `#[derive(clap::Args)]` struct (by
+//!      convention `foo::Flags` in `foo/flags.rs`) with a unique
+//!      `#[group(id = "foo_flags")]`, every flag named `--foo-*` with an
+//!      environment variable, and a `Default` equal to what the defaults
+//!      parse to; [`RustKind::Flags`] names it ([`NoFlags`] for none), and
+//!      [`RustKind::from_flags`] gets it whole, with the [`KindContext`].
+//! 2. One registration line in the `kinds!` invocation below:
+//!    `Foo => foo::FooHandler,` (the module name becomes the field of
+//!    [`KindFlags`], which `run`, `render` and `diff` flatten, so the flags
+//!    reach every command with nothing else edited).
+//! 3. Its `kustomize/foo/` folder (base, patches, resources).
+//!
+//! Nothing else changes: `--kinds`, `crd`, `render`, `diff` and `run` find
+//! the kind through [`KindName`] and [`registry::Kind`].
 
 pub mod chaos_agent;
 pub mod copyrator;
@@ -13,6 +39,8 @@ use std::collections::BTreeSet;
 use std::future::Future;
 use std::sync::Arc;
 
+use futures::future::BoxFuture;
+
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 use kube::api::ListParams;
@@ -20,42 +48,22 @@ use kube::api::ListParams;
 use crate::engine::host::{Engine, Marking, OverlayError, Owner, Rendered, render_plan};
 use crate::kind::{FieldConflicts, Handler, HandlerError, KustomizeDir, Step};
 
-/// Settings handlers take from the command line.
-#[derive(Debug, Clone)]
-pub struct KindOptions {
+/// What every kind is told about where the operator runs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KindContext {
     /// The namespace the operator runs in (from the downward API), if known.
     pub operator_namespace: Option<String>,
-    /// ExchangeRate: the rate provider and refresh limits.
-    pub exchange_rate: exchange_rate::ExchangeRateOptions,
     /// The namespace the operator watches (`--namespace`), if only one.
     pub watch_namespace: Option<String>,
-    /// CopyratorRule: only namespaces matching this label selector are targets.
-    pub copyrator_namespace_selector: Option<String>,
-    /// CopyratorRule: the namespaces it may touch ConfigMaps and Secrets in
-    /// (empty: every namespace).
-    pub copyrator_namespaces: Vec<String>,
-    /// CopyratorRule: `kube-system`, `kube-public`, `kube-node-lease` and the
-    /// operator's namespace may be targets.
-    pub copyrator_allow_system_namespaces: bool,
-    /// CopyratorRule: the most bytes of copies one rule may want.
-    pub copyrator_max_bytes: usize,
-    /// CopyratorRule: the bytes all rules together may hold while reading.
-    pub copyrator_read_budget: usize,
 }
 
-impl Default for KindOptions {
-    fn default() -> Self {
-        Self {
-            operator_namespace: None,
-            exchange_rate: exchange_rate::ExchangeRateOptions::default(),
-            watch_namespace: None,
-            copyrator_namespace_selector: None,
-            copyrator_namespaces: Vec::new(),
-            copyrator_allow_system_namespaces: false,
-            copyrator_max_bytes: copyrator::plan::DEFAULT_MAX_BYTES,
-            copyrator_read_budget: copyrator::budget::DEFAULT_READ_BUDGET,
-        }
-    }
+/// Settings handlers take from the command line.
+#[derive(Debug, Clone, Default)]
+pub struct KindOptions {
+    /// Where the operator runs.
+    pub context: KindContext,
+    /// Each Rust kind's own flags.
+    pub flags: KindFlags,
 }
 
 /// Whether rendering a resource read from the cluster also reads the
@@ -69,10 +77,31 @@ pub enum OwnedObjects {
     Read,
 }
 
-/// A handler built from the command-line settings.
-pub trait FromOptions {
+/// A kind written in Rust: a handler built from the kind's own flags.
+pub trait RustKind: Handler + Sized {
+    /// The kind's command-line flags, flattened into `run`, `render` and
+    /// `diff` ([`NoFlags`] for a kind without any). Its `Default` is what
+    /// the flags' defaults parse to.
+    type Flags: clap::Args + Clone + std::fmt::Debug + Default;
+
     /// Builds the handler.
-    fn from_options(options: &KindOptions) -> Self;
+    fn from_flags(flags: &Self::Flags, context: &KindContext) -> Self;
+}
+
+/// The flags of a Rust kind that has none.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::Args)]
+#[group(skip)]
+pub struct NoFlags {}
+
+/// Something done with a kind's handler, whatever its type: the kinds are
+/// turned into handlers in one place ([`KindName::with_handler`] and
+/// [`registry::Kind`]), and each thing done with one is written once.
+pub(crate) trait WithHandler {
+    /// What it gives.
+    type Output;
+
+    /// Does it with `handler`.
+    fn with<H: Handler>(self, handler: H) -> Self::Output;
 }
 
 /// An error from `render`.
@@ -98,7 +127,17 @@ pub enum RenderError {
 }
 
 macro_rules! kinds {
-    ($($variant:ident => $handler:ty),* $(,)?) => {
+    ($($variant:ident => $module:ident :: $handler:ident),* $(,)?) => {
+        /// Every Rust kind's flags (`run`, `render` and `diff` take them all).
+        #[derive(Debug, Clone, Default, clap::Args)]
+        pub struct KindFlags {
+            $(
+                #[doc = concat!("`", stringify!($variant), "`'s flags.")]
+                #[command(flatten)]
+                pub $module: <$module::$handler as RustKind>::Flags,
+            )*
+        }
+
         /// A kind's name on the command line (`--kinds`).
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
         pub enum KindName {
@@ -111,65 +150,27 @@ macro_rules! kinds {
 
             /// The short name (`sample`, ...), as in `--kinds` and `kustomize/<name>`.
             pub fn as_str(self) -> &'static str {
-                match self { $(KindName::$variant => <$handler>::NAME,)* }
+                match self { $(KindName::$variant => <$module::$handler>::NAME,)* }
             }
 
             /// The CRD, generated from the Rust type.
             pub fn crd(self) -> CustomResourceDefinition {
-                match self { $(KindName::$variant => crd_of::<$handler>(),)* }
-            }
-
-            /// True when the CRD is installed and its resources can be listed.
-            pub async fn is_installed(self, client: &kube::Client, namespace: Option<&str>) -> Result<bool, kube::Error> {
-                match self { $(KindName::$variant => is_installed(&<$handler as FromOptions>::from_options(&KindOptions::default()), client, namespace).await,)* }
-            }
-
-            /// Runs this kind's controller until `shutdown` resolves.
-            pub async fn run(
-                self,
-                engine: Arc<Engine>,
-                options: &KindOptions,
-                shutdown: impl Future<Output = ()> + Send + Sync + 'static,
-            ) {
-                match self {
-                    $(KindName::$variant => {
-                        let handler = Arc::new(<$handler as FromOptions>::from_options(options));
-                        crate::engine::host::run_controller(engine, handler, shutdown).await
-                    })*
-                }
+                match self { $(KindName::$variant => crd_of::<$module::$handler>(),)* }
             }
 
             /// The kind whose apiVersion and kind `doc` carries.
             pub fn of_document(doc: &serde_json::Value) -> Option<KindName> {
-                $(if matches_kind::<$handler>(doc) { return Some(KindName::$variant); })*
+                $(if matches_kind::<$module::$handler>(doc) { return Some(KindName::$variant); })*
                 None
             }
 
-            /// Renders the plan `run` would execute for `doc`, offline.
-            pub fn render(
-                self,
-                doc: &serde_json::Value,
-                rest: &[serde_json::Value],
-                options: &KindOptions,
-                dir: &KustomizeDir,
-            ) -> Result<RenderOutput, RenderError> {
+            /// Does `action` with this kind's handler, built from `options`.
+            pub(crate) fn with_handler<A: WithHandler>(self, options: &KindOptions, action: A) -> A::Output {
                 match self {
-                    $(KindName::$variant => render_with(&<$handler as FromOptions>::from_options(options), doc, rest, dir),)*
-                }
-            }
-
-            /// Renders the plan `run` would execute now for `doc`, a
-            /// resource read from the cluster, observing it there read-only.
-            pub async fn render_live(
-                self,
-                doc: &serde_json::Value,
-                client: &kube::Client,
-                options: &KindOptions,
-                dir: &KustomizeDir,
-                owned: OwnedObjects,
-            ) -> Result<RenderOutput, RenderError> {
-                match self {
-                    $(KindName::$variant => render_live_with(&<$handler as FromOptions>::from_options(options), doc, client, dir, owned).await,)*
+                    $(KindName::$variant => action.with(<$module::$handler as RustKind>::from_flags(
+                        &options.flags.$module,
+                        &options.context,
+                    )),)*
                 }
             }
         }
@@ -210,7 +211,7 @@ where
     <H::Resource as CustomResourceExt>::crd()
 }
 
-pub(crate) async fn is_installed<H: Handler>(
+async fn is_installed<H: Handler>(
     handler: &H,
     client: &kube::Client,
     namespace: Option<&str>,
@@ -220,6 +221,95 @@ pub(crate) async fn is_installed<H: Handler>(
         Ok(_) => Ok(true),
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(false),
         Err(e) => Err(e),
+    }
+}
+
+/// True when the kind's CRD is installed and its resources can be listed.
+pub(crate) struct IsInstalled<'a> {
+    /// The cluster.
+    pub client: &'a kube::Client,
+    /// Listed in this namespace, if given.
+    pub namespace: Option<&'a str>,
+}
+
+impl<'a> WithHandler for IsInstalled<'a> {
+    type Output = BoxFuture<'a, Result<bool, kube::Error>>;
+
+    fn with<H: Handler>(self, handler: H) -> Self::Output {
+        Box::pin(async move { is_installed(&handler, self.client, self.namespace).await })
+    }
+}
+
+/// Runs the kind's controller until `shutdown` resolves.
+pub(crate) struct RunController<S> {
+    /// The engine it runs on.
+    pub engine: Arc<Engine>,
+    /// Resolves when the controller is to stop.
+    pub shutdown: S,
+}
+
+impl<S> WithHandler for RunController<S>
+where
+    S: Future<Output = ()> + Send + Sync + 'static,
+{
+    type Output = BoxFuture<'static, ()>;
+
+    fn with<H: Handler>(self, handler: H) -> Self::Output {
+        Box::pin(crate::engine::host::run_controller(
+            self.engine,
+            Arc::new(handler),
+            self.shutdown,
+        ))
+    }
+}
+
+/// Renders the plan `run` would carry out for a resource, offline.
+pub(crate) struct Render<'a> {
+    /// The resource.
+    pub doc: &'a serde_json::Value,
+    /// The documents that follow it in the file.
+    pub rest: &'a [serde_json::Value],
+    /// The kind folders.
+    pub dir: &'a KustomizeDir,
+}
+
+impl WithHandler for Render<'_> {
+    type Output = Result<RenderOutput, RenderError>;
+
+    fn with<H: Handler>(self, handler: H) -> Self::Output {
+        let resource = resource_of(&handler, self.doc)?;
+        let observed = handler.observe_offline(&resource, self.rest)?;
+        finish_render(&handler, &resource, &observed, self.dir)
+    }
+}
+
+/// [`Render`] for a resource read from the cluster: the kind observes it
+/// there, without side effects ([`Handler::observe_preview`]).
+pub(crate) struct RenderLive<'a> {
+    /// The resource.
+    pub doc: &'a serde_json::Value,
+    /// The cluster.
+    pub client: &'a kube::Client,
+    /// The kind folders.
+    pub dir: &'a KustomizeDir,
+    /// Whether the objects it owns are read too.
+    pub owned: OwnedObjects,
+}
+
+impl<'a> WithHandler for RenderLive<'a> {
+    type Output = BoxFuture<'a, Result<RenderOutput, RenderError>>;
+
+    fn with<H: Handler>(self, handler: H) -> Self::Output {
+        Box::pin(async move {
+            let resource = resource_of(&handler, self.doc)?;
+            let observed = handler.observe_preview(&resource, self.client).await?;
+            let mut output = finish_render(&handler, &resource, &observed, self.dir)?;
+            if self.owned == OwnedObjects::Read {
+                let adopts = |meta: &kube::api::ObjectMeta| handler.adopts(&resource, meta);
+                output.pruning.look(self.client, &adopts).await;
+            }
+            Ok(output)
+        })
     }
 }
 
@@ -251,36 +341,6 @@ pub struct RenderOutput {
 /// The UID `render` uses in the ownership marker of a resource that has
 /// none (a file written by hand rather than read from the cluster).
 pub const PLACEHOLDER_UID: &str = "00000000-0000-0000-0000-000000000000";
-
-pub(crate) fn render_with<H: Handler>(
-    handler: &H,
-    doc: &serde_json::Value,
-    rest: &[serde_json::Value],
-    dir: &KustomizeDir,
-) -> Result<RenderOutput, RenderError> {
-    let resource = resource_of(handler, doc)?;
-    let observed = handler.observe_offline(&resource, rest)?;
-    finish_render(handler, &resource, &observed, dir)
-}
-
-/// [`render_with`] for a resource read from the cluster: the kind observes
-/// it there, without side effects ([`Handler::observe_preview`]).
-pub(crate) async fn render_live_with<H: Handler>(
-    handler: &H,
-    doc: &serde_json::Value,
-    client: &kube::Client,
-    dir: &KustomizeDir,
-    owned: OwnedObjects,
-) -> Result<RenderOutput, RenderError> {
-    let resource = resource_of(handler, doc)?;
-    let observed = handler.observe_preview(&resource, client).await?;
-    let mut output = finish_render(handler, &resource, &observed, dir)?;
-    if owned == OwnedObjects::Read {
-        let adopts = |meta: &kube::api::ObjectMeta| handler.adopts(&resource, meta);
-        output.pruning.look(client, &adopts).await;
-    }
-    Ok(output)
-}
 
 fn resource_of<H: Handler>(
     handler: &H,

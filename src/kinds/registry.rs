@@ -10,7 +10,10 @@ use std::sync::Arc;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
 use super::declared::{self, DeclaredHandler, DeclaredKind, KindFileError};
-use super::{KindName, KindOptions, OwnedObjects, RenderError, RenderOutput};
+use super::{
+    IsInstalled, KindName, KindOptions, OwnedObjects, Render, RenderError, RenderLive,
+    RenderOutput, RunController, WithHandler,
+};
 use crate::engine::host::Engine;
 use crate::kind::KustomizeDir;
 
@@ -72,19 +75,22 @@ impl Kind {
         }
     }
 
+    /// Does `action` with the kind's handler, built from `options`.
+    fn with_handler<A: WithHandler>(&self, options: &KindOptions, action: A) -> A::Output {
+        match self {
+            Self::Builtin(k) => k.with_handler(options, action),
+            Self::Declared(d) => action.with(DeclaredHandler::new(d.clone())),
+        }
+    }
+
     /// True when the CRD is installed and its resources can be listed.
     pub async fn is_installed(
         &self,
         client: &kube::Client,
         namespace: Option<&str>,
     ) -> Result<bool, kube::Error> {
-        match self {
-            Self::Builtin(k) => k.is_installed(client, namespace).await,
-            Self::Declared(d) => {
-                let handler = DeclaredHandler::new(d.clone());
-                super::is_installed(&handler, client, namespace).await
-            }
-        }
+        let action = IsInstalled { client, namespace };
+        self.with_handler(&KindOptions::default(), action).await
     }
 
     /// Runs the kind's controller until `shutdown` resolves.
@@ -94,13 +100,8 @@ impl Kind {
         options: &KindOptions,
         shutdown: impl Future<Output = ()> + Send + Sync + 'static,
     ) {
-        match self {
-            Self::Builtin(k) => k.run(engine, options, shutdown).await,
-            Self::Declared(d) => {
-                let handler = Arc::new(DeclaredHandler::new(d.clone()));
-                crate::engine::host::run_controller(engine, handler, shutdown).await;
-            }
-        }
+        let action = RunController { engine, shutdown };
+        self.with_handler(options, action).await;
     }
 
     /// True when `doc` is a resource of this kind (apiVersion and kind).
@@ -119,12 +120,7 @@ impl Kind {
         options: &KindOptions,
         dir: &KustomizeDir,
     ) -> Result<RenderOutput, RenderError> {
-        match self {
-            Self::Builtin(k) => k.render(doc, rest, options, dir),
-            Self::Declared(d) => {
-                super::render_with(&DeclaredHandler::new(d.clone()), doc, rest, dir)
-            }
-        }
+        self.with_handler(options, Render { doc, rest, dir })
     }
 
     /// Renders the plan `run` would carry out now for `doc`, a resource
@@ -137,13 +133,13 @@ impl Kind {
         dir: &KustomizeDir,
         owned: OwnedObjects,
     ) -> Result<RenderOutput, RenderError> {
-        match self {
-            Self::Builtin(k) => k.render_live(doc, client, options, dir, owned).await,
-            Self::Declared(d) => {
-                let handler = DeclaredHandler::new(d.clone());
-                super::render_live_with(&handler, doc, client, dir, owned).await
-            }
-        }
+        let action = RenderLive {
+            doc,
+            client,
+            dir,
+            owned,
+        };
+        self.with_handler(options, action).await
     }
 
     /// True when `name` names this kind on the command line: its short

@@ -61,10 +61,7 @@ impl Discovery {
             id.version().to_string(),
             id.kind.clone(),
         );
-        let cell = self
-            .cache
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        let cell = crate::sync::lock(&self.cache)
             .entry(key)
             .or_default()
             .clone();
@@ -186,20 +183,9 @@ pub(crate) fn conflicts(inspected: &[Inspected], owner_kind: &str) -> Option<Str
     if foreign.is_empty() {
         return None;
     }
-    let shown = foreign
-        .iter()
-        .take(5)
-        .cloned()
-        .collect::<Vec<_>>()
-        .join("; ");
-    let more = foreign.len().saturating_sub(5);
+    let shown = crate::text::first_names(&foreign, 5, "; ");
     Some(format!(
-        "{shown}{}: this {owner_kind} does not take over objects it did not create; nothing was applied",
-        if more > 0 {
-            format!(" (and {more} more)")
-        } else {
-            String::new()
-        }
+        "{shown}: this {owner_kind} does not take over objects it did not create; nothing was applied"
     ))
 }
 

@@ -67,7 +67,7 @@ impl<K: Eq + Hash + Clone> Waiters<K> {
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<K, Weak<Notify>>> {
-        self.waiting.lock().unwrap_or_else(|e| e.into_inner())
+        crate::sync::lock(&self.waiting)
     }
 }
 

@@ -97,7 +97,7 @@ struct Watch {
 
 impl Watch {
     fn error(&self) -> Option<String> {
-        self.error.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        crate::sync::lock(&self.error).clone()
     }
 
     /// Waits until the first list is in the store, at most until
@@ -271,9 +271,7 @@ impl ObjectCache {
             id.kind.clone(),
             scope.clone(),
         );
-        self.watches
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        crate::sync::lock(&self.watches)
             .entry(key)
             .or_insert_with(|| self.start(&served.resource, scope.as_deref()))
             .clone()
@@ -326,7 +324,7 @@ impl ObjectCache {
                     }
                 };
                 let failing = failed.is_some();
-                *error.lock().unwrap_or_else(|e| e.into_inner()) = failed;
+                *crate::sync::lock(&error) = failed;
                 if failing {
                     arrivals.wake_all();
                 }
@@ -355,14 +353,7 @@ impl Watch {
         }
         match self.store.get(&reference) {
             Some(object) => Seen::Object(object.to_value()),
-            None if self
-                .deleted
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .contains(&place) =>
-            {
-                Seen::Deleted
-            }
+            None if crate::sync::lock(&self.deleted).contains(&place) => Seen::Deleted,
             None if self.is_listed() => Seen::Absent,
             None => Seen::Unreadable(format!("{} not listed yet", self.resource.plural)),
         }
@@ -372,7 +363,7 @@ impl Watch {
 /// Notes an object the watch saw deleted; forgets it when it comes back.
 fn remember_deletions(deleted: &Mutex<HashSet<Place>>, event: &watcher::Event<Observed>) {
     let place = |o: &Observed| (o.namespace(), o.name_any());
-    let mut deleted = deleted.lock().unwrap_or_else(|e| e.into_inner());
+    let mut deleted = crate::sync::lock(deleted);
     match event {
         watcher::Event::Delete(o) => {
             // Bounded: past the cap, drift waits for the resync instead.

@@ -34,8 +34,6 @@ const FIRST_PROGRESS_AFTER: Duration = Duration::from_secs(10);
 /// runs: [`PROGRESS_AFTER`]). Parking holds no reconcile slot, and in a
 /// burst the Deployment controller's first look comes seconds late.
 const FIRST_LOOK_WAIT: Duration = Duration::from_secs(30);
-/// Objects named in one event.
-const IN_EVENT: usize = 10;
 
 /// The plan's steps, rendered in memory, and a digest over all of them.
 pub(crate) struct Rendered {
@@ -413,21 +411,11 @@ async fn prune<H: Handler>(
 }
 
 fn event(type_: EventType, reason: &'static str, what: &str, names: &[String]) -> PlannedEvent {
-    let shown = names
-        .iter()
-        .take(IN_EVENT)
-        .cloned()
-        .collect::<Vec<_>>()
-        .join(", ");
-    let more = names.len().saturating_sub(IN_EVENT);
+    let shown = crate::text::first_names(names, crate::text::IN_EVENT, ", ");
     PlannedEvent {
         type_,
         reason,
-        note: if more > 0 {
-            format!("{what}: {shown} (and {more} more)")
-        } else {
-            format!("{what}: {shown}")
-        },
+        note: format!("{what}: {shown}"),
         related: None,
     }
 }
@@ -450,7 +438,7 @@ fn summarize(lines: &[String]) -> String {
     match lines {
         [] => "nothing to do".into(),
         [one] => one.clone(),
-        [first, rest @ ..] => format!("{first} (and {} more)", rest.len()),
+        lines => crate::text::first_names(lines, 1, ", "),
     }
 }
 

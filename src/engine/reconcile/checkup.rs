@@ -191,7 +191,7 @@ fn named<'a>(lines: impl Iterator<Item = &'a String>) -> Vec<String> {
     let lines: Vec<&String> = lines.collect();
     let mut shown: Vec<String> = lines.iter().take(NAMED).map(|l| (*l).clone()).collect();
     if lines.len() > NAMED {
-        shown.push(format!("and {} more", lines.len() - NAMED));
+        shown.push(crate::text::and_more(lines.len() - NAMED));
     }
     shown
 }

@@ -20,9 +20,6 @@ use crate::engine::model::overlay::Marking;
 use crate::engine::model::status::Reason;
 use crate::kind::{Deletion, EventType, Handler, Step};
 
-/// Objects named in the deletion event.
-const IN_EVENT: usize = 10;
-
 /// Reconciles a resource being deleted.
 pub(crate) async fn cleanup<H: Handler>(
     ctx: &Context<H>,
@@ -85,11 +82,7 @@ fn forget<H: Handler>(ctx: &Context<H>, obj: &H::Resource) {
 }
 
 fn names(ids: &[ObjectId]) -> String {
-    let shown: Vec<String> = ids.iter().take(IN_EVENT).map(ToString::to_string).collect();
-    match ids.len().saturating_sub(IN_EVENT) {
-        0 => shown.join(", "),
-        more => format!("{} (and {more} more)", shown.join(", ")),
-    }
+    crate::text::first_names(ids, crate::text::IN_EVENT, ", ")
 }
 
 /// What to delete: the inventory. A resource last applied by a version

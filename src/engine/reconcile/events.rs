@@ -157,7 +157,7 @@ impl Events {
     }
 
     fn sent(&self) -> MutexGuard<'_, Expiring<Fingerprint, Sent>> {
-        self.sent.lock().unwrap_or_else(|e| e.into_inner())
+        crate::sync::lock(&self.sent)
     }
 
     fn fingerprint(&self, key: &Key<'_>) -> Fingerprint {

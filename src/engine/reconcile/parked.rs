@@ -111,7 +111,7 @@ impl ParkedStatuses {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Expiring<String, Arc<Parked>>> {
-        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+        crate::sync::lock(&self.entries)
     }
 }
 

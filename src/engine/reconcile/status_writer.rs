@@ -86,7 +86,7 @@ impl StatusMemo {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Expiring<String, Memo>> {
-        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+        crate::sync::lock(&self.entries)
     }
 }
 

@@ -47,12 +47,12 @@ impl Triggers {
     /// from what was seen before.
     pub fn changed(&self, meta: &ObjectMeta) -> bool {
         let (key, print) = (identity(meta), fingerprint(meta));
-        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let mut seen = crate::sync::lock(&self.seen);
         seen.insert(key, print) != Some(print)
     }
 
     fn forget(&self, meta: &ObjectMeta) {
-        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let mut seen = crate::sync::lock(&self.seen);
         seen.remove(&identity(meta));
         if seen.is_empty() {
             seen.shrink_to_fit();

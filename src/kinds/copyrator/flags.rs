@@ -6,7 +6,7 @@ use super::budget::{DEFAULT_READ_BUDGET, MIN_READ_BUDGET};
 use super::plan::DEFAULT_MAX_BYTES;
 
 /// CopyratorRule flags: where copies may go, and how much.
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
 #[group(id = "copyrator_flags")]
 pub struct Flags {
     /// CopyratorRule: only namespaces matching this label selector receive
@@ -42,6 +42,19 @@ pub struct Flags {
     #[arg(long = "copyrator-read-budget", env = "COPYRATOR_READ_BUDGET",
           default_value_t = DEFAULT_READ_BUDGET, value_parser = parse_read_budget)]
     pub read_budget: usize,
+}
+
+impl Default for Flags {
+    /// What the flags' defaults parse to.
+    fn default() -> Self {
+        Self {
+            namespace_selector: None,
+            namespaces: Vec::new(),
+            allow_system_namespaces: false,
+            max_bytes: DEFAULT_MAX_BYTES,
+            read_budget: DEFAULT_READ_BUDGET,
+        }
+    }
 }
 
 /// A read budget: at least one page ([`MIN_READ_BUDGET`]).

@@ -45,7 +45,7 @@ use crate::kind::{
     CommonStatus, Deletion, FieldConflicts, Handler, HandlerError, KindInfo, Plan, Policy,
     namespaced_api,
 };
-use crate::kinds::{FromOptions, KindOptions};
+use crate::kinds::{KindContext, RustKind};
 use plan::Rails;
 
 // The default read budget holds two rules at the default byte cap
@@ -106,17 +106,19 @@ impl CopyratorHandler {
     }
 }
 
-impl FromOptions for CopyratorHandler {
-    fn from_options(options: &KindOptions) -> Self {
+impl RustKind for CopyratorHandler {
+    type Flags = Flags;
+
+    fn from_flags(flags: &Flags, context: &KindContext) -> Self {
         Self::new(
-            options.copyrator_namespace_selector.clone(),
+            flags.namespace_selector.clone(),
             Rails {
-                scope: Scope::new(&options.copyrator_namespaces),
-                operator_namespace: options.operator_namespace.clone(),
-                allow_system_namespaces: options.copyrator_allow_system_namespaces,
-                max_bytes: options.copyrator_max_bytes,
+                scope: Scope::new(&flags.namespaces),
+                operator_namespace: context.operator_namespace.clone(),
+                allow_system_namespaces: flags.allow_system_namespaces,
+                max_bytes: flags.max_bytes,
             },
-            options.copyrator_read_budget,
+            flags.read_budget,
         )
     }
 }

@@ -34,8 +34,8 @@ use super::observed::{NamespaceState, Object, Observed};
 use super::resource::{CopiesStatus, DeletionPolicy, ResolvedRule, RuleType, TargetStatus};
 use super::scope::Scope;
 use crate::kind::{
-    EventType, HandlerError, ObjectId, OnFailure, Overlay, Plan, PlannedEvent, Step,
-    kustomize_refuses, truncate,
+    EventType, HandlerError, IN_EVENT, ObjectId, OnFailure, Overlay, Plan, PlannedEvent, Step,
+    first_names, kustomize_refuses, truncate,
 };
 
 /// Namespaces holding the cluster's own machinery: never targets unless the
@@ -54,8 +54,6 @@ const LISTED: usize = 50;
 const LISTED_TARGETS: usize = 100;
 /// The most bytes the rule-specific status takes (far below etcd's 1.5 MiB).
 pub const STATUS_LIMIT: usize = 64 * 1024;
-/// Objects named in one event.
-const IN_EVENT: usize = 10;
 /// How soon a rule with foreign objects in the way looks again.
 const FOREIGN_RECHECK: Duration = Duration::from_secs(60);
 
@@ -704,17 +702,7 @@ fn events(
 }
 
 fn name_list(names: &[String]) -> String {
-    let shown = names
-        .iter()
-        .take(IN_EVENT)
-        .cloned()
-        .collect::<Vec<_>>()
-        .join(", ");
-    if names.len() > IN_EVENT {
-        truncate(&format!("{shown}, ... ({} in all)", names.len()), 900)
-    } else {
-        truncate(&shown, 900)
-    }
+    truncate(&first_names(names, IN_EVENT, ", "), 900)
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use super::{DEFAULT_BASE, DEFAULT_RATE_PATH, DEFAULT_URL, ExchangeRateOptions, i
 use crate::duration::parse_duration;
 
 /// ExchangeRate flags: the rate provider and the refresh limits.
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, PartialEq, Args)]
 #[group(id = "exchange_rate_flags")]
 pub struct Flags {
     /// ExchangeRate: provider URL; `{base}` and `{currency}` are replaced by the ISO 4217 codes.
@@ -26,6 +26,26 @@ pub struct Flags {
     /// ExchangeRate: the shortest `spec.refreshInterval` accepted (shorter is InvalidSpec).
     #[arg(long = "exchange-rate-min-refresh", env = "EXCHANGE_RATE_MIN_REFRESH", default_value = "1m", value_parser = parse_duration)]
     pub min_refresh: Duration,
+}
+
+impl Default for Flags {
+    /// What the flags' defaults parse to.
+    fn default() -> Self {
+        let ExchangeRateOptions {
+            url,
+            rate_path,
+            base,
+            timeout,
+            min_refresh,
+        } = ExchangeRateOptions::default();
+        Self {
+            url,
+            rate_path,
+            base,
+            timeout,
+            min_refresh,
+        }
+    }
 }
 
 impl Flags {
