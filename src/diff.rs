@@ -150,7 +150,7 @@ async fn prune_preview(kubectl: &Kubectl, output: &RenderOutput) -> Result<Vec<F
             if let (Step::Apply { .. }, Some(overlay)) = (step, overlay) {
                 let manifests = build_one(kubectl, work.path(), overlay)
                     .await
-                    .map_err(Unchecked)?;
+                    .map_err(|f| Unchecked(f.to_string()))?;
                 built.extend(manifests.iter().filter_map(ObjectId::of_manifest));
             }
         }

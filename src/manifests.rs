@@ -107,9 +107,9 @@ pub async fn rbac_yaml(args: &RbacArgs) -> Result<Vec<(String, String)>, Manifes
         };
         let base = crate::engine::host::build_base(&kubectl, work.path(), &dir, declared.name())
             .await
-            .map_err(|reason| ManifestError::Base {
+            .map_err(|failure| ManifestError::Base {
                 file: declared.path.display().to_string(),
-                reason,
+                reason: failure.to_string(),
             })?;
         let types = rbac::object_types(declared, &base);
         let rules = rbac::rules(declared, &types);

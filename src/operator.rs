@@ -394,9 +394,9 @@ async fn check_bases(engine: &Engine, kinds: &[Kind]) -> Result<(), StartError> 
         engine
             .build_base(declared.name())
             .await
-            .map_err(|reason| StartError::Base {
+            .map_err(|failure| StartError::Base {
                 file: declared.path.clone(),
-                reason,
+                reason: failure.to_string(),
             })?;
     }
     Ok(())

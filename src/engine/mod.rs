@@ -174,8 +174,8 @@ impl Engine {
     }
 
     /// Builds the base of the kind folder `kind` alone (`kubectl
-    /// kustomize`): what it produces, or kubectl's message.
-    pub async fn build_base(&self, kind: &str) -> Result<Vec<serde_json::Value>, String> {
+    /// kustomize`): what it produces, or why it does not build.
+    pub(crate) async fn build_base(&self, kind: &str) -> build::Built {
         build::build_base(
             &self.kubectl,
             &self.settings.work_dir,

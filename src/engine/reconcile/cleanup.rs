@@ -16,9 +16,9 @@ use super::steps::{self, Actor, Done};
 use crate::engine::model::identity::Identity;
 use crate::engine::model::inventory::{ObjectId, Owner};
 use crate::engine::model::outcome::Failure;
-use crate::engine::model::overlay::Marking;
+use crate::engine::model::overlay::{Marking, OverlayError};
 use crate::engine::model::status::Reason;
-use crate::kind::{Deletion, EventType, Handler, Step};
+use crate::kind::{Deletion, EventType, Handler, HandlerError, Step};
 
 /// Reconciles a resource being deleted.
 pub(crate) async fn cleanup<H: Handler>(
@@ -109,21 +109,31 @@ async fn to_delete<H: Handler>(
     }
 }
 
+/// Why the objects a resource would produce now are not known.
+#[derive(Debug, thiserror::Error)]
+enum Unrendered {
+    /// The handler could not observe or plan.
+    #[error(transparent)]
+    Handler(#[from] HandlerError),
+    /// An overlay did not render.
+    #[error(transparent)]
+    Overlay(#[from] OverlayError),
+    /// An overlay did not build.
+    #[error("{}", .0.message)]
+    Build(Box<Failure>),
+}
+
 /// The objects the resource's owned applies would produce now.
 async fn rendered_objects<H: Handler>(
     ctx: &Context<H>,
     current: &Current<'_, H::Resource>,
     owner: &Owner,
-) -> Result<BTreeSet<ObjectId>, String> {
+) -> Result<BTreeSet<ObjectId>, Unrendered> {
     let observed = ctx
         .handler
         .observe(&current.object, &ctx.engine.client)
-        .await
-        .map_err(|e| e.to_string())?;
-    let plan = ctx
-        .handler
-        .plan(&current.object, &observed)
-        .map_err(|e| e.to_string())?;
+        .await?;
+    let plan = ctx.handler.plan(&current.object, &observed)?;
     let owned = crate::kind::Plan::<H::Status> {
         steps: plan
             .steps
@@ -136,12 +146,12 @@ async fn rendered_objects<H: Handler>(
         owner: owner.clone(),
         owner_references: ctx.handler.info().policy.owner_references,
     };
-    let rendered = render(&owned, &ctx.engine.templates, &marking).map_err(|e| e.to_string())?;
+    let rendered = render(&owned, &ctx.engine.templates, &marking)?;
     let mut ids = BTreeSet::new();
     for overlay in rendered.overlays.iter().flatten() {
         let manifests = steps::build_owned(&ctx.engine, owner, overlay)
             .await
-            .map_err(|f: Failure| f.message)?;
+            .map_err(|f| Unrendered::Build(Box::new(f)))?;
         ids.extend(manifests.iter().filter_map(ObjectId::of_manifest));
     }
     Ok(ids)

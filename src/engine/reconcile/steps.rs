@@ -256,7 +256,7 @@ async fn apply(
         };
         let record = match engine.applies.submit(job).await {
             Some(Ok(record)) => record,
-            Some(Err(e)) => return Err(Failure::new(Reason::ApplyFailed, e)),
+            Some(Err(e)) => return Err(Failure::new(Reason::ApplyFailed, e.to_string())),
             None => return Err(Failure::new(Reason::ApplyFailed, "the apply queue stopped")),
         };
         let failed = !record.succeeded();

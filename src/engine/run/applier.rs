@@ -13,7 +13,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::batch::{self, Job, Member, Runner};
-use crate::engine::kubectl::{CommandRecord, Invocation, Kubectl, Slot};
+use crate::engine::kubectl::{CommandRecord, Invocation, Kubectl, KubectlError, Slot};
 use crate::engine::model::identity::Identity;
 use crate::engine::model::inventory::ObjectId;
 
@@ -74,7 +74,12 @@ impl Job for ApplyJob {
 
 /// The run that applied a job (its own output lines only), or why kubectl
 /// could not start.
-pub(crate) type Applied = Result<CommandRecord, String>;
+pub(crate) type Applied = Result<CommandRecord, NotStarted>;
+
+/// kubectl could not start; every job of the batch gets the same error.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error(transparent)]
+pub(crate) struct NotStarted(Arc<KubectlError>);
 
 /// The runner of an apply queue.
 pub(crate) fn runner(kubectl: Kubectl) -> Runner<ApplyJob, Applied> {
@@ -97,8 +102,9 @@ fn run(
         let record = match kubectl.run_with(slot, &invocation, Some(input)).await {
             Ok(record) => record,
             Err(e) => {
+                let error = NotStarted(Arc::new(e));
                 for m in batch {
-                    let _ = m.reply.send(Err(e.to_string()));
+                    let _ = m.reply.send(Err(error.clone()));
                 }
                 return;
             }

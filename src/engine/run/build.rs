@@ -38,7 +38,8 @@ impl Job for BuildJob {
 }
 
 /// Why an overlay did not build.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{message}")]
 pub(crate) struct BuildFailure {
     /// What went wrong.
     pub message: String,
@@ -184,17 +185,18 @@ pub(crate) async fn build_base(
     work_dir: &Path,
     templates: &crate::engine::model::templates::KustomizeDir,
     kind: &str,
-) -> Result<Vec<Value>, String> {
+) -> Built {
     let overlay = crate::engine::model::overlay::Overlay {
         base: Some(kind.to_string()),
         ..Default::default()
     }
     .render(templates, None)
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| BuildFailure {
+        message: e.to_string(),
+        record: None,
+    })?;
     let slot = kubectl.acquire().await;
-    build_dir(work_dir, kubectl, slot, |dir| overlay.write_to(dir))
-        .await
-        .map_err(|f| f.message)
+    build_dir(work_dir, kubectl, slot, |dir| overlay.write_to(dir)).await
 }
 
 /// Builds one rendered overlay, in `work_dir`: in memory when it needs
@@ -203,19 +205,17 @@ pub(crate) async fn build_one(
     kubectl: &Kubectl,
     work_dir: &Path,
     overlay: &RenderedOverlay,
-) -> Result<Vec<Value>, String> {
+) -> Built {
     if let Some(manifests) = overlay.prebuilt() {
         return Ok(manifests.to_vec());
     }
     let slot = kubectl.acquire().await;
-    build_dir(work_dir, kubectl, slot, |dir| overlay.write_to(dir))
-        .await
-        .map_err(|f| f.message)
+    build_dir(work_dir, kubectl, slot, |dir| overlay.write_to(dir)).await
 }
 
 /// The documents of a YAML stream, empty ones dropped.
-pub(crate) fn parse(stream: &str) -> Result<Vec<Value>, String> {
-    let docs: Vec<Value> = serde_saphyr::from_multiple(stream).map_err(|e| e.to_string())?;
+pub(crate) fn parse(stream: &str) -> Result<Vec<Value>, serde_saphyr::Error> {
+    let docs: Vec<Value> = serde_saphyr::from_multiple(stream)?;
     Ok(docs.into_iter().filter(|d| !d.is_null()).collect())
 }
 
