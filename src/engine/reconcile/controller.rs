@@ -43,6 +43,7 @@ pub async fn run<H: Handler>(
     let mut primer = Primer::new(engine.clone(), handler.clone());
     let triggers = Arc::new(Triggers::default());
     let admitted = triggers.clone();
+    let cached = engine.clone();
     let objects = watcher(api, watch)
         .modify(slim::<H::Resource>)
         .inspect(move |event| {
@@ -52,6 +53,11 @@ pub async fn run<H: Handler>(
         })
         .reflect(writer)
         .filter(move |event| {
+            if let Ok(watcher::Event::Apply(obj) | watcher::Event::InitApply(obj)) = event {
+                // The cache holds this version now: a status written at it
+                // need not be remembered (no reconcile may come to see it).
+                cached.memo.cached(obj.meta());
+            }
             let admit = event.as_ref().map_or(true, |e| admitted.admit(e));
             std::future::ready(admit)
         })

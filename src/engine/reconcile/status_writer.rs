@@ -12,6 +12,7 @@
 use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 use serde::Deserialize;
@@ -62,6 +63,22 @@ impl StatusMemo {
             return None;
         }
         Some(memo.status.value())
+    }
+
+    /// The watch's cache holds the resource `meta` describes at its
+    /// version: a status written at that version is forgotten (it is in
+    /// the cache now). Without this, a status would be held until
+    /// [`MEMO_TTL`], since its own write starts no reconcile to look.
+    pub fn cached(&self, meta: &ObjectMeta) {
+        let (Some(uid), Some(version)) = (meta.uid.as_deref(), meta.resource_version.as_deref())
+        else {
+            return;
+        };
+        let mut entries = self.lock();
+        let written_at = entries.get(uid, Instant::now());
+        if written_at.is_some_and(|memo| memo.resource_version.as_deref() == Some(version)) {
+            entries.remove(uid);
+        }
     }
 
     /// Remembers a status written for `uid`.
@@ -233,6 +250,24 @@ pub(crate) async fn write<H: Handler>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_watch_showing_the_written_version_forgets_it_without_a_reconcile() {
+        let memo = StatusMemo::default();
+        memo.remember("u".into(), Some("5".into()), &json!({"message": "new"}));
+        let at = |version: &str| ObjectMeta {
+            uid: Some("u".into()),
+            resource_version: Some(version.into()),
+            ..Default::default()
+        };
+        memo.cached(&at("4"));
+        assert!(memo.lock().get("u", Instant::now()).is_some(), "not yet");
+        memo.cached(&at("5"));
+        assert!(
+            memo.lock().get("u", Instant::now()).is_none(),
+            "in the cache now"
+        );
+    }
 
     #[test]
     fn the_memo_answers_until_the_watch_catches_up() {
