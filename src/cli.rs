@@ -130,18 +130,15 @@ impl KindsDir {
         if self.kind_definition.is_empty() {
             return Ok(None);
         }
-        let io = |path: &std::path::Path| {
-            let path = path.to_path_buf();
-            move |source| PackError::Io { path, source }
-        };
-        let temp = std::env::temp_dir();
         let dir = tempfile::Builder::new()
             .prefix("kustomize-operator-kinds-")
             .tempdir()
-            .map_err(io(&temp))?;
+            .map_err(|source| PackError::Io {
+                path: std::env::temp_dir(),
+                source,
+            })?;
         for file in &self.kind_definition {
-            let text = std::fs::read_to_string(file).map_err(io(file))?;
-            pack::unpack(&text, &file.display().to_string(), dir.path())?;
+            pack::unpack_file(file, dir.path())?;
         }
         Ok(Some(dir))
     }

@@ -141,22 +141,7 @@ fn kind(command: &KindCommand) -> Result<(), Error> {
             print!("{}", pack::pack(dir)?);
         }
         KindCommand::Unpack { file, out_dir } => {
-            let (text, what) = if file.as_os_str() == "-" {
-                let text = std::io::read_to_string(std::io::stdin()).map_err(|source| {
-                    pack::PackError::Io {
-                        path: file.clone(),
-                        source,
-                    }
-                })?;
-                (text, "standard input".to_string())
-            } else {
-                let text = std::fs::read_to_string(file).map_err(|source| pack::PackError::Io {
-                    path: file.clone(),
-                    source,
-                })?;
-                (text, file.display().to_string())
-            };
-            let folder = pack::unpack(&text, &what, out_dir)?;
+            let folder = pack::unpack_file(file, out_dir)?;
             eprintln!("wrote {}", folder.display());
         }
     }

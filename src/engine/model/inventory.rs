@@ -39,6 +39,18 @@ pub struct Owner {
 }
 
 impl Owner {
+    /// A Sample `web` (UID `u`) in `namespace`, for tests.
+    #[cfg(test)]
+    pub fn sample_web(namespace: Option<&str>) -> Self {
+        Self {
+            api_version: "nuvolaris.org/v1".into(),
+            kind: "Sample".into(),
+            namespace: namespace.map(str::to_string),
+            name: "web".into(),
+            uid: "u".into(),
+        }
+    }
+
     /// The value of [`OWNER_ANNOTATION`]: `Kind.group/namespace/name`
     /// (`Kind.group/name` when cluster-scoped).
     pub fn annotation(&self) -> String {

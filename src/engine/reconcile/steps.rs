@@ -747,13 +747,7 @@ mod tests {
     }
 
     fn owner(namespace: Option<&str>) -> Owner {
-        Owner {
-            api_version: "nuvolaris.org/v1".into(),
-            kind: "Sample".into(),
-            namespace: namespace.map(str::to_string),
-            name: "web".into(),
-            uid: "u".into(),
-        }
+        Owner::sample_web(namespace)
     }
 
     fn deployment(namespace: Option<&str>, name: &str) -> ObjectId {

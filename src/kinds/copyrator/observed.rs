@@ -92,15 +92,24 @@ pub struct Content {
 
 impl std::fmt::Debug for Content {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Content")
-            .field("data_keys", &self.data.keys().collect::<Vec<_>>())
-            .field(
-                "binary_data_keys",
-                &self.binary_data.keys().collect::<Vec<_>>(),
-            )
-            .field("type", &self.type_)
-            .finish()
+        debug_keys(f, "Content", &self.data, &self.binary_data, &self.type_)
     }
+}
+
+/// `Debug` of what a ConfigMap or Secret holds: its key names and type,
+/// never its values.
+fn debug_keys<V>(
+    f: &mut std::fmt::Formatter<'_>,
+    name: &str,
+    data: &BTreeMap<String, V>,
+    binary_data: &BTreeMap<String, V>,
+    type_: &Option<String>,
+) -> std::fmt::Result {
+    f.debug_struct(name)
+        .field("data_keys", &data.keys().collect::<Vec<_>>())
+        .field("binary_data_keys", &binary_data.keys().collect::<Vec<_>>())
+        .field("type", type_)
+        .finish()
 }
 
 /// sha256 of one value.
@@ -152,14 +161,7 @@ impl Fingerprint {
 
 impl std::fmt::Debug for Fingerprint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Fingerprint")
-            .field("data_keys", &self.data.keys().collect::<Vec<_>>())
-            .field(
-                "binary_data_keys",
-                &self.binary_data.keys().collect::<Vec<_>>(),
-            )
-            .field("type", &self.type_)
-            .finish()
+        debug_keys(f, "Fingerprint", &self.data, &self.binary_data, &self.type_)
     }
 }
 

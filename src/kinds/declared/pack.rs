@@ -161,6 +161,20 @@ fn kind_file_text(definition: &Value, what: &str) -> Result<String, PackError> {
     })
 }
 
+/// [`unpack`] of the packed definition in `file` (`-`: standard input).
+pub fn unpack_file(file: &Path, out: &Path) -> Result<PathBuf, PackError> {
+    let io = |source| PackError::Io {
+        path: file.to_path_buf(),
+        source,
+    };
+    if file.as_os_str() == "-" {
+        let text = std::io::read_to_string(std::io::stdin()).map_err(io)?;
+        return unpack(&text, "standard input", out);
+    }
+    let text = std::fs::read_to_string(file).map_err(io)?;
+    unpack(&text, &file.display().to_string(), out)
+}
+
 /// The definition without its files, and its files (each path checked).
 fn split(text: &str, what: &str) -> Result<(Value, BTreeMap<String, String>), PackError> {
     let invalid = |reason: String| PackError::Invalid {
