@@ -450,9 +450,17 @@ async fn a_failing_provider_is_asked_again_only_when_the_backoff_allows() {
     provider.set(Mode::Status(500));
     let operator = start_operator(&ns.name, &provider).await;
     let api: Api<ExchangeRate> = Api::namespaced(client.clone(), &ns.name);
-    api.create(&PostParams::default(), &exchange_rate("chf", "CHF", "1h"))
-        .await
-        .unwrap();
+    // As `kubectl apply` leaves it: with its last-applied annotation, which
+    // the operator's cache drops.
+    let mut rate = exchange_rate("chf", "CHF", "1h");
+    rate.metadata.annotations = Some(
+        [(
+            "kubectl.kubernetes.io/last-applied-configuration".to_string(),
+            r#"{"kind":"ExchangeRate"}"#.to_string(),
+        )]
+        .into(),
+    );
+    api.create(&PostParams::default(), &rate).await.unwrap();
     wait_fetch_failed(&api, "chf").await;
     common::wait_until(
         TIMEOUT,

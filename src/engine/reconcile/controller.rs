@@ -202,7 +202,9 @@ async fn reconcile_one<H: Handler>(
             .get_or_insert_default()
             .push(finalizer_name.clone());
         ctx.triggers.changed(&expected);
-        let updated = add_finalizer(&api, &*obj, &finalizer_name).await?;
+        let mut updated = add_finalizer(&api, &*obj, &finalizer_name).await?;
+        // Recorded as the watch will bring it: cut down as the cache is.
+        slim(&mut updated);
         ctx.triggers.changed(updated.meta());
         Arc::new(updated)
     } else {
