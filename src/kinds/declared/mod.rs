@@ -7,10 +7,12 @@
 //! - [`file`]: the kind file's format;
 //! - `validate`: every check, each error naming the file and the field;
 //! - [`crd`]: the CRD generated from it;
+//! - [`breaking`]: the changes to it that would break what is stored;
 //! - [`pack`]: a folder as one `KindDefinition` object, and back;
 //! - `handler`: the handler serving it;
 //! - [`rbac`]: the rules the operator needs for it.
 
+pub mod breaking;
 pub mod crd;
 pub mod file;
 mod handler;
