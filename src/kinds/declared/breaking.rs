@@ -276,14 +276,14 @@ fn properties(path: &str, old: &JSONSchemaProps, new: &JSONSchemaProps, found: &
         let field = format!("{path}.{name}");
         let default = after.get(name).and_then(|s| s.default.as_ref());
         if is_required.contains(name) && !was_required.contains(name) && default.is_none() {
-            let detail = "is now required and has no default: a resource stored without it \
+            let detail = "it is now required and has no default: a resource stored without it \
                           fails validation when next updated";
             found.push(&field, Breaking::RequiredWithoutDefault, detail);
         }
         match (before.get(name), after.get(name)) {
             (Some(was), Some(is)) => compare(&field, was, is, found),
             (Some(_), None) if !keeps_unknown(new) => {
-                let detail = "is no longer declared: the API server drops its values";
+                let detail = "it is no longer declared: the API server drops its values";
                 found.push(&field, Breaking::FieldRemoved, detail);
             }
             _ => {}

@@ -112,7 +112,7 @@ fn a_property_removed_is_reported() {
     let new = object(json!({"size": {"type": "integer"}}));
     assert_eq!(
         changes(old, new),
-        ["spec.message: field removed: is no longer declared: the API server drops its values"]
+        ["spec.message: field removed: it is no longer declared: the API server drops its values"]
     );
 }
 
@@ -142,6 +142,11 @@ fn a_field_newly_required_without_a_default_is_reported() {
         "zone": {"type": "string"},
     }));
     new["required"] = json!(["name", "size", "zone"]);
+    assert_eq!(
+        changes(old.clone(), new.clone())[0],
+        "spec.size: required without default: it is now required and has no default: \
+         a resource stored without it fails validation when next updated"
+    );
     assert_eq!(
         kinds(old, new),
         [
