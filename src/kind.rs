@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::future::Future;
 use std::hash::Hash;
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -127,6 +128,10 @@ pub struct KindInfo<D> {
     pub dyn_type: D,
     /// How the engine treats the kind's objects.
     pub policy: Policy,
+    /// The kind's own templates and base, for a kind defined while the
+    /// operator runs (a `KindDefinition`); `None`: the kustomize
+    /// directories the operator started with.
+    pub templates: Option<Arc<KustomizeDir>>,
 }
 
 /// What happens to a resource's objects when the resource is deleted.

@@ -315,6 +315,7 @@ impl ChaosAgentHandler {
                     health: false,
                     ..Policy::default()
                 },
+                templates: None,
             },
             operator_namespace,
             watch_namespace,

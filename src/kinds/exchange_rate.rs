@@ -309,6 +309,7 @@ impl ExchangeRateHandler {
                     tenant_writes: true,
                     ..Policy::default()
                 },
+                templates: None,
             },
             options,
             provider,

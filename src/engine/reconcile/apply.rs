@@ -126,7 +126,7 @@ pub(crate) async fn apply<H: Handler>(
         owner,
         owner_references: ctx.handler.info().policy.owner_references,
     };
-    let rendered = match render(&plan, &ctx.engine.templates, &marking) {
+    let rendered = match render(&plan, ctx.templates(), &marking) {
         Ok(r) => r,
         Err(e) => {
             let failure = Failure::new(Reason::RenderFailed, e.to_string());

@@ -146,7 +146,7 @@ async fn rendered_objects<H: Handler>(
         owner: owner.clone(),
         owner_references: ctx.handler.info().policy.owner_references,
     };
-    let rendered = render(&owned, &ctx.engine.templates, &marking)?;
+    let rendered = render(&owned, ctx.templates(), &marking)?;
     let mut ids = BTreeSet::new();
     for overlay in rendered.overlays.iter().flatten() {
         let manifests = steps::build_owned(&ctx.engine, owner, overlay)

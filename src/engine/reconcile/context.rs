@@ -14,6 +14,7 @@ use crate::engine::model::identity::{self, Identity};
 use crate::engine::model::inventory::Owner;
 use crate::engine::model::outcome::Failure;
 use crate::engine::model::status::Reason;
+use crate::engine::model::templates::KustomizeDir;
 use crate::kind::Handler;
 
 /// Why a reconcile did not succeed (its status says it in full).
@@ -43,6 +44,16 @@ pub(crate) struct Context<H: Handler> {
 }
 
 impl<H: Handler> Context<H> {
+    /// The templates and bases the kind's overlays render from: its own
+    /// (a kind defined in the cluster), else the engine's.
+    pub(crate) fn templates(&self) -> &KustomizeDir {
+        self.handler
+            .info()
+            .templates
+            .as_deref()
+            .unwrap_or(&self.engine.templates)
+    }
+
     /// Where `--keep-overlays` keeps the overlay of the resource `meta`
     /// describes (`None` when overlays are not kept).
     pub(crate) fn kept_overlay(&self, meta: &ObjectMeta) -> Option<std::path::PathBuf> {

@@ -98,6 +98,7 @@ impl CopyratorHandler {
                     tenant_writes: true,
                     ..Policy::default()
                 },
+                templates: None,
             },
             namespace_selector,
             rails,

@@ -46,6 +46,7 @@ impl DeclaredHandler {
                 tenant_writes: kind.namespaced(),
                 service_account: reconcile.service_account_name.clone(),
             },
+            templates: kind.templates.clone(),
         };
         Self { kind, info }
     }

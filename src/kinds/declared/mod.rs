@@ -23,6 +23,7 @@ mod recipe;
 mod validate;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use kube::api::ApiResource;
@@ -71,6 +72,9 @@ pub struct DeclaredKind {
     /// How often a resource is applied again though unchanged, if the kind
     /// file says.
     pub interval: Option<Duration>,
+    /// Its own templates and base, when it was defined in the cluster
+    /// (`None`: those of the kustomize directories).
+    pub templates: Option<Arc<KustomizeDir>>,
     /// Its templated strings, parsed.
     recipe: recipe::Recipe,
 }
@@ -112,6 +116,7 @@ impl DeclaredKind {
             resource,
             resource_types,
             interval,
+            templates: None,
             recipe,
         })
     }
