@@ -244,6 +244,15 @@ pub struct RunArgs {
     /// Address for /metrics, /healthz and /readyz ("" turns it off).
     #[arg(long, env = "METRICS_ADDR", default_value = "127.0.0.1:8080", value_parser = parse_addr)]
     pub metrics_addr: MetricsAddr,
+    /// Serve the `KindDefinition`s of the cluster (kinds added, changed and
+    /// removed with kubectl while the operator runs), when their CRD is
+    /// installed. `--kinds` selects among the folder kinds only.
+    #[arg(long, env = "SERVE_KIND_DEFINITIONS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub serve_kind_definitions: bool,
+    /// Serve only the `KindDefinition`s matching this label selector
+    /// (default: all).
+    #[arg(long, env = "KIND_DEFINITION_SELECTOR")]
+    pub kind_definition_selector: Option<String>,
     /// Run the controllers only while this replica holds a Lease (for several replicas).
     #[arg(long, env = "LEADER_ELECT")]
     pub leader_elect: bool,

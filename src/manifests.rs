@@ -37,10 +37,12 @@ pub enum ManifestError {
 pub fn crds_yaml(args: &CrdArgs) -> Result<Vec<(String, String)>, ManifestError> {
     let (_, registry) = args.dirs.load()?;
     let kinds = registry.select(&args.kinds).map_err(KindsError::from)?;
-    kinds
-        .iter()
-        .map(|kind| {
-            let crd = kind.crd();
+    let mut crds: Vec<_> = kinds.iter().map(Kind::crd).collect();
+    if args.kinds.is_empty() {
+        crds.push(crate::definitions::resource::crd());
+    }
+    crds.into_iter()
+        .map(|crd| {
             let name = crd.metadata.name.clone().unwrap_or_default();
             serde_saphyr::to_string(&crd)
                 .map(|yaml| (name, yaml))

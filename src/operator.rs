@@ -124,6 +124,7 @@ impl Operator {
         let kinds = registry.select(&args.kinds).map_err(KindsError::from)?;
         let client = connect(args.max_api_requests).await?;
         check_crds(&client, &kinds, args.namespace.as_deref()).await?;
+        let definitions = definitions_config(args, &client, registry.all()).await;
         let base_dir = args
             .work_dir
             .clone()
@@ -144,6 +145,7 @@ impl Operator {
             kinds,
             engine: engine.clone(),
             options: args.common.kind_options(args.namespace.as_deref()),
+            definitions,
         };
         let mut operator = Self {
             engine,
@@ -275,11 +277,13 @@ impl Operator {
     }
 }
 
-/// The controllers to run, one per kind.
+/// The controllers to run, one per kind, and the one serving kind
+/// definitions.
 struct Controllers {
     kinds: Vec<Kind>,
     engine: Arc<Engine>,
     options: KindOptions,
+    definitions: Option<crate::definitions::Config>,
 }
 
 impl Controllers {
@@ -303,6 +307,12 @@ impl Controllers {
                     metrics.controller_stopped(kind.name());
                 }
             });
+        }
+        if let Some(config) = self.definitions.clone() {
+            let engine = self.engine.clone();
+            let options = self.options.clone();
+            let token = token.clone();
+            set.spawn(crate::definitions::serve(engine, options, config, token));
         }
         set
     }
@@ -387,12 +397,42 @@ async fn connect(max_requests: u16) -> Result<kube::Client, StartError> {
     Ok(client)
 }
 
+/// How `KindDefinition`s are served: `None` when turned off, or when their
+/// CRD is not installed (said in the log: the operator serves its folder
+/// kinds as before).
+async fn definitions_config(
+    args: &RunArgs,
+    client: &kube::Client,
+    static_kinds: &[Kind],
+) -> Option<crate::definitions::Config> {
+    if !args.serve_kind_definitions {
+        return None;
+    }
+    match crate::definitions::installed(client).await {
+        Ok(true) => Some(crate::definitions::Config {
+            selector: args.kind_definition_selector.clone(),
+            static_kinds: static_kinds.to_vec(),
+            default_service_account: args.default_service_account.clone(),
+        }),
+        Ok(false) => {
+            tracing::warn!(
+                "the KindDefinition CRD is not installed: kinds defined in the cluster are not served (`kubectl apply -k deploy/crds` installs it)"
+            );
+            None
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot list KindDefinitions: kinds defined in the cluster are not served");
+            None
+        }
+    }
+}
+
 /// Fails, naming the kind file, when a declared kind's base does not build
 /// (found now rather than at the first reconcile).
 async fn check_bases(engine: &Engine, kinds: &[Kind]) -> Result<(), StartError> {
     for declared in kinds.iter().filter_map(Kind::declared) {
         engine
-            .build_base(declared.name())
+            .build_base(None, declared.name())
             .await
             .map_err(|failure| StartError::Base {
                 file: declared.path.clone(),

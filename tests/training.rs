@@ -41,6 +41,8 @@ const SLOW_STEP: Duration = Duration::from_secs(5);
 const OPERATOR_ENV: &[&str] = &[
     "WATCH_NAMESPACE",
     "KINDS",
+    "SERVE_KIND_DEFINITIONS",
+    "KIND_DEFINITION_SELECTOR",
     "NAMESPACE",
     "KUBECTL_TIMEOUT",
     "MAX_CONCURRENT_KUBECTL",

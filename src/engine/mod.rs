@@ -174,15 +174,47 @@ impl Engine {
     }
 
     /// Builds the base of the kind folder `kind` alone (`kubectl
-    /// kustomize`): what it produces, or why it does not build.
-    pub(crate) async fn build_base(&self, kind: &str) -> build::Built {
+    /// kustomize`), from `templates` (default: the engine's): what it
+    /// produces, or why it does not build.
+    pub(crate) async fn build_base(
+        &self,
+        templates: Option<&KustomizeDir>,
+        kind: &str,
+    ) -> build::Built {
         build::build_base(
             &self.kubectl,
             &self.settings.work_dir,
-            &self.templates,
+            templates.unwrap_or(&self.templates),
             kind,
         )
         .await
+    }
+
+    /// The engine's settings.
+    pub(crate) fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// Publishes an event about `regarding` (repeats fold into a series);
+    /// a failure to publish is logged, not returned.
+    pub(crate) async fn publish_event(
+        &self,
+        regarding: &k8s_openapi::api::core::v1::ObjectReference,
+        type_: crate::kind::EventType,
+        reason: &str,
+        note: &str,
+    ) {
+        let event = self::reconcile::events::Publish {
+            regarding,
+            type_,
+            reason,
+            action: reason,
+            note,
+            related: None,
+        };
+        if let Err(e) = self.events.publish(&event).await {
+            tracing::warn!(reason, error = %e, "cannot publish an event");
+        }
     }
 
     /// Forgets what the engine remembered about resources for a few

@@ -272,6 +272,15 @@ pub async fn wait_for<T, Seen: std::fmt::Debug>(
     }
 }
 
+/// True when a test's flags say how KindDefinitions are served. By
+/// default a test's operator serves none: definitions are cluster-wide,
+/// and tests/kind_definitions.rs serves only its own (by label).
+fn serves_definitions(extra: &[&str]) -> bool {
+    extra
+        .iter()
+        .any(|a| a.starts_with("--serve-kind-definitions"))
+}
+
 /// `run` arguments for an operator watching only `namespace`.
 pub fn run_args(namespace: &str, extra: &[&str]) -> RunArgs {
     let kustomize = repo().join("kustomize");
@@ -288,6 +297,9 @@ pub fn run_args(namespace: &str, extra: &[&str]) -> RunArgs {
     ];
     if !extra.contains(&"--kubectl") {
         argv.extend(["--kubectl".into(), kubectl.display().to_string()]);
+    }
+    if !serves_definitions(extra) {
+        argv.push("--serve-kind-definitions=false".into());
     }
     argv.extend(extra.iter().map(|s| s.to_string()));
     match Cli::parse_from(argv).command {
@@ -384,10 +396,15 @@ impl OperatorProcess {
         if !extra.contains(&"--work-dir") {
             cmd.arg("--work-dir").arg(dir.path().join("work"));
         }
+        if !serves_definitions(extra) {
+            cmd.arg("--serve-kind-definitions=false");
+        }
         cmd.args(extra);
         for var in [
             "WATCH_NAMESPACE",
             "KINDS",
+            "SERVE_KIND_DEFINITIONS",
+            "KIND_DEFINITION_SELECTOR",
             "NAMESPACE",
             "POD_NAME",
             "METRICS_ADDR",

@@ -117,6 +117,22 @@ pub struct KindSpec {
     /// How the engine treats the kind's objects.
     #[serde(default)]
     pub reconcile: ReconcileSpec,
+    /// What deleting a `KindDefinition` in the cluster does while
+    /// resources of its kind exist (a kind folder ignores it).
+    #[serde(default)]
+    pub on_delete: OnDelete,
+}
+
+/// What deleting a kind's definition does while resources of the kind exist.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
+pub enum OnDelete {
+    /// The deletion waits until they are gone (and admission refuses it
+    /// while the definition's status counts any).
+    #[default]
+    Refuse,
+    /// The definition goes at once; the resources, their objects and the
+    /// CRD stay, and the operator's finalizer is taken off each resource.
+    Orphan,
 }
 
 /// A CRD's names.

@@ -1,0 +1,604 @@
+//! The controller of `KindDefinition`s. One reconcile of a definition:
+//!
+//! 1. its finalizer, so its kind is never left without a controller while
+//!    resources carry the kind's finalizer;
+//! 2. a new generation is checked ([`super::generation`]); if it passes,
+//!    its CRD is applied and waited for, and its controller replaces the
+//!    one serving the generation before; if not, the generation before
+//!    keeps serving and `Accepted=False` says why;
+//! 3. the rights the kind needs are reviewed (`RightsGranted`), the
+//!    resources of the kind counted, and the status written once.
+//!
+//! Every failure stays inside its definition: it is a condition and an
+//! event, never an error that stops another kind or the operator.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::watcher;
+use kube::{Api, Client, Resource, ResourceExt};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use super::crds::{self, CrdError};
+use super::generation::{self, Generation, Rejection, Taken};
+use super::resource::{self, ConditionType, Reason, Status};
+use super::rights;
+use super::serving::Serving;
+use crate::engine::host::Engine;
+use crate::kind::EventType;
+use crate::kinds::declared::rbac;
+
+/// How soon a definition is looked at again when all is well (rights
+/// granted later, the count of resources, a CRD changed by hand).
+const RECHECK: Duration = Duration::from_secs(30);
+/// … and when something is not right yet.
+const RECHECK_SOON: Duration = Duration::from_secs(10);
+/// How often a deletion waiting for resources looks again.
+const DELETION_RECHECK: Duration = Duration::from_secs(5);
+/// How many names a message lists.
+const NAMES_SHOWN: usize = 10;
+/// The number of leading rules of `rbac::rules` on the kind's own resources.
+const OWN_RULES: usize = 2;
+
+/// Why a reconcile of a definition failed (retried after a pause).
+#[derive(Debug, thiserror::Error)]
+pub enum DefinitionError {
+    /// An API call failed.
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+}
+
+/// What every reconcile of a definition shares.
+pub(super) struct Context {
+    pub engine: Arc<Engine>,
+    pub client: Client,
+    pub serving: Serving,
+    /// The names and CRDs of the kinds the operator serves from folders.
+    pub taken: Vec<Taken>,
+    /// Where definitions are unpacked while they are checked.
+    pub work_dir: PathBuf,
+    /// The operator's `--default-service-account`.
+    pub default_service_account: Option<String>,
+}
+
+/// Runs the controller of definitions matching `selector` until `shutdown`
+/// is cancelled; then stops the kinds' controllers.
+pub(super) async fn run(ctx: Arc<Context>, selector: Option<String>, shutdown: CancellationToken) {
+    let api = Api::<DynamicObject>::all_with(ctx.client.clone(), &resource::api_resource());
+    let mut config = watcher::Config::default();
+    if let Some(selector) = &selector {
+        config = config.labels(selector);
+    }
+    tracing::info!(
+        selector = selector.as_deref().unwrap_or("<all>"),
+        "serving KindDefinitions"
+    );
+    Controller::new_with(api, config, resource::api_resource())
+        .graceful_shutdown_on(shutdown.clone().cancelled_owned())
+        .run(reconcile, error_policy, ctx.clone())
+        .for_each(|_| async {})
+        .await;
+    ctx.serving.stop_all().await;
+}
+
+fn error_policy(def: Arc<DynamicObject>, error: &DefinitionError, _: Arc<Context>) -> Action {
+    tracing::warn!(definition = %def.name_any(), %error, "reconciling a KindDefinition failed");
+    Action::requeue(RECHECK_SOON)
+}
+
+async fn reconcile(def: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, DefinitionError> {
+    if def.metadata.deletion_timestamp.is_some() {
+        return remove(&def, &ctx).await;
+    }
+    if !def.finalizers().iter().any(|f| f == resource::FINALIZER) {
+        add_finalizer(&ctx.client, &def).await?;
+    }
+    let before = status_of(&def);
+    let mut status = before.clone();
+    status.observed_generation = def.metadata.generation;
+    accept(&def, &ctx, &mut status).await;
+    let served = ctx.serving.current(&def.name_any());
+    serving_condition(&ctx, &def, served.as_ref(), &mut status);
+    if let Some(generation) = &served {
+        rights_condition(&ctx, generation, &mut status).await;
+        status.resources = count(&ctx.client, &generation.kind.resource)
+            .await
+            .ok()
+            .map(|names| names.len() as u64);
+    }
+    let all_well = [
+        ConditionType::Accepted,
+        ConditionType::CrdEstablished,
+        ConditionType::RightsGranted,
+        ConditionType::Serving,
+    ]
+    .iter()
+    .all(|&c| status.is_true(c));
+    write_status(&ctx.client, &def, &before, &status).await?;
+    Ok(Action::requeue(if all_well {
+        RECHECK
+    } else {
+        RECHECK_SOON
+    }))
+}
+
+/// Checks the definition's generation, unless it is the one served, and
+/// serves it if it passes; keeps the CRD of what is served applied.
+async fn accept(def: &DynamicObject, ctx: &Context, status: &mut Status) {
+    let name = def.name_any();
+    let number = def.metadata.generation;
+    let served = ctx.serving.current(&name);
+    if let Some(generation) = served.as_ref().filter(|g| Some(g.number) == number) {
+        if ensure_crd(ctx, &name, generation, status).await && !ctx.serving.running(&name) {
+            ctx.serving.serve(&name, generation.clone()).await;
+        }
+        return;
+    }
+    match check(def, ctx, served.as_ref()).await {
+        Err(rejection) => {
+            let message = match &served {
+                Some(g) => format!("{rejection} (generation {} keeps serving)", g.number),
+                None => rejection.to_string(),
+            };
+            status.set(
+                ConditionType::Accepted,
+                false,
+                rejection.reason(),
+                &message,
+                number,
+            );
+            event(ctx, def, EventType::Warning, "Rejected", &message).await;
+            if let Some(generation) = &served {
+                ensure_crd(ctx, &name, generation, status).await;
+            }
+        }
+        Ok(generation) => {
+            let message = format!("generation {} is valid", generation.number);
+            status.set(
+                ConditionType::Accepted,
+                true,
+                Reason::Valid,
+                &message,
+                number,
+            );
+            if ensure_crd(ctx, &name, &generation, status).await {
+                let note = format!(
+                    "serving {} ({}) from generation {}",
+                    generation.kind.resource.kind,
+                    generation.kind.resource.api_version,
+                    generation.number
+                );
+                ctx.serving.serve(&name, generation).await;
+                event(ctx, def, EventType::Normal, "Serving", &note).await;
+            }
+        }
+    }
+}
+
+/// Every check a generation must pass before it is served.
+async fn check(
+    def: &DynamicObject,
+    ctx: &Context,
+    served: Option<&Generation>,
+) -> Result<Generation, Rejection> {
+    let name = def.name_any();
+    let mut generation = generation::load(def, &ctx.work_dir)?;
+    let mut taken = ctx.taken.clone();
+    taken.extend(ctx.serving.taken_by_others(&name));
+    generation::check_clash(&generation, &taken)?;
+    let baseline = match served {
+        Some(g) => Some(g.crd.clone()),
+        None => crds::live(&ctx.client, &generation.crd_name())
+            .await
+            .ok()
+            .flatten()
+            .filter(|crd| crds::marker(crd) == Some(name.as_str())),
+    };
+    if let Some(baseline) = &baseline {
+        generation::check_compatible(def, baseline, &generation)?;
+    }
+    generation::build_base(&ctx.engine, &mut generation).await?;
+    Ok(generation)
+}
+
+/// Applies the generation's CRD and waits until it is established; sets
+/// `CRDEstablished`. True when it is.
+async fn ensure_crd(
+    ctx: &Context,
+    name: &str,
+    generation: &Generation,
+    status: &mut Status,
+) -> bool {
+    let crd = generation.crd_name();
+    status.crd = Some(crd.clone());
+    let number = Some(generation.number);
+    let reason = match crds::apply(&ctx.client, &generation.crd, name).await {
+        Err(e @ CrdError::NotOwned { .. }) => Err((Reason::CrdNotOwned, e.to_string())),
+        Err(e) => Err((Reason::CrdApplyFailed, e.to_string())),
+        Ok(()) => match crds::wait_established(&ctx.client, &crd).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err((
+                Reason::NotEstablished,
+                format!("the CRD {crd} is not established yet"),
+            )),
+            Err(e) => Err((Reason::CrdApplyFailed, format!("the CRD {crd}: {e}"))),
+        },
+    };
+    match reason {
+        Ok(()) => {
+            let message = format!("the CRD {crd} is established");
+            status.set(
+                ConditionType::CrdEstablished,
+                true,
+                Reason::Established,
+                &message,
+                number,
+            );
+            true
+        }
+        Err((reason, message)) => {
+            status.set(
+                ConditionType::CrdEstablished,
+                false,
+                reason,
+                &message,
+                number,
+            );
+            false
+        }
+    }
+}
+
+/// `Serving`: which generation's controller runs.
+fn serving_condition(
+    ctx: &Context,
+    def: &DynamicObject,
+    served: Option<&Generation>,
+    status: &mut Status,
+) {
+    let number = def.metadata.generation;
+    status.serving_generation = served.map(|g| g.number);
+    match served {
+        Some(g) if ctx.serving.running(&def.name_any()) => {
+            let message = format!(
+                "serving {} ({}) from generation {}",
+                g.kind.resource.kind, g.kind.resource.api_version, g.number
+            );
+            status.set(
+                ConditionType::Serving,
+                true,
+                Reason::Running,
+                &message,
+                number,
+            );
+        }
+        Some(_) => {
+            let message = "the kind's controller stopped; it is started again";
+            status.set(
+                ConditionType::Serving,
+                false,
+                Reason::Running,
+                message,
+                number,
+            );
+        }
+        None => {
+            let message =
+                "no generation of this definition was accepted since the operator started";
+            status.set(
+                ConditionType::Serving,
+                false,
+                Reason::NoValidGeneration,
+                message,
+                number,
+            );
+        }
+    }
+}
+
+/// `RightsGranted`: access reviews of what the kind's overlays need.
+async fn rights_condition(ctx: &Context, generation: &Generation, status: &mut Status) {
+    let kind = &generation.kind;
+    let reconcile = &kind.file.spec.reconcile;
+    let account = reconcile
+        .service_account_name
+        .as_deref()
+        .or(ctx.default_service_account.as_deref())
+        .filter(|_| kind.namespaced());
+    let rules = rbac::rules(kind, &generation.object_types);
+    let needed = rights::operator_rules(&rules, OWN_RULES, account.is_some());
+    let number = Some(generation.number);
+    let tenant = account.map_or(String::new(), |a| {
+        format!("; the objects are written as the ServiceAccount {a} of each resource's namespace, whose rights each reconcile meets")
+    });
+    match rights::missing(&ctx.client, &needed).await {
+        Ok(missing) if missing.is_empty() => {
+            let message = format!("the operator's account may do what the kind needs{tenant}");
+            status.set(
+                ConditionType::RightsGranted,
+                true,
+                Reason::Granted,
+                &message,
+                number,
+            );
+        }
+        Ok(missing) => {
+            let message = format!(
+                "the operator's account may not: {}{tenant}; `kustomize-operator rbac` prints the ClusterRole that grants them",
+                crate::kind::first_names(&missing, NAMES_SHOWN, ", ")
+            );
+            status.set(
+                ConditionType::RightsGranted,
+                false,
+                Reason::MissingRights,
+                &message,
+                number,
+            );
+        }
+        Err(e) => {
+            let message = format!("cannot review the operator's rights: {e}");
+            status.set(
+                ConditionType::RightsGranted,
+                false,
+                Reason::ReviewFailed,
+                &message,
+                number,
+            );
+        }
+    }
+}
+
+/// Deletion: waits while resources of the kind exist (unless the
+/// definition orphans them), then stops the kind's controller, removes
+/// the CRD (only with its marker, only when no resource is left) and the
+/// finalizer.
+async fn remove(def: &DynamicObject, ctx: &Context) -> Result<Action, DefinitionError> {
+    if !def.finalizers().iter().any(|f| f == resource::FINALIZER) {
+        return Ok(Action::await_change());
+    }
+    let name = def.name_any();
+    let served = ctx.serving.current(&name);
+    let kind = served
+        .as_ref()
+        .map(|g| g.kind.resource.clone())
+        .or_else(|| declared_resource(def));
+    let remaining = match &kind {
+        Some(kind) => count(&ctx.client, kind).await.or_else(not_found_is_empty)?,
+        None => Vec::new(),
+    };
+    let orphan = def.data["spec"]["onDelete"].as_str() == Some("Orphan");
+    if let Some(kind) = kind.as_ref().filter(|_| !remaining.is_empty()) {
+        if !orphan {
+            return wait_for_resources(def, ctx, kind, &remaining, served.is_some()).await;
+        }
+        ctx.serving.stop(&name).await;
+        orphan_resources(&ctx.client, kind, &remaining).await?;
+    } else {
+        ctx.serving.stop(&name).await;
+        if let Some(kind) = &kind {
+            crds::delete_owned(
+                &ctx.client,
+                &format!("{}.{}", kind.plural, kind.group),
+                &name,
+            )
+            .await?;
+        }
+    }
+    remove_finalizer(&ctx.client, def).await?;
+    Ok(Action::await_change())
+}
+
+/// Says, in status and an event, which resources a deletion waits for.
+async fn wait_for_resources(
+    def: &DynamicObject,
+    ctx: &Context,
+    kind: &ApiResource,
+    remaining: &[String],
+    serving: bool,
+) -> Result<Action, DefinitionError> {
+    let before = status_of(def);
+    let mut status = before.clone();
+    status.resources = Some(remaining.len() as u64);
+    let mut message = format!(
+        "the deletion waits for {} {} resource(s): {}; delete them, or set spec.onDelete: Orphan to leave them",
+        remaining.len(),
+        kind.kind,
+        crate::kind::first_names(remaining, NAMES_SHOWN, ", ")
+    );
+    if !serving {
+        message.push_str(" (the kind is not served: their finalizers stay until a valid generation is accepted, or Orphan is set)");
+    }
+    status.set(
+        ConditionType::Serving,
+        serving,
+        Reason::WaitingForResources,
+        &message,
+        def.metadata.generation,
+    );
+    write_status(&ctx.client, def, &before, &status).await?;
+    event(ctx, def, EventType::Warning, "DeletionWaits", &message).await;
+    Ok(Action::requeue(DELETION_RECHECK))
+}
+
+/// Takes the kind's finalizer off each remaining resource: no controller
+/// serves them any more, and their deletion must not wait for one.
+async fn orphan_resources(
+    client: &Client,
+    kind: &ApiResource,
+    remaining: &[String],
+) -> Result<(), kube::Error> {
+    let finalizer = format!("{}/kustomize-operator", kind.group);
+    for key in remaining {
+        let (namespace, name) = match key.split_once('/') {
+            Some((ns, name)) => (Some(ns), name),
+            None => (None, key.as_str()),
+        };
+        let api = match namespace {
+            Some(ns) => Api::<DynamicObject>::namespaced_with(client.clone(), ns, kind),
+            None => Api::<DynamicObject>::all_with(client.clone(), kind),
+        };
+        let Some(object) = api.get_opt(name).await? else {
+            continue;
+        };
+        if let Some(patch) = without_finalizer(&object, &finalizer) {
+            api.patch(name, &PatchParams::default(), &Patch::<()>::Json(patch))
+                .await?;
+        }
+    }
+    Ok(())
+}
+
+/// The resources of `kind`, as `namespace/name` (or `name`), in every namespace.
+async fn count(client: &Client, kind: &ApiResource) -> Result<Vec<String>, kube::Error> {
+    let api = Api::<DynamicObject>::all_with(client.clone(), kind);
+    let list = api.list_metadata(&ListParams::default()).await?;
+    Ok(list
+        .items
+        .iter()
+        .map(|o| match o.namespace() {
+            Some(ns) => format!("{ns}/{}", o.name_any()),
+            None => o.name_any(),
+        })
+        .collect())
+}
+
+fn not_found_is_empty(e: kube::Error) -> Result<Vec<String>, kube::Error> {
+    match e {
+        kube::Error::Api(ref s) if s.code == 404 => Ok(Vec::new()),
+        e => Err(e),
+    }
+}
+
+/// The kind a definition declares, read from its spec as it is.
+fn declared_resource(def: &DynamicObject) -> Option<ApiResource> {
+    let spec = &def.data["spec"];
+    let group = spec["group"].as_str()?;
+    let version = spec["version"].as_str()?;
+    Some(ApiResource {
+        group: group.into(),
+        version: version.into(),
+        api_version: format!("{group}/{version}"),
+        kind: spec["names"]["kind"].as_str()?.into(),
+        plural: spec["names"]["plural"].as_str()?.into(),
+    })
+}
+
+fn status_of(def: &DynamicObject) -> Status {
+    serde_json::from_value(def.data["status"].clone()).unwrap_or_default()
+}
+
+/// Writes the status when it changed.
+async fn write_status(
+    client: &Client,
+    def: &DynamicObject,
+    before: &Status,
+    status: &Status,
+) -> Result<(), kube::Error> {
+    if before == status {
+        return Ok(());
+    }
+    let api = Api::<DynamicObject>::all_with(client.clone(), &resource::api_resource());
+    let patch = json!({"status": status});
+    api.patch_status(
+        &def.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+async fn add_finalizer(client: &Client, def: &DynamicObject) -> Result<(), kube::Error> {
+    let api = Api::<DynamicObject>::all_with(client.clone(), &resource::api_resource());
+    let patch = if def.metadata.finalizers.is_none() {
+        json!([{"op": "add", "path": "/metadata/finalizers", "value": [resource::FINALIZER]}])
+    } else {
+        json!([{"op": "add", "path": "/metadata/finalizers/-", "value": resource::FINALIZER}])
+    };
+    let patch = serde_json::from_value(patch).map_err(kube::Error::SerdeError)?;
+    api.patch(
+        &def.name_any(),
+        &PatchParams::default(),
+        &Patch::<()>::Json(patch),
+    )
+    .await?;
+    Ok(())
+}
+
+async fn remove_finalizer(client: &Client, def: &DynamicObject) -> Result<(), kube::Error> {
+    let api = Api::<DynamicObject>::all_with(client.clone(), &resource::api_resource());
+    if let Some(patch) = without_finalizer(def, resource::FINALIZER) {
+        match api
+            .patch(
+                &def.name_any(),
+                &PatchParams::default(),
+                &Patch::<()>::Json(patch),
+            )
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// A JSON patch removing `finalizer` from `object` (tested first, so a
+/// concurrent change of the list fails the patch), if it carries it.
+fn without_finalizer(object: &DynamicObject, finalizer: &str) -> Option<json_patch::Patch> {
+    let index = object.finalizers().iter().position(|f| f == finalizer)?;
+    let path = format!("/metadata/finalizers/{index}");
+    serde_json::from_value(json!([
+        {"op": "test", "path": path, "value": finalizer},
+        {"op": "remove", "path": path},
+    ]))
+    .ok()
+}
+
+async fn event(ctx: &Context, def: &DynamicObject, type_: EventType, reason: &str, note: &str) {
+    let regarding = ObjectReference {
+        api_version: Some(DynamicObject::api_version(&resource::api_resource()).into_owned()),
+        kind: Some(resource::KIND.into()),
+        name: def.metadata.name.clone(),
+        uid: def.metadata.uid.clone(),
+        ..Default::default()
+    };
+    ctx.engine
+        .publish_event(&regarding, type_, reason, note)
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_finalizer_is_removed_by_a_tested_patch() {
+        let mut object = DynamicObject::new("x", &resource::api_resource());
+        object.metadata.finalizers = Some(vec!["a".into(), resource::FINALIZER.into()]);
+        let patch = serde_json::to_value(without_finalizer(&object, resource::FINALIZER)).unwrap();
+        assert_eq!(patch[0]["op"], "test");
+        assert_eq!(patch[1]["path"], "/metadata/finalizers/1");
+        assert!(without_finalizer(&object, "other").is_none());
+    }
+
+    #[test]
+    fn the_declared_kind_is_read_from_the_spec() {
+        let mut object = DynamicObject::new("greeting", &resource::api_resource());
+        object.data = json!({"spec": {"group": "hello.io", "version": "v1", "names": {"kind": "Greeting", "plural": "greetings"}}});
+        let kind = declared_resource(&object).unwrap();
+        assert_eq!(
+            (kind.api_version.as_str(), kind.plural.as_str()),
+            ("hello.io/v1", "greetings")
+        );
+        object.data = json!({"spec": {}});
+        assert!(declared_resource(&object).is_none());
+    }
+}

@@ -1,0 +1,227 @@
+//! One generation of a definition, checked as a kind folder is at start:
+//! unpacked into a private directory, its templates parsed, its kind file
+//! validated, its base built, its names free, its schema compatible with
+//! what is served. What fails is a [`Rejection`] naming the file and the
+//! field.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::ResourceExt;
+use kube::api::DynamicObject;
+
+use super::resource::{self, Reason};
+use crate::engine::host::Engine;
+use crate::kind::KustomizeDir;
+use crate::kinds::declared::breaking::{self, BreakingChange};
+use crate::kinds::declared::rbac::{self, ObjectType};
+use crate::kinds::declared::{DeclaredKind, pack};
+
+/// A generation that passed every check.
+#[derive(Debug, Clone)]
+pub struct Generation {
+    /// `metadata.generation`.
+    pub number: i64,
+    /// The kind, with its own templates.
+    pub kind: Arc<DeclaredKind>,
+    /// The CRD it declares, carrying the definition's marker.
+    pub crd: CustomResourceDefinition,
+    /// The object types its overlays can produce.
+    pub object_types: BTreeSet<ObjectType>,
+}
+
+impl Generation {
+    /// The CRD's name.
+    pub fn crd_name(&self) -> String {
+        self.crd.metadata.name.clone().unwrap_or_default()
+    }
+}
+
+/// Why a generation is not served.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Rejection {
+    /// A file or field is wrong, or the definition cannot be unpacked.
+    #[error("{0}")]
+    Invalid(String),
+    /// The kind's name or CRD is another kind's.
+    #[error("{0}")]
+    Clash(String),
+    /// The kind's base does not build.
+    #[error("the kind's base does not build: {0}")]
+    Base(String),
+    /// The schema or identity changed in ways stored resources break on.
+    #[error(
+        "breaking change{}: {}; set the annotation {} to \"true\" to allow it",
+        if .0.len() == 1 { "" } else { "s" },
+        .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "),
+        resource::ALLOW_BREAKING_ANNOTATION
+    )]
+    Breaking(Vec<BreakingChange>),
+}
+
+impl Rejection {
+    /// The `Accepted` condition's reason.
+    pub fn reason(&self) -> Reason {
+        match self {
+            Self::Invalid(_) => Reason::Invalid,
+            Self::Clash(_) => Reason::Clash,
+            Self::Base(_) => Reason::BaseFailed,
+            Self::Breaking(_) => Reason::BreakingChange,
+        }
+    }
+}
+
+/// A name or CRD another kind has.
+#[derive(Debug, Clone)]
+pub struct Taken {
+    /// Its short name.
+    pub name: String,
+    /// Its CRD's name.
+    pub crd: String,
+    /// Who has it (`the built-in kind sample`, `the KindDefinition x`).
+    pub by: String,
+}
+
+/// Unpacks and checks `definition` (offline: files, templates, kind
+/// file) in a private directory under `work_dir`, removed on return.
+pub fn load(definition: &DynamicObject, work_dir: &Path) -> Result<Generation, Rejection> {
+    let name = definition.name_any();
+    let text = serde_json::to_string(definition).map_err(|e| Rejection::Invalid(e.to_string()))?;
+    let tmp = tempfile::Builder::new()
+        .prefix("definition-")
+        .tempdir_in(work_dir)
+        .map_err(|e| Rejection::Invalid(format!("cannot unpack: {e}")))?;
+    let root = tmp.path();
+    let local = |message: String| Rejection::Invalid(relative(&message, root));
+    let folder = pack::unpack(&text, &format!("KindDefinition {name}"), root)
+        .map_err(|e| local(e.to_string()))?;
+    let dir = KustomizeDir::load(root).map_err(|e| local(e.to_string()))?;
+    let mut kind =
+        DeclaredKind::load(&folder, &dir.templates_of(&name)).map_err(|e| local(e.to_string()))?;
+    kind.path = PathBuf::from(format!("KindDefinition {name}"));
+    kind.templates = Some(Arc::new(dir));
+    let mut crd = kind.crd();
+    crd.metadata
+        .labels
+        .get_or_insert_default()
+        .insert(resource::MARKER_LABEL.into(), name);
+    Ok(Generation {
+        number: definition.metadata.generation.unwrap_or_default(),
+        kind: Arc::new(kind),
+        crd,
+        object_types: BTreeSet::new(),
+    })
+}
+
+/// Builds the kind's base (`kubectl kustomize`), and notes the object
+/// types its overlays can produce.
+pub async fn build_base(engine: &Engine, generation: &mut Generation) -> Result<(), Rejection> {
+    let kind = &generation.kind;
+    let base = engine
+        .build_base(kind.templates.as_deref(), kind.name())
+        .await
+        .map_err(|failure| Rejection::Base(failure.to_string()))?;
+    generation.object_types = rbac::object_types(kind, &base);
+    Ok(())
+}
+
+/// Refuses a kind whose short name or CRD is already `taken`.
+pub fn check_clash(generation: &Generation, taken: &[Taken]) -> Result<(), Rejection> {
+    let name = generation.kind.name();
+    let crd = generation.crd_name();
+    for other in taken {
+        if other.name.eq_ignore_ascii_case(name) {
+            return Err(Rejection::Clash(format!(
+                "metadata.name: the kind name {name:?} is taken by {}",
+                other.by
+            )));
+        }
+        if other.crd == crd {
+            return Err(Rejection::Clash(format!(
+                "spec.names.plural, spec.group: the CRD {crd} is served by {}",
+                other.by
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Refuses changes from `served` that stored resources break on, unless
+/// the definition allows them.
+pub fn check_compatible(
+    definition: &DynamicObject,
+    served: &CustomResourceDefinition,
+    generation: &Generation,
+) -> Result<(), Rejection> {
+    let allowed = definition
+        .annotations()
+        .get(resource::ALLOW_BREAKING_ANNOTATION)
+        .is_some_and(|v| v == "true");
+    let changes = breaking::breaking_changes(served, &generation.crd);
+    if changes.is_empty() || allowed {
+        return Ok(());
+    }
+    Err(Rejection::Breaking(changes))
+}
+
+/// `message` with the private directory `root` left out of its paths
+/// (`/tmp/…/greeting/kind.yaml` → `greeting/kind.yaml`).
+fn relative(message: &str, root: &Path) -> String {
+    message.replace(&format!("{}/", root.display()), "")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn definition(path: &str) -> DynamicObject {
+        let text = pack::pack(&Path::new(env!("CARGO_MANIFEST_DIR")).join(path)).unwrap();
+        let mut value: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
+        value["metadata"]["generation"] = 3.into();
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn a_packed_folder_loads_with_its_own_templates_and_a_marked_crd() {
+        let work = tempfile::tempdir().unwrap();
+        let generation = load(&definition("kustomize/sample"), work.path()).unwrap();
+        assert_eq!(generation.number, 3);
+        assert_eq!(generation.kind.name(), "sample");
+        let templates = generation.kind.templates.as_ref().unwrap();
+        assert!(templates.base("sample").is_some());
+        assert_eq!(
+            generation.crd.metadata.labels.as_ref().unwrap()[resource::MARKER_LABEL],
+            "sample"
+        );
+        assert_eq!(std::fs::read_dir(work.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn an_error_names_the_file_and_the_field_without_the_private_directory() {
+        let work = tempfile::tempdir().unwrap();
+        let mut object = definition("kustomize/sample");
+        object.data["spec"]["overlays"] = serde_json::json!({});
+        let err = load(&object, work.path()).unwrap_err().to_string();
+        assert!(err.starts_with("sample/kind.yaml: spec.overlays"), "{err}");
+        assert!(!err.contains(&work.path().display().to_string()), "{err}");
+    }
+
+    #[test]
+    fn a_taken_name_or_crd_is_a_clash() {
+        let work = tempfile::tempdir().unwrap();
+        let generation = load(&definition("kustomize/sample"), work.path()).unwrap();
+        let taken = |name: &str, crd: &str| Taken {
+            name: name.into(),
+            crd: crd.into(),
+            by: "the built-in kind".into(),
+        };
+        assert!(check_clash(&generation, &[taken("other", "x.io")]).is_ok());
+        let by_name = check_clash(&generation, &[taken("Sample", "x.io")]).unwrap_err();
+        assert!(by_name.to_string().starts_with("metadata.name"));
+        let by_crd =
+            check_clash(&generation, &[taken("other", "samples.nuvolaris.org")]).unwrap_err();
+        assert_eq!(by_crd.reason(), Reason::Clash);
+    }
+}

@@ -1,0 +1,97 @@
+//! Kinds in the cluster: `KindDefinition` resources (cluster-scoped,
+//! `kustomize-operator.io/v1alpha1`) served while the operator runs. A
+//! definition is a kind folder packed into one object (`kind pack`); the
+//! operator checks each generation as it checks a folder at start, applies
+//! the CRD it declares, and runs the kind's controller, without a restart
+//! and without touching any other kind.
+//!
+//! - [`resource`]: the definition's CRD, names and status;
+//! - [`generation`]: one generation unpacked and checked (files,
+//!   templates, kind file, base, clashes, breaking schema changes);
+//! - [`crds`]: the declared CRD, applied with the definition's marker;
+//! - [`rights`]: the access reviews behind `RightsGranted`;
+//! - `serving`: the running controllers, one per kind;
+//! - `controller`: the reconcile of a definition, and its deletion.
+
+mod controller;
+pub mod crds;
+pub mod generation;
+pub mod resource;
+pub mod rights;
+mod serving;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use kube::Client;
+use kube::api::{DynamicObject, ListParams};
+use tokio_util::sync::CancellationToken;
+
+pub use controller::DefinitionError;
+use generation::Taken;
+
+use crate::engine::host::Engine;
+use crate::kinds::KindOptions;
+use crate::kinds::registry::Kind;
+
+/// How the operator serves definitions.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Only definitions matching this label selector (default: all).
+    pub selector: Option<String>,
+    /// The kinds the operator serves from folders and built in: their
+    /// names and CRDs are not free for a definition.
+    pub static_kinds: Vec<Kind>,
+    /// The operator's `--default-service-account`.
+    pub default_service_account: Option<String>,
+}
+
+/// True when the `KindDefinition` CRD is installed (definitions can be
+/// listed); false when the API does not know the kind.
+pub async fn installed(client: &Client) -> Result<bool, kube::Error> {
+    let api = kube::Api::<DynamicObject>::all_with(client.clone(), &resource::api_resource());
+    match api.list_metadata(&ListParams::default().limit(1)).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Serves the definitions of `config` until `shutdown` is cancelled, then
+/// stops their kinds' controllers (their running reconciles finish).
+pub async fn serve(
+    engine: Arc<Engine>,
+    options: KindOptions,
+    config: Config,
+    shutdown: CancellationToken,
+) {
+    let taken = config
+        .static_kinds
+        .iter()
+        .map(|kind| Taken {
+            name: kind.name().to_string(),
+            crd: kind.crd().metadata.name.unwrap_or_default(),
+            by: format!("the kind {kind} (served from the operator's kustomize directories)"),
+        })
+        .collect();
+    let work_dir = definitions_dir(&engine);
+    let ctx = Arc::new(controller::Context {
+        client: engine.client().clone(),
+        serving: serving::Serving::new(engine.clone(), options, shutdown.clone()),
+        engine,
+        taken,
+        work_dir,
+        default_service_account: config.default_service_account,
+    });
+    controller::run(ctx, config.selector, shutdown).await;
+}
+
+/// Where definitions are unpacked (inside the operator's work directory,
+/// which is on tmpfs in the image), created if need be.
+fn definitions_dir(engine: &Engine) -> PathBuf {
+    let dir = engine.settings().work_dir.join("definitions");
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        tracing::warn!(dir = %dir.display(), error = %e, "cannot create the definitions directory");
+    }
+    dir
+}

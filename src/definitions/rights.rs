@@ -1,0 +1,156 @@
+//! Whether the identity that writes a kind's objects may do what its
+//! overlays need: one `SelfSubjectAccessReview` per verb and resource of
+//! the rules `rbac` prints for the kind. Missing rights are listed, so
+//! `RightsGranted=False` says what to grant (`kustomize-operator rbac`
+//! prints it as one aggregated ClusterRole).
+
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
+use kube::api::PostParams;
+use kube::{Api, Client};
+
+use crate::kinds::declared::rbac::Rule;
+
+/// The verbs the operator itself needs on the objects of a kind whose
+/// writes run as a tenant's ServiceAccount: reading them (ownership,
+/// health) stays with the operator.
+const READ_VERBS: [&str; 3] = ["get", "list", "watch"];
+
+/// One right the identity lacks: `create configmaps`, `list greetings.hello.io`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Missing {
+    /// The verb.
+    pub verb: String,
+    /// The resource (`configmaps`, `deployments.apps`).
+    pub resource: String,
+}
+
+impl std::fmt::Display for Missing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.verb, self.resource)
+    }
+}
+
+/// The rules the operator's own account must hold: all of them, or, when
+/// a tenant's account writes the objects, reading them, plus impersonating
+/// ServiceAccounts. `own` is how many leading rules are on the kind's own
+/// resources (always checked whole).
+pub fn operator_rules(rules: &[Rule], own: usize, tenant_writes: bool) -> Vec<Rule> {
+    if !tenant_writes {
+        return rules.to_vec();
+    }
+    let mut needed: Vec<Rule> = rules.iter().take(own).cloned().collect();
+    needed.extend(rules.iter().skip(own).map(|r| Rule {
+        verbs: READ_VERBS.iter().map(|v| v.to_string()).collect(),
+        ..r.clone()
+    }));
+    needed.push(Rule {
+        api_groups: vec![String::new()],
+        resources: vec!["serviceaccounts".into()],
+        verbs: vec!["impersonate".into()],
+    });
+    needed
+}
+
+/// The rights of `rules` the client's identity lacks, cluster-wide.
+pub async fn missing(client: &Client, rules: &[Rule]) -> Result<Vec<Missing>, kube::Error> {
+    let api = Api::<SelfSubjectAccessReview>::all(client.clone());
+    let mut missing = Vec::new();
+    for rule in rules {
+        for group in &rule.api_groups {
+            for resource in &rule.resources {
+                for verb in &rule.verbs {
+                    if !allowed(&api, group, resource, verb).await? {
+                        missing.push(Missing {
+                            verb: verb.clone(),
+                            resource: qualified(group, resource),
+                        });
+                    }
+                }
+            }
+        }
+    }
+    Ok(missing)
+}
+
+/// `resource.group`, or `resource` in the core group; a subresource
+/// stays after a slash (`greetings.hello.io/status`).
+fn qualified(group: &str, resource: &str) -> String {
+    let (name, sub) = match resource.split_once('/') {
+        Some((name, sub)) => (name, Some(sub)),
+        None => (resource, None),
+    };
+    let base = if group.is_empty() {
+        name.to_string()
+    } else {
+        format!("{name}.{group}")
+    };
+    match sub {
+        Some(sub) => format!("{base}/{sub}"),
+        None => base,
+    }
+}
+
+async fn allowed(
+    api: &Api<SelfSubjectAccessReview>,
+    group: &str,
+    resource: &str,
+    verb: &str,
+) -> Result<bool, kube::Error> {
+    let (name, subresource) = match resource.split_once('/') {
+        Some((name, sub)) => (name, Some(sub.to_string())),
+        None => (resource, None),
+    };
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                group: Some(group.to_string()),
+                resource: Some(name.to_string()),
+                subresource,
+                verb: Some(verb.to_string()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let answer = api.create(&PostParams::default(), &review).await?;
+    Ok(answer.status.is_some_and(|s| s.allowed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(group: &str, resource: &str, verbs: &[&str]) -> Rule {
+        Rule {
+            api_groups: vec![group.into()],
+            resources: vec![resource.into()],
+            verbs: verbs.iter().map(|v| v.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn a_tenant_writing_leaves_the_operator_reads_and_impersonation() {
+        let rules = [
+            rule("hello.io", "greetings", &["get", "patch"]),
+            rule("", "configmaps", &["get", "create", "delete"]),
+        ];
+        assert_eq!(operator_rules(&rules, 1, false), rules.to_vec());
+        let tenant = operator_rules(&rules, 1, true);
+        assert_eq!(tenant[0], rules[0]);
+        assert_eq!(tenant[1], rule("", "configmaps", &["get", "list", "watch"]));
+        assert_eq!(tenant[2], rule("", "serviceaccounts", &["impersonate"]));
+    }
+
+    #[test]
+    fn resources_are_named_with_their_group() {
+        assert_eq!(qualified("", "configmaps"), "configmaps");
+        assert_eq!(qualified("apps", "deployments"), "deployments.apps");
+        assert_eq!(
+            qualified("hello.io", "greetings/status"),
+            "greetings.hello.io/status"
+        );
+    }
+}

@@ -1,0 +1,129 @@
+//! The kinds served from definitions: one controller task per kind, each
+//! with its own stop token. Replacing a generation stops the old
+//! controller (its running reconciles finish) and starts the new one,
+//! whose first pass looks at every resource of the kind and applies again
+//! those whose overlay changed. Dropping the table aborts every task.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::generation::{Generation, Taken};
+use crate::engine::host::Engine;
+use crate::kinds::KindOptions;
+use crate::kinds::registry::Kind;
+
+/// A kind being served.
+struct Served {
+    generation: Generation,
+    stop: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+/// Aborts the task if the table goes without stopping it.
+impl Drop for Served {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Every kind served from a definition, by definition name.
+pub struct Serving {
+    engine: Arc<Engine>,
+    options: KindOptions,
+    shutdown: CancellationToken,
+    served: Mutex<BTreeMap<String, Served>>,
+}
+
+impl Serving {
+    /// An empty table; controllers stop when `shutdown` is cancelled.
+    pub fn new(engine: Arc<Engine>, options: KindOptions, shutdown: CancellationToken) -> Self {
+        Self {
+            engine,
+            options,
+            shutdown,
+            served: Mutex::default(),
+        }
+    }
+
+    /// The generation served for the definition `name`, if any.
+    pub fn current(&self, name: &str) -> Option<Generation> {
+        crate::sync::lock(&self.served)
+            .get(name)
+            .map(|s| s.generation.clone())
+    }
+
+    /// True when the controller of `name` runs (it has not stopped by itself).
+    pub fn running(&self, name: &str) -> bool {
+        crate::sync::lock(&self.served)
+            .get(name)
+            .is_some_and(|s| !s.task.is_finished())
+    }
+
+    /// The names and CRDs of the kinds served for other definitions.
+    pub fn taken_by_others(&self, name: &str) -> Vec<Taken> {
+        crate::sync::lock(&self.served)
+            .iter()
+            .filter(|(other, _)| other.as_str() != name)
+            .map(|(other, s)| Taken {
+                name: s.generation.kind.name().to_string(),
+                crd: s.generation.crd_name(),
+                by: format!("the KindDefinition {other}"),
+            })
+            .collect()
+    }
+
+    /// Serves `generation` for `name`: stops the controller of the
+    /// generation before (waiting for its running reconciles), then
+    /// starts one for this one.
+    pub async fn serve(&self, name: &str, generation: Generation) {
+        self.stop(name).await;
+        let stop = self.shutdown.child_token();
+        let kind = Kind::Declared(generation.kind.clone());
+        let engine = self.engine.clone();
+        let options = self.options.clone();
+        let token = stop.clone();
+        let definition = name.to_string();
+        let number = generation.number;
+        let task = tokio::spawn(async move {
+            tracing::info!(kind = %kind, definition, generation = number, "controller started");
+            kind.run(engine, &options, token.clone().cancelled_owned())
+                .await;
+            if token.is_cancelled() {
+                tracing::info!(kind = %kind, definition, "controller stopped");
+            } else {
+                tracing::error!(kind = %kind, definition, "controller stopped unexpectedly");
+            }
+        });
+        let served = Served {
+            generation,
+            stop,
+            task,
+        };
+        crate::sync::lock(&self.served).insert(name.to_string(), served);
+    }
+
+    /// Stops the controller of `name`, if one runs, and waits for it.
+    pub async fn stop(&self, name: &str) {
+        let served = crate::sync::lock(&self.served).remove(name);
+        if let Some(served) = served {
+            finish(served).await;
+        }
+    }
+
+    /// Stops every controller and waits for them.
+    pub async fn stop_all(&self) {
+        let all = std::mem::take(&mut *crate::sync::lock(&self.served));
+        for served in all.into_values() {
+            finish(served).await;
+        }
+    }
+}
+
+/// Cancels a controller and waits until its running reconciles finished.
+async fn finish(mut served: Served) {
+    served.stop.cancel();
+    let _ = (&mut served.task).await;
+}
