@@ -100,6 +100,11 @@ pub fn load(definition: &DynamicObject, work_dir: &Path) -> Result<Generation, R
     let dir = KustomizeDir::load(root).map_err(|e| local(e.to_string()))?;
     let mut kind =
         DeclaredKind::load(&folder, &dir.templates_of(&name)).map_err(|e| local(e.to_string()))?;
+    kind.render_example(&dir).map_err(|e| {
+        Rejection::Invalid(format!(
+            "{name}: the overlay of an example resource does not render: {e}"
+        ))
+    })?;
     kind.path = PathBuf::from(format!("KindDefinition {name}"));
     kind.templates = Some(Arc::new(dir));
     let mut crd = kind.crd();
@@ -206,6 +211,21 @@ mod tests {
         let err = load(&object, work.path()).unwrap_err().to_string();
         assert!(err.starts_with("sample/kind.yaml: spec.overlays"), "{err}");
         assert!(!err.contains(&work.path().display().to_string()), "{err}");
+    }
+
+    #[test]
+    fn a_template_that_cannot_render_is_refused_naming_it() {
+        let work = tempfile::tempdir().unwrap();
+        let mut object = definition("kustomize/sample");
+        let file = &mut object.data["spec"]["files"]["patches/deployment.yaml"];
+        *file = format!(
+            "{}\n# {{{{ spec.count | nosuchfilter }}}}\n",
+            file.as_str().unwrap()
+        )
+        .into();
+        let err = load(&object, work.path()).unwrap_err().to_string();
+        assert!(err.contains("sample/patches/deployment.yaml"), "{err}");
+        assert!(err.contains("nosuchfilter"), "{err}");
     }
 
     #[test]

@@ -7,6 +7,8 @@
 //! - [`file`]: the kind file's format;
 //! - `validate`: every check, each error naming the file and the field;
 //! - [`crd`]: the CRD generated from it;
+//! - `example`: a made-up resource with every field set, rendered once to
+//!   find templates that cannot render;
 //! - [`breaking`]: the changes to it that would break what is stored;
 //! - [`pack`]: a folder as one `KindDefinition` object, and back;
 //! - `handler`: the handler serving it;
@@ -14,6 +16,7 @@
 
 pub mod breaking;
 pub mod crd;
+mod example;
 pub mod file;
 mod handler;
 mod object;
