@@ -30,7 +30,7 @@ use super::generation::{self, Generation, Rejection, Taken};
 use super::resource::{self, ConditionType, Reason, Status};
 use super::rights;
 use super::serving::Serving;
-use crate::engine::host::Engine;
+use crate::engine::host::{Engine, stopped_before_first_list};
 use crate::kind::EventType;
 use crate::kinds::declared::rbac;
 
@@ -79,11 +79,16 @@ pub(super) async fn run(ctx: Arc<Context>, selector: Option<String>, shutdown: C
         selector = selector.as_deref().unwrap_or("<all>"),
         "serving KindDefinitions"
     );
-    Controller::new_with(api, config, resource::api_resource())
+    let controller = Controller::new_with(api, config, resource::api_resource());
+    let store = controller.store();
+    let running = controller
         .graceful_shutdown_on(shutdown.clone().cancelled_owned())
         .run(reconcile, error_policy, ctx.clone())
-        .for_each(|_| async {})
-        .await;
+        .for_each(|_| async {});
+    tokio::select! {
+        () = running => {}
+        () = stopped_before_first_list(shutdown.cancelled_owned(), store) => {}
+    }
     ctx.serving.stop_all().await;
 }
 
@@ -363,6 +368,7 @@ async fn remove(def: &DynamicObject, ctx: &Context) -> Result<Action, Definition
         return Ok(Action::await_change());
     }
     let name = def.name_any();
+    tracing::debug!(definition = name, "deleting");
     let served = ctx.serving.current(&name);
     let kind = served
         .as_ref()

@@ -124,6 +124,10 @@ impl Serving {
 
 /// Cancels a controller and waits until its running reconciles finished.
 async fn finish(mut served: Served) {
+    tracing::debug!(
+        kind = served.generation.kind.name(),
+        "stopping the controller"
+    );
     served.stop.cancel();
     let _ = (&mut served.task).await;
 }

@@ -5,7 +5,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
@@ -76,8 +76,9 @@ pub async fn run<H: Handler>(
         handler,
         triggers,
     });
-    controller
-        .graceful_shutdown_on(shutdown)
+    let shutdown = shutdown.shared();
+    let running = controller
+        .graceful_shutdown_on(shutdown.clone())
         .run(reconcile_one::<H>, error_policy::<H>, context.clone())
         .for_each(|result| {
             let name = name.clone();
@@ -87,9 +88,32 @@ pub async fn run<H: Handler>(
                     Err(e) => tracing::debug!(kind = %name, error = %e, "reconcile error"),
                 }
             }
-        })
-        .await;
+        });
+    tokio::select! {
+        () = running => {}
+        () = stopped_before_first_list(shutdown, store.clone()) => {
+            tracing::debug!(kind = %name, "stopped before its first list: nothing ran");
+        }
+    }
     write_parked(&context, &store).await;
+}
+
+/// Resolves when `shutdown` comes before the controller's cache was ever
+/// filled. kube-runtime holds its reconciles until then, and a graceful
+/// shutdown stops the watch that would fill it: the controller would wait
+/// forever. No reconcile has started then, so there is nothing to finish.
+pub(crate) async fn stopped_before_first_list<K>(
+    shutdown: impl Future<Output = ()>,
+    store: reflector::Store<K>,
+) where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    shutdown.await;
+    if store.wait_until_ready().now_or_never().is_none() {
+        return;
+    }
+    std::future::pending::<()>().await;
 }
 
 /// Writes the statuses still parked for this kind as they stand, once its
