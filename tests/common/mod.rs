@@ -292,9 +292,10 @@ pub fn run_args(namespace: &str, extra: &[&str]) -> RunArgs {
         namespace.into(),
         "--kustomize-dir".into(),
         kustomize.display().to_string(),
-        "--metrics-addr".into(),
-        String::new(),
     ];
+    if !extra.contains(&"--metrics-addr") {
+        argv.extend(["--metrics-addr".into(), String::new()]);
+    }
     if !extra.contains(&"--kubectl") {
         argv.extend(["--kubectl".into(), kubectl.display().to_string()]);
     }

@@ -1,0 +1,485 @@
+//! Kinds defined in the cluster (`KindDefinition`), served by a running
+//! operator: added, changed and removed with kubectl, without a restart,
+//! without touching another kind.
+//!
+//! Each test defines its own kind (the lab's Greeting, in an API group of
+//! its own, so the CRDs never collide) and serves only its own definitions
+//! (`--kind-definition-selector kd-test=<namespace>`).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::{OperatorProcess, TestNamespace};
+use serde_json::{Value, json};
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A Greeting kind folder of one test: the lab's, renamed.
+struct GreetingKind {
+    /// The definition's (and the kind's short) name.
+    name: String,
+    /// Its API group, unique to the test.
+    group: String,
+    /// The label selecting the test's definitions.
+    label: String,
+    _dir: tempfile::TempDir,
+    folder: PathBuf,
+}
+
+impl GreetingKind {
+    fn new(ns: &TestNamespace) -> Self {
+        let suffix = ns.name.rsplit('-').next().unwrap_or("x").to_string();
+        let name = format!("greeting-{suffix}");
+        let group = format!("g{suffix}.kd.test");
+        let dir = tempfile::tempdir().unwrap();
+        let folder = dir.path().join(&name);
+        copy_dir(
+            &common::repo().join("training/06-your-own-kind/greeting"),
+            &folder,
+        );
+        let kind_file = folder.join("kind.yaml");
+        let text = std::fs::read_to_string(&kind_file)
+            .unwrap()
+            .replace("name: greeting ", &format!("name: {name} "))
+            .replace("group: hello.nuvolaris.org", &format!("group: {group}"));
+        std::fs::write(&kind_file, text).unwrap();
+        Self {
+            name,
+            group,
+            label: format!("kd-test={}", ns.name),
+            _dir: dir,
+            folder,
+        }
+    }
+
+    /// The operator flags serving this test's definitions.
+    fn flags(&self) -> Vec<String> {
+        vec![
+            "--serve-kind-definitions=true".into(),
+            "--kind-definition-selector".into(),
+            self.label.clone(),
+        ]
+    }
+
+    /// Edits a file of the folder.
+    fn edit(&self, file: &str, change: impl FnOnce(String) -> String) {
+        let path = self.folder.join(file);
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, change(text)).unwrap();
+    }
+
+    /// `kind pack` of the folder, labelled for the test, applied.
+    fn apply(&self) {
+        self.apply_with(|_| {});
+    }
+
+    /// Like [`Self::apply`], changing the packed definition first.
+    fn apply_with(&self, change: impl FnOnce(&mut Value)) {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_kustomize-operator"))
+            .args(["kind", "pack"])
+            .arg(&self.folder)
+            .output()
+            .expect("run kind pack");
+        let packed = String::from_utf8_lossy(&output.stdout);
+        let err = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "kind pack: {err}");
+        let mut definition: Value = serde_saphyr::from_str(&packed).unwrap();
+        let (key, value) = self.label.split_once('=').unwrap();
+        definition["metadata"]["labels"] = json!({ key: value });
+        change(&mut definition);
+        let (ok, _, err) = common::kubectl_stdin(
+            &["apply", "--server-side", "-f", "-"],
+            &definition.to_string(),
+        );
+        assert!(ok, "applying the definition: {err}");
+    }
+
+    fn crd(&self) -> String {
+        format!("greetings.{}", self.group)
+    }
+
+    /// Creates (or changes) the Greeting `name` in `ns`.
+    fn greet(&self, ns: &str, name: &str, message: &str, labels: Value) {
+        let greeting = json!({
+            "apiVersion": format!("{}/v1", self.group),
+            "kind": "Greeting",
+            "metadata": {"name": name, "namespace": ns, "labels": labels},
+            "spec": {"message": message},
+        });
+        let (ok, _, err) = common::kubectl_stdin(&["apply", "-f", "-"], &greeting.to_string());
+        assert!(ok, "applying the Greeting: {err}");
+    }
+
+    fn definition(&self) -> Option<Value> {
+        let (ok, out, _) = common::kubectl(&["get", "kinddefinition", &self.name, "-o", "json"]);
+        ok.then(|| serde_json::from_str(&out).ok()).flatten()
+    }
+
+    /// Waits until the condition `type_` is `status` with `reason`; its message.
+    async fn wait_condition(&self, type_: &str, status: &str, reason: &str) -> String {
+        self.wait_message(type_, status, reason, "").await
+    }
+
+    /// Waits until the condition `type_` is `status` with `reason` and a
+    /// message containing `part`; the message.
+    async fn wait_message(&self, type_: &str, status: &str, reason: &str, part: &str) -> String {
+        let what = format!("{} {type_}={status} ({reason}) saying {part:?}", self.name);
+        common::wait_for(TIMEOUT, what, async || {
+            let definition = self.definition().ok_or(Value::Null)?;
+            let conditions = &definition["status"]["conditions"];
+            let found = conditions.as_array().into_iter().flatten().find(|c| {
+                c["type"] == type_
+                    && c["status"] == status
+                    && c["reason"] == reason
+                    && c["message"].as_str().unwrap_or_default().contains(part)
+            });
+            match found {
+                Some(c) => Ok(c["message"].as_str().unwrap_or_default().to_string()),
+                None => Err(conditions.clone()),
+            }
+        })
+        .await
+    }
+
+    /// Deletes the definition and waits until it is gone.
+    async fn delete(&self) {
+        common::kubectl(&["delete", "kinddefinition", &self.name, "--wait=false"]);
+        common::wait_until(TIMEOUT, format!("{} gone", self.name), async || {
+            self.definition().is_none()
+        })
+        .await;
+    }
+}
+
+/// Whatever a failing test leaves: its definition (finalizer and all),
+/// its CRD.
+impl Drop for GreetingKind {
+    fn drop(&mut self) {
+        let _ = common::kubectl(&[
+            "patch",
+            "kinddefinition",
+            &self.name,
+            "--type",
+            "merge",
+            "-p",
+            r#"{"metadata":{"finalizers":null}}"#,
+        ]);
+        let _ = common::kubectl(&["delete", "kinddefinition", &self.name, "--wait=false"]);
+        let columns = "custom-columns=NS:.metadata.namespace,NAME:.metadata.name";
+        let (_, listed, _) =
+            common::kubectl(&["get", &self.crd(), "-A", "--no-headers", "-o", columns]);
+        for line in listed.lines() {
+            if let Some((ns, name)) = line.split_once(char::is_whitespace) {
+                let _ = common::kubectl(&[
+                    "patch",
+                    &self.crd(),
+                    name.trim(),
+                    "-n",
+                    ns,
+                    "--type",
+                    "merge",
+                    "-p",
+                    r#"{"metadata":{"finalizers":null}}"#,
+                ]);
+            }
+        }
+        let _ = common::kubectl(&["delete", "crd", &self.crd(), "--wait=false"]);
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.path().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+/// A field of a ConfigMap (empty when it or the ConfigMap is missing).
+fn config_map_field(ns: &str, name: &str, field: &str) -> String {
+    let path = format!("jsonpath={{.data.{field}}}");
+    common::kubectl(&["get", "configmap", name, "-n", ns, "-o", &path]).1
+}
+
+async fn wait_ready(kind: &GreetingKind, ns: &str, name: &str) {
+    let resource = format!("greetings.{}/{name}", kind.group);
+    common::wait_until(TIMEOUT, format!("{resource} Ready"), async || {
+        let path = r#"jsonpath={.status.conditions[?(@.type=="Ready")].status}"#;
+        common::kubectl(&["get", &resource, "-n", ns, "-o", path]).1 == "True"
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_definition_is_served_without_a_restart_and_a_template_change_rolls_out() {
+    let client = common::cluster().await;
+    let ns = TestNamespace::new(&client, "kd-serve").await;
+    let kind = GreetingKind::new(&ns);
+    let port = common::free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut flags = vec![
+        "--kinds".to_string(),
+        "sample".into(),
+        "--metrics-addr".into(),
+        addr,
+    ];
+    flags.extend(kind.flags());
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let mut operator = OperatorProcess::spawn(&ns.name, &[], &flags);
+    let pid = operator.pid();
+    common::wait_until(TIMEOUT, "the operator ready", async || {
+        matches!(common::http_get(port, "/readyz").await, Some((200, _)))
+    })
+    .await;
+
+    kind.apply();
+    let serving = kind.wait_condition("Serving", "True", "Running").await;
+    assert!(serving.contains("generation 1"), "{serving}");
+    kind.wait_condition("CRDEstablished", "True", "Established")
+        .await;
+    kind.greet(&ns.name, "hello", "Hello from a test", json!({}));
+    wait_ready(&kind, &ns.name, "hello").await;
+    assert_eq!(
+        config_map_field(&ns.name, "hello", "message"),
+        "Hello from a test"
+    );
+
+    kind.edit("resources/configmap.yaml", |t| {
+        t.replace(
+            "  language: {{ spec.language }}",
+            "  language: {{ spec.language }}\n  shout: {{ spec.message | upper }}",
+        )
+    });
+    kind.apply();
+    common::wait_until(
+        TIMEOUT,
+        "the template change applied to hello",
+        async || config_map_field(&ns.name, "hello", "shout") == "HELLO FROM A TEST",
+    )
+    .await;
+    let serving = kind.wait_condition("Serving", "True", "Running").await;
+    assert!(serving.contains("generation 2"), "{serving}");
+    assert!(
+        operator.running(),
+        "the operator exited:\n{}",
+        operator.log_tail()
+    );
+    assert_eq!(operator.pid(), pid);
+    let starts = operator.log_tail().matches("operator running").count();
+    assert!(starts <= 1, "the operator started {starts} times");
+
+    common::kubectl(&[
+        "delete",
+        &format!("greetings.{}", kind.group),
+        "hello",
+        "-n",
+        &ns.name,
+    ]);
+    kind.delete().await;
+    let (crd_left, _, _) = common::kubectl(&["get", "crd", &kind.crd()]);
+    assert!(!crd_left, "the CRD is removed with the last resource gone");
+}
+
+#[tokio::test]
+async fn a_bad_definition_stops_no_other_kind_and_names_the_file() {
+    let client = common::cluster().await;
+    let ns = TestNamespace::new(&client, "kd-bad").await;
+    let good = GreetingKind::new(&ns);
+    let bad = {
+        let other = TestNamespace::new(&client, "kd-bad2").await;
+        let mut kind = GreetingKind::new(&other);
+        kind.label = good.label.clone();
+        kind
+    };
+    let port = common::free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut flags = vec![
+        "--kinds".to_string(),
+        "sample".into(),
+        "--metrics-addr".into(),
+        addr,
+    ];
+    flags.extend(good.flags());
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let operator = common::start_operator(&ns.name, &flags).await;
+
+    bad.edit("resources/configmap.yaml", |t| {
+        format!("{t}  broken: {{% if %}}\n")
+    });
+    bad.apply();
+    good.apply();
+    let message = bad.wait_condition("Accepted", "False", "Invalid").await;
+    assert!(message.contains("resources/configmap.yaml"), "{message}");
+    bad.wait_condition("Serving", "False", "NoValidGeneration")
+        .await;
+    good.wait_condition("Serving", "True", "Running").await;
+    good.greet(&ns.name, "hello", "still served", json!({}));
+    wait_ready(&good, &ns.name, "hello").await;
+    let sample = json!({
+        "apiVersion": "nuvolaris.org/v1", "kind": "Sample",
+        "metadata": {"name": "web", "namespace": ns.name}, "spec": {"count": 1},
+    });
+    assert!(common::kubectl_stdin(&["apply", "-f", "-"], &sample.to_string()).0);
+    common::wait_until(TIMEOUT, "the Sample applied", async || {
+        common::kubectl(&["get", "deployment", "web", "-n", &ns.name]).0
+    })
+    .await;
+    assert_eq!(
+        common::http_get(port, "/readyz")
+            .await
+            .map(|(code, _)| code),
+        Some(200)
+    );
+    assert!(
+        !common::kubectl(&["get", "crd", &bad.crd()]).0,
+        "no CRD for a rejected kind"
+    );
+
+    // Not waiting in kubectl: this operator runs on the test's thread.
+    let greetings = format!("greetings.{}", good.group);
+    common::kubectl(&[
+        "delete",
+        &greetings,
+        "hello",
+        "-n",
+        &ns.name,
+        "--wait=false",
+    ]);
+    common::kubectl(&["delete", "sample", "web", "-n", &ns.name, "--wait=false"]);
+    good.delete().await;
+    bad.delete().await;
+    operator.stop().await;
+}
+
+#[tokio::test]
+async fn a_breaking_change_is_refused_naming_the_field_and_an_additive_one_rolls_out() {
+    let client = common::cluster().await;
+    let ns = TestNamespace::new(&client, "kd-breaking").await;
+    let kind = GreetingKind::new(&ns);
+    let mut flags = vec!["--kinds".to_string(), "sample".into()];
+    flags.extend(kind.flags());
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let operator = common::start_operator(&ns.name, &flags).await;
+    kind.apply();
+    kind.wait_condition("Serving", "True", "Running").await;
+
+    kind.edit("kind.yaml", |t| t.replace("enum: [en, it]", "enum: [en]"));
+    kind.apply();
+    let message = kind
+        .wait_condition("Accepted", "False", "BreakingChange")
+        .await;
+    assert!(message.contains("spec.language"), "{message}");
+    assert!(message.contains("\"it\""), "{message}");
+    let serving = kind.wait_condition("Serving", "True", "Running").await;
+    assert!(
+        serving.contains("generation 1"),
+        "the last good generation serves: {serving}"
+    );
+    let crd = common::kubectl(&["get", "crd", &kind.crd(), "-o", "json"]).1;
+    assert!(crd.contains("\"it\""), "the CRD keeps the wider enum");
+
+    kind.edit("kind.yaml", |t| {
+        t.replace("enum: [en]", "enum: [en, it, fr]").replace(
+            "    properties:\n",
+            "    properties:\n      signature: {type: string}\n",
+        )
+    });
+    kind.apply();
+    kind.wait_message("Accepted", "True", "Valid", "generation 3")
+        .await;
+    kind.wait_message("Serving", "True", "Running", "generation 3")
+        .await;
+
+    kind.edit("kind.yaml", |t| {
+        t.replace("      signature: {type: string}\n", "")
+    });
+    kind.apply_with(|d| {
+        d["metadata"]["annotations"]["kustomize-operator.io/allow-breaking-changes"] =
+            "true".into();
+    });
+    // Allowed by the annotation.
+    kind.wait_message("Serving", "True", "Running", "generation 4")
+        .await;
+
+    kind.delete().await;
+    operator.stop().await;
+}
+
+#[tokio::test]
+async fn deleting_a_definition_waits_for_its_resources_and_orphan_leaves_them() {
+    let client = common::cluster().await;
+    let ns = TestNamespace::new(&client, "kd-delete").await;
+    let kind = GreetingKind::new(&ns);
+    let mut flags = vec!["--kinds".to_string(), "sample".into()];
+    flags.extend(kind.flags());
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let operator = common::start_operator(&ns.name, &flags).await;
+    kind.apply();
+    kind.wait_condition("Serving", "True", "Running").await;
+    kind.greet(&ns.name, "hello", "kept", json!({}));
+    wait_ready(&kind, &ns.name, "hello").await;
+
+    common::kubectl(&["delete", "kinddefinition", &kind.name, "--wait=false"]);
+    let message = kind
+        .wait_condition("Serving", "True", "WaitingForResources")
+        .await;
+    assert!(message.contains(&format!("{}/hello", ns.name)), "{message}");
+    assert!(kind.definition().is_some(), "the definition waits");
+
+    let orphan = r#"{"spec":{"onDelete":"Orphan"}}"#;
+    let patched = common::kubectl(&[
+        "patch",
+        "kinddefinition",
+        &kind.name,
+        "--type",
+        "merge",
+        "-p",
+        orphan,
+    ]);
+    assert!(patched.0, "{}", patched.2);
+    common::wait_until(TIMEOUT, "the orphaning definition gone", async || {
+        kind.definition().is_none()
+    })
+    .await;
+    let greeting = format!("greetings.{}", kind.group);
+    let (ok, finalizers, _) = common::kubectl(&[
+        "get",
+        &greeting,
+        "hello",
+        "-n",
+        &ns.name,
+        "-o",
+        "jsonpath={.metadata.finalizers}",
+    ]);
+    assert!(ok, "the Greeting stays");
+    assert!(
+        finalizers.is_empty(),
+        "no finalizer is left that nobody removes: {finalizers}"
+    );
+    assert_eq!(config_map_field(&ns.name, "hello", "message"), "kept");
+    assert!(
+        common::kubectl(&["get", "crd", &kind.crd()]).0,
+        "the CRD stays with its resources"
+    );
+
+    let (deleted, _, err) = common::kubectl(&[
+        "delete",
+        &greeting,
+        "hello",
+        "-n",
+        &ns.name,
+        "--timeout=30s",
+    ]);
+    assert!(
+        deleted,
+        "an orphaned resource deletes without a controller: {err}"
+    );
+    operator.stop().await;
+}
