@@ -140,6 +140,18 @@ async fn accept(def: &DynamicObject, ctx: &Context, status: &mut Status) {
     let number = def.metadata.generation;
     let served = ctx.serving.current(&name);
     if let Some(generation) = served.as_ref().filter(|g| Some(g.number) == number) {
+        // Said again on every reconcile: the definition a reconcile is
+        // given may be older than the status the one before wrote (its
+        // own finalizer patch, seen before its status write), and the
+        // status written replaces the conditions as a whole.
+        let message = format!("generation {} is valid", generation.number);
+        status.set(
+            ConditionType::Accepted,
+            true,
+            Reason::Valid,
+            &message,
+            number,
+        );
         if ensure_crd(ctx, &name, generation, status).await && !ctx.serving.running(&name) {
             ctx.serving.serve(&name, generation.clone()).await;
         }
