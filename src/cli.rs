@@ -54,7 +54,7 @@ pub enum Command {
     Diff(DiffArgs),
     /// Print every CRD as YAML (or write one file per CRD with --out-dir).
     Crd(CrdArgs),
-    /// Print the RBAC (ClusterRole and binding) each declared kind needs.
+    /// Print the ClusterRole each declared kind needs (aggregated into the operator's).
     Rbac(RbacArgs),
     /// Pack a kind folder into one KindDefinition, or unpack one.
     #[command(subcommand)]
@@ -366,12 +366,6 @@ pub struct RbacArgs {
     /// The kubectl that builds each kind's base (default: kubectl on PATH).
     #[arg(long, env = "KUBECTL")]
     pub kubectl: Option<PathBuf>,
-    /// The operator's ServiceAccount.
-    #[arg(long, default_value = "kustomize-operator")]
-    pub service_account: String,
-    /// Its namespace.
-    #[arg(long, default_value = "kustomize-operator-system")]
-    pub service_account_namespace: String,
 }
 
 /// Where the metrics endpoint listens, if anywhere.

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use crate::cli::{CrdArgs, KindsError, RbacArgs};
 use crate::engine::host::{Kubectl, KubectlConfig, KubectlError};
-use crate::kinds::declared::rbac::{self, Subject};
+use crate::kinds::declared::rbac;
 use crate::kinds::registry::Kind;
 
 /// Why `crd` or `rbac` failed.
@@ -75,8 +75,9 @@ fn write_files(dir: &Path, files: &[(String, String)]) -> Result<(), ManifestErr
     Ok(())
 }
 
-/// The RBAC of each selected declared kind (every declared kind when none
-/// is named), one YAML stream per kind, with its name.
+/// The aggregated ClusterRole of each selected declared kind (every
+/// declared kind when none is named), one YAML document per kind, with its
+/// name.
 pub async fn rbac_yaml(args: &RbacArgs) -> Result<Vec<(String, String)>, ManifestError> {
     let (dir, registry) = args.dirs.load()?;
     let kinds = if args.kinds.is_empty() {
@@ -98,10 +99,6 @@ pub async fn rbac_yaml(args: &RbacArgs) -> Result<Vec<(String, String)>, Manifes
         cache_dir: None,
         output_cap: 64 * 1024,
     });
-    let subject = Subject {
-        name: args.service_account.clone(),
-        namespace: args.service_account_namespace.clone(),
-    };
     let mut out = Vec::new();
     for kind in &kinds {
         let Kind::Declared(declared) = kind else {
@@ -115,7 +112,7 @@ pub async fn rbac_yaml(args: &RbacArgs) -> Result<Vec<(String, String)>, Manifes
             })?;
         let types = rbac::object_types(declared, &base);
         let rules = rbac::rules(declared, &types);
-        let yaml = rbac::manifests(declared, &rules, &subject).map_err(ManifestError::Write)?;
+        let yaml = rbac::manifests(declared, &rules).map_err(ManifestError::Write)?;
         out.push((declared.name().to_string(), yaml));
     }
     Ok(out)

@@ -626,6 +626,10 @@ fn locked_down_roles(prefix: &str, account: (&str, &str)) -> Vec<Value> {
         let renamed = format!("{prefix}-{name}");
         let mut role = doc.clone();
         role["metadata"]["name"] = json!(renamed);
+        // Bound below to `account` alone: not aggregated into the install's role too.
+        if let Some(labels) = role["metadata"]["labels"].as_object_mut() {
+            labels.remove(kustomize_operator::kinds::declared::rbac::AGGREGATE_LABEL);
+        }
         objects.push(role);
         objects.push(json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",

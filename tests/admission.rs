@@ -9,6 +9,7 @@ use serde_json::Value;
 
 const RULE_POLICY: &str = "kustomize-operator-copyrator-rights";
 const AGENT_POLICY: &str = "kustomize-operator-chaosagent-rights";
+const DEFINITION_POLICY: &str = "kustomize-operator-kinddefinition-guard";
 
 /// CEL's price of one authorization check, and the most one expression and
 /// one policy (per request) may spend (k8s.io/apiserver: pkg/cel/library/cost.go,
@@ -67,18 +68,7 @@ fn the_policies_ship_with_the_install_bound_and_failing_closed() {
             &["CREATE", "UPDATE", "DELETE"][..],
         ),
     ] {
-        let policy = find(&docs, "ValidatingAdmissionPolicy", name);
-        assert_eq!(policy["apiVersion"], "admissionregistration.k8s.io/v1");
-        let spec = &policy["spec"];
-        assert_eq!(spec["failurePolicy"], "Fail", "{name}");
-        let rules = spec["matchConstraints"]["resourceRules"]
-            .as_array()
-            .expect("resourceRules");
-        assert_eq!(rules.len(), 1, "{name}");
-        assert_eq!(strings(&rules[0]["apiGroups"]), [group], "{name}");
-        // Not `<resource>/status`: the operator's status writes stay unchecked.
-        assert_eq!(strings(&rules[0]["resources"]), [resource], "{name}");
-        assert_eq!(strings(&rules[0]["operations"]), operations, "{name}");
+        let spec = &shipped_bound_failing_closed(&docs, name, group, resource, operations)["spec"];
         for validation in spec["validations"].as_array().expect("validations") {
             let expression = validation["expression"].as_str().unwrap();
             assert_eq!(validation["reason"], "Forbidden", "{expression}");
@@ -94,9 +84,86 @@ fn the_policies_ship_with_the_install_bound_and_failing_closed() {
                 "{expression}: {checks} authorization checks exceed one expression's cost limit"
             );
         }
-        let binding = find(&docs, "ValidatingAdmissionPolicyBinding", name);
-        assert_eq!(binding["spec"]["policyName"], name);
-        assert_eq!(strings(&binding["spec"]["validationActions"]), ["Deny"]);
+    }
+}
+
+/// The policy `name` of `docs`, after checking that it fails closed, matches
+/// `operations` on `group`'s `resource` alone, and is bound to deny.
+fn shipped_bound_failing_closed<'a>(
+    docs: &'a [Value],
+    name: &str,
+    group: &str,
+    resource: &str,
+    operations: &[&str],
+) -> &'a Value {
+    let policy = find(docs, "ValidatingAdmissionPolicy", name);
+    assert_eq!(policy["apiVersion"], "admissionregistration.k8s.io/v1");
+    let spec = &policy["spec"];
+    assert_eq!(spec["failurePolicy"], "Fail", "{name}");
+    let rules = spec["matchConstraints"]["resourceRules"]
+        .as_array()
+        .expect("resourceRules");
+    assert_eq!(rules.len(), 1, "{name}");
+    assert_eq!(strings(&rules[0]["apiGroups"]), [group], "{name}");
+    // Not `<resource>/status`: the operator's status writes stay unchecked.
+    assert_eq!(strings(&rules[0]["resources"]), [resource], "{name}");
+    assert_eq!(strings(&rules[0]["operations"]), operations, "{name}");
+    let binding = find(docs, "ValidatingAdmissionPolicyBinding", name);
+    assert_eq!(binding["spec"]["policyName"], name);
+    assert_eq!(strings(&binding["spec"]["validationActions"]), ["Deny"]);
+    policy
+}
+
+/// KindDefinitions: an UPDATE of the kind's API identity and a DELETE while
+/// resources of the kind exist are refused, each with a message built from
+/// the request (what it does with them: `deploy/admission/kinddefinition.yaml`,
+/// checked against the API server when it was written).
+#[test]
+fn the_kinddefinition_policy_guards_identity_and_deletion() {
+    let docs = common::kustomize_documents("deploy");
+    let policy = shipped_bound_failing_closed(
+        &docs,
+        DEFINITION_POLICY,
+        "kustomize-operator.io",
+        "kinddefinitions",
+        &["UPDATE", "DELETE"],
+    );
+    let spec = &policy["spec"];
+    let changed = spec["variables"]
+        .as_array()
+        .expect("variables")
+        .iter()
+        .find(|v| v["name"] == "changed")
+        .expect("the variable changed");
+    for field in [
+        "spec.group",
+        "spec.version",
+        "spec.names.kind",
+        "spec.names.plural",
+        "spec.scope",
+    ] {
+        assert!(
+            changed["expression"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("['{field}']")),
+            "{field} is not compared"
+        );
+    }
+    let validations = spec["validations"].as_array().expect("validations");
+    assert_eq!(validations.len(), 2);
+    for validation in validations {
+        assert!(validation["messageExpression"].is_string(), "{validation}");
+        assert!(validation["message"].is_string(), "{validation}");
+    }
+    let text = serde_json::to_string(spec).unwrap();
+    for needle in [
+        "kustomize-operator.io/allow-breaking-changes",
+        "'Orphan'",
+        "orValue('Namespaced')",
+        "status.?resources",
+    ] {
+        assert!(text.contains(needle), "{DEFINITION_POLICY} lacks {needle}");
     }
 }
 

@@ -1,11 +1,13 @@
 //! The generated files are current: the CRDs under deploy/crds are those the
 //! Rust types and the kind files generate, and each declared kind's RBAC
-//! under deploy/rbac is what `rbac` derives. `hack/generate` rewrites them.
+//! under deploy/rbac is what `rbac` derives (one ClusterRole, aggregated into
+//! the operator's by its label). `hack/generate` rewrites them.
 
 mod common;
 
 use clap::Parser;
 use kustomize_operator::cli::{Cli, Command};
+use kustomize_operator::kinds::declared::rbac::AGGREGATE_LABEL;
 
 /// Parses a `kustomize-operator` command line with the repo's kustomize dir.
 fn command(args: &[&str]) -> Command {
@@ -55,6 +57,15 @@ async fn committed_rbac_of_declared_kinds_is_current() {
         .unwrap();
     assert!(generated.iter().any(|(kind, _)| kind == "sample"));
     for (kind, yaml) in generated {
+        let role: serde_json::Value = serde_saphyr::from_str(&yaml).unwrap();
+        assert_eq!(
+            role["kind"], "ClusterRole",
+            "{kind}: one ClusterRole, no binding"
+        );
+        assert_eq!(
+            role["metadata"]["labels"][AGGREGATE_LABEL], "true",
+            "{kind}: aggregated into the operator's role"
+        );
         let path = common::repo().join(format!("deploy/rbac/{kind}.yaml"));
         let committed = std::fs::read_to_string(&path)
             .unwrap_or_else(|e| panic!("{}: {e}; run hack/generate", path.display()));

@@ -294,6 +294,15 @@ async fn the_service_account_token_is_denied_outside_its_grants() {
             "-n",
             NAMESPACE,
         ],
+        // KindDefinitions, and the CRDs they declare.
+        &["watch", "kinddefinitions.kustomize-operator.io"],
+        &[
+            "patch",
+            "kinddefinitions.kustomize-operator.io",
+            "--subresource=status",
+        ],
+        &["create", "customresourcedefinitions.apiextensions.k8s.io"],
+        &["delete", "customresourcedefinitions.apiextensions.k8s.io"],
     ] {
         assert!(token.can_i(allowed), "should be allowed: {allowed:?}");
     }
@@ -320,7 +329,9 @@ async fn the_service_account_token_is_denied_outside_its_grants() {
         &["escalate", "clusterroles"],
         &["create", "serviceaccounts/token", "-n", NAMESPACE],
         &["impersonate", "users"],
-        &["delete", "customresourcedefinitions.apiextensions.k8s.io"],
+        &["update", "customresourcedefinitions.apiextensions.k8s.io"],
+        &["create", "kinddefinitions.kustomize-operator.io"],
+        &["delete", "kinddefinitions.kustomize-operator.io"],
     ] {
         assert!(!token.can_i(denied), "should be denied: {denied:?}");
     }
@@ -333,7 +344,9 @@ const SCOPED_ACCOUNT: &str = "kustomize-operator-scoped";
 /// The overlay's roles and bindings, moved onto [`SCOPED_ACCOUNT`] (bindings
 /// renamed so the install's stay as they are) and from the overlay's example
 /// namespaces to the test's (`rename`), plus the ServiceAccount. Roles are
-/// kept as they are: shared with the install, or the overlay's own.
+/// kept as they are: shared with the install, or the overlay's own. A
+/// declared kind's role has no binding: it reaches the account through the
+/// (renamed) binding of the aggregating `kustomize-operator-kinds`.
 fn scoped_rbac(
     docs: &[serde_json::Value],
     rename: &BTreeMap<String, String>,

@@ -23,6 +23,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use kustomize_operator::kinds::declared::rbac::AGGREGATE_LABEL;
 use serde_json::{Value, json};
 
 const CHART: &str = "charts/kustomize-operator";
@@ -302,7 +303,19 @@ fn the_charts_crds_are_deploys() {
 
 #[test]
 fn the_charts_admission_policies_are_deploys() {
-    for name in ["copyrator.yaml", "chaosagent.yaml"] {
+    let policies: BTreeSet<String> = std::fs::read_dir(common::repo().join("deploy/admission"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "kustomization.yaml")
+        .collect();
+    let template =
+        std::fs::read_to_string(common::repo().join(CHART).join("templates/admission.yaml"))
+            .unwrap();
+    for name in &policies {
+        assert!(
+            template.contains(&format!("{name:?}")),
+            "templates/admission.yaml does not render {name}"
+        );
         assert_eq!(
             std::fs::read_to_string(common::repo().join("deploy/admission").join(name)).unwrap(),
             std::fs::read_to_string(
@@ -480,7 +493,19 @@ fn the_values_shape_the_install() {
     // Only the listed kinds' grants; no leader election without it.
     assert_eq!(
         names_of(&docs, "ClusterRole"),
-        BTreeSet::from([format!("{prefix}-events"), format!("{prefix}-sample")])
+        BTreeSet::from(
+            ["events", "kind-definitions", "kinds", "sample"]
+                .map(|role| format!("{prefix}-{role}"))
+        )
+    );
+    // The declared kind's role reaches the operator by aggregation only.
+    let sample = find(&docs, "ClusterRole", &format!("{prefix}-sample"));
+    assert_eq!(sample["metadata"]["labels"][AGGREGATE_LABEL], "true");
+    assert!(!names_of(&docs, "ClusterRoleBinding").contains(&format!("{prefix}-sample")));
+    let kinds = find(&docs, "ClusterRole", &format!("{prefix}-kinds"));
+    assert_eq!(
+        kinds["aggregationRule"]["clusterRoleSelectors"],
+        json!([{"matchLabels": {AGGREGATE_LABEL: "true"}}])
     );
     assert!(names_of(&docs, "Role").is_empty());
     assert!(names_of(&docs, "RoleBinding").is_empty());
@@ -678,6 +703,16 @@ fn objects_of(release: &str, what: &str) -> Vec<String> {
     out.lines().map(str::to_string).collect()
 }
 
+/// `kubectl get -o name`'s names of the ClusterRoles `<fullname>-<role>`, sorted.
+fn cluster_roles_named(fullname: &str, roles: &[&str]) -> Vec<String> {
+    let mut names: Vec<String> = roles
+        .iter()
+        .map(|role| format!("clusterrole.rbac.authorization.k8s.io/{fullname}-{role}"))
+        .collect();
+    names.sort();
+    names
+}
+
 fn get_json(args: &[&str]) -> Value {
     let mut argv = vec!["get"];
     argv.extend_from_slice(args);
@@ -721,18 +756,21 @@ async fn install_upgrade_uninstall_on_the_control_plane() {
     assert!(out.contains("STATUS: deployed"), "{out}");
     let mut cluster_roles: Vec<String> = objects_of(&name, "clusterroles");
     cluster_roles.sort();
-    let expected: Vec<String> = [
-        "chaosagent",
-        "copyrator",
-        "events",
-        "exchangerate",
-        "sample",
-    ]
-    .iter()
-    .map(|k| format!("clusterrole.rbac.authorization.k8s.io/{fullname}-{k}"))
-    .collect();
+    let expected = cluster_roles_named(
+        &fullname,
+        &[
+            "chaosagent",
+            "copyrator",
+            "events",
+            "exchangerate",
+            "kind-definitions",
+            "kinds",
+            "sample",
+        ],
+    );
     assert_eq!(cluster_roles, expected);
-    assert_eq!(objects_of(&name, "clusterrolebindings").len(), 5);
+    // Every role bound but the Sample's, which `-kinds` aggregates.
+    assert_eq!(objects_of(&name, "clusterrolebindings").len(), 6);
     for (what, object) in [
         ("serviceaccount", fullname.clone()),
         ("service", format!("{fullname}-metrics")),
@@ -786,6 +824,14 @@ async fn install_upgrade_uninstall_on_the_control_plane() {
             ns,
         ],
         &["list", "secrets", "-n", "kube-system"],
+        &["watch", "kinddefinitions.kustomize-operator.io"],
+        &[
+            "patch",
+            "kinddefinitions.kustomize-operator.io",
+            "--subresource=status",
+        ],
+        &["create", "customresourcedefinitions.apiextensions.k8s.io"],
+        &["delete", "customresourcedefinitions.apiextensions.k8s.io"],
     ] {
         token.expect(allowed, true).await;
     }
@@ -801,7 +847,8 @@ async fn install_upgrade_uninstall_on_the_control_plane() {
         &["escalate", "clusterroles"],
         &["create", "serviceaccounts/token", "-n", ns],
         &["impersonate", "users"],
-        &["delete", "customresourcedefinitions.apiextensions.k8s.io"],
+        &["update", "customresourcedefinitions.apiextensions.k8s.io"],
+        &["delete", "kinddefinitions.kustomize-operator.io"],
     ] {
         token.expect(denied, false).await;
     }
@@ -838,10 +885,17 @@ async fn install_upgrade_uninstall_on_the_control_plane() {
     // What the new values no longer render is gone (unlike `kubectl apply`).
     let mut cluster_roles: Vec<String> = objects_of(&name, "clusterroles");
     cluster_roles.sort();
-    let expected: Vec<String> = ["copyrator-copies", "copyrator-rules", "events", "sample"]
-        .iter()
-        .map(|k| format!("clusterrole.rbac.authorization.k8s.io/{fullname}-{k}"))
-        .collect();
+    let expected = cluster_roles_named(
+        &fullname,
+        &[
+            "copyrator-copies",
+            "copyrator-rules",
+            "events",
+            "kind-definitions",
+            "kinds",
+            "sample",
+        ],
+    );
     assert_eq!(cluster_roles, expected);
     let mut bindings = objects_of(&name, "rolebindings");
     bindings.sort();

@@ -6,6 +6,7 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use kustomize_operator::kinds::declared::rbac::AGGREGATE_LABEL;
 use serde_json::Value;
 
 const NAMESPACE: &str = "kustomize-operator-system";
@@ -432,8 +433,53 @@ fn binds_operator(binding: &Value) -> bool {
     })
 }
 
+/// The ClusterRole that aggregates the declared kinds' roles, bound to the
+/// operator (deploy/rbac/kind-definitions.yaml).
+const AGGREGATING_ROLE: &str = "kustomize-operator-kinds";
+
+/// Fails unless `role`'s rules reach the operator: a declared kind's by
+/// aggregation (labelled, no binding of its own), a built-in kind's by its
+/// own ClusterRoleBinding.
+fn assert_granted(docs: &[Value], role: &str, declared: bool) {
+    let cluster_role = find(docs, "ClusterRole", role);
+    let binding = docs
+        .iter()
+        .find(|d| d["kind"] == "ClusterRoleBinding" && d["metadata"]["name"] == role);
+    if !declared {
+        let binding = binding.unwrap_or_else(|| panic!("{role} is not bound"));
+        assert_eq!(binding["roleRef"]["name"], role);
+        assert!(
+            binds_operator(binding),
+            "{role} is not bound to the operator"
+        );
+        return;
+    }
+    assert!(
+        binding.is_none(),
+        "{role}: a declared kind's role is aggregated, not bound"
+    );
+    assert_eq!(
+        cluster_role["metadata"]["labels"][AGGREGATE_LABEL], "true",
+        "{role} lacks the label {AGGREGATE_LABEL}"
+    );
+    let aggregating = find(docs, "ClusterRole", AGGREGATING_ROLE);
+    assert_eq!(
+        aggregating["aggregationRule"]["clusterRoleSelectors"],
+        serde_json::json!([{"matchLabels": {AGGREGATE_LABEL: "true"}}])
+    );
+    assert!(
+        aggregating.get("rules").is_none(),
+        "{AGGREGATING_ROLE}: the control plane owns its rules"
+    );
+    assert!(binds_operator(find(
+        docs,
+        "ClusterRoleBinding",
+        AGGREGATING_ROLE
+    )));
+}
+
 #[test]
-fn every_kind_has_its_rbac_file_listed_and_bound() {
+fn every_kind_has_its_rbac_file_listed_and_granted() {
     let kustomization = read("deploy/kustomization.yaml");
     let docs = deploy_documents();
     for kind in common::all_kinds() {
@@ -449,16 +495,43 @@ fn every_kind_has_its_rbac_file_listed_and_bound() {
             "deploy/kustomization.yaml does not list {file}"
         );
         let role = format!("kustomize-operator-{}", kind.name());
-        find(&docs, "ClusterRole", &role);
-        let binding = find(&docs, "ClusterRoleBinding", &role);
-        assert_eq!(binding["roleRef"]["name"], role.as_str());
-        assert!(
-            binds_operator(binding),
-            "{role} is not bound to the operator"
-        );
+        assert_granted(&docs, &role, kind.declared().is_some());
         let crd = kind.crd().metadata.name.unwrap();
         find(&docs, "CustomResourceDefinition", &crd);
     }
+}
+
+/// The operator may serve KindDefinitions: watch them, write their
+/// finalizer and status, and apply and delete the CRDs they declare.
+#[test]
+fn the_operator_may_serve_kind_definitions() {
+    let docs = deploy_documents();
+    let role = "kustomize-operator-kind-definitions";
+    assert!(binds_operator(find(&docs, "ClusterRoleBinding", role)));
+    let rules = &find(&docs, "ClusterRole", role)["rules"];
+    let verbs = |group: &str, resource: &str| -> Vec<String> {
+        rules
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|r| r["apiGroups"] == serde_json::json!([group]))
+            .filter(|r| r["resources"] == serde_json::json!([resource]))
+            .flat_map(|r| r["verbs"].as_array().cloned().unwrap_or_default())
+            .filter_map(|v| v.as_str().map(str::to_string))
+            .collect()
+    };
+    assert_eq!(
+        verbs("kustomize-operator.io", "kinddefinitions"),
+        ["get", "list", "watch", "patch", "update"]
+    );
+    assert_eq!(
+        verbs("kustomize-operator.io", "kinddefinitions/status"),
+        ["patch", "update"]
+    );
+    assert_eq!(
+        verbs("apiextensions.k8s.io", "customresourcedefinitions"),
+        ["get", "list", "watch", "create", "patch", "delete"]
+    );
 }
 
 #[test]
@@ -649,9 +722,12 @@ fn the_copyrator_namespaces_overlay_grants_secrets_only_in_its_list() {
         granted, listed,
         "RoleBindings (rolebindings.yaml) and COPYRATOR_NAMESPACES (namespaces.yaml) list the same namespaces"
     );
-    // Every kind is still bound: Copyrator through its rules role.
+    // Every kind is still granted: Copyrator through its rules role, the
+    // Sample through the aggregating role.
+    assert_granted(&docs, "kustomize-operator-sample", true);
     for role in [
-        "kustomize-operator-sample",
+        "kustomize-operator-kinds",
+        "kustomize-operator-kind-definitions",
         "kustomize-operator-exchangerate",
         "kustomize-operator-chaosagent",
         "kustomize-operator-copyrator-rules",

@@ -103,6 +103,15 @@ with a message naming the value.
 {{- end -}}
 
 {{/*
+The label that aggregates a declared kind's ClusterRole into `<fullname>-kinds`
+(the one `kustomize-operator rbac` prints). It is cluster-wide: every release's
+`-kinds` role, and deploy/'s, selects every role that carries it.
+*/}}
+{{- define "kustomize-operator.aggregateLabel" -}}
+kustomize-operator.io/aggregate-to-operator: "true"
+{{- end -}}
+
+{{/*
 A ClusterRoleBinding of the ClusterRole `<fullname>-<role>` to the operator's
 ServiceAccount, under the same name.
 Usage: include "kustomize-operator.clusterRoleBinding" (dict "root" . "role" "sample")

@@ -474,16 +474,16 @@ fn the_rbac_covers_the_resources_and_what_the_overlay_produces() {
     let apps = find("apps");
     assert_eq!(apps[0].resources, ["deployments"]);
     assert!(!apps[0].verbs.contains(&"*".to_string()));
-    let yaml = rbac::manifests(
-        &kind,
-        &rules,
-        &rbac::Subject {
-            name: "op".into(),
-            namespace: "system".into(),
-        },
-    )
-    .unwrap();
-    assert!(yaml.contains("kind: ClusterRoleBinding") && yaml.contains("namespace: system"));
+    let yaml = rbac::manifests(&kind, &rules).unwrap();
+    let role: serde_json::Value = serde_saphyr::from_str(&yaml).unwrap();
+    assert_eq!(role["kind"], "ClusterRole");
+    assert_eq!(role["metadata"]["labels"][rbac::AGGREGATE_LABEL], "true");
+    assert_eq!(role["rules"], serde_json::to_value(&rules).unwrap());
+    assert!(
+        !yaml.contains("ClusterRoleBinding") && !yaml.contains("\n---"),
+        "one document, no binding: {yaml}"
+    );
+    assert!(yaml.contains(rbac::AGGREGATING_ROLE), "{yaml}");
 }
 
 #[test]
