@@ -143,9 +143,17 @@ impl GreetingKind {
         .await
     }
 
-    /// Deletes the definition and waits until it is gone.
+    /// Deletes the definition and waits until it is gone. Admission (the
+    /// guard of deploy/admission, when installed) refuses the deletion
+    /// while the definition's status still counts resources: asked again
+    /// until it is accepted.
     async fn delete(&self) {
-        common::kubectl(&["delete", "kinddefinition", &self.name, "--wait=false"]);
+        common::wait_until(TIMEOUT, format!("{} deleted", self.name), async || {
+            let (ok, _, err) =
+                common::kubectl(&["delete", "kinddefinition", &self.name, "--wait=false"]);
+            ok || err.contains("NotFound")
+        })
+        .await;
         common::wait_until(TIMEOUT, format!("{} gone", self.name), async || {
             self.definition().is_none()
         })
@@ -412,8 +420,30 @@ async fn a_breaking_change_is_refused_naming_the_field_and_an_additive_one_rolls
     operator.stop().await;
 }
 
+/// The guard of deploy/admission: on or off for every KindDefinition of
+/// the cluster (only this test binary changes definitions; only this test
+/// changes the guard).
+fn guard(on: bool) {
+    let file = common::repo().join("deploy/admission/kinddefinition.yaml");
+    let file = file.display().to_string();
+    let (ok, _, err) = if on {
+        common::kubectl(&["apply", "-f", &file])
+    } else {
+        common::kubectl(&["delete", "-f", &file, "--ignore-not-found"])
+    };
+    assert!(ok, "guard {on}: {err}");
+}
+
+/// What a server-side dry run of deleting the definition says: `None`
+/// when admitted, the refusal otherwise.
+fn refused_deletion(kind: &GreetingKind) -> Option<String> {
+    let (ok, _, err) =
+        common::kubectl(&["delete", "kinddefinition", &kind.name, "--dry-run=server"]);
+    (!ok).then_some(err)
+}
+
 #[tokio::test]
-async fn deleting_a_definition_waits_for_its_resources_and_orphan_leaves_them() {
+async fn deleting_a_definition_is_refused_or_waits_while_resources_exist_and_orphan_leaves_them() {
     let client = common::cluster().await;
     let ns = TestNamespace::new(&client, "kd-delete").await;
     let kind = GreetingKind::new(&ns);
@@ -425,14 +455,57 @@ async fn deleting_a_definition_waits_for_its_resources_and_orphan_leaves_them() 
     kind.wait_condition("Serving", "True", "Running").await;
     kind.greet(&ns.name, "hello", "kept", json!({}));
     wait_ready(&kind, &ns.name, "hello").await;
+    common::wait_until(
+        TIMEOUT,
+        "the definition counting one Greeting",
+        async || {
+            kind.definition()
+                .is_some_and(|d| d["status"]["resources"] == 1)
+        },
+    )
+    .await;
 
+    // Admission refuses what it can see: the count, the API identity.
+    guard(true);
+    let refusal = common::wait_for(TIMEOUT, "the guard refusing the deletion", async || {
+        refused_deletion(&kind).ok_or("admitted")
+    })
+    .await;
+    assert!(
+        refusal.contains("1 resource of kind Greeting exists"),
+        "{refusal}"
+    );
+    let moved = format!("{{\"spec\":{{\"group\":\"other.{}\"}}}}", kind.group);
+    let (ok, _, err) = common::kubectl(&[
+        "patch",
+        "kinddefinition",
+        &kind.name,
+        "--type",
+        "merge",
+        "-p",
+        &moved,
+        "--dry-run=server",
+    ]);
+    assert!(
+        !ok && err.contains("spec.group"),
+        "moving the kind's group: {err}"
+    );
+
+    // Without the guard (or counted too late), the finalizer holds it.
+    guard(false);
+    common::wait_until(
+        TIMEOUT,
+        "the deletion admitted without the guard",
+        async || refused_deletion(&kind).is_none(),
+    )
+    .await;
     common::kubectl(&["delete", "kinddefinition", &kind.name, "--wait=false"]);
     let message = kind
         .wait_condition("Serving", "True", "WaitingForResources")
         .await;
+    guard(true);
     assert!(message.contains(&format!("{}/hello", ns.name)), "{message}");
     assert!(kind.definition().is_some(), "the definition waits");
-
     let orphan = r#"{"spec":{"onDelete":"Orphan"}}"#;
     let patched = common::kubectl(&[
         "patch",

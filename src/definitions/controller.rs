@@ -20,6 +20,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
@@ -68,8 +69,14 @@ pub(super) struct Context {
 }
 
 /// Runs the controller of definitions matching `selector` until `shutdown`
-/// is cancelled; then stops the kinds' controllers.
-pub(super) async fn run(ctx: Arc<Context>, selector: Option<String>, shutdown: CancellationToken) {
+/// is cancelled; then stops the kinds' controllers. A name received on
+/// `nudged` reconciles that definition.
+pub(super) async fn run(
+    ctx: Arc<Context>,
+    selector: Option<String>,
+    nudged: tokio::sync::mpsc::Receiver<String>,
+    shutdown: CancellationToken,
+) {
     let api = Api::<DynamicObject>::all_with(ctx.client.clone(), &resource::api_resource());
     let mut config = watcher::Config::default();
     if let Some(selector) = &selector {
@@ -79,7 +86,12 @@ pub(super) async fn run(ctx: Arc<Context>, selector: Option<String>, shutdown: C
         selector = selector.as_deref().unwrap_or("<all>"),
         "serving KindDefinitions"
     );
-    let controller = Controller::new_with(api, config, resource::api_resource());
+    let nudges = futures::stream::unfold(nudged, |mut nudged| async move {
+        let name = nudged.recv().await?;
+        Some((ObjectRef::new_with(&name, resource::api_resource()), nudged))
+    });
+    let controller =
+        Controller::new_with(api, config, resource::api_resource()).reconcile_on(nudges);
     let store = controller.store();
     let running = controller
         .graceful_shutdown_on(shutdown.clone().cancelled_owned())

@@ -75,15 +75,16 @@ pub async fn serve(
         })
         .collect();
     let work_dir = definitions_dir(&engine);
+    let (nudges, nudged) = tokio::sync::mpsc::channel(serving::NUDGES_QUEUED);
     let ctx = Arc::new(controller::Context {
         client: engine.client().clone(),
-        serving: serving::Serving::new(engine.clone(), options, shutdown.clone()),
+        serving: serving::Serving::new(engine.clone(), options, shutdown.clone(), nudges),
         engine,
         taken,
         work_dir,
         default_service_account: config.default_service_account,
     });
-    controller::run(ctx, config.selector, shutdown).await;
+    controller::run(ctx, config.selector, nudged, shutdown).await;
 }
 
 /// Where definitions are unpacked (inside the operator's work directory,

@@ -2,11 +2,20 @@
 //! with its own stop token. Replacing a generation stops the old
 //! controller (its running reconciles finish) and starts the new one,
 //! whose first pass looks at every resource of the kind and applies again
-//! those whose overlay changed. Dropping the table aborts every task.
+//! those whose overlay changed. Beside each controller, a watch of the
+//! kind's resources (metadata only, no cache) nudges the definition when
+//! one is deleted, so the count in its status (which admission reads to
+//! refuse deleting a definition whose kind still has resources) follows
+//! at once. Dropping the table aborts every task.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use futures::StreamExt;
+use kube::api::{ApiResource, DynamicObject};
+use kube::core::PartialObjectMeta;
+use kube::runtime::{WatchStreamExt, watcher};
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -35,16 +44,29 @@ pub struct Serving {
     options: KindOptions,
     shutdown: CancellationToken,
     served: Mutex<BTreeMap<String, Served>>,
+    /// Names of definitions one of whose resources was deleted.
+    nudges: mpsc::Sender<String>,
 }
 
+/// How many nudges may wait (more are dropped: the periodic look at each
+/// definition counts again anyway).
+pub const NUDGES_QUEUED: usize = 256;
+
 impl Serving {
-    /// An empty table; controllers stop when `shutdown` is cancelled.
-    pub fn new(engine: Arc<Engine>, options: KindOptions, shutdown: CancellationToken) -> Self {
+    /// An empty table; controllers stop when `shutdown` is cancelled, and
+    /// deletions of a kind's resources are told on `nudges`.
+    pub fn new(
+        engine: Arc<Engine>,
+        options: KindOptions,
+        shutdown: CancellationToken,
+        nudges: mpsc::Sender<String>,
+    ) -> Self {
         Self {
             engine,
             options,
             shutdown,
             served: Mutex::default(),
+            nudges,
         }
     }
 
@@ -87,10 +109,18 @@ impl Serving {
         let token = stop.clone();
         let definition = name.to_string();
         let number = generation.number;
+        let deletions = watch_deletions(
+            self.engine.client().clone(),
+            generation.kind.resource.clone(),
+            definition.clone(),
+            self.nudges.clone(),
+        );
         let task = tokio::spawn(async move {
             tracing::info!(kind = %kind, definition, generation = number, "controller started");
-            kind.run(engine, &options, token.clone().cancelled_owned())
-                .await;
+            tokio::select! {
+                () = kind.run(engine, &options, token.clone().cancelled_owned()) => {}
+                () = deletions => {}
+            }
             if token.is_cancelled() {
                 tracing::info!(kind = %kind, definition, "controller stopped");
             } else {
@@ -120,6 +150,26 @@ impl Serving {
             finish(served).await;
         }
     }
+}
+
+/// Tells `nudges` the name `definition` whenever a resource of `kind` is
+/// deleted, in any namespace. Never returns.
+async fn watch_deletions(
+    client: kube::Client,
+    kind: ApiResource,
+    definition: String,
+    nudges: mpsc::Sender<String>,
+) {
+    let api = kube::Api::<PartialObjectMeta<DynamicObject>>::all_with(client, &kind);
+    let mut events = watcher::watcher(api, watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    while let Some(event) = events.next().await {
+        if let Ok(watcher::Event::Delete(_)) = event {
+            let _ = nudges.try_send(definition.clone());
+        }
+    }
+    std::future::pending::<()>().await;
 }
 
 /// Cancels a controller and waits until its running reconciles finished.
