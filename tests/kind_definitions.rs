@@ -172,7 +172,8 @@ impl Drop for GreetingKind {
             "--type",
             "merge",
             "-p",
-            r#"{"metadata":{"finalizers":null}}"#,
+            // Orphan: the guard admits the deletion whatever the count.
+            r#"{"metadata":{"finalizers":null},"spec":{"onDelete":"Orphan"}}"#,
         ]);
         let _ = common::kubectl(&["delete", "kinddefinition", &self.name, "--wait=false"]);
         let columns = "custom-columns=NS:.metadata.namespace,NAME:.metadata.name";
@@ -555,4 +556,192 @@ async fn deleting_a_definition_is_refused_or_waits_while_resources_exist_and_orp
         "an orphaned resource deletes without a controller: {err}"
     );
     operator.stop().await;
+}
+
+/// A ClusterRole granting `rules`, bound to the ServiceAccount
+/// `account` of `ns`; deleted when dropped.
+struct Grant {
+    name: String,
+}
+
+impl Grant {
+    fn apply(name: &str, ns: &str, account: &str, rules: Value) -> Self {
+        let role = json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": name}, "rules": rules,
+        });
+        let binding = json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": ns}],
+        });
+        let list = json!({"apiVersion": "v1", "kind": "List", "items": [role, binding]});
+        let (ok, _, err) = common::kubectl_stdin(&["apply", "-f", "-"], &list.to_string());
+        assert!(ok, "granting {name}: {err}");
+        Self { name: name.into() }
+    }
+}
+
+impl Drop for Grant {
+    fn drop(&mut self) {
+        let _ = common::kubectl(&["delete", "clusterrolebinding,clusterrole", &self.name]);
+    }
+}
+
+#[tokio::test]
+async fn rights_granted_follows_the_operators_roles_without_a_restart() {
+    let client = common::cluster().await;
+    let ns = TestNamespace::new(&client, "kd-rights").await;
+    let kind = GreetingKind::new(&ns);
+    assert!(common::kubectl(&["create", "serviceaccount", "operator", "-n", &ns.name]).0);
+    let rule = |group: &str, resources: &[&str], verbs: &[&str]| json!({"apiGroups": [group], "resources": resources, "verbs": verbs});
+    let read_write = [
+        "get", "list", "watch", "create", "patch", "update", "delete",
+    ];
+    // Everything the operator needs but the ConfigMaps its Greetings make.
+    let _base = Grant::apply(
+        &format!("{}-operator", ns.name),
+        &ns.name,
+        "operator",
+        json!([
+            rule(
+                "kustomize-operator.io",
+                &["kinddefinitions", "kinddefinitions/status"],
+                &read_write
+            ),
+            rule(
+                "apiextensions.k8s.io",
+                &["customresourcedefinitions"],
+                &read_write
+            ),
+            rule("events.k8s.io", &["events"], &["create", "patch"]),
+            rule("nuvolaris.org", &["samples", "samples/status"], &read_write),
+            rule(&kind.group, &["greetings", "greetings/status"], &read_write),
+        ]),
+    );
+    let token = common::TokenKubeconfig::mint(&client, &ns.name, "operator").await;
+    let kubeconfig = token.path().display().to_string();
+    let mut flags = vec!["--kinds".to_string(), "sample".into()];
+    flags.extend(kind.flags());
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let mut operator = OperatorProcess::spawn(&ns.name, &[("KUBECONFIG", &kubeconfig)], &flags);
+    let pid = operator.pid();
+
+    kind.apply();
+    let missing = kind
+        .wait_condition("RightsGranted", "False", "MissingRights")
+        .await;
+    assert!(missing.contains("create configmaps"), "{missing}");
+    assert!(missing.contains("delete configmaps"), "{missing}");
+    assert!(!missing.contains("greetings"), "{missing}");
+
+    let _configmaps = Grant::apply(
+        &format!("{}-configmaps", ns.name),
+        &ns.name,
+        "operator",
+        json!([rule("", &["configmaps"], &read_write)]),
+    );
+    kind.wait_condition("RightsGranted", "True", "Granted")
+        .await;
+    assert!(
+        operator.running(),
+        "the operator exited:\n{}",
+        operator.log_tail()
+    );
+    assert_eq!(operator.pid(), pid, "noticed without a restart");
+    kind.greet(&ns.name, "hello", "granted", json!({}));
+    wait_ready(&kind, &ns.name, "hello").await;
+
+    let greetings = format!("greetings.{}", kind.group);
+    common::kubectl(&[
+        "delete",
+        &greetings,
+        "hello",
+        "-n",
+        &ns.name,
+        "--timeout=60s",
+    ]);
+    kind.delete().await;
+}
+
+/// An operator process of shard `shard`, named `name`, electing a leader
+/// for its shard when `elect`.
+fn shard_replica(kind: &GreetingKind, ns: &str, shard: &str, name: &str) -> OperatorProcess {
+    let mut flags: Vec<String> = ["--kinds", "sample", "--shard", shard, "--leader-elect"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    flags.extend(
+        [
+            "--leader-elect-namespace",
+            ns,
+            "--leader-elect-lease-duration",
+            "3s",
+            "--leader-elect-renew-deadline",
+            "2s",
+            "--leader-elect-retry-period",
+            "250ms",
+        ]
+        .iter()
+        .map(|s| s.to_string()),
+    );
+    flags.extend(kind.flags());
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    OperatorProcess::spawn(ns, &[("POD_NAME", name)], &flags)
+}
+
+#[tokio::test]
+async fn a_defined_kind_is_served_by_two_shards_and_survives_its_leader() {
+    let client = common::cluster().await;
+    let ns = TestNamespace::new(&client, "kd-shards").await;
+    let kind = GreetingKind::new(&ns);
+    let a1 = shard_replica(&kind, &ns.name, "a", "a1");
+    let a2 = shard_replica(&kind, &ns.name, "a", "a2");
+    let _b = shard_replica(&kind, &ns.name, "b", "b1");
+    kind.apply();
+    kind.wait_condition("Serving", "True", "Running").await;
+    let shard = |s: &str| json!({"kustomize-operator.io/shard": s});
+    kind.greet(&ns.name, "hello-a", "from shard a", shard("a"));
+    kind.greet(&ns.name, "hello-b", "from shard b", shard("b"));
+    wait_ready(&kind, &ns.name, "hello-a").await;
+    wait_ready(&kind, &ns.name, "hello-b").await;
+
+    let leader = common::wait_for(TIMEOUT, "shard a's leader", async || {
+        let path = "jsonpath={.spec.holderIdentity}";
+        let (_, holder, _) = common::kubectl(&[
+            "get",
+            "lease",
+            "kustomize-operator-a",
+            "-n",
+            &ns.name,
+            "-o",
+            path,
+        ]);
+        match holder.as_str() {
+            "a1" | "a2" => Ok(holder),
+            _ => Err(holder),
+        }
+    })
+    .await;
+    let (gone, stays) = if leader == "a1" { (a1, a2) } else { (a2, a1) };
+    gone.signal(libc::SIGKILL);
+    kind.greet(&ns.name, "hello-a2", "after the leader", shard("a"));
+    wait_ready(&kind, &ns.name, "hello-a2").await;
+    assert_eq!(
+        config_map_field(&ns.name, "hello-a2", "message"),
+        "after the leader"
+    );
+
+    let greetings = format!("greetings.{}", kind.group);
+    for name in ["hello-a", "hello-b", "hello-a2"] {
+        common::kubectl(&["delete", &greetings, name, "-n", &ns.name, "--wait=false"]);
+    }
+    common::wait_until(TIMEOUT, "every Greeting deleted by its shard", async || {
+        let (ok, names, _) = common::kubectl(&["get", &greetings, "-n", &ns.name, "-o", "name"]);
+        ok && names.trim().is_empty()
+    })
+    .await;
+    kind.delete().await;
+    drop((gone, stays));
 }
