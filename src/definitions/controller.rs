@@ -36,8 +36,9 @@ use crate::kind::EventType;
 use crate::kinds::declared::rbac;
 
 /// How soon a definition is looked at again when all is well (rights
-/// granted later, the count of resources, a CRD changed by hand).
-const RECHECK: Duration = Duration::from_secs(30);
+/// revoked since, the count of new resources, a CRD changed by hand; a
+/// deleted resource is counted at once).
+const RECHECK: Duration = Duration::from_secs(120);
 /// … and when something is not right yet.
 const RECHECK_SOON: Duration = Duration::from_secs(10);
 /// How often a deletion waiting for resources looks again.
@@ -66,6 +67,26 @@ pub(super) struct Context {
     pub work_dir: PathBuf,
     /// The operator's `--default-service-account`.
     pub default_service_account: Option<String>,
+    /// The last rejection of each definition that only a change of the
+    /// definition can lift, with what it was made for.
+    pub rejected: std::sync::Mutex<std::collections::HashMap<String, (Checked, Rejection)>>,
+}
+
+/// What a check looked at: the generation, and whether breaking changes
+/// were allowed (an annotation, which changes no generation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Checked {
+    generation: Option<i64>,
+    breaking_allowed: bool,
+}
+
+impl Checked {
+    fn of(def: &DynamicObject) -> Self {
+        Self {
+            generation: def.metadata.generation,
+            breaking_allowed: generation::breaking_allowed(def),
+        }
+    }
 }
 
 /// Runs the controller of definitions matching `selector` until `shutdown`
@@ -124,10 +145,13 @@ async fn reconcile(def: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action,
     serving_condition(&ctx, &def, served.as_ref(), &mut status);
     if let Some(generation) = &served {
         rights_condition(&ctx, generation, &mut status).await;
-        status.resources = count(&ctx.client, &generation.kind.resource)
-            .await
-            .ok()
-            .map(|names| names.len() as u64);
+        status.resources = match ctx.serving.resources(&def.name_any()) {
+            Some(counted) => Some(counted),
+            None => count(&ctx.client, &generation.kind.resource)
+                .await
+                .ok()
+                .map(|names| names.len() as u64),
+        };
     }
     let all_well = [
         ConditionType::Accepted,
@@ -169,12 +193,15 @@ async fn accept(def: &DynamicObject, ctx: &Context, status: &mut Status) {
         }
         return;
     }
-    match check(def, ctx, served.as_ref()).await {
+    match check_once(def, ctx, served.as_ref()).await {
         Err(rejection) => {
             let message = match &served {
                 Some(g) => format!("{rejection} (generation {} keeps serving)", g.number),
                 None => rejection.to_string(),
             };
+            let told = status
+                .condition(ConditionType::Accepted)
+                .is_some_and(|c| c.message == message && c.observed_generation == number);
             status.set(
                 ConditionType::Accepted,
                 false,
@@ -182,7 +209,9 @@ async fn accept(def: &DynamicObject, ctx: &Context, status: &mut Status) {
                 &message,
                 number,
             );
-            event(ctx, def, EventType::Warning, "Rejected", &message).await;
+            if !told {
+                event(ctx, def, EventType::Warning, "Rejected", &message).await;
+            }
             if let Some(generation) = &served {
                 ensure_crd(ctx, &name, generation, status).await;
             }
@@ -208,6 +237,33 @@ async fn accept(def: &DynamicObject, ctx: &Context, status: &mut Status) {
             }
         }
     }
+}
+
+/// [`check`], unless this generation was rejected already for a reason
+/// only a change of the definition lifts (a clash or a base that failed
+/// to build may pass on a later look).
+async fn check_once(
+    def: &DynamicObject,
+    ctx: &Context,
+    served: Option<&Generation>,
+) -> Result<Generation, Rejection> {
+    let name = def.name_any();
+    let checked = Checked::of(def);
+    let remembered = crate::sync::lock(&ctx.rejected).get(&name).cloned();
+    if let Some((_, rejection)) = remembered.filter(|(at, _)| *at == checked) {
+        return Err(rejection);
+    }
+    let result = check(def, ctx, served).await;
+    let mut rejected = crate::sync::lock(&ctx.rejected);
+    match &result {
+        Err(r @ (Rejection::Invalid(_) | Rejection::Breaking(_))) => {
+            rejected.insert(name, (checked, r.clone()));
+        }
+        _ => {
+            rejected.remove(&name);
+        }
+    }
+    result
 }
 
 /// Every check a generation must pass before it is served.
@@ -421,6 +477,7 @@ async fn remove(def: &DynamicObject, ctx: &Context) -> Result<Action, Definition
         }
     }
     remove_finalizer(&ctx.client, def).await?;
+    crate::sync::lock(&ctx.rejected).remove(&name);
     Ok(Action::await_change())
 }
 

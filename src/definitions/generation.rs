@@ -160,15 +160,19 @@ pub fn check_compatible(
     served: &CustomResourceDefinition,
     generation: &Generation,
 ) -> Result<(), Rejection> {
-    let allowed = definition
-        .annotations()
-        .get(resource::ALLOW_BREAKING_ANNOTATION)
-        .is_some_and(|v| v == "true");
     let changes = breaking::breaking_changes(served, &generation.crd);
-    if changes.is_empty() || allowed {
+    if changes.is_empty() || breaking_allowed(definition) {
         return Ok(());
     }
     Err(Rejection::Breaking(changes))
+}
+
+/// True when the definition carries the annotation allowing breaking changes.
+pub fn breaking_allowed(definition: &DynamicObject) -> bool {
+    definition
+        .annotations()
+        .get(resource::ALLOW_BREAKING_ANNOTATION)
+        .is_some_and(|v| v == "true")
 }
 
 /// `message` with the private directory `root` left out of its paths

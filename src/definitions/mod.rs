@@ -83,6 +83,7 @@ pub async fn serve(
         taken,
         work_dir,
         default_service_account: config.default_service_account,
+        rejected: std::sync::Mutex::default(),
     });
     controller::run(ctx, config.selector, nudged, shutdown).await;
 }

@@ -3,12 +3,15 @@
 //! controller (its running reconciles finish) and starts the new one,
 //! whose first pass looks at every resource of the kind and applies again
 //! those whose overlay changed. Beside each controller, a watch of the
-//! kind's resources (metadata only, no cache) nudges the definition when
-//! one is deleted, so the count in its status (which admission reads to
-//! refuse deleting a definition whose kind still has resources) follows
-//! at once. Dropping the table aborts every task.
+//! kind's resources in every namespace (metadata only, keeping their UIDs)
+//! counts them and nudges the definition when the count changes, so the
+//! count in its status (which admission reads to refuse deleting a
+//! definition whose kind still has resources) follows at once. Dropping
+//! the table aborts every task.
 
 use std::collections::BTreeMap;
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
@@ -29,6 +32,27 @@ struct Served {
     generation: Generation,
     stop: CancellationToken,
     task: JoinHandle<()>,
+    count: Arc<Count>,
+}
+
+/// How many resources of a kind exist, once the watch listed them.
+#[derive(Debug, Default)]
+struct Count {
+    value: AtomicU64,
+    known: AtomicBool,
+}
+
+impl Count {
+    fn set(&self, value: usize) {
+        self.value.store(value as u64, Ordering::Relaxed);
+        self.known.store(true, Ordering::Relaxed);
+    }
+
+    fn get(&self) -> Option<u64> {
+        self.known
+            .load(Ordering::Relaxed)
+            .then(|| self.value.load(Ordering::Relaxed))
+    }
 }
 
 /// Aborts the task if the table goes without stopping it.
@@ -84,6 +108,14 @@ impl Serving {
             .is_some_and(|s| !s.task.is_finished())
     }
 
+    /// How many resources the kind served for `name` has, in every
+    /// namespace, once its watch listed them.
+    pub fn resources(&self, name: &str) -> Option<u64> {
+        crate::sync::lock(&self.served)
+            .get(name)
+            .and_then(|s| s.count.get())
+    }
+
     /// The names and CRDs of the kinds served for other definitions.
     pub fn taken_by_others(&self, name: &str) -> Vec<Taken> {
         crate::sync::lock(&self.served)
@@ -109,17 +141,19 @@ impl Serving {
         let token = stop.clone();
         let definition = name.to_string();
         let number = generation.number;
-        let deletions = watch_deletions(
+        let count = Arc::new(Count::default());
+        let counting = keep_count(
             self.engine.client().clone(),
             generation.kind.resource.clone(),
             definition.clone(),
             self.nudges.clone(),
+            count.clone(),
         );
         let task = tokio::spawn(async move {
             tracing::info!(kind = %kind, definition, generation = number, "controller started");
             tokio::select! {
                 () = kind.run(engine, &options, token.clone().cancelled_owned()) => {}
-                () = deletions => {}
+                () = counting => {}
             }
             if token.is_cancelled() {
                 tracing::info!(kind = %kind, definition, "controller stopped");
@@ -131,6 +165,7 @@ impl Serving {
             generation,
             stop,
             task,
+            count,
         };
         crate::sync::lock(&self.served).insert(name.to_string(), served);
     }
@@ -152,20 +187,44 @@ impl Serving {
     }
 }
 
-/// Tells `nudges` the name `definition` whenever a resource of `kind` is
-/// deleted, in any namespace. Never returns.
-async fn watch_deletions(
+/// Keeps `count` of the resources of `kind` in every namespace (their
+/// UIDs, from a metadata watch), and tells `nudges` the name `definition`
+/// whenever it changes. Never returns.
+async fn keep_count(
     client: kube::Client,
     kind: ApiResource,
     definition: String,
     nudges: mpsc::Sender<String>,
+    count: Arc<Count>,
 ) {
     let api = kube::Api::<PartialObjectMeta<DynamicObject>>::all_with(client, &kind);
     let mut events = watcher::watcher(api, watcher::Config::default())
         .default_backoff()
         .boxed();
+    let mut uids: HashSet<String> = HashSet::new();
+    let mut listing: HashSet<String> = HashSet::new();
     while let Some(event) = events.next().await {
-        if let Ok(watcher::Event::Delete(_)) = event {
+        // Errors are retried by the watch, after a backoff.
+        let Ok(event) = event else { continue };
+        let changed = match event {
+            watcher::Event::Init => {
+                listing.clear();
+                false
+            }
+            watcher::Event::InitApply(object) => {
+                listing.extend(object.metadata.uid);
+                false
+            }
+            watcher::Event::InitDone => {
+                std::mem::swap(&mut uids, &mut listing);
+                listing.clear();
+                true
+            }
+            watcher::Event::Apply(object) => object.metadata.uid.is_some_and(|u| uids.insert(u)),
+            watcher::Event::Delete(object) => object.metadata.uid.is_some_and(|u| uids.remove(&u)),
+        };
+        if changed && count.get() != Some(uids.len() as u64) {
+            count.set(uids.len());
             let _ = nudges.try_send(definition.clone());
         }
     }
