@@ -29,8 +29,11 @@ static MALLOC_CONF: &u8 =
 
 fn init_logging(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // Colours only for a terminal: a log file keeps plain text.
+    let colours = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colours)
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Json => builder.json().init(),
