@@ -12,26 +12,24 @@
 //! Every failure stays inside its definition: it is a condition and an
 //! event, never an error that stops another kind or the operator.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::ObjectReference;
-use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams};
+use kube::api::DynamicObject;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
-use kube::{Api, Client, Resource, ResourceExt};
-use serde_json::json;
+use kube::{Api, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
+use super::context::{Checked, Context, DefinitionError, NAMES_SHOWN};
 use super::crds::{self, CrdError};
-use super::generation::{self, Generation, Rejection, Taken};
+use super::generation::{self, Generation, Rejection};
 use super::resource::{self, ConditionType, Reason, Status};
-use super::rights;
-use super::serving::Serving;
-use crate::engine::host::{Engine, stopped_before_first_list};
+use super::writes::{add_finalizer, count, event, status_of, write_status};
+use super::{deletion, rights};
+use crate::engine::host::stopped_before_first_list;
 use crate::kind::EventType;
 use crate::kinds::declared::rbac;
 
@@ -41,53 +39,8 @@ use crate::kinds::declared::rbac;
 const RECHECK: Duration = Duration::from_secs(120);
 /// … and when something is not right yet.
 const RECHECK_SOON: Duration = Duration::from_secs(10);
-/// How often a deletion waiting for resources looks again.
-const DELETION_RECHECK: Duration = Duration::from_secs(5);
-/// How many names a message lists.
-const NAMES_SHOWN: usize = 10;
 /// The number of leading rules of `rbac::rules` on the kind's own resources.
 const OWN_RULES: usize = 2;
-
-/// Why a reconcile of a definition failed (retried after a pause).
-#[derive(Debug, thiserror::Error)]
-pub enum DefinitionError {
-    /// An API call failed.
-    #[error(transparent)]
-    Kube(#[from] kube::Error),
-}
-
-/// What every reconcile of a definition shares.
-pub(super) struct Context {
-    pub engine: Arc<Engine>,
-    pub client: Client,
-    pub serving: Serving,
-    /// The names and CRDs of the kinds the operator serves from folders.
-    pub taken: Vec<Taken>,
-    /// Where definitions are unpacked while they are checked.
-    pub work_dir: PathBuf,
-    /// The operator's `--default-service-account`.
-    pub default_service_account: Option<String>,
-    /// The last rejection of each definition that only a change of the
-    /// definition can lift, with what it was made for.
-    pub rejected: std::sync::Mutex<std::collections::HashMap<String, (Checked, Rejection)>>,
-}
-
-/// What a check looked at: the generation, and whether breaking changes
-/// were allowed (an annotation, which changes no generation).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Checked {
-    generation: Option<i64>,
-    breaking_allowed: bool,
-}
-
-impl Checked {
-    fn of(def: &DynamicObject) -> Self {
-        Self {
-            generation: def.metadata.generation,
-            breaking_allowed: generation::breaking_allowed(def),
-        }
-    }
-}
 
 /// Runs the controller of definitions matching `selector` until `shutdown`
 /// is cancelled; then stops the kinds' controllers. A name received on
@@ -132,7 +85,7 @@ fn error_policy(def: Arc<DynamicObject>, error: &DefinitionError, _: Arc<Context
 
 async fn reconcile(def: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, DefinitionError> {
     if def.metadata.deletion_timestamp.is_some() {
-        return remove(&def, &ctx).await;
+        return deletion::remove(&def, &ctx).await;
     }
     if !def.finalizers().iter().any(|f| f == resource::FINALIZER) {
         add_finalizer(&ctx.client, &def).await?;
@@ -436,256 +389,5 @@ async fn rights_condition(ctx: &Context, generation: &Generation, status: &mut S
                 number,
             );
         }
-    }
-}
-
-/// Deletion: waits while resources of the kind exist (unless the
-/// definition orphans them), then stops the kind's controller, removes
-/// the CRD (only with its marker, only when no resource is left) and the
-/// finalizer.
-async fn remove(def: &DynamicObject, ctx: &Context) -> Result<Action, DefinitionError> {
-    if !def.finalizers().iter().any(|f| f == resource::FINALIZER) {
-        return Ok(Action::await_change());
-    }
-    let name = def.name_any();
-    tracing::debug!(definition = name, "deleting");
-    let served = ctx.serving.current(&name);
-    let kind = served
-        .as_ref()
-        .map(|g| g.kind.resource.clone())
-        .or_else(|| declared_resource(def));
-    let remaining = match &kind {
-        Some(kind) => count(&ctx.client, kind).await.or_else(not_found_is_empty)?,
-        None => Vec::new(),
-    };
-    let orphan = def.data["spec"]["onDelete"].as_str() == Some("Orphan");
-    if let Some(kind) = kind.as_ref().filter(|_| !remaining.is_empty()) {
-        if !orphan {
-            return wait_for_resources(def, ctx, kind, &remaining, served.is_some()).await;
-        }
-        ctx.serving.stop(&name).await;
-        orphan_resources(&ctx.client, kind, &remaining).await?;
-    } else {
-        ctx.serving.stop(&name).await;
-        if let Some(kind) = &kind {
-            crds::delete_owned(
-                &ctx.client,
-                &format!("{}.{}", kind.plural, kind.group),
-                &name,
-            )
-            .await?;
-        }
-    }
-    remove_finalizer(&ctx.client, def).await?;
-    crate::sync::lock(&ctx.rejected).remove(&name);
-    Ok(Action::await_change())
-}
-
-/// Says, in status and an event, which resources a deletion waits for.
-async fn wait_for_resources(
-    def: &DynamicObject,
-    ctx: &Context,
-    kind: &ApiResource,
-    remaining: &[String],
-    serving: bool,
-) -> Result<Action, DefinitionError> {
-    let before = status_of(def);
-    let mut status = before.clone();
-    status.resources = Some(remaining.len() as u64);
-    let mut message = format!(
-        "the deletion waits for {} {} resource(s): {}; delete them, or set spec.onDelete: Orphan to leave them",
-        remaining.len(),
-        kind.kind,
-        crate::kind::first_names(remaining, NAMES_SHOWN, ", ")
-    );
-    if !serving {
-        message.push_str(" (the kind is not served: their finalizers stay until a valid generation is accepted, or Orphan is set)");
-    }
-    status.set(
-        ConditionType::Serving,
-        serving,
-        Reason::WaitingForResources,
-        &message,
-        def.metadata.generation,
-    );
-    write_status(&ctx.client, def, &before, &status).await?;
-    event(ctx, def, EventType::Warning, "DeletionWaits", &message).await;
-    Ok(Action::requeue(DELETION_RECHECK))
-}
-
-/// Takes the kind's finalizer off each remaining resource: no controller
-/// serves them any more, and their deletion must not wait for one.
-async fn orphan_resources(
-    client: &Client,
-    kind: &ApiResource,
-    remaining: &[String],
-) -> Result<(), kube::Error> {
-    let finalizer = format!("{}/kustomize-operator", kind.group);
-    for key in remaining {
-        let (namespace, name) = match key.split_once('/') {
-            Some((ns, name)) => (Some(ns), name),
-            None => (None, key.as_str()),
-        };
-        let api = match namespace {
-            Some(ns) => Api::<DynamicObject>::namespaced_with(client.clone(), ns, kind),
-            None => Api::<DynamicObject>::all_with(client.clone(), kind),
-        };
-        let Some(object) = api.get_opt(name).await? else {
-            continue;
-        };
-        if let Some(patch) = without_finalizer(&object, &finalizer) {
-            api.patch(name, &PatchParams::default(), &Patch::<()>::Json(patch))
-                .await?;
-        }
-    }
-    Ok(())
-}
-
-/// The resources of `kind`, as `namespace/name` (or `name`), in every namespace.
-async fn count(client: &Client, kind: &ApiResource) -> Result<Vec<String>, kube::Error> {
-    let api = Api::<DynamicObject>::all_with(client.clone(), kind);
-    let list = api.list_metadata(&ListParams::default()).await?;
-    Ok(list
-        .items
-        .iter()
-        .map(|o| match o.namespace() {
-            Some(ns) => format!("{ns}/{}", o.name_any()),
-            None => o.name_any(),
-        })
-        .collect())
-}
-
-fn not_found_is_empty(e: kube::Error) -> Result<Vec<String>, kube::Error> {
-    match e {
-        kube::Error::Api(ref s) if s.code == 404 => Ok(Vec::new()),
-        e => Err(e),
-    }
-}
-
-/// The kind a definition declares, read from its spec as it is.
-fn declared_resource(def: &DynamicObject) -> Option<ApiResource> {
-    let spec = &def.data["spec"];
-    let group = spec["group"].as_str()?;
-    let version = spec["version"].as_str()?;
-    Some(ApiResource {
-        group: group.into(),
-        version: version.into(),
-        api_version: format!("{group}/{version}"),
-        kind: spec["names"]["kind"].as_str()?.into(),
-        plural: spec["names"]["plural"].as_str()?.into(),
-    })
-}
-
-fn status_of(def: &DynamicObject) -> Status {
-    serde_json::from_value(def.data["status"].clone()).unwrap_or_default()
-}
-
-/// Writes the status when it changed.
-async fn write_status(
-    client: &Client,
-    def: &DynamicObject,
-    before: &Status,
-    status: &Status,
-) -> Result<(), kube::Error> {
-    if before == status {
-        return Ok(());
-    }
-    let api = Api::<DynamicObject>::all_with(client.clone(), &resource::api_resource());
-    let patch = json!({"status": status});
-    api.patch_status(
-        &def.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await?;
-    Ok(())
-}
-
-async fn add_finalizer(client: &Client, def: &DynamicObject) -> Result<(), kube::Error> {
-    let api = Api::<DynamicObject>::all_with(client.clone(), &resource::api_resource());
-    let patch = if def.metadata.finalizers.is_none() {
-        json!([{"op": "add", "path": "/metadata/finalizers", "value": [resource::FINALIZER]}])
-    } else {
-        json!([{"op": "add", "path": "/metadata/finalizers/-", "value": resource::FINALIZER}])
-    };
-    let patch = serde_json::from_value(patch).map_err(kube::Error::SerdeError)?;
-    api.patch(
-        &def.name_any(),
-        &PatchParams::default(),
-        &Patch::<()>::Json(patch),
-    )
-    .await?;
-    Ok(())
-}
-
-async fn remove_finalizer(client: &Client, def: &DynamicObject) -> Result<(), kube::Error> {
-    let api = Api::<DynamicObject>::all_with(client.clone(), &resource::api_resource());
-    if let Some(patch) = without_finalizer(def, resource::FINALIZER) {
-        match api
-            .patch(
-                &def.name_any(),
-                &PatchParams::default(),
-                &Patch::<()>::Json(patch),
-            )
-            .await
-        {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
-}
-
-/// A JSON patch removing `finalizer` from `object` (tested first, so a
-/// concurrent change of the list fails the patch), if it carries it.
-fn without_finalizer(object: &DynamicObject, finalizer: &str) -> Option<json_patch::Patch> {
-    let index = object.finalizers().iter().position(|f| f == finalizer)?;
-    let path = format!("/metadata/finalizers/{index}");
-    serde_json::from_value(json!([
-        {"op": "test", "path": path, "value": finalizer},
-        {"op": "remove", "path": path},
-    ]))
-    .ok()
-}
-
-async fn event(ctx: &Context, def: &DynamicObject, type_: EventType, reason: &str, note: &str) {
-    let regarding = ObjectReference {
-        api_version: Some(DynamicObject::api_version(&resource::api_resource()).into_owned()),
-        kind: Some(resource::KIND.into()),
-        name: def.metadata.name.clone(),
-        uid: def.metadata.uid.clone(),
-        ..Default::default()
-    };
-    ctx.engine
-        .publish_event(&regarding, type_, reason, note)
-        .await;
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_finalizer_is_removed_by_a_tested_patch() {
-        let mut object = DynamicObject::new("x", &resource::api_resource());
-        object.metadata.finalizers = Some(vec!["a".into(), resource::FINALIZER.into()]);
-        let patch = serde_json::to_value(without_finalizer(&object, resource::FINALIZER)).unwrap();
-        assert_eq!(patch[0]["op"], "test");
-        assert_eq!(patch[1]["path"], "/metadata/finalizers/1");
-        assert!(without_finalizer(&object, "other").is_none());
-    }
-
-    #[test]
-    fn the_declared_kind_is_read_from_the_spec() {
-        let mut object = DynamicObject::new("greeting", &resource::api_resource());
-        object.data = json!({"spec": {"group": "hello.io", "version": "v1", "names": {"kind": "Greeting", "plural": "greetings"}}});
-        let kind = declared_resource(&object).unwrap();
-        assert_eq!(
-            (kind.api_version.as_str(), kind.plural.as_str()),
-            ("hello.io/v1", "greetings")
-        );
-        object.data = json!({"spec": {}});
-        assert!(declared_resource(&object).is_none());
     }
 }

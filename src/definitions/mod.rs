@@ -10,15 +10,21 @@
 //!   templates, kind file, base, clashes, breaking schema changes);
 //! - [`crds`]: the declared CRD, applied with the definition's marker;
 //! - [`rights`]: the access reviews behind `RightsGranted`;
-//! - `serving`: the running controllers, one per kind;
-//! - `controller`: the reconcile of a definition, and its deletion.
+//! - `serving`: the running controllers, one per kind, and their counts;
+//! - `context`: what every reconcile shares (a leaf);
+//! - `controller`: the reconcile of a definition;
+//! - `deletion`: its deletion;
+//! - `writes`: its status, finalizer and events.
 
+mod context;
 mod controller;
 pub mod crds;
+mod deletion;
 pub mod generation;
 pub mod resource;
 pub mod rights;
 mod serving;
+mod writes;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -27,7 +33,7 @@ use kube::Client;
 use kube::api::{DynamicObject, ListParams};
 use tokio_util::sync::CancellationToken;
 
-pub use controller::DefinitionError;
+pub use context::DefinitionError;
 use generation::Taken;
 
 use crate::engine::host::Engine;
@@ -76,7 +82,7 @@ pub async fn serve(
         .collect();
     let work_dir = definitions_dir(&engine);
     let (nudges, nudged) = tokio::sync::mpsc::channel(serving::NUDGES_QUEUED);
-    let ctx = Arc::new(controller::Context {
+    let ctx = Arc::new(context::Context {
         client: engine.client().clone(),
         serving: serving::Serving::new(engine.clone(), options, shutdown.clone(), nudges),
         engine,

@@ -1,0 +1,59 @@
+//! What every reconcile of a definition shares ([`Context`]), what a check
+//! looked at ([`Checked`]), and why a reconcile failed. A leaf: the
+//! controller, the deletion path and the writes use it.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use kube::Client;
+use kube::api::DynamicObject;
+
+use super::generation::{self, Rejection, Taken};
+use super::serving::Serving;
+use crate::engine::host::Engine;
+
+/// How many names a message lists.
+pub(super) const NAMES_SHOWN: usize = 10;
+
+/// Why a reconcile of a definition failed (retried after a pause).
+#[derive(Debug, thiserror::Error)]
+pub enum DefinitionError {
+    /// An API call failed.
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+}
+
+/// What every reconcile of a definition shares.
+pub(super) struct Context {
+    pub engine: Arc<Engine>,
+    pub client: Client,
+    pub serving: Serving,
+    /// The names and CRDs of the kinds the operator serves from folders.
+    pub taken: Vec<Taken>,
+    /// Where definitions are unpacked while they are checked.
+    pub work_dir: PathBuf,
+    /// The operator's `--default-service-account`.
+    pub default_service_account: Option<String>,
+    /// The last rejection of each definition that only a change of the
+    /// definition can lift, with what it was made for.
+    pub rejected: Mutex<HashMap<String, (Checked, Rejection)>>,
+}
+
+/// What a check looked at: the generation, and whether breaking changes
+/// were allowed (an annotation, which changes no generation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Checked {
+    generation: Option<i64>,
+    breaking_allowed: bool,
+}
+
+impl Checked {
+    /// What a check of `def` now would look at.
+    pub fn of(def: &DynamicObject) -> Self {
+        Self {
+            generation: def.metadata.generation,
+            breaking_allowed: generation::breaking_allowed(def),
+        }
+    }
+}

@@ -1,0 +1,156 @@
+//! Deleting a definition: refused by the guard while its count is above
+//! 0; held by its finalizer while resources of its kind exist (unless it
+//! orphans them); then the kind's controller stops, the CRD goes (only
+//! with its marker, only when no resource is left), and the finalizer.
+
+use std::time::Duration;
+
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::{Api, Client, ResourceExt};
+
+use super::context::{Context, DefinitionError, NAMES_SHOWN};
+use super::crds;
+use super::resource::{self, ConditionType, Reason};
+use super::writes::{
+    count, event, not_found_is_empty, remove_finalizer, status_of, without_finalizer, write_status,
+};
+use crate::kind::EventType;
+
+/// How often a deletion waiting for resources looks again.
+const DELETION_RECHECK: Duration = Duration::from_secs(5);
+
+/// Deletion: waits while resources of the kind exist (unless the
+/// definition orphans them), then stops the kind's controller, removes
+/// the CRD (only with its marker, only when no resource is left) and the
+/// finalizer.
+pub(super) async fn remove(def: &DynamicObject, ctx: &Context) -> Result<Action, DefinitionError> {
+    if !def.finalizers().iter().any(|f| f == resource::FINALIZER) {
+        return Ok(Action::await_change());
+    }
+    let name = def.name_any();
+    tracing::debug!(definition = name, "deleting");
+    let served = ctx.serving.current(&name);
+    let kind = served
+        .as_ref()
+        .map(|g| g.kind.resource.clone())
+        .or_else(|| declared_resource(def));
+    let remaining = match &kind {
+        Some(kind) => count(&ctx.client, kind).await.or_else(not_found_is_empty)?,
+        None => Vec::new(),
+    };
+    let orphan = def.data["spec"]["onDelete"].as_str() == Some("Orphan");
+    if let Some(kind) = kind.as_ref().filter(|_| !remaining.is_empty()) {
+        if !orphan {
+            return wait_for_resources(def, ctx, kind, &remaining, served.is_some()).await;
+        }
+        ctx.serving.stop(&name).await;
+        orphan_resources(&ctx.client, kind, &remaining).await?;
+    } else {
+        ctx.serving.stop(&name).await;
+        if let Some(kind) = &kind {
+            crds::delete_owned(
+                &ctx.client,
+                &format!("{}.{}", kind.plural, kind.group),
+                &name,
+            )
+            .await?;
+        }
+    }
+    remove_finalizer(&ctx.client, def).await?;
+    crate::sync::lock(&ctx.rejected).remove(&name);
+    Ok(Action::await_change())
+}
+
+/// Says, in status and an event, which resources a deletion waits for.
+async fn wait_for_resources(
+    def: &DynamicObject,
+    ctx: &Context,
+    kind: &ApiResource,
+    remaining: &[String],
+    serving: bool,
+) -> Result<Action, DefinitionError> {
+    let before = status_of(def);
+    let mut status = before.clone();
+    status.resources = Some(remaining.len() as u64);
+    let mut message = format!(
+        "the deletion waits for {} {} resource(s): {}; delete them, or set spec.onDelete: Orphan to leave them",
+        remaining.len(),
+        kind.kind,
+        crate::kind::first_names(remaining, NAMES_SHOWN, ", ")
+    );
+    if !serving {
+        message.push_str(" (the kind is not served: their finalizers stay until a valid generation is accepted, or Orphan is set)");
+    }
+    status.set(
+        ConditionType::Serving,
+        serving,
+        Reason::WaitingForResources,
+        &message,
+        def.metadata.generation,
+    );
+    write_status(&ctx.client, def, &before, &status).await?;
+    event(ctx, def, EventType::Warning, "DeletionWaits", &message).await;
+    Ok(Action::requeue(DELETION_RECHECK))
+}
+
+/// Takes the kind's finalizer off each remaining resource: no controller
+/// serves them any more, and their deletion must not wait for one.
+async fn orphan_resources(
+    client: &Client,
+    kind: &ApiResource,
+    remaining: &[String],
+) -> Result<(), kube::Error> {
+    let finalizer = format!("{}/kustomize-operator", kind.group);
+    for key in remaining {
+        let (namespace, name) = match key.split_once('/') {
+            Some((ns, name)) => (Some(ns), name),
+            None => (None, key.as_str()),
+        };
+        let api = match namespace {
+            Some(ns) => Api::<DynamicObject>::namespaced_with(client.clone(), ns, kind),
+            None => Api::<DynamicObject>::all_with(client.clone(), kind),
+        };
+        let Some(object) = api.get_opt(name).await? else {
+            continue;
+        };
+        if let Some(patch) = without_finalizer(&object, &finalizer) {
+            api.patch(name, &PatchParams::default(), &Patch::<()>::Json(patch))
+                .await?;
+        }
+    }
+    Ok(())
+}
+
+/// The kind a definition declares, read from its spec as it is.
+fn declared_resource(def: &DynamicObject) -> Option<ApiResource> {
+    let spec = &def.data["spec"];
+    let group = spec["group"].as_str()?;
+    let version = spec["version"].as_str()?;
+    Some(ApiResource {
+        group: group.into(),
+        version: version.into(),
+        api_version: format!("{group}/{version}"),
+        kind: spec["names"]["kind"].as_str()?.into(),
+        plural: spec["names"]["plural"].as_str()?.into(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_declared_kind_is_read_from_the_spec() {
+        let mut object = DynamicObject::new("greeting", &resource::api_resource());
+        object.data = json!({"spec": {"group": "hello.io", "version": "v1", "names": {"kind": "Greeting", "plural": "greetings"}}});
+        let kind = declared_resource(&object).unwrap();
+        assert_eq!(
+            (kind.api_version.as_str(), kind.plural.as_str()),
+            ("hello.io/v1", "greetings")
+        );
+        object.data = json!({"spec": {}});
+        assert!(declared_resource(&object).is_none());
+    }
+}

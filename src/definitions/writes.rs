@@ -1,0 +1,151 @@
+//! The definition's own writes: its status (only when it changed), its
+//! finalizer (by tested JSON patches), its events; and the resources of
+//! its kind, listed.
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde_json::json;
+
+use super::context::Context;
+use super::resource::{self, Status};
+use crate::kind::EventType;
+
+/// The resources of `kind`, as `namespace/name` (or `name`), in every namespace.
+pub(super) async fn count(client: &Client, kind: &ApiResource) -> Result<Vec<String>, kube::Error> {
+    let api = Api::<DynamicObject>::all_with(client.clone(), kind);
+    let list = api.list_metadata(&ListParams::default()).await?;
+    Ok(list
+        .items
+        .iter()
+        .map(|o| match o.namespace() {
+            Some(ns) => format!("{ns}/{}", o.name_any()),
+            None => o.name_any(),
+        })
+        .collect())
+}
+
+/// A list of a kind whose CRD is gone: no resources.
+pub(super) fn not_found_is_empty(e: kube::Error) -> Result<Vec<String>, kube::Error> {
+    match e {
+        kube::Error::Api(ref s) if s.code == 404 => Ok(Vec::new()),
+        e => Err(e),
+    }
+}
+
+/// The definition's status as it reads (default when it has none).
+pub(super) fn status_of(def: &DynamicObject) -> Status {
+    serde_json::from_value(def.data["status"].clone()).unwrap_or_default()
+}
+
+/// Writes the status when it changed.
+pub(super) async fn write_status(
+    client: &Client,
+    def: &DynamicObject,
+    before: &Status,
+    status: &Status,
+) -> Result<(), kube::Error> {
+    if before == status {
+        return Ok(());
+    }
+    let api = Api::<DynamicObject>::all_with(client.clone(), &resource::api_resource());
+    let patch = json!({"status": status});
+    api.patch_status(
+        &def.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Adds the definition's finalizer.
+pub(super) async fn add_finalizer(client: &Client, def: &DynamicObject) -> Result<(), kube::Error> {
+    let api = Api::<DynamicObject>::all_with(client.clone(), &resource::api_resource());
+    let patch = if def.metadata.finalizers.is_none() {
+        json!([{"op": "add", "path": "/metadata/finalizers", "value": [resource::FINALIZER]}])
+    } else {
+        json!([{"op": "add", "path": "/metadata/finalizers/-", "value": resource::FINALIZER}])
+    };
+    let patch = serde_json::from_value(patch).map_err(kube::Error::SerdeError)?;
+    api.patch(
+        &def.name_any(),
+        &PatchParams::default(),
+        &Patch::<()>::Json(patch),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Removes the definition's finalizer (gone already counts as done).
+pub(super) async fn remove_finalizer(
+    client: &Client,
+    def: &DynamicObject,
+) -> Result<(), kube::Error> {
+    let api = Api::<DynamicObject>::all_with(client.clone(), &resource::api_resource());
+    if let Some(patch) = without_finalizer(def, resource::FINALIZER) {
+        match api
+            .patch(
+                &def.name_any(),
+                &PatchParams::default(),
+                &Patch::<()>::Json(patch),
+            )
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// A JSON patch removing `finalizer` from `object` (tested first, so a
+/// concurrent change of the list fails the patch), if it carries it.
+pub(super) fn without_finalizer(
+    object: &DynamicObject,
+    finalizer: &str,
+) -> Option<json_patch::Patch> {
+    let index = object.finalizers().iter().position(|f| f == finalizer)?;
+    let path = format!("/metadata/finalizers/{index}");
+    serde_json::from_value(json!([
+        {"op": "test", "path": path, "value": finalizer},
+        {"op": "remove", "path": path},
+    ]))
+    .ok()
+}
+
+/// Publishes an event about the definition.
+pub(super) async fn event(
+    ctx: &Context,
+    def: &DynamicObject,
+    type_: EventType,
+    reason: &str,
+    note: &str,
+) {
+    let regarding = ObjectReference {
+        api_version: Some(DynamicObject::api_version(&resource::api_resource()).into_owned()),
+        kind: Some(resource::KIND.into()),
+        name: def.metadata.name.clone(),
+        uid: def.metadata.uid.clone(),
+        ..Default::default()
+    };
+    ctx.engine
+        .publish_event(&regarding, type_, reason, note)
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_finalizer_is_removed_by_a_tested_patch() {
+        let mut object = DynamicObject::new("x", &resource::api_resource());
+        object.metadata.finalizers = Some(vec!["a".into(), resource::FINALIZER.into()]);
+        let patch = serde_json::to_value(without_finalizer(&object, resource::FINALIZER)).unwrap();
+        assert_eq!(patch[0]["op"], "test");
+        assert_eq!(patch[1]["path"], "/metadata/finalizers/1");
+        assert!(without_finalizer(&object, "other").is_none());
+    }
+}
