@@ -133,14 +133,7 @@ async fn accept(def: &DynamicObject, ctx: &Context, status: &mut Status) {
         // given may be older than the status the one before wrote (its
         // own finalizer patch, seen before its status write), and the
         // status written replaces the conditions as a whole.
-        let message = format!("generation {} is valid", generation.number);
-        status.set(
-            ConditionType::Accepted,
-            true,
-            Reason::Valid,
-            &message,
-            number,
-        );
+        accepted(status, generation, number);
         if ensure_crd(ctx, &name, generation, status).await && !ctx.serving.running(&name) {
             ctx.serving.serve(&name, generation.clone()).await;
         }
@@ -170,14 +163,7 @@ async fn accept(def: &DynamicObject, ctx: &Context, status: &mut Status) {
             }
         }
         Ok(generation) => {
-            let message = format!("generation {} is valid", generation.number);
-            status.set(
-                ConditionType::Accepted,
-                true,
-                Reason::Valid,
-                &message,
-                number,
-            );
+            accepted(status, &generation, number);
             if ensure_crd(ctx, &name, &generation, status).await {
                 let note = format!(
                     "serving {} ({}) from generation {}",
@@ -190,6 +176,18 @@ async fn accept(def: &DynamicObject, ctx: &Context, status: &mut Status) {
             }
         }
     }
+}
+
+/// `Accepted=True`: `generation` passed every check.
+fn accepted(status: &mut Status, generation: &Generation, number: Option<i64>) {
+    let message = format!("generation {} is valid", generation.number);
+    status.set(
+        ConditionType::Accepted,
+        true,
+        Reason::Valid,
+        &message,
+        number,
+    );
 }
 
 /// [`check`], unless this generation was rejected already for a reason

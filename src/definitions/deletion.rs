@@ -101,7 +101,7 @@ async fn orphan_resources(
     kind: &ApiResource,
     remaining: &[String],
 ) -> Result<(), kube::Error> {
-    let finalizer = format!("{}/kustomize-operator", kind.group);
+    let finalizer = crate::kinds::declared::finalizer(&kind.group);
     for key in remaining {
         let (namespace, name) = match key.split_once('/') {
             Some((ns, name)) => (Some(ns), name),

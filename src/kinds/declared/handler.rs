@@ -20,6 +20,12 @@ use crate::kind::{
     KindInfo, ObjectId, Plan, Policy,
 };
 
+/// The finalizer the resources of a declared kind of API group `group`
+/// carry (`<group>/kustomize-operator`).
+pub fn finalizer(group: &str) -> String {
+    format!("{group}/kustomize-operator")
+}
+
 /// Serves one declared kind.
 #[derive(Debug, Clone)]
 pub struct DeclaredHandler {
@@ -33,7 +39,7 @@ impl DeclaredHandler {
         let reconcile = &kind.file.spec.reconcile;
         let info = KindInfo {
             name: kind.name().to_string(),
-            finalizer: format!("{}/kustomize-operator", kind.file.spec.group),
+            finalizer: finalizer(&kind.file.spec.group),
             dyn_type: kind.resource.clone(),
             policy: Policy {
                 conflicts: match reconcile.field_conflicts {

@@ -34,7 +34,7 @@ use kube::api::ApiResource;
 use crate::kind::KustomizeDir;
 
 pub use file::KindFile;
-pub use handler::DeclaredHandler;
+pub use handler::{DeclaredHandler, finalizer};
 pub use object::DeclaredObject;
 
 /// A kind file that is not right.
