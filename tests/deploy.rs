@@ -294,16 +294,11 @@ async fn the_service_account_token_is_denied_outside_its_grants() {
             "-n",
             NAMESPACE,
         ],
-        // KindDefinitions, and the CRDs they declare.
-        &["watch", "kinddefinitions.kustomize-operator.io"],
-        &[
-            "patch",
-            "kinddefinitions.kustomize-operator.io",
-            "--subresource=status",
-        ],
-        &["create", "customresourcedefinitions.apiextensions.k8s.io"],
-        &["delete", "customresourcedefinitions.apiextensions.k8s.io"],
-    ] {
+    ]
+    .into_iter()
+    // KindDefinitions, and the CRDs they declare.
+    .chain(common::deploy::KIND_DEFINITION_RIGHTS)
+    {
         assert!(token.can_i(allowed), "should be allowed: {allowed:?}");
     }
     for denied in [

@@ -825,15 +825,11 @@ async fn install_upgrade_uninstall_on_the_control_plane() {
             ns,
         ],
         &["list", "secrets", "-n", "kube-system"],
-        &["watch", "kinddefinitions.kustomize-operator.io"],
-        &[
-            "patch",
-            "kinddefinitions.kustomize-operator.io",
-            "--subresource=status",
-        ],
-        &["create", "customresourcedefinitions.apiextensions.k8s.io"],
-        &["delete", "customresourcedefinitions.apiextensions.k8s.io"],
-    ] {
+    ]
+    .into_iter()
+    // KindDefinitions, and the CRDs they declare.
+    .chain(common::deploy::KIND_DEFINITION_RIGHTS)
+    {
         token.expect(allowed, true).await;
     }
     for denied in [

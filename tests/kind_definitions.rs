@@ -54,13 +54,21 @@ impl GreetingKind {
         }
     }
 
-    /// The operator flags serving this test's definitions.
-    fn flags(&self) -> Vec<String> {
-        vec![
-            "--serve-kind-definitions=true".into(),
-            "--kind-definition-selector".into(),
-            self.label.clone(),
+    /// The flags of an operator serving Sample and this test's
+    /// definitions, then `extra`.
+    fn flags(&self, extra: &[&str]) -> Vec<String> {
+        let flags: Vec<String> = [
+            "--kinds",
+            "sample",
+            "--serve-kind-definitions=true",
+            "--kind-definition-selector",
+            &self.label,
         ]
+        .iter()
+        .chain(extra)
+        .map(|s| s.to_string())
+        .collect();
+        flags
     }
 
     /// Edits a file of the folder.
@@ -233,13 +241,7 @@ async fn a_definition_is_served_without_a_restart_and_a_template_change_rolls_ou
     let kind = GreetingKind::new(&ns);
     let port = common::free_port();
     let addr = format!("127.0.0.1:{port}");
-    let mut flags = vec![
-        "--kinds".to_string(),
-        "sample".into(),
-        "--metrics-addr".into(),
-        addr,
-    ];
-    flags.extend(kind.flags());
+    let flags = kind.flags(&["--metrics-addr", &addr]);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let mut operator = OperatorProcess::spawn(&ns.name, &[], &flags);
     let pid = operator.pid();
@@ -309,13 +311,7 @@ async fn a_bad_definition_stops_no_other_kind_and_names_the_file() {
     };
     let port = common::free_port();
     let addr = format!("127.0.0.1:{port}");
-    let mut flags = vec![
-        "--kinds".to_string(),
-        "sample".into(),
-        "--metrics-addr".into(),
-        addr,
-    ];
-    flags.extend(good.flags());
+    let flags = good.flags(&["--metrics-addr", &addr]);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let operator = common::start_operator(&ns.name, &flags).await;
 
@@ -372,8 +368,7 @@ async fn a_breaking_change_is_refused_naming_the_field_and_an_additive_one_rolls
     let client = common::cluster().await;
     let ns = TestNamespace::new(&client, "kd-breaking").await;
     let kind = GreetingKind::new(&ns);
-    let mut flags = vec!["--kinds".to_string(), "sample".into()];
-    flags.extend(kind.flags());
+    let flags = kind.flags(&[]);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let operator = common::start_operator(&ns.name, &flags).await;
     kind.apply();
@@ -448,8 +443,7 @@ async fn deleting_a_definition_is_refused_or_waits_while_resources_exist_and_orp
     let client = common::cluster().await;
     let ns = TestNamespace::new(&client, "kd-delete").await;
     let kind = GreetingKind::new(&ns);
-    let mut flags = vec!["--kinds".to_string(), "sample".into()];
-    flags.extend(kind.flags());
+    let flags = kind.flags(&[]);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let operator = common::start_operator(&ns.name, &flags).await;
     kind.apply();
@@ -622,8 +616,7 @@ async fn rights_granted_follows_the_operators_roles_without_a_restart() {
     );
     let token = common::TokenKubeconfig::mint(&client, &ns.name, "operator").await;
     let kubeconfig = token.path().display().to_string();
-    let mut flags = vec!["--kinds".to_string(), "sample".into()];
-    flags.extend(kind.flags());
+    let flags = kind.flags(&[]);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let mut operator = OperatorProcess::spawn(&ns.name, &[("KUBECONFIG", &kubeconfig)], &flags);
     let pid = operator.pid();
@@ -668,25 +661,19 @@ async fn rights_granted_follows_the_operators_roles_without_a_restart() {
 /// An operator process of shard `shard`, named `name`, electing a leader
 /// for its shard when `elect`.
 fn shard_replica(kind: &GreetingKind, ns: &str, shard: &str, name: &str) -> OperatorProcess {
-    let mut flags: Vec<String> = ["--kinds", "sample", "--shard", shard, "--leader-elect"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    flags.extend(
-        [
-            "--leader-elect-namespace",
-            ns,
-            "--leader-elect-lease-duration",
-            "3s",
-            "--leader-elect-renew-deadline",
-            "2s",
-            "--leader-elect-retry-period",
-            "250ms",
-        ]
-        .iter()
-        .map(|s| s.to_string()),
-    );
-    flags.extend(kind.flags());
+    let flags = kind.flags(&[
+        "--shard",
+        shard,
+        "--leader-elect",
+        "--leader-elect-namespace",
+        ns,
+        "--leader-elect-lease-duration",
+        "3s",
+        "--leader-elect-renew-deadline",
+        "2s",
+        "--leader-elect-retry-period",
+        "250ms",
+    ]);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     OperatorProcess::spawn(ns, &[("POD_NAME", name)], &flags)
 }

@@ -20,6 +20,19 @@ use tokio::sync::OnceCell;
 pub const NAMESPACE: &str = "kustomize-operator-system";
 /// The operator's ServiceAccount in [`NAMESPACE`].
 pub const SERVICE_ACCOUNT: &str = "kustomize-operator";
+
+/// What an installed operator may do to serve KindDefinitions: watch them,
+/// write their status, create and delete the CRDs they declare.
+pub const KIND_DEFINITION_RIGHTS: [&[&str]; 4] = [
+    &["watch", "kinddefinitions.kustomize-operator.io"],
+    &[
+        "patch",
+        "kinddefinitions.kustomize-operator.io",
+        "--subresource=status",
+    ],
+    &["create", "customresourcedefinitions.apiextensions.k8s.io"],
+    &["delete", "customresourcedefinitions.apiextensions.k8s.io"],
+];
 const TIMEOUT: Duration = Duration::from_secs(60);
 
 static INSTALLED: OnceCell<()> = OnceCell::const_new();
