@@ -253,6 +253,20 @@ pub struct RunArgs {
     /// (default: all).
     #[arg(long, env = "KIND_DEFINITION_SELECTOR")]
     pub kind_definition_selector: Option<String>,
+    /// Longest one render of a defined kind's template may take; past it,
+    /// the render worker is killed and the resource is `RenderFailed`.
+    #[arg(long, env = "TEMPLATE_TIMEOUT", default_value = "2s", value_parser = parse_duration)]
+    pub template_timeout: Duration,
+    /// Most memory a render worker may map, in MiB.
+    #[arg(long, env = "TEMPLATE_MEMORY_MIB", default_value_t = 256, value_parser = clap::value_parser!(u64).range(16..=16384))]
+    pub template_memory_mib: u64,
+    /// The binary render workers run (default: this one; an operator
+    /// started inside another program names its own).
+    #[arg(long, env = "RENDER_WORKER")]
+    pub render_worker: Option<PathBuf>,
+    /// Render workers (processes) for the templates of defined kinds.
+    #[arg(long, env = "RENDER_WORKERS", default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub render_workers: u64,
     /// Run the controllers only while this replica holds a Lease (for several replicas).
     #[arg(long, env = "LEADER_ELECT")]
     pub leader_elect: bool,

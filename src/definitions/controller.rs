@@ -224,7 +224,7 @@ async fn check(
     served: Option<&Generation>,
 ) -> Result<Generation, Rejection> {
     let name = def.name_any();
-    let mut generation = generation::load(def, &ctx.work_dir)?;
+    let mut generation = generation::load(def, &ctx.work_dir, ctx.isolation.clone())?;
     let mut taken = ctx.taken.clone();
     taken.extend(ctx.serving.taken_by_others(&name));
     generation::check_clash(&generation, &taken)?;
