@@ -1,0 +1,403 @@
+//! Hostile input: what one tenant writes or one definition declares costs
+//! only itself. Each test puts something hostile in the operator's way
+//! and asserts that the operator stays up (`/healthz`), and that another
+//! resource is served, within seconds, while the hostile one is refused
+//! with a reason that names the limit.
+
+mod common;
+
+use std::time::Duration;
+
+use common::greeting::GreetingKind;
+use common::{OperatorProcess, TestNamespace};
+use serde_json::{Value, json};
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// `{"f:a":{"f:a":...{}}}`, `levels` deep: a valid set of managed fields.
+fn deep_fields(levels: usize) -> Value {
+    let mut value = json!({});
+    for _ in 0..levels {
+        value = json!({ "f:a": value });
+    }
+    value
+}
+
+/// Gives `resource` (`kind/name`) in `ns` a managedFields entry nested 200
+/// levels deep, as a tenant allowed to patch it can: the API server takes
+/// it; a client decoding it stops at 128 levels.
+fn make_deep(ns: &str, resource: &str) {
+    let (_, api_version, _) =
+        common::kubectl(&["get", resource, "-n", ns, "-o", "jsonpath={.apiVersion}"]);
+    let entry = json!([{
+        "manager": "attacker",
+        "operation": "Update",
+        "apiVersion": api_version.trim(),
+        "fieldsType": "FieldsV1",
+        "fieldsV1": { "f:metadata": deep_fields(200) },
+    }]);
+    let patch = json!([
+        {"op": "replace", "path": "/metadata/managedFields", "value": entry},
+        {"op": "add", "path": "/metadata/labels", "value": {"deep": "yes"}},
+    ]);
+    let (ok, _, err) = common::kubectl(&[
+        "patch",
+        resource,
+        "-n",
+        ns,
+        "--type",
+        "json",
+        "-p",
+        &patch.to_string(),
+    ]);
+    assert!(ok, "making {resource} deep: {err}");
+    let (_, out, _) = common::kubectl(&[
+        "get",
+        resource,
+        "-n",
+        ns,
+        "-o",
+        "json",
+        "--show-managed-fields",
+    ]);
+    assert!(
+        out.matches("f:a").count() >= 200,
+        "{resource} holds the deep entry"
+    );
+}
+
+fn apply(manifest: &Value) {
+    let (ok, _, err) = common::kubectl_stdin(&["apply", "-f", "-"], &manifest.to_string());
+    assert!(ok, "applying {}: {err}", manifest["metadata"]["name"]);
+}
+
+fn sample(ns: &str, name: &str, count: i64) -> Value {
+    json!({
+        "apiVersion": "nuvolaris.org/v1",
+        "kind": "Sample",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"count": count},
+    })
+}
+
+/// The `.spec.replicas` of the Deployment `name` (-1 when missing).
+fn replicas(ns: &str, name: &str) -> i64 {
+    let (_, out, _) = common::kubectl(&[
+        "get",
+        "deployment",
+        name,
+        "-n",
+        ns,
+        "-o",
+        "jsonpath={.spec.replicas}",
+    ]);
+    out.trim().parse().unwrap_or(-1)
+}
+
+async fn healthy(port: u16) -> bool {
+    matches!(common::http_get(port, "/healthz").await, Some((200, _)))
+}
+
+/// An operator serving every kind in `ns` (and this test's definitions),
+/// with its metrics on a port of its own.
+fn operator(ns: &str, extra: &[&str]) -> (OperatorProcess, u16) {
+    let port = common::free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut flags = vec!["--metrics-addr", &addr];
+    flags.extend(extra);
+    (OperatorProcess::spawn(ns, &[], &flags), port)
+}
+
+async fn ready(operator: &OperatorProcess, port: u16) {
+    common::wait_until(
+        TIMEOUT,
+        format!("the operator ready; its log:\n{}", operator.log_tail()),
+        async || matches!(common::http_get(port, "/readyz").await, Some((200, _))),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn deep_objects_in_every_watched_kind_neither_stop_the_start_nor_any_other_resource() {
+    let client = common::cluster().await;
+    let ns = TestNamespace::new(&client, "hostile-deep").await;
+    let n = ns.name.as_str();
+    // The attacker's objects, made deep before the operator starts.
+    apply(&sample(n, "attacker", 1));
+    let (ok, _, err) =
+        common::kubectl(&["create", "configmap", "bait", "-n", n, "--from-literal=a=b"]);
+    assert!(ok, "{err}");
+    let (ok, _, err) = common::kubectl(&[
+        "create",
+        "secret",
+        "generic",
+        "bait",
+        "-n",
+        n,
+        "--from-literal=a=b",
+    ]);
+    assert!(ok, "{err}");
+    let (ok, _, err) = common::kubectl(&["create", "deployment", "bait", "-n", n, "--image=nginx"]);
+    assert!(ok, "{err}");
+    apply(&json!({
+        "apiVersion": "operators.brennerm.github.io/v1",
+        "kind": "ExchangeRate",
+        "metadata": {"name": "bait", "namespace": n},
+        "spec": {"currency": "USD"},
+    }));
+    for resource in [
+        "sample/attacker",
+        "configmap/bait",
+        "secret/bait",
+        "deployment/bait",
+        "exchangerate/bait",
+    ] {
+        make_deep(n, resource);
+    }
+
+    let (operator, port) = operator(n, &[]);
+    ready(&operator, port).await;
+    apply(&sample(n, "victim", 2));
+    common::wait_until(TIMEOUT, "the victim's Deployment applied", async || {
+        replicas(n, "victim") == 2
+    })
+    .await;
+    // The attacker's own Sample is served too: only its managedFields,
+    // which the operator never reads, were hostile.
+    common::wait_until(TIMEOUT, "the attacker's Deployment applied", async || {
+        replicas(n, "attacker") == 1
+    })
+    .await;
+    // Made deep while the operator runs: its watches go on.
+    make_deep(n, "sample/victim");
+    apply(&sample(n, "victim", 3));
+    common::wait_until(
+        Duration::from_secs(15),
+        "the victim's change applied within seconds",
+        async || replicas(n, "victim") == 3,
+    )
+    .await;
+    assert!(healthy(port).await, "{}", operator.log_tail());
+}
+
+#[tokio::test]
+async fn big_objects_cost_only_themselves() {
+    let client = common::cluster().await;
+    let ns = TestNamespace::new(&client, "hostile-big").await;
+    let n = ns.name.as_str();
+    let (operator, port) = operator(n, &[]);
+    ready(&operator, port).await;
+    // The largest annotations the API server takes (256 KiB in all), and a
+    // ConfigMap of 1 MiB, which the copyrator's watch reads.
+    let mut big = sample(n, "big", 1);
+    big["metadata"]["annotations"] = json!({"padding": "x".repeat(250 << 10)});
+    let server_side = ["apply", "--server-side", "-f", "-"];
+    let (ok, _, err) = common::kubectl_stdin(&server_side, &big.to_string());
+    assert!(ok, "{err}");
+    let map = json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "big", "namespace": n},
+        "data": {"padding": "x".repeat(1 << 20)},
+    });
+    let (ok, _, err) = common::kubectl_stdin(&server_side, &map.to_string());
+    assert!(ok, "{err}");
+    common::wait_until(TIMEOUT, "the big Sample's Deployment", async || {
+        replicas(n, "big") == 1
+    })
+    .await;
+    apply(&sample(n, "other", 2));
+    common::wait_until(TIMEOUT, "the other Sample's Deployment", async || {
+        replicas(n, "other") == 2
+    })
+    .await;
+    assert!(healthy(port).await, "{}", operator.log_tail());
+}
+
+/// A kind folder (`tag` tells it from the test's others) whose
+/// `resources/configmap.yaml` is `template`.
+fn hostile_kind(ns: &TestNamespace, tag: &str, template: &str) -> GreetingKind {
+    let kind = GreetingKind::tagged(ns, tag);
+    kind.edit("resources/configmap.yaml", |_| template.to_string());
+    kind
+}
+
+#[tokio::test]
+async fn a_definitions_template_may_not_read_the_environment_recurse_or_throw_values() {
+    let client = common::cluster().await;
+    let ns = TestNamespace::new(&client, "hostile-tpl").await;
+    let cases = [
+        (
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: {{ metadata.name }}}\ndata:\n  url: {{ get_env(name='EXCHANGE_RATE_URL') }}\n",
+            "calls get_env()",
+        ),
+        (
+            "{% macro m(n) %}{{ self::m(n=n) }}{% endmacro m %}apiVersion: v1\nkind: ConfigMap\nmetadata: {name: {{ metadata.name }}}\ndata: {x: {{ self::m(n=1) }}}\n",
+            "recursion is not allowed",
+        ),
+        (
+            "{{ throw(message=spec.message) }}",
+            "throw() needs a literal message",
+        ),
+    ];
+    let kinds: Vec<GreetingKind> = cases
+        .iter()
+        .enumerate()
+        .map(|(i, (template, _))| hostile_kind(&ns, &format!("t{i}"), template))
+        .collect();
+    // One operator serves them all (they share the test's label).
+    let mut flags = kinds[0].flags(&[]);
+    let addr = format!("127.0.0.1:{}", common::free_port());
+    flags.extend(["--metrics-addr".to_string(), addr.clone()]);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let operator = OperatorProcess::spawn(
+        &ns.name,
+        &[(
+            "EXCHANGE_RATE_URL",
+            "https://secret.example/{base}/{currency}?access_key=SECRET",
+        )],
+        &flags,
+    );
+    for (kind, (_, refusal)) in kinds.iter().zip(cases) {
+        kind.apply();
+        let message = kind
+            .wait_message("Accepted", "False", "Invalid", refusal)
+            .await;
+        assert!(!message.contains("SECRET"), "{message}");
+    }
+    let _ = operator;
+}
+
+#[tokio::test]
+async fn a_template_that_loops_or_balloons_on_real_input_fails_its_resource_only() {
+    let client = common::cluster().await;
+    let ns = TestNamespace::new(&client, "hostile-loop").await;
+    // Harmless for the example resource (a message of a few letters),
+    // hostile for a long one: three nested ranges of 10,000, or a string
+    // doubled forty times.
+    let template = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: {{ metadata.name }}}\ndata:\n  message: {{ spec.message }}\n{%- if spec.message is starting_with('loop') %}{% for i in range(end=10000) %}{% for j in range(end=10000) %}{% for k in range(end=10000) %}{% endfor %}{% endfor %}{% endfor %}{% endif %}\n{%- if spec.message is starting_with('grow') %}{% set_global s = spec.message %}{% for i in range(end=40) %}{% set_global s = s ~ s %}{% endfor %}{{ s | length }}{% endif %}\n";
+    let kind = hostile_kind(&ns, "loop", template);
+    let port = common::free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let flags = kind.flags(&["--metrics-addr", &addr, "--template-timeout", "1s"]);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let operator = OperatorProcess::spawn(&ns.name, &[], &flags);
+    ready(&operator, port).await;
+    kind.apply();
+    kind.wait_condition("Serving", "True", "Running").await;
+    kind.greet(&ns.name, "looping", "loop forever", json!({}));
+    kind.greet(&ns.name, "growing", "grow big", json!({}));
+    kind.greet(&ns.name, "fine", "hello", json!({}));
+    common::greeting::wait_ready(&kind, &ns.name, "fine").await;
+    for (name, limit) in [
+        ("looping", "took longer than 1s"),
+        ("growing", "render worker died"),
+    ] {
+        let resource = format!("greetings.{}/{name}", kind.group);
+        common::wait_until(
+            TIMEOUT,
+            format!("{resource} RenderFailed naming {limit:?}"),
+            async || {
+                let path = r#"jsonpath={.status.conditions[?(@.type=="Ready")]}"#;
+                let (_, out, _) = common::kubectl(&["get", &resource, "-n", &ns.name, "-o", path]);
+                out.contains("RenderFailed") && out.contains(limit)
+            },
+        )
+        .await;
+    }
+    assert!(healthy(port).await, "{}", operator.log_tail());
+    // Others go on being served while the hostile ones retry.
+    kind.greet(&ns.name, "fine", "changed", json!({}));
+    common::wait_until(
+        Duration::from_secs(20),
+        "the fine Greeting's change applied",
+        async || common::greeting::config_map_field(&ns.name, "fine", "message") == "changed",
+    )
+    .await;
+    assert!(healthy(port).await, "{}", operator.log_tail());
+}
+
+#[tokio::test]
+async fn a_definitions_base_may_not_name_a_url() {
+    let client = common::cluster().await;
+    let ns = TestNamespace::new(&client, "hostile-url").await;
+    let kind = GreetingKind::new(&ns);
+    kind.edit("base/kustomization.yaml", |_| {
+        "resources: []\nconfigMapGenerator:\n- name: meta\n  files: [token=http://169.254.169.254/latest/meta-data/token]\n".to_string()
+    });
+    let flags = kind.flags(&[]);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let _operator = OperatorProcess::spawn(&ns.name, &[], &flags);
+    kind.apply();
+    let message = kind
+        .wait_message(
+            "Accepted",
+            "False",
+            "Invalid",
+            "configMapGenerator[0].files[0]",
+        )
+        .await;
+    assert!(
+        message.contains("may load nothing from elsewhere"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn deleting_a_definition_that_never_served_touches_nothing_of_the_kind_it_names() {
+    let client = common::cluster().await;
+    let ns = TestNamespace::new(&client, "hostile-del").await;
+    let n = ns.name.as_str();
+    // A Sample with its finalizer, served by an operator of Samples.
+    let kind = GreetingKind::new(&ns);
+    let flags = kind.flags(&[]);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let _operator = OperatorProcess::spawn(n, &[], &flags);
+    apply(&sample(n, "kept", 1));
+    common::wait_until(TIMEOUT, "the Sample's Deployment", async || {
+        replicas(n, "kept") == 1
+    })
+    .await;
+    let finalizers = || {
+        common::kubectl(&[
+            "get",
+            "sample",
+            "kept",
+            "-n",
+            n,
+            "-o",
+            "jsonpath={.metadata.finalizers}",
+        ])
+        .1
+    };
+    assert!(finalizers().contains("nuvolaris.org"), "{}", finalizers());
+    // A definition naming Samples (taken: never served), orphaning on delete.
+    kind.apply_with(|definition| {
+        definition["spec"]["group"] = json!("nuvolaris.org");
+        definition["spec"]["names"] = json!({"kind": "Sample", "plural": "samples"});
+        definition["spec"]["onDelete"] = json!("Orphan");
+    });
+    kind.wait_condition("Accepted", "False", "Clash").await;
+    kind.delete().await;
+    assert!(
+        finalizers().contains("nuvolaris.org"),
+        "the Sample kept its finalizer: {}",
+        finalizers()
+    );
+    let (_, events, _) = common::kubectl(&["get", "events", "-A", "-o", "json"]);
+    let events: Value = serde_json::from_str(&events).unwrap();
+    let naming: Vec<&Value> = events["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| {
+            e["regarding"]["kind"] == "KindDefinition"
+                || e["involvedObject"]["kind"] == "KindDefinition"
+        })
+        .filter(|e| e.to_string().contains(&format!("{n}/kept")))
+        .collect();
+    assert!(
+        naming.is_empty(),
+        "no event of the definition names the Sample: {naming:?}"
+    );
+}
