@@ -253,6 +253,11 @@ pub struct RunArgs {
     /// (default: all).
     #[arg(long, env = "KIND_DEFINITION_SELECTOR")]
     pub kind_definition_selector: Option<String>,
+    /// The most the definitions served may hold together, in KiB (each is
+    /// held in memory and loaded at every start); a definition that would
+    /// pass it is refused (`Accepted=False`, `TooLarge`).
+    #[arg(long, env = "KIND_DEFINITIONS_BUDGET_KIB", default_value_t = 8192)]
+    pub kind_definitions_budget_kib: u64,
     /// Longest one render of a defined kind's template may take; past it,
     /// the render worker is killed and the resource is `RenderFailed`.
     #[arg(long, env = "TEMPLATE_TIMEOUT", default_value = "2s", value_parser = parse_duration)]

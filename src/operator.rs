@@ -437,6 +437,7 @@ async fn definitions_config(
             static_kinds: static_kinds.to_vec(),
             default_service_account: args.default_service_account.clone(),
             isolation: sandbox(args),
+            budget: usize::try_from(args.kind_definitions_budget_kib << 10).unwrap_or(usize::MAX),
         }),
         Ok(Served::NotInstalled) => {
             tracing::warn!(

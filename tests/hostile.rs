@@ -401,3 +401,115 @@ async fn deleting_a_definition_that_never_served_touches_nothing_of_the_kind_it_
         "no event of the definition names the Sample: {naming:?}"
     );
 }
+
+#[tokio::test]
+async fn definitions_past_the_budget_are_refused_and_reach_is_said() {
+    let client = common::cluster().await;
+    let ns = TestNamespace::new(&client, "hostile-budget").await;
+    let small = GreetingKind::tagged(&ns, "a");
+    let cluster = GreetingKind::tagged(&ns, "b");
+    cluster.edit("kind.yaml", |text| {
+        text.replace("scope: Namespaced", "scope: Cluster")
+    });
+    cluster.edit("resources/configmap.yaml", |text| {
+        text.replace(
+            "  name: {{ metadata.name }}",
+            "  name: {{ metadata.name }}\n  namespace: default",
+        )
+    });
+    let big = GreetingKind::tagged(&ns, "c");
+    big.edit("resources/configmap.yaml", |text| {
+        format!("{{# {} #}}\n{text}", "padding ".repeat(8 << 10))
+    });
+    let flags = small.flags(&["--kind-definitions-budget-kib", "48"]);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let _operator = OperatorProcess::spawn(&ns.name, &[], &flags);
+    small.apply();
+    small.wait_condition("Accepted", "True", "Valid").await;
+    cluster.apply();
+    let granted = cluster
+        .wait_condition("RightsGranted", "True", "Granted")
+        .await;
+    assert!(
+        granted.contains("configmaps: in every namespace, kube-system included"),
+        "{granted}"
+    );
+    let reach = |kind: &GreetingKind| kind.definition().unwrap()["status"]["reach"].clone();
+    assert_eq!(
+        reach(&cluster),
+        json!(["configmaps: in every namespace, kube-system included"])
+    );
+    small
+        .wait_condition("RightsGranted", "True", "Granted")
+        .await;
+    assert!(
+        reach(&small)[0]
+            .as_str()
+            .unwrap()
+            .starts_with("nothing beyond")
+    );
+    big.apply();
+    let refused = big.wait_condition("Accepted", "False", "TooLarge").await;
+    assert!(
+        refused.contains("--kind-definitions-budget of 48 KiB"),
+        "{refused}"
+    );
+    // The others go on being served.
+    small.wait_condition("Serving", "True", "Running").await;
+}
+
+#[tokio::test]
+async fn a_status_field_of_the_wrong_type_is_left_out_not_the_whole_status() {
+    let client = common::cluster().await;
+    let ns = TestNamespace::new(&client, "hostile-status").await;
+    let kind = GreetingKind::new(&ns);
+    // Each Greeting gets a Deployment too. `replicas` fits its type;
+    // `deploymentConditions` (a list) does not: the API server would refuse the
+    // status written whole.
+    std::fs::write(
+        kind.folder.join("resources/deployment.yaml"),
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: {{ metadata.name }}}\nspec:\n  replicas: 1\n  selector: {matchLabels: {app: {{ metadata.name }}}}\n  template:\n    metadata: {labels: {app: {{ metadata.name }}}}\n    spec: {containers: [{name: web, image: nginx}]}\n",
+    )
+    .unwrap();
+    let from = r#"from: {kind: Deployment, name: "{{ metadata.name }}"}"#;
+    kind.edit("kind.yaml", |text| {
+        format!(
+            "{}  status:\n    - {{field: replicas, type: integer, {from}, path: .status.replicas}}\n    - {{field: deploymentConditions, type: string, {from}, path: .status.conditions}}\n",
+            text.replace("      - template: configmap.yaml", "      - template: configmap.yaml\n      - template: deployment.yaml")
+        )
+    });
+    let flags = kind.flags(&[]);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let _operator = OperatorProcess::spawn(&ns.name, &[], &flags);
+    kind.apply();
+    kind.wait_condition("Serving", "True", "Running").await;
+    kind.greet(&ns.name, "hello", "hi there", json!({}));
+    let resource = format!("greetings.{}/hello", kind.group);
+    let status = common::wait_for(
+        TIMEOUT,
+        "the Greeting's status with its field",
+        async || {
+            let (_, out, _) = common::kubectl(&["get", &resource, "-n", &ns.name, "-o", "json"]);
+            let object: Value = serde_json::from_str(&out).map_err(|_| out.clone())?;
+            let status = object["status"].clone();
+            let ready = status["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|c| c["type"] == "Ready")
+                .cloned()
+                .unwrap_or_default();
+            let named = ready["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("status.deploymentConditions");
+            if status["replicas"] == 1 && named {
+                Ok(status)
+            } else {
+                Err(status)
+            }
+        },
+    )
+    .await;
+    assert!(status.get("deploymentConditions").is_none(), "{status}");
+}

@@ -35,6 +35,8 @@ pub(super) struct Context {
     pub work_dir: PathBuf,
     /// The operator's `--default-service-account`.
     pub default_service_account: Option<String>,
+    /// The most bytes the definitions served may hold together.
+    pub budget: usize,
     /// Where the definitions' templates render.
     pub isolation: Option<Arc<dyn Isolation>>,
     /// The last rejection of each definition that only a change of the

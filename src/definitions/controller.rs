@@ -228,6 +228,8 @@ async fn check(
     let mut taken = ctx.taken.clone();
     taken.extend(ctx.serving.taken_by_others(&name));
     generation::check_clash(&generation, &taken)?;
+    let others = ctx.serving.bytes_of_others(&name);
+    generation::check_budget(&generation, others, ctx.budget)?;
     let baseline = match served {
         Some(g) => Some(g.crd.clone()),
         None => crds::live(&ctx.client, &generation.crd_name())
@@ -353,9 +355,19 @@ async fn rights_condition(ctx: &Context, generation: &Generation, status: &mut S
     let tenant = account.map_or(String::new(), |a| {
         format!("; the objects are written as the ServiceAccount {a} of each resource's namespace, whose rights each reconcile meets")
     });
+    let reach = rights::reach(&ctx.client, kind.namespaced(), &generation.object_types)
+        .await
+        .unwrap_or_else(|e| vec![format!("cannot review the reach: {e}")]);
+    let beyond = if kind.namespaced() {
+        String::new()
+    } else {
+        format!("; it reaches: {}", reach.join("; "))
+    };
+    status.reach = Some(reach);
     match rights::missing(&ctx.client, &needed).await {
         Ok(missing) if missing.is_empty() => {
-            let message = format!("the operator's account may do what the kind needs{tenant}");
+            let message =
+                format!("the operator's account may do what the kind needs{tenant}{beyond}");
             status.set(
                 ConditionType::RightsGranted,
                 true,

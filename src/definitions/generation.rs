@@ -30,6 +30,8 @@ pub struct Generation {
     pub crd: CustomResourceDefinition,
     /// The object types its overlays can produce.
     pub object_types: BTreeSet<ObjectType>,
+    /// The size of the definition, in bytes (as JSON).
+    pub bytes: usize,
 }
 
 impl Generation {
@@ -51,6 +53,9 @@ pub enum Rejection {
     /// The kind's base does not build.
     #[error("the kind's base does not build: {0}")]
     Base(String),
+    /// Serving it would take the definitions served past their budget.
+    #[error("{0}")]
+    TooLarge(String),
     /// The schema or identity changed in ways stored resources break on.
     #[error(
         "breaking change{}: {}; set the annotation {} to \"true\" to allow it",
@@ -68,6 +73,7 @@ impl Rejection {
             Self::Invalid(_) => Reason::Invalid,
             Self::Clash(_) => Reason::Clash,
             Self::Base(_) => Reason::BaseFailed,
+            Self::TooLarge(_) => Reason::TooLarge,
             Self::Breaking(_) => Reason::BreakingChange,
         }
     }
@@ -127,6 +133,7 @@ pub fn load(
         kind: Arc::new(kind),
         crd,
         object_types: BTreeSet::new(),
+        bytes: text.len(),
     })
 }
 
@@ -140,6 +147,26 @@ pub async fn build_base(engine: &Engine, generation: &mut Generation) -> Result<
         .map_err(|failure| Rejection::Base(failure.to_string()))?;
     generation.object_types = rbac::object_types(kind, &base);
     Ok(())
+}
+
+/// Refuses a generation that would take the bytes of the definitions
+/// served (`others`, and its own) past `budget`: each one is held in
+/// memory (its files, parsed templates, CRD) and loaded at every start.
+pub fn check_budget(
+    generation: &Generation,
+    others: usize,
+    budget: usize,
+) -> Result<(), Rejection> {
+    let total = others + generation.bytes;
+    if total <= budget {
+        return Ok(());
+    }
+    Err(Rejection::TooLarge(format!(
+        "serving this definition ({} KiB) would make the definitions served {} KiB, more than the operator's --kind-definitions-budget of {} KiB; make it smaller, remove another, or raise the budget",
+        generation.bytes.div_ceil(1024),
+        total.div_ceil(1024),
+        budget / 1024
+    )))
 }
 
 /// Refuses a kind whose short name or CRD is already `taken`.

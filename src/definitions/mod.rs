@@ -49,6 +49,8 @@ pub struct Config {
     pub static_kinds: Vec<Kind>,
     /// The operator's `--default-service-account`.
     pub default_service_account: Option<String>,
+    /// The most bytes the definitions served may hold together.
+    pub budget: usize,
     /// Where the definitions' templates render (`None`: in process, for
     /// tests without a worker binary).
     pub isolation: Option<Arc<dyn Isolation>>,
@@ -87,6 +89,7 @@ pub async fn serve(
         work_dir,
         default_service_account: config.default_service_account,
         isolation: config.isolation,
+        budget: config.budget,
         rejected: std::sync::Mutex::default(),
     });
     controller::run(ctx, config.selector, nudged, shutdown).await;

@@ -10,7 +10,12 @@ use k8s_openapi::api::authorization::v1::{
 use kube::api::PostParams;
 use kube::{Api, Client};
 
-use crate::kinds::declared::rbac::Rule;
+use std::collections::BTreeSet;
+
+use kube::core::GroupVersionKind;
+use kube::discovery::Scope;
+
+use crate::kinds::declared::rbac::{ObjectType, Rule};
 
 /// The verbs the operator itself needs on the objects of a kind whose
 /// writes run as a tenant's ServiceAccount: reading them (ownership,
@@ -72,6 +77,75 @@ pub async fn missing(client: &Client, rules: &[Rule]) -> Result<Vec<Missing>, ku
         }
     }
     Ok(missing)
+}
+
+/// What the identity writing a kind's objects could reach beyond a
+/// resource's own namespace, asked of discovery and of access reviews.
+/// A namespaced kind's objects stay in its resource's namespace (the
+/// engine refuses any other); a cluster-scoped kind's may go anywhere its
+/// writer may write: each object type says where that is.
+pub async fn reach(
+    client: &Client,
+    namespaced_kind: bool,
+    types: &BTreeSet<ObjectType>,
+) -> Result<Vec<String>, kube::Error> {
+    if namespaced_kind {
+        return Ok(vec![
+            "nothing beyond each resource's own namespace (a namespaced kind's objects stay there)"
+                .into(),
+        ]);
+    }
+    let api = Api::<SelfSubjectAccessReview>::all(client.clone());
+    let mut lines = Vec::new();
+    for (api_version, kind) in types {
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        let gvk = GroupVersionKind::gvk(group, version, kind);
+        let (resource, caps) = match kube::discovery::pinned_kind(client, &gvk).await {
+            Ok(found) => found,
+            Err(kube::Error::Api(e)) if e.code == 404 => {
+                lines.push(format!("{kind} ({api_version}): not served by the cluster"));
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let name = qualified(&resource.group, &resource.plural);
+        let line = if caps.scope == Scope::Cluster {
+            if allowed_in(&api, &resource.group, &resource.plural, None).await? {
+                format!("{name}: cluster-scoped, may be created and changed")
+            } else {
+                format!("{name}: cluster-scoped, not granted")
+            }
+        } else if allowed_in(&api, &resource.group, &resource.plural, Some("kube-system")).await? {
+            format!("{name}: in every namespace, kube-system included")
+        } else {
+            format!("{name}: only in namespaces that grant it")
+        };
+        lines.push(line);
+    }
+    Ok(lines)
+}
+
+async fn allowed_in(
+    api: &Api<SelfSubjectAccessReview>,
+    group: &str,
+    resource: &str,
+    namespace: Option<&str>,
+) -> Result<bool, kube::Error> {
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                group: Some(group.to_string()),
+                resource: Some(resource.to_string()),
+                namespace: namespace.map(str::to_string),
+                verb: Some("create".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let answer = api.create(&PostParams::default(), &review).await?;
+    Ok(answer.status.is_some_and(|s| s.allowed))
 }
 
 /// `resource.group`, or `resource` in the core group; a subresource
