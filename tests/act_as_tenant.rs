@@ -840,6 +840,84 @@ async fn an_object_replaced_between_the_read_and_the_delete_is_left() {
     operator.stop().await;
 }
 
+/// Binds every ClusterRole `overlay` installs, renamed `<prefix>-<name>`
+/// (not aggregated: the aggregating role is left out and the label
+/// removed), to the ServiceAccount `account` of `home`, created here; returns
+/// the grants (delete them with [`ClusterGrants`]).
+fn overlay_roles(overlay: &str, prefix: &str, home: &str, account: &str) -> Vec<Value> {
+    apply(&[json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                   "metadata": {"name": account, "namespace": home}})]);
+    let mut objects = Vec::new();
+    for doc in common::kustomize_documents(overlay) {
+        let name = doc["metadata"]["name"].as_str().unwrap_or_default();
+        if doc["kind"] != "ClusterRole" || doc.get("aggregationRule").is_some() {
+            continue;
+        }
+        let renamed = format!("{prefix}-{name}");
+        let mut role = doc.clone();
+        role["metadata"]["name"] = json!(renamed);
+        if let Some(labels) = role["metadata"]["labels"].as_object_mut() {
+            labels.remove(kustomize_operator::kinds::declared::rbac::AGGREGATE_LABEL);
+        }
+        objects.push(role);
+        objects.push(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": renamed},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": renamed},
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": home}],
+        }));
+    }
+    apply(&objects);
+    objects
+}
+
+/// The locked-down install's account may create, patch and delete CRDs
+/// (any CRD: RBAC cannot narrow them) only when it serves KindDefinitions:
+/// `overlays/locked-down` grants none of it, the same install with its
+/// component kind-definitions/ all of it. Asked of the API server with the
+/// account's own token.
+#[tokio::test]
+async fn the_locked_down_account_holds_crd_rights_only_with_kind_definitions() {
+    let client = common::cluster().await;
+    let home = common::TestNamespace::new(&client, "locked-crd").await;
+    for (i, (overlay, serves)) in [
+        ("overlays/locked-down", false),
+        ("overlays/locked-down-kind-definitions", true),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let account = format!("operator-{i}");
+        let grants = overlay_roles(overlay, &format!("{}-{i}", home.name), &home.name, &account);
+        let _grants = ClusterGrants(grants);
+        let token = common::TokenKubeconfig::mint(&client, &home.name, &account).await;
+        // A right both installs hold: the grants are in effect.
+        common::wait_until(
+            TIMEOUT,
+            format!("{overlay}'s account allowed to watch samples"),
+            || async { token.can_i(&["watch", "samples.nuvolaris.org"]) },
+        )
+        .await;
+        for verb in ["create", "patch", "delete"] {
+            assert_eq!(
+                token.can_i(&[verb, "customresourcedefinitions.apiextensions.k8s.io"]),
+                serves,
+                "{overlay}: {verb} customresourcedefinitions"
+            );
+        }
+        assert_eq!(
+            token.can_i(&["watch", "kinddefinitions.kustomize-operator.io"]),
+            serves,
+            "{overlay}: watch kinddefinitions"
+        );
+        // Neither writes what its kinds produce.
+        assert!(
+            !token.can_i(&["create", "deployments.apps", "-n", &home.name]),
+            "{overlay}"
+        );
+    }
+}
+
 /// The fixtures' cluster-scoped kind Tenant (a Namespace, a LimitRange
 /// and a ConfigMap in it), its CRD installed.
 fn tenant_kind() -> kustomize_operator::kinds::registry::Kind {
