@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::duration::parse_duration;
-use crate::engine::host::shard;
+use crate::engine::host::{Identity, parse_cluster_account, shard};
 use crate::kind::{KustomizeDir, TemplateError};
 use crate::kinds::declared::pack::{self, PackError};
 use crate::kinds::registry::{Registry, RegistryError};
@@ -193,6 +193,15 @@ pub struct RunArgs {
     /// operator's own account.
     #[arg(long, env = "DEFAULT_SERVICE_ACCOUNT", value_parser = parse_account_name)]
     pub default_service_account: Option<String>,
+    /// Write cluster-scoped resources (ChaosAgent, cluster-scoped declared
+    /// kinds) as this ServiceAccount, NAMESPACE/NAME (`kubectl --as`), which
+    /// the operator must be allowed to impersonate. They have no namespace
+    /// account: in an install writing as tenants
+    /// (`--default-service-account`, or a kind naming an account) they are
+    /// refused without it (`Ready=False`, reason `Forbidden`), so the
+    /// operator's own account writes nothing there. Default: none.
+    #[arg(long, env = "CLUSTER_SERVICE_ACCOUNT", value_parser = parse_cluster_account)]
+    pub cluster_service_account: Option<Identity>,
     /// Which controllers run, comma-separated: built-in and declared kinds
     /// by short name (default: all).
     #[arg(long, env = "KINDS", value_delimiter = ',')]

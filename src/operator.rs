@@ -563,6 +563,7 @@ fn settings(args: &RunArgs, work_dir: PathBuf) -> Settings {
         },
         max_reconciles: args.max_concurrent_reconciles,
         default_service_account: args.default_service_account.clone(),
+        cluster_service_account: args.cluster_service_account.clone(),
         operator_namespace: args.common.operator_namespace.clone(),
     }
 }

@@ -9,6 +9,7 @@ pub use super::reconcile::context::ReconcileError;
 
 pub(crate) use super::kubectl::{Invocation, Kubectl, KubectlConfig, KubectlError};
 pub(crate) use super::live::ownership::{self, Discovery, Inspected, Verdict};
+pub(crate) use super::model::identity::{Identity, parse_cluster_account};
 pub(crate) use super::model::inventory::{ObjectId, Owner};
 pub(crate) use super::model::overlay::{Marking, OverlayError, RenderedOverlay, private_dir};
 pub(crate) use super::model::shard;
