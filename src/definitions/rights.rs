@@ -31,6 +31,16 @@ pub struct Missing {
     pub resource: String,
 }
 
+impl Missing {
+    /// The same right, said to be `user`'s.
+    pub fn as_user(self, user: &str) -> Self {
+        Self {
+            verb: format!("({user}) {}", self.verb),
+            ..self
+        }
+    }
+}
+
 impl std::fmt::Display for Missing {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{} {}", self.verb, self.resource)
@@ -58,15 +68,19 @@ pub fn operator_rules(rules: &[Rule], own: usize, tenant_writes: bool) -> Vec<Ru
     needed
 }
 
-/// The rights of `rules` the client's identity lacks, cluster-wide.
-pub async fn missing(client: &Client, rules: &[Rule]) -> Result<Vec<Missing>, kube::Error> {
-    let api = Api::<SelfSubjectAccessReview>::all(client.clone());
+/// The rights of `rules` that `user` (the client's own identity when
+/// `None`, else impersonated) lacks, cluster-wide.
+pub async fn missing(
+    client: &Client,
+    rules: &[Rule],
+    user: Option<&str>,
+) -> Result<Vec<Missing>, kube::Error> {
     let mut missing = Vec::new();
     for rule in rules {
         for group in &rule.api_groups {
             for resource in &rule.resources {
                 for verb in &rule.verbs {
-                    if !allowed(&api, group, resource, verb).await? {
+                    if !review(client, user, group, resource, verb, None).await? {
                         missing.push(Missing {
                             verb: verb.clone(),
                             resource: qualified(group, resource),
@@ -86,6 +100,7 @@ pub async fn missing(client: &Client, rules: &[Rule]) -> Result<Vec<Missing>, ku
 /// writer may write: each object type says where that is.
 pub async fn reach(
     client: &Client,
+    user: Option<&str>,
     namespaced_kind: bool,
     types: &BTreeSet<ObjectType>,
 ) -> Result<Vec<String>, kube::Error> {
@@ -95,7 +110,6 @@ pub async fn reach(
                 .into(),
         ]);
     }
-    let api = Api::<SelfSubjectAccessReview>::all(client.clone());
     let mut lines = Vec::new();
     for (api_version, kind) in types {
         let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
@@ -110,12 +124,12 @@ pub async fn reach(
         };
         let name = qualified(&resource.group, &resource.plural);
         let line = if caps.scope == Scope::Cluster {
-            if allowed_in(&api, &resource.group, &resource.plural, None).await? {
+            if review(client, user, &resource.group, &resource.plural, "create", None).await? {
                 format!("{name}: cluster-scoped, may be created and changed")
             } else {
                 format!("{name}: cluster-scoped, not granted")
             }
-        } else if allowed_in(&api, &resource.group, &resource.plural, Some("kube-system")).await? {
+        } else if review(client, user, &resource.group, &resource.plural, "create", Some("kube-system")).await? {
             format!("{name}: in every namespace, kube-system included")
         } else {
             format!("{name}: only in namespaces that grant it")
@@ -123,29 +137,6 @@ pub async fn reach(
         lines.push(line);
     }
     Ok(lines)
-}
-
-async fn allowed_in(
-    api: &Api<SelfSubjectAccessReview>,
-    group: &str,
-    resource: &str,
-    namespace: Option<&str>,
-) -> Result<bool, kube::Error> {
-    let review = SelfSubjectAccessReview {
-        spec: SelfSubjectAccessReviewSpec {
-            resource_attributes: Some(ResourceAttributes {
-                group: Some(group.to_string()),
-                resource: Some(resource.to_string()),
-                namespace: namespace.map(str::to_string),
-                verb: Some("create".into()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let answer = api.create(&PostParams::default(), &review).await?;
-    Ok(answer.status.is_some_and(|s| s.allowed))
 }
 
 /// `resource.group`, or `resource` in the core group; a subresource
@@ -166,11 +157,17 @@ fn qualified(group: &str, resource: &str) -> String {
     }
 }
 
-async fn allowed(
-    api: &Api<SelfSubjectAccessReview>,
+/// Whether `user` (the client's own identity when `None`) may `verb`
+/// `resource` (`name` or `name/subresource`) of `group`, in `namespace` or
+/// cluster-wide: a SelfSubjectAccessReview, impersonating `user` when
+/// given (the operator holds `impersonate` for the accounts it writes as).
+async fn review(
+    client: &Client,
+    user: Option<&str>,
     group: &str,
     resource: &str,
     verb: &str,
+    namespace: Option<&str>,
 ) -> Result<bool, kube::Error> {
     let (name, subresource) = match resource.split_once('/') {
         Some((name, sub)) => (name, Some(sub.to_string())),
@@ -182,6 +179,7 @@ async fn allowed(
                 group: Some(group.to_string()),
                 resource: Some(name.to_string()),
                 subresource,
+                namespace: namespace.map(str::to_string),
                 verb: Some(verb.to_string()),
                 ..Default::default()
             }),
@@ -189,7 +187,22 @@ async fn allowed(
         },
         ..Default::default()
     };
-    let answer = api.create(&PostParams::default(), &review).await?;
+    let answer: SelfSubjectAccessReview = match user {
+        None => {
+            Api::<SelfSubjectAccessReview>::all(client.clone())
+                .create(&PostParams::default(), &review)
+                .await?
+        }
+        Some(user) => {
+            let body = serde_json::to_vec(&review).map_err(kube::Error::SerdeError)?;
+            let request = http::Request::post("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews")
+                .header(http::header::CONTENT_TYPE, "application/json")
+                .header("Impersonate-User", user)
+                .body(body)
+                .map_err(kube::Error::HttpError)?;
+            client.request(request).await?
+        }
+    };
     Ok(answer.status.is_some_and(|s| s.allowed))
 }
 
