@@ -520,15 +520,25 @@ async fn a_cluster_scoped_definitions_rights_and_reach_are_those_of_its_writer()
     let ns = TestNamespace::new(&client, "hostile-reach").await;
     let n = ns.name.as_str();
     let kind = GreetingKind::new(&ns);
-    kind.edit("kind.yaml", |text| text.replace("scope: Namespaced", "scope: Cluster"));
+    kind.edit("kind.yaml", |text| {
+        text.replace("scope: Namespaced", "scope: Cluster")
+    });
     kind.edit("resources/configmap.yaml", |text| {
-        text.replace("  name: {{ metadata.name }}", &format!("  name: {{{{ metadata.name }}}}\n  namespace: {n}"))
+        text.replace(
+            "  name: {{ metadata.name }}",
+            &format!("  name: {{{{ metadata.name }}}}\n  namespace: {n}"),
+        )
     });
     // The writer may write ConfigMaps in the test's namespace only.
     let (ok, _, err) = common::kubectl(&["create", "serviceaccount", "cluster-writer", "-n", n]);
     assert!(ok, "{err}");
     let (ok, _, err) = common::kubectl(&[
-        "create", "rolebinding", "cluster-writer", "-n", n, "--clusterrole=edit",
+        "create",
+        "rolebinding",
+        "cluster-writer",
+        "-n",
+        n,
+        "--clusterrole=edit",
         &format!("--serviceaccount={n}:cluster-writer"),
     ]);
     assert!(ok, "{err}");
@@ -539,30 +549,50 @@ async fn a_cluster_scoped_definitions_rights_and_reach_are_those_of_its_writer()
     {
         let _operator = OperatorProcess::spawn(n, &[], &flags);
         kind.apply();
-        kind.wait_message("RightsGranted", "False", "MissingRights", "--cluster-service-account")
-            .await;
+        kind.wait_message(
+            "RightsGranted",
+            "False",
+            "MissingRights",
+            "--cluster-service-account",
+        )
+        .await;
     }
     let mut flags = flags;
     flags.extend(["--cluster-service-account", &account]);
     let _operator = OperatorProcess::spawn(n, &[], &flags);
     let user = format!("system:serviceaccount:{n}:cluster-writer");
     let missing = kind
-        .wait_message("RightsGranted", "False", "MissingRights", &format!("({user}) create configmaps"))
+        .wait_message(
+            "RightsGranted",
+            "False",
+            "MissingRights",
+            &format!("({user}) create configmaps"),
+        )
         .await;
     assert!(missing.contains(&format!("written as {user}")), "{missing}");
     let reach = kind.definition().unwrap()["status"]["reach"].clone();
-    assert_eq!(reach, json!(["configmaps: only in namespaces that grant it"]));
+    assert_eq!(
+        reach,
+        json!(["configmaps: only in namespaces that grant it"])
+    );
     // Granted cluster-wide: the next look (every 10 s while False) says so.
     let binding = format!("{n}-cluster-writer");
     let (ok, _, err) = common::kubectl(&[
-        "create", "clusterrolebinding", &binding, "--clusterrole=edit",
+        "create",
+        "clusterrolebinding",
+        &binding,
+        "--clusterrole=edit",
         &format!("--serviceaccount={n}:cluster-writer"),
     ]);
     assert!(ok, "{err}");
     let _unbind = Unbind(binding);
-    kind.wait_condition("RightsGranted", "True", "Granted").await;
+    kind.wait_condition("RightsGranted", "True", "Granted")
+        .await;
     let reach = kind.definition().unwrap()["status"]["reach"].clone();
-    assert_eq!(reach, json!(["configmaps: in every namespace, kube-system included"]));
+    assert_eq!(
+        reach,
+        json!(["configmaps: in every namespace, kube-system included"])
+    );
 }
 
 /// Deletes a ClusterRoleBinding when dropped.

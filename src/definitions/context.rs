@@ -22,6 +22,10 @@ pub enum DefinitionError {
     /// An API call failed.
     #[error(transparent)]
     Kube(#[from] kube::Error),
+    /// Its deletion waits for the resources of its kind (said in its
+    /// status): the finalizer stays.
+    #[error("the deletion waits for the kind's resources")]
+    Waiting,
 }
 
 /// What every reconcile of a definition shares.

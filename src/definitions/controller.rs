@@ -27,11 +27,12 @@ use super::context::{Checked, Context, DefinitionError, NAMES_SHOWN};
 use super::crds::{self, CrdError};
 use super::generation::{self, Generation, Rejection};
 use super::resource::{self, ConditionType, Reason, Status};
-use super::writes::{add_finalizer, count, event, status_of, write_status};
+use super::writes::{count, event, status_of, write_status};
 use super::{deletion, rights};
-use crate::engine::host::stopped_before_first_list;
+use crate::engine::host::{guarded, stopped_before_first_list};
 use crate::kind::EventType;
 use crate::kinds::declared::rbac;
+use kube::runtime::finalizer::Event as FinalizerEvent;
 
 /// How soon a definition is looked at again when all is well (rights
 /// revoked since, the count of new resources, a CRD changed by hand; a
@@ -78,26 +79,42 @@ pub(super) async fn run(
     ctx.serving.stop_all().await;
 }
 
-fn error_policy(def: Arc<DynamicObject>, error: &DefinitionError, _: Arc<Context>) -> Action {
+type FinalizerError = kube::runtime::finalizer::Error<DefinitionError>;
+
+fn error_policy(def: Arc<DynamicObject>, error: &FinalizerError, _: Arc<Context>) -> Action {
+    if let kube::runtime::finalizer::Error::CleanupFailed(DefinitionError::Waiting) = error {
+        // Said in its status and an event: resources of the kind remain.
+        return Action::requeue(deletion::DELETION_RECHECK);
+    }
     tracing::warn!(definition = %def.name_any(), %error, "reconciling a KindDefinition failed");
     Action::requeue(RECHECK_SOON)
 }
 
-async fn reconcile(def: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, DefinitionError> {
-    if def.metadata.deletion_timestamp.is_some() {
-        return deletion::remove(&def, &ctx).await;
-    }
-    if !def.finalizers().iter().any(|f| f == resource::FINALIZER) {
-        add_finalizer(&ctx.client, &def).await?;
-    }
+/// One reconcile, under the engine's finalizer state machine (as every
+/// resource's): serve the definition, or, once it is being deleted,
+/// remove what it served; the finalizer goes only after that succeeded.
+async fn reconcile(def: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, FinalizerError> {
+    let api = Api::<DynamicObject>::all_with(ctx.client.clone(), &resource::api_resource());
+    guarded(&api, resource::FINALIZER, def, |event| async {
+        match event {
+            FinalizerEvent::Apply(def) => serve(&def, &ctx).await,
+            FinalizerEvent::Cleanup(def) => deletion::remove(&def, &ctx).await,
+        }
+    })
+    .await
+}
+
+/// Checks and serves the definition, reviews its rights, counts its
+/// resources, and writes its status once.
+async fn serve(def: &DynamicObject, ctx: &Context) -> Result<Action, DefinitionError> {
     let before = status_of(&def);
     let mut status = before.clone();
     status.observed_generation = def.metadata.generation;
-    accept(&def, &ctx, &mut status).await;
+    accept(def, ctx, &mut status).await;
     let served = ctx.serving.current(&def.name_any());
-    serving_condition(&ctx, &def, served.as_ref(), &mut status);
+    serving_condition(ctx, def, served.as_ref(), &mut status);
     if let Some(generation) = &served {
-        rights_condition(&ctx, generation, &mut status).await;
+        rights_condition(ctx, generation, &mut status).await;
         status.resources = match ctx.serving.resources(&def.name_any()) {
             Some(counted) => Some(counted),
             None => count(&ctx.client, &generation.kind.resource)
@@ -114,7 +131,7 @@ async fn reconcile(def: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action,
     ]
     .iter()
     .all(|&c| status.is_true(c));
-    write_status(&ctx.client, &def, &before, &status).await?;
+    write_status(&ctx.client, def, &before, &status).await?;
     Ok(Action::requeue(if all_well {
         RECHECK
     } else {
@@ -357,7 +374,13 @@ async fn rights_condition(ctx: &Context, generation: &Generation, status: &mut S
         Ok(writer) => writer,
         Err(message) => {
             status.reach = None;
-            status.set(ConditionType::RightsGranted, false, Reason::MissingRights, &message, number);
+            status.set(
+                ConditionType::RightsGranted,
+                false,
+                Reason::MissingRights,
+                &message,
+                number,
+            );
             return;
         }
     };
@@ -410,7 +433,13 @@ async fn rights_condition(ctx: &Context, generation: &Generation, status: &mut S
             format!("cannot review the rights: {e}"),
         ),
     };
-    status.set(ConditionType::RightsGranted, granted, reason, &message, number);
+    status.set(
+        ConditionType::RightsGranted,
+        granted,
+        reason,
+        &message,
+        number,
+    );
 }
 
 /// Who writes a kind's objects.
@@ -452,7 +481,9 @@ impl Writer {
     fn describe(&self) -> String {
         match self {
             Self::Operator => String::new(),
-            Self::Tenant(a) => format!("; the objects are written as the ServiceAccount {a} of each resource's namespace, whose rights each reconcile meets"),
+            Self::Tenant(a) => format!(
+                "; the objects are written as the ServiceAccount {a} of each resource's namespace, whose rights each reconcile meets"
+            ),
             Self::Cluster(user) => format!("; the objects are written as {user}"),
         }
     }

@@ -11,23 +11,19 @@ use kube::{Api, Client, ResourceExt};
 
 use super::context::{Context, DefinitionError, NAMES_SHOWN};
 use super::crds;
-use super::resource::{self, ConditionType, Reason};
-use super::writes::{
-    count, event, not_found_is_empty, remove_finalizer, status_of, without_finalizer, write_status,
-};
+use super::resource::{ConditionType, Reason};
+use super::writes::{count, event, not_found_is_empty, status_of, without_finalizer, write_status};
 use crate::kind::EventType;
 
 /// How often a deletion waiting for resources looks again.
-const DELETION_RECHECK: Duration = Duration::from_secs(5);
+pub(super) const DELETION_RECHECK: Duration = Duration::from_secs(5);
 
 /// Deletion: waits while resources of the kind exist (unless the
-/// definition orphans them), then stops the kind's controller, removes
-/// the CRD (only with its marker, only when no resource is left) and the
-/// finalizer.
+/// definition orphans them: `Err(Waiting)` keeps the finalizer), then
+/// stops the kind's controller and removes the CRD (only with its marker,
+/// only when no resource is left); the finalizer state machine then
+/// removes the finalizer.
 pub(super) async fn remove(def: &DynamicObject, ctx: &Context) -> Result<Action, DefinitionError> {
-    if !def.finalizers().iter().any(|f| f == resource::FINALIZER) {
-        return Ok(Action::await_change());
-    }
     let name = def.name_any();
     tracing::debug!(definition = name, "deleting");
     let served = ctx.serving.current(&name);
@@ -57,7 +53,6 @@ pub(super) async fn remove(def: &DynamicObject, ctx: &Context) -> Result<Action,
             .await?;
         }
     }
-    remove_finalizer(&ctx.client, def).await?;
     crate::sync::lock(&ctx.rejected).remove(&name);
     Ok(Action::await_change())
 }
@@ -91,7 +86,7 @@ async fn wait_for_resources(
     );
     write_status(&ctx.client, def, &before, &status).await?;
     event(ctx, def, EventType::Warning, "DeletionWaits", &message).await;
-    Ok(Action::requeue(DELETION_RECHECK))
+    Err(DefinitionError::Waiting)
 }
 
 /// Takes the kind's finalizer off each remaining resource: no controller
@@ -177,7 +172,7 @@ mod tests {
 
     #[test]
     fn the_declared_kind_is_read_from_the_spec() {
-        let mut object = DynamicObject::new("greeting", &resource::api_resource());
+        let mut object = DynamicObject::new("greeting", &super::super::resource::api_resource());
         object.data = json!({"spec": {"group": "hello.io", "version": "v1", "names": {"kind": "Greeting", "plural": "greetings"}}});
         let kind = declared_resource(&object).unwrap();
         assert_eq!(

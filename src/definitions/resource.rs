@@ -11,7 +11,8 @@ use kube::api::ApiResource;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::kind::ConditionStatus;
+use crate::engine::host::{ConditionStatus, ConditionUpdate, set_condition};
+pub use crate::kind::{Condition, ConditionType, Reason};
 
 /// The API group.
 pub const GROUP: &str = "kustomize-operator.io";
@@ -147,79 +148,6 @@ pub fn crd() -> CustomResourceDefinition {
     serde_json::from_value(value).unwrap_or_default()
 }
 
-/// The conditions of a definition.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum ConditionType {
-    /// Its current generation is valid and may replace the one served.
-    Accepted,
-    /// The CRD it declares is applied and established.
-    #[serde(rename = "CRDEstablished")]
-    CrdEstablished,
-    /// The identity writing the kind's objects may do everything the
-    /// overlays need.
-    RightsGranted,
-    /// A controller serves the kind.
-    Serving,
-}
-
-/// Why a condition is as it is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Reason {
-    /// Every check passed.
-    Valid,
-    /// A file or a field is wrong (the message names it).
-    Invalid,
-    /// The kind's name, CRD or API belongs to another kind.
-    Clash,
-    /// The schema or identity changed in a way stored resources break on.
-    BreakingChange,
-    /// The kind's base does not build.
-    BaseFailed,
-    /// The definitions served would be larger than the operator's budget.
-    TooLarge,
-    /// The CRD is established.
-    Established,
-    /// The CRD is applied but not (yet) established.
-    NotEstablished,
-    /// A CRD of that name exists without this definition's marker.
-    CrdNotOwned,
-    /// Applying the CRD failed.
-    CrdApplyFailed,
-    /// Every right is granted.
-    Granted,
-    /// Some rights are missing (the message lists them).
-    MissingRights,
-    /// The access reviews could not be made.
-    ReviewFailed,
-    /// The kind's controller runs.
-    Running,
-    /// No generation was ever accepted since the operator started.
-    NoValidGeneration,
-    /// The definition is being deleted and resources of the kind remain.
-    WaitingForResources,
-}
-
-/// One condition.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Condition {
-    /// Which.
-    #[serde(rename = "type")]
-    pub type_: ConditionType,
-    /// `True`, `False` or `Unknown`.
-    pub status: ConditionStatus,
-    /// Why.
-    pub reason: Reason,
-    /// Detail: what is wrong, where.
-    #[serde(default)]
-    pub message: String,
-    /// When `status` last changed.
-    pub last_transition_time: jiff::Timestamp,
-    /// The generation it describes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed_generation: Option<i64>,
-}
-
 /// A definition's status.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -245,11 +173,8 @@ pub struct Status {
     pub conditions: Vec<Condition>,
 }
 
-/// The longest condition message kept, in bytes.
-const MESSAGE_LIMIT: usize = 4096;
-
 impl Status {
-    /// Sets a condition; its transition time changes only with its status.
+    /// Sets a condition (the engine's `set_condition`, as for every status).
     pub fn set(
         &mut self,
         type_: ConditionType,
@@ -258,28 +183,14 @@ impl Status {
         message: &str,
         generation: Option<i64>,
     ) {
-        let status = ConditionStatus::from(ok);
-        let message = crate::kind::truncate(message, MESSAGE_LIMIT);
-        let now = jiff::Timestamp::now();
-        match self.conditions.iter_mut().find(|c| c.type_ == type_) {
-            Some(c) => {
-                if c.status != status {
-                    c.last_transition_time = now;
-                }
-                c.status = status;
-                c.reason = reason;
-                c.message = message;
-                c.observed_generation = generation;
-            }
-            None => self.conditions.push(Condition {
-                type_,
-                status,
-                reason,
-                message,
-                last_transition_time: now,
-                observed_generation: generation,
-            }),
-        }
+        let update = ConditionUpdate {
+            type_,
+            status: ConditionStatus::from(ok),
+            reason,
+            message,
+            generation,
+        };
+        set_condition(&mut self.conditions, update, jiff::Timestamp::now());
     }
 
     /// The condition of type `type_`, if set.

@@ -124,12 +124,30 @@ pub async fn reach(
         };
         let name = qualified(&resource.group, &resource.plural);
         let line = if caps.scope == Scope::Cluster {
-            if review(client, user, &resource.group, &resource.plural, "create", None).await? {
+            if review(
+                client,
+                user,
+                &resource.group,
+                &resource.plural,
+                "create",
+                None,
+            )
+            .await?
+            {
                 format!("{name}: cluster-scoped, may be created and changed")
             } else {
                 format!("{name}: cluster-scoped, not granted")
             }
-        } else if review(client, user, &resource.group, &resource.plural, "create", Some("kube-system")).await? {
+        } else if review(
+            client,
+            user,
+            &resource.group,
+            &resource.plural,
+            "create",
+            Some("kube-system"),
+        )
+        .await?
+        {
             format!("{name}: in every namespace, kube-system included")
         } else {
             format!("{name}: only in namespaces that grant it")
@@ -195,11 +213,12 @@ async fn review(
         }
         Some(user) => {
             let body = serde_json::to_vec(&review).map_err(kube::Error::SerdeError)?;
-            let request = http::Request::post("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews")
-                .header(http::header::CONTENT_TYPE, "application/json")
-                .header("Impersonate-User", user)
-                .body(body)
-                .map_err(kube::Error::HttpError)?;
+            let request =
+                http::Request::post("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews")
+                    .header(http::header::CONTENT_TYPE, "application/json")
+                    .header("Impersonate-User", user)
+                    .body(body)
+                    .map_err(kube::Error::HttpError)?;
             client.request(request).await?
         }
     };

@@ -1,14 +1,15 @@
-//! The definition's own writes: its status (only when it changed), its
-//! finalizer (by tested JSON patches), its events; and the resources of
-//! its kind, listed.
+//! The definition's own writes: its status (only when it changed, by the
+//! engine's status writer), its events; a kind's finalizer taken off its
+//! orphaned resources; and the resources of its kind, listed.
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams};
+use kube::api::{ApiResource, DynamicObject, ListParams};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 
 use super::context::Context;
 use super::resource::{self, Status};
+use crate::engine::host::apply_status;
 use crate::kind::EventType;
 
 /// The resources of `kind`, as `namespace/name` (or `name`), in every namespace.
@@ -38,7 +39,7 @@ pub(super) fn status_of(def: &DynamicObject) -> Status {
     serde_json::from_value(def.data["status"].clone()).unwrap_or_default()
 }
 
-/// Writes the status when it changed.
+/// Writes the status when it changed, as the engine writes every status.
 pub(super) async fn write_status(
     client: &Client,
     def: &DynamicObject,
@@ -48,55 +49,10 @@ pub(super) async fn write_status(
     if before == status {
         return Ok(());
     }
-    let api = Api::<DynamicObject>::all_with(client.clone(), &resource::api_resource());
-    let patch = json!({"status": status});
-    api.patch_status(
-        &def.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await?;
-    Ok(())
-}
-
-/// Adds the definition's finalizer.
-pub(super) async fn add_finalizer(client: &Client, def: &DynamicObject) -> Result<(), kube::Error> {
-    let api = Api::<DynamicObject>::all_with(client.clone(), &resource::api_resource());
-    let patch = if def.metadata.finalizers.is_none() {
-        json!([{"op": "add", "path": "/metadata/finalizers", "value": [resource::FINALIZER]}])
-    } else {
-        json!([{"op": "add", "path": "/metadata/finalizers/-", "value": resource::FINALIZER}])
-    };
-    let patch = serde_json::from_value(patch).map_err(kube::Error::SerdeError)?;
-    api.patch(
-        &def.name_any(),
-        &PatchParams::default(),
-        &Patch::<()>::Json(patch),
-    )
-    .await?;
-    Ok(())
-}
-
-/// Removes the definition's finalizer (gone already counts as done).
-pub(super) async fn remove_finalizer(
-    client: &Client,
-    def: &DynamicObject,
-) -> Result<(), kube::Error> {
-    let api = Api::<DynamicObject>::all_with(client.clone(), &resource::api_resource());
-    if let Some(patch) = without_finalizer(def, resource::FINALIZER) {
-        match api
-            .patch(
-                &def.name_any(),
-                &PatchParams::default(),
-                &Patch::<()>::Json(patch),
-            )
-            .await
-        {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => return Err(e),
-        }
-    }
+    let kind = resource::api_resource();
+    let api = Api::<DynamicObject>::all_with(client.clone(), &kind);
+    let status = serde_json::to_value(status).map_err(kube::Error::SerdeError)?;
+    apply_status(&api, &kind, &def.name_any(), &status).await?;
     Ok(())
 }
 

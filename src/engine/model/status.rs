@@ -12,14 +12,18 @@ use serde::{Deserialize, Serialize};
 use super::inventory::Inventory;
 use crate::engine::kubectl::CommandRecord;
 
-/// Longest condition message kept, in bytes.
+/// Longest condition message of a resource kept, in bytes.
 pub const MESSAGE_LIMIT: usize = 1024;
+/// Longest condition message of a definition kept, in bytes.
+pub const DEFINITION_MESSAGE_LIMIT: usize = 4096;
 /// Longest printer-column `message` kept, in bytes: one short line.
 pub const SHORT_MESSAGE_LIMIT: usize = 160;
 /// Longest stdout or stderr kept in `lastCommand`, in bytes.
 pub const OUTPUT_LIMIT: usize = 2048;
 
-/// The conditions the engine maintains.
+/// The conditions the engine maintains: a resource's (`Ready`,
+/// `Reconciling`, `Stalled`) and a definition's (`Accepted`,
+/// `CRDEstablished`, `RightsGranted`, `Serving`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum ConditionType {
     /// The last reconcile succeeded and what it applied is in place.
@@ -28,9 +32,34 @@ pub enum ConditionType {
     Reconciling,
     /// What the resource applied will not become healthy by itself.
     Stalled,
+    /// A definition's current generation is valid and may replace the one
+    /// served.
+    Accepted,
+    /// The CRD a definition declares is applied and established.
+    #[serde(rename = "CRDEstablished")]
+    CrdEstablished,
+    /// The identity writing a defined kind's objects may do everything
+    /// its overlays need.
+    RightsGranted,
+    /// A defined kind is served.
+    Serving,
     /// A condition this version does not maintain (written by another version).
     #[serde(other)]
     Other,
+}
+
+impl ConditionType {
+    /// The longest message kept, in bytes: a resource's conditions stay
+    /// short (thousands of resources), a definition's may list what is
+    /// wrong in full.
+    pub fn message_limit(self) -> usize {
+        match self {
+            Self::Accepted | Self::CrdEstablished | Self::RightsGranted | Self::Serving => {
+                DEFINITION_MESSAGE_LIMIT
+            }
+            Self::Ready | Self::Reconciling | Self::Stalled | Self::Other => MESSAGE_LIMIT,
+        }
+    }
 }
 
 /// A condition's status.
@@ -93,6 +122,36 @@ pub enum Reason {
     /// namespace the operator never acts in, or a cluster-scoped resource
     /// in an install writing as tenants with no account named for it).
     Forbidden,
+    /// A definition's generation passed every check.
+    Valid,
+    /// A definition's file or field is wrong (the message names it).
+    Invalid,
+    /// A defined kind's name, CRD or API belongs to another kind.
+    Clash,
+    /// A definition changed its schema or identity in a way stored resources break on.
+    BreakingChange,
+    /// A kind's base does not build.
+    BaseFailed,
+    /// A definition's CRD is established.
+    Established,
+    /// A definition's CRD is applied but not (yet) established.
+    NotEstablished,
+    /// A CRD of a definition's name exists without its marker.
+    CrdNotOwned,
+    /// Applying a definition's CRD failed.
+    CrdApplyFailed,
+    /// Every right a defined kind needs is granted.
+    Granted,
+    /// Some rights a defined kind needs are missing (the message lists them).
+    MissingRights,
+    /// The access reviews could not be made.
+    ReviewFailed,
+    /// A defined kind is served.
+    Running,
+    /// No generation of a definition was accepted since the operator started.
+    NoValidGeneration,
+    /// A definition is being deleted and resources of its kind remain.
+    WaitingForResources,
     /// A reason this version does not know (written by another version).
     #[serde(other)]
     Unknown,
@@ -119,6 +178,21 @@ impl Reason {
             Self::ListFailed => "ListFailed",
             Self::NamespaceNotServed => "NamespaceNotServed",
             Self::Forbidden => "Forbidden",
+            Self::Valid => "Valid",
+            Self::Invalid => "Invalid",
+            Self::Clash => "Clash",
+            Self::BreakingChange => "BreakingChange",
+            Self::BaseFailed => "BaseFailed",
+            Self::Established => "Established",
+            Self::NotEstablished => "NotEstablished",
+            Self::CrdNotOwned => "CrdNotOwned",
+            Self::CrdApplyFailed => "CrdApplyFailed",
+            Self::Granted => "Granted",
+            Self::MissingRights => "MissingRights",
+            Self::ReviewFailed => "ReviewFailed",
+            Self::Running => "Running",
+            Self::NoValidGeneration => "NoValidGeneration",
+            Self::WaitingForResources => "WaitingForResources",
             Self::Unknown => "Unknown",
         }
     }
@@ -143,7 +217,8 @@ impl std::fmt::Display for Reason {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Condition {
-    /// `Ready`, `Reconciling` or `Stalled`.
+    /// `Ready`, `Reconciling`, `Stalled` (a resource); `Accepted`,
+    /// `CRDEstablished`, `RightsGranted`, `Serving` (a definition).
     #[serde(rename = "type")]
     #[schemars(with = "String")]
     pub type_: ConditionType,
@@ -211,26 +286,7 @@ impl CommonStatus {
 
     /// Sets a condition, keeping its transition time when the status is unchanged.
     pub(crate) fn set_condition(&mut self, update: ConditionUpdate<'_>, now: jiff::Timestamp) {
-        let message = truncate(update.message, MESSAGE_LIMIT);
-        match self.conditions.iter_mut().find(|c| c.type_ == update.type_) {
-            Some(c) => {
-                if c.status != update.status {
-                    c.last_transition_time = now;
-                }
-                c.status = update.status;
-                c.reason = update.reason;
-                c.message = message;
-                c.observed_generation = update.generation;
-            }
-            None => self.conditions.push(Condition {
-                type_: update.type_,
-                status: update.status,
-                reason: update.reason,
-                message,
-                last_transition_time: now,
-                observed_generation: update.generation,
-            }),
-        }
+        set_condition(&mut self.conditions, update, now);
     }
 
     /// Records a kubectl run, trimming its output to [`OUTPUT_LIMIT`].
@@ -245,12 +301,47 @@ impl CommonStatus {
 
 /// One condition to set.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct ConditionUpdate<'a> {
+pub struct ConditionUpdate<'a> {
+    /// Which.
     pub type_: ConditionType,
+    /// `True`, `False`, `Unknown`.
     pub status: ConditionStatus,
+    /// Why.
     pub reason: Reason,
+    /// Detail (trimmed to [`MESSAGE_LIMIT`]).
     pub message: &'a str,
+    /// The generation it describes.
     pub generation: Option<i64>,
+}
+
+/// Sets the condition `update` names in `conditions`, keeping its
+/// transition time when its status is unchanged: the one way every
+/// condition of every status (a resource's, a definition's) is set.
+pub fn set_condition(
+    conditions: &mut Vec<Condition>,
+    update: ConditionUpdate<'_>,
+    now: jiff::Timestamp,
+) {
+    let message = truncate(update.message, update.type_.message_limit());
+    match conditions.iter_mut().find(|c| c.type_ == update.type_) {
+        Some(c) => {
+            if c.status != update.status {
+                c.last_transition_time = now;
+            }
+            c.status = update.status;
+            c.reason = update.reason;
+            c.message = message;
+            c.observed_generation = update.generation;
+        }
+        None => conditions.push(Condition {
+            type_: update.type_,
+            status: update.status,
+            reason: update.reason,
+            message,
+            last_transition_time: now,
+            observed_generation: update.generation,
+        }),
+    }
 }
 
 /// The first `limit` bytes of `s` (on a char boundary), marked when cut.

@@ -6,16 +6,15 @@ use std::future::Future;
 use std::sync::Arc;
 
 use futures::{FutureExt, StreamExt};
-use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
+use kube::runtime::finalizer::Event as FinalizerEvent;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{Controller, WatchStreamExt, reflector, watcher};
 use kube::{Resource, ResourceExt};
-use serde_json::json;
 use tokio::sync::broadcast;
 
 use super::context::{Context, ReconcileError};
+use super::finalizing::{add_finalizer, guarded, needs_finalizer};
 use super::primer::Primer;
 use super::triggers::Triggers;
 use super::{apply, cleanup};
@@ -226,7 +225,9 @@ async fn reconcile_one<H: Handler>(
             .get_or_insert_default()
             .push(finalizer_name.clone());
         ctx.triggers.changed(&expected);
-        let mut updated = add_finalizer(&api, &*obj, &finalizer_name).await?;
+        let mut updated = add_finalizer(&api, &*obj, &finalizer_name)
+            .await
+            .map_err(FinalizerError::AddFinalizer)?;
         // Recorded as the watch will bring it: cut down as the cache is.
         slim(&mut updated);
         ctx.triggers.changed(updated.meta());
@@ -234,7 +235,7 @@ async fn reconcile_one<H: Handler>(
     } else {
         obj
     };
-    let result = finalizer(&api, &finalizer_name, obj.clone(), |event| async {
+    let result = guarded(&api, &finalizer_name, obj.clone(), |event| async {
         match event {
             FinalizerEvent::Apply(obj) => apply::apply(&ctx, &obj).await,
             FinalizerEvent::Cleanup(obj) => cleanup::cleanup(&ctx, &obj).await,
@@ -245,44 +246,6 @@ async fn reconcile_one<H: Handler>(
         engine.failure_count(&ctx.key(&obj), false);
     }
     result
-}
-
-/// True when `obj` is not being deleted and lacks `finalizer`.
-pub(crate) fn needs_finalizer<K: Resource>(obj: &K, finalizer: &str) -> bool {
-    obj.meta().deletion_timestamp.is_none() && !obj.finalizers().iter().any(|f| f == finalizer)
-}
-
-/// Adds the finalizer with the JSON patch kube-runtime's `finalizer` uses:
-/// a `test` of the current list first, so a concurrent change makes the
-/// patch fail (and the reconcile retry) rather than duplicate or drop an
-/// entry. Returns the updated object.
-async fn add_finalizer<K: crate::kind::Object>(
-    api: &kube::Api<K>,
-    obj: &K,
-    finalizer: &str,
-) -> Result<K, FinalizerError> {
-    let operations = if obj.finalizers().is_empty() {
-        json!([
-            {"op": "test", "path": "/metadata/finalizers", "value": null},
-            {"op": "add", "path": "/metadata/finalizers", "value": [finalizer]},
-        ])
-    } else {
-        json!([
-            {"op": "test", "path": "/metadata/finalizers", "value": obj.finalizers()},
-            {"op": "add", "path": "/metadata/finalizers/-", "value": finalizer},
-        ])
-    };
-    let patch: Patch<()> = Patch::Json(
-        serde_json::from_value(operations).map_err(|_| FinalizerError::InvalidFinalizer)?,
-    );
-    let name = obj
-        .meta()
-        .name
-        .as_deref()
-        .ok_or(FinalizerError::UnnamedObject)?;
-    api.patch(name, &PatchParams::default(), &patch)
-        .await
-        .map_err(FinalizerError::AddFinalizer)
 }
 
 fn error_policy<H: Handler>(
@@ -321,6 +284,7 @@ fn error_policy<H: Handler>(
 mod tests {
     use super::*;
     use kube::api::{ApiResource, DynamicObject};
+    use serde_json::json;
 
     fn samples() -> ApiResource {
         ApiResource {

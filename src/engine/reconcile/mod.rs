@@ -19,6 +19,7 @@ pub(in crate::engine) mod context;
 pub(crate) mod controller;
 pub(crate) mod events;
 pub(in crate::engine) mod expiring;
+pub(crate) mod finalizing;
 pub(in crate::engine) mod parked;
 pub(in crate::engine) mod primer;
 pub(in crate::engine) mod status_writer;
