@@ -107,7 +107,7 @@ async fn reconcile(def: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action,
 /// Checks and serves the definition, reviews its rights, counts its
 /// resources, and writes its status once.
 async fn serve(def: &DynamicObject, ctx: &Context) -> Result<Action, DefinitionError> {
-    let before = status_of(&def);
+    let before = status_of(def);
     let mut status = before.clone();
     status.observed_generation = def.metadata.generation;
     accept(def, ctx, &mut status).await;
