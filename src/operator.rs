@@ -10,11 +10,13 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::{KindsError, RunArgs};
+use crate::engine::host::Dynamic;
 use crate::engine::host::{
     BatchSettings, Engine, Kubectl, KubectlConfig, KubectlError, KubectlStats, OUTPUT_LIMIT,
     Settings,
 };
 use crate::guard::Guard;
+use crate::kinds::declared::DeclaredHandler;
 use crate::kinds::registry::Kind;
 use crate::kinds::{KindOptions, Served};
 use crate::leader::{LeaderConfig, LeaderConfigError, LeaderElector};
@@ -288,8 +290,9 @@ impl Operator {
     }
 }
 
-/// The controllers to run, one per kind, and the one serving kind
-/// definitions.
+/// The controllers to run: one per Rust kind, one dynamic controller for
+/// every declared kind (the folders' and the definitions'), and the one
+/// serving kind definitions.
 struct Controllers {
     kinds: Vec<Kind>,
     engine: Arc<Engine>,
@@ -298,10 +301,44 @@ struct Controllers {
 }
 
 impl Controllers {
-    /// Starts one task per kind; each stops when `token` is cancelled.
+    /// Starts one task per Rust kind and one for the declared kinds; each
+    /// stops when `token` is cancelled.
     fn start(&self, token: &CancellationToken) -> JoinSet<()> {
         let mut set = JoinSet::new();
-        for kind in &self.kinds {
+        let declared: Vec<_> = self
+            .kinds
+            .iter()
+            .filter_map(Kind::declared)
+            .cloned()
+            .collect();
+        if !declared.is_empty() || self.definitions.is_some() {
+            let dynamic = Arc::new(Dynamic::<DeclaredHandler>::new(self.engine.clone()));
+            if let Some(config) = self.definitions.clone() {
+                let engine = self.engine.clone();
+                let token = token.clone();
+                set.spawn(crate::definitions::serve(
+                    engine,
+                    dynamic.clone(),
+                    config,
+                    token,
+                ));
+            }
+            let engine = self.engine.clone();
+            let token = token.clone();
+            set.spawn(async move {
+                for kind in declared {
+                    tracing::info!(kind = kind.name(), "serving");
+                    dynamic.serve(DeclaredHandler::new(kind), None).await;
+                }
+                let metrics = engine.metrics().clone();
+                dynamic.run(token.clone().cancelled_owned()).await;
+                if !token.is_cancelled() {
+                    tracing::error!("the controller of the declared kinds stopped unexpectedly");
+                    metrics.controller_stopped("declared kinds");
+                }
+            });
+        }
+        for kind in self.kinds.iter().filter(|k| k.declared().is_none()) {
             let kind = kind.clone();
             let engine = self.engine.clone();
             let token = token.clone();
@@ -318,12 +355,6 @@ impl Controllers {
                     metrics.controller_stopped(kind.name());
                 }
             });
-        }
-        if let Some(config) = self.definitions.clone() {
-            let engine = self.engine.clone();
-            let options = self.options.clone();
-            let token = token.clone();
-            set.spawn(crate::definitions::serve(engine, options, config, token));
         }
         set
     }

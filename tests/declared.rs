@@ -660,9 +660,24 @@ async fn run_refuses_to_start_naming_the_file_and_the_field() {
     );
     let err = start(folder.path().display().to_string()).await;
     assert!(
+        err.contains("leaky/base/kustomization.yaml: resources[0]")
+            && err.contains("\"missing.yaml\" is not a file or folder of the kind's base"),
+        "{err}"
+    );
+
+    let folder = kind_folder(
+        "leaky",
+        LEAKY,
+        &[
+            ("kustomization.yaml", "resources: [broken.yaml]\n"),
+            ("broken.yaml", "kind: [\n"),
+        ],
+    );
+    let err = start(folder.path().display().to_string()).await;
+    assert!(
         err.contains("leaky/kind.yaml")
             && err.contains("base does not build")
-            && err.contains("missing.yaml"),
+            && err.contains("broken.yaml"),
         "{err}"
     );
 

@@ -35,8 +35,9 @@ use tokio_util::sync::CancellationToken;
 pub use context::DefinitionError;
 use generation::Taken;
 
+use crate::engine::host::Dynamic;
 use crate::engine::host::{Engine, Isolation};
-use crate::kinds::KindOptions;
+use crate::kinds::declared::DeclaredHandler;
 use crate::kinds::registry::Kind;
 
 /// How the operator serves definitions.
@@ -62,11 +63,12 @@ pub async fn installed(client: &Client) -> Result<crate::kinds::Served, kube::Er
     crate::kinds::served(client, &resource::api_resource(), None).await
 }
 
-/// Serves the definitions of `config` until `shutdown` is cancelled, then
-/// stops their kinds' controllers (their running reconciles finish).
-pub async fn serve(
+/// Serves the definitions of `config` until `shutdown` is cancelled, each
+/// definition's kind a kind of `dynamic`; then stops their kinds (their
+/// running reconciles finish).
+pub(crate) async fn serve(
     engine: Arc<Engine>,
-    options: KindOptions,
+    dynamic: Arc<Dynamic<DeclaredHandler>>,
     config: Config,
     shutdown: CancellationToken,
 ) {
@@ -83,7 +85,7 @@ pub async fn serve(
     let (nudges, nudged) = tokio::sync::mpsc::channel(serving::NUDGES_QUEUED);
     let ctx = Arc::new(context::Context {
         client: engine.client().clone(),
-        serving: serving::Serving::new(engine.clone(), options, shutdown.clone(), nudges),
+        serving: serving::Serving::new(dynamic, nudges),
         engine,
         taken,
         work_dir,

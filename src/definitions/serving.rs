@@ -1,74 +1,27 @@
-//! The kinds served from definitions: one controller task per kind, each
-//! with its own stop token. Replacing a generation stops the old
-//! controller (its running reconciles finish) and starts the new one,
-//! whose first pass looks at every resource of the kind and applies again
-//! those whose overlay changed. Beside each controller, a watch of the
-//! kind's resources in every namespace (metadata only, keeping their UIDs)
-//! counts them and nudges the definition when the count changes, so the
-//! count in its status (which admission reads to refuse deleting a
-//! definition whose kind still has resources) follows at once. Dropping
-//! the table aborts every task.
+//! The kinds served from definitions: each one a kind of the engine's one
+//! dynamic controller (a watch, not a controller of its own). Serving a
+//! new generation replaces the kind's handler; the watch's first list
+//! brings every resource of the kind to a reconcile with it, and those
+//! whose overlay changed are applied again. The dynamic controller also
+//! counts each kind's resources in every namespace and shard, and the
+//! definition is nudged when the count changes, so the count in its status
+//! (which admission reads to refuse deleting a definition whose kind still
+//! has resources) follows at once.
 
 use std::collections::BTreeMap;
-use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use futures::StreamExt;
-use kube::api::{ApiResource, DynamicObject};
-use kube::core::PartialObjectMeta;
-use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
 use super::generation::{Generation, Taken};
-use crate::engine::host::Engine;
-use crate::kinds::KindOptions;
-use crate::kinds::registry::Kind;
-
-/// A kind being served.
-struct Served {
-    generation: Generation,
-    stop: CancellationToken,
-    task: JoinHandle<()>,
-    count: Arc<Count>,
-}
-
-/// How many resources of a kind exist, once the watch listed them.
-#[derive(Debug, Default)]
-struct Count {
-    value: AtomicU64,
-    known: AtomicBool,
-}
-
-impl Count {
-    fn set(&self, value: usize) {
-        self.value.store(value as u64, Ordering::Relaxed);
-        self.known.store(true, Ordering::Relaxed);
-    }
-
-    fn get(&self) -> Option<u64> {
-        self.known
-            .load(Ordering::Relaxed)
-            .then(|| self.value.load(Ordering::Relaxed))
-    }
-}
-
-/// Aborts the task if the table goes without stopping it.
-impl Drop for Served {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
+use crate::engine::host::{Dynamic, OnCount};
+use crate::kinds::declared::DeclaredHandler;
 
 /// Every kind served from a definition, by definition name.
 pub struct Serving {
-    engine: Arc<Engine>,
-    options: KindOptions,
-    shutdown: CancellationToken,
-    served: Mutex<BTreeMap<String, Served>>,
-    /// Names of definitions one of whose resources was deleted.
+    dynamic: Arc<Dynamic<DeclaredHandler>>,
+    served: Mutex<BTreeMap<String, Generation>>,
+    /// Names of definitions whose kind's count changed.
     nudges: mpsc::Sender<String>,
 }
 
@@ -77,18 +30,11 @@ pub struct Serving {
 pub const NUDGES_QUEUED: usize = 256;
 
 impl Serving {
-    /// An empty table; controllers stop when `shutdown` is cancelled, and
-    /// deletions of a kind's resources are told on `nudges`.
-    pub fn new(
-        engine: Arc<Engine>,
-        options: KindOptions,
-        shutdown: CancellationToken,
-        nudges: mpsc::Sender<String>,
-    ) -> Self {
+    /// An empty table over the dynamic controller; changes of a kind's
+    /// count are told on `nudges`.
+    pub fn new(dynamic: Arc<Dynamic<DeclaredHandler>>, nudges: mpsc::Sender<String>) -> Self {
         Self {
-            engine,
-            options,
-            shutdown,
+            dynamic,
             served: Mutex::default(),
             nudges,
         }
@@ -96,24 +42,20 @@ impl Serving {
 
     /// The generation served for the definition `name`, if any.
     pub fn current(&self, name: &str) -> Option<Generation> {
-        crate::sync::lock(&self.served)
-            .get(name)
-            .map(|s| s.generation.clone())
+        crate::sync::lock(&self.served).get(name).cloned()
     }
 
-    /// True when the controller of `name` runs (it has not stopped by itself).
+    /// True when the kind of `name` is served (its watch runs).
     pub fn running(&self, name: &str) -> bool {
-        crate::sync::lock(&self.served)
-            .get(name)
-            .is_some_and(|s| !s.task.is_finished())
+        let kind = self.current(name).map(|g| g.kind.name().to_string());
+        kind.is_some_and(|kind| self.dynamic.running(&kind))
     }
 
     /// How many resources the kind served for `name` has, in every
-    /// namespace, once its watch listed them.
+    /// namespace, once its count watch listed them.
     pub fn resources(&self, name: &str) -> Option<u64> {
-        crate::sync::lock(&self.served)
-            .get(name)
-            .and_then(|s| s.count.get())
+        let kind = self.current(name)?.kind.name().to_string();
+        self.dynamic.count(&kind)
     }
 
     /// The bytes of the definitions served, but for `name`'s.
@@ -121,7 +63,7 @@ impl Serving {
         crate::sync::lock(&self.served)
             .iter()
             .filter(|(other, _)| other.as_str() != name)
-            .map(|(_, s)| s.generation.bytes)
+            .map(|(_, g)| g.bytes)
             .sum()
     }
 
@@ -130,122 +72,51 @@ impl Serving {
         crate::sync::lock(&self.served)
             .iter()
             .filter(|(other, _)| other.as_str() != name)
-            .map(|(other, s)| Taken {
-                name: s.generation.kind.name().to_string(),
-                crd: s.generation.crd_name(),
+            .map(|(other, g)| Taken {
+                name: g.kind.name().to_string(),
+                crd: g.crd_name(),
                 by: format!("the KindDefinition {other}"),
             })
             .collect()
     }
 
-    /// Serves `generation` for `name`: stops the controller of the
-    /// generation before (waiting for its running reconciles), then
-    /// starts one for this one.
+    /// Serves `generation` for `name`, in place of the generation before.
     pub async fn serve(&self, name: &str, generation: Generation) {
-        self.stop(name).await;
-        let stop = self.shutdown.child_token();
-        let kind = Kind::Declared(generation.kind.clone());
-        let engine = self.engine.clone();
-        let options = self.options.clone();
-        let token = stop.clone();
+        let nudges = self.nudges.clone();
         let definition = name.to_string();
-        let number = generation.number;
-        let count = Arc::new(Count::default());
-        let counting = keep_count(
-            self.engine.client().clone(),
-            generation.kind.resource.clone(),
-            definition.clone(),
-            self.nudges.clone(),
-            count.clone(),
-        );
-        let task = tokio::spawn(async move {
-            tracing::info!(kind = %kind, definition, generation = number, "controller started");
-            tokio::select! {
-                () = kind.run(engine, &options, token.clone().cancelled_owned()) => {}
-                () = counting => {}
-            }
-            if token.is_cancelled() {
-                tracing::info!(kind = %kind, definition, "controller stopped");
-            } else {
-                tracing::error!(kind = %kind, definition, "controller stopped unexpectedly");
-            }
+        let on_count: OnCount = Arc::new(move || {
+            let _ = nudges.try_send(definition.clone());
         });
-        let served = Served {
-            generation,
-            stop,
-            task,
-            count,
-        };
-        crate::sync::lock(&self.served).insert(name.to_string(), served);
+        let previous = crate::sync::lock(&self.served).get(name).cloned();
+        if let Some(previous) = previous.filter(|p| p.kind.name() != generation.kind.name()) {
+            self.dynamic.stop(previous.kind.name()).await;
+        }
+        tracing::info!(
+            kind = generation.kind.name(),
+            definition = name,
+            generation = generation.number,
+            "serving"
+        );
+        let handler = DeclaredHandler::new(generation.kind.clone());
+        self.dynamic.serve(handler, Some(on_count)).await;
+        crate::sync::lock(&self.served).insert(name.to_string(), generation);
     }
 
-    /// Stops the controller of `name`, if one runs, and waits for it.
+    /// Stops serving the kind of `name`, if it is served, and waits until
+    /// its running reconciles finished.
     pub async fn stop(&self, name: &str) {
         let served = crate::sync::lock(&self.served).remove(name);
-        if let Some(served) = served {
-            finish(served).await;
+        if let Some(generation) = served {
+            self.dynamic.stop(generation.kind.name()).await;
+            tracing::info!(kind = generation.kind.name(), definition = name, "stopped");
         }
     }
 
-    /// Stops every controller and waits for them.
+    /// Stops every kind served from a definition.
     pub async fn stop_all(&self) {
         let all = std::mem::take(&mut *crate::sync::lock(&self.served));
-        for served in all.into_values() {
-            finish(served).await;
+        for generation in all.into_values() {
+            self.dynamic.stop(generation.kind.name()).await;
         }
     }
-}
-
-/// Keeps `count` of the resources of `kind` in every namespace (their
-/// UIDs, from a metadata watch), and tells `nudges` the name `definition`
-/// whenever it changes. Never returns.
-async fn keep_count(
-    client: kube::Client,
-    kind: ApiResource,
-    definition: String,
-    nudges: mpsc::Sender<String>,
-    count: Arc<Count>,
-) {
-    let api = kube::Api::<PartialObjectMeta<DynamicObject>>::all_with(client, &kind);
-    let mut events = watcher::watcher(api, watcher::Config::default())
-        .default_backoff()
-        .boxed();
-    let mut uids: HashSet<String> = HashSet::new();
-    let mut listing: HashSet<String> = HashSet::new();
-    while let Some(event) = events.next().await {
-        // Errors are retried by the watch, after a backoff.
-        let Ok(event) = event else { continue };
-        let changed = match event {
-            watcher::Event::Init => {
-                listing.clear();
-                false
-            }
-            watcher::Event::InitApply(object) => {
-                listing.extend(object.metadata.uid);
-                false
-            }
-            watcher::Event::InitDone => {
-                std::mem::swap(&mut uids, &mut listing);
-                listing.clear();
-                true
-            }
-            watcher::Event::Apply(object) => object.metadata.uid.is_some_and(|u| uids.insert(u)),
-            watcher::Event::Delete(object) => object.metadata.uid.is_some_and(|u| uids.remove(&u)),
-        };
-        if changed && count.get() != Some(uids.len() as u64) {
-            count.set(uids.len());
-            let _ = nudges.try_send(definition.clone());
-        }
-    }
-    std::future::pending::<()>().await;
-}
-
-/// Cancels a controller and waits until its running reconciles finished.
-async fn finish(mut served: Served) {
-    tracing::debug!(
-        kind = served.generation.kind.name(),
-        "stopping the controller"
-    );
-    served.stop.cancel();
-    let _ = (&mut served.task).await;
 }

@@ -21,6 +21,7 @@ pub(crate) use super::model::templates::{
 };
 pub(crate) use super::reconcile::apply::{Rendered, render as render_plan};
 pub(crate) use super::reconcile::controller::{run as run_controller, stopped_before_first_list};
+pub(crate) use super::reconcile::dynamic::{Dynamic, OnCount};
 pub(crate) use super::reconcile::events::{Events, Publish};
 pub(crate) use super::reconcile::finalizing::guarded;
 pub(crate) use super::reconcile::status_writer::apply_status;

@@ -4,12 +4,14 @@
 //! `metadata.managedFields` (the API server accepts it; serde_json stops at
 //! 128 levels, and one such item fails a whole list, so a controller never
 //! fills its cache and the operator could not start), or of a shape a
-//! typed kind cannot read. The operator never needs managedFields, and one
-//! bad object must cost only itself.
+//! typed kind cannot read. The operator reads managedFields only of an
+//! object it reads alone (to name who made an object it will not take
+//! over), and one bad object must cost only itself.
 //!
 //! So every JSON response passes through [`GuardLayer`], a layer on the
 //! kube client, before kube decodes it: a byte-level pass ([`scan`]) cuts
-//! the managedFields out of every object (they are never decoded at all),
+//! the managedFields out of every object of a list or a watch (they are
+//! never decoded at all; of an object read alone, only when too deep),
 //! and leaves out of a list (or turns into a bookmark in a watch) any object
 //! still nested deeper than [`scan::MAX_DEPTH`], or refused by the shape
 //! check of its resource ([`Guard::check_shape`], for the kinds with Rust

@@ -1,5 +1,7 @@
 //! One pass over a JSON document from the API server, before anything
-//! decodes it: the `metadata.managedFields` of every object are cut out,
+//! decodes it: the `metadata.managedFields` of every object of a list or a
+//! watch are cut out (of an object read alone, only when they are too
+//! deep: they name who made an object the operator will not take over),
 //! and an object nested deeper than [`MAX_DEPTH`] (or refused by a shape
 //! check) is left out of a list, or turned into a bookmark in a watch.
 //!
@@ -353,6 +355,8 @@ struct Walked {
     span: Range<usize>,
     /// Its depth, managedFields left out.
     depth: usize,
+    /// The depth of its managedFields, counted from the object.
+    managed_depth: usize,
     /// The cuts inside it (its managedFields).
     cuts: Vec<Range<usize>>,
     /// Spans of its identifying strings.
@@ -411,8 +415,15 @@ fn end(cur: &mut Cursor<'_>) -> Result<(), Malformed> {
 fn object_document(cur: &mut Cursor<'_>) -> Result<Outcome, Malformed> {
     let walked = object(cur)?;
     end(cur)?;
+    // One object alone fails no list: its managedFields (which name who
+    // made it, for an ownership conflict) stay unless they are too deep.
+    let cuts = if walked.managed_depth > MAX_DEPTH {
+        walked.cuts
+    } else {
+        Vec::new()
+    };
     Ok(Outcome::Cut {
-        cuts: walked.cuts,
+        cuts,
         skipped: Vec::new(),
     })
 }
@@ -520,6 +531,7 @@ fn verdict(b: &[u8], walked: &Walked, check: Option<&ShapeCheck>) -> Option<Skip
 /// remove them, and its identity.
 fn object(cur: &mut Cursor<'_>) -> Result<Walked, Malformed> {
     let mut depth = 1;
+    let mut managed_depth = 0;
     let mut cuts = Vec::new();
     let mut identity = IdentitySpans::default();
     cur.whitespace();
@@ -530,6 +542,7 @@ fn object(cur: &mut Cursor<'_>) -> Result<Walked, Malformed> {
         return Ok(Walked {
             span: start..cur.i,
             depth,
+            managed_depth: 0,
             cuts,
             identity,
         });
@@ -538,8 +551,9 @@ fn object(cur: &mut Cursor<'_>) -> Result<Walked, Malformed> {
         if cur.is_key(&key, "metadata") {
             cur.whitespace();
             if cur.peek()? == b'{' {
-                let (d, cut) = metadata(cur, &mut identity)?;
+                let (d, managed, cut) = metadata(cur, &mut identity)?;
                 depth = depth.max(1 + d);
+                managed_depth = 2 + managed;
                 cuts.extend(cut);
                 return Ok(());
             }
@@ -556,25 +570,28 @@ fn object(cur: &mut Cursor<'_>) -> Result<Walked, Malformed> {
     Ok(Walked {
         span: start..cur.i,
         depth,
+        managed_depth,
         cuts,
         identity,
     })
 }
 
-/// Walks an object's `metadata`: its depth without managedFields and the
-/// cut that removes them.
+/// Walks an object's `metadata`: its depth without managedFields, their
+/// own depth, and the cut that removes them.
 fn metadata(
     cur: &mut Cursor<'_>,
     identity: &mut IdentitySpans,
-) -> Result<(usize, Option<Range<usize>>), Malformed> {
+) -> Result<(usize, usize, Option<Range<usize>>), Malformed> {
     let mut depth = 1;
+    let mut managed_depth = 0;
     let mut managed = None;
     let mut index = 0;
     let spans = cur.members(|cur, key| {
         let slot = if cur.is_key(&key, "managedFields") {
             managed = Some(index);
             index += 1;
-            return cur.value().map(drop);
+            managed_depth = cur.value()?;
+            return Ok(());
         } else if cur.is_key(&key, "name") {
             Some(&mut identity.name)
         } else if cur.is_key(&key, "namespace") {
@@ -593,7 +610,7 @@ fn metadata(
         }
         Ok(())
     })?;
-    Ok((depth, managed.map(|k| cut_of(&spans, k))))
+    Ok((depth, managed_depth, managed.map(|k| cut_of(&spans, k))))
 }
 
 /// A BOOKMARK event at the resourceVersion of a skipped object.

@@ -199,9 +199,9 @@ pub(crate) fn slim<K: Resource>(obj: &mut K) {
     }
 }
 
-type FinalizerError = kube::runtime::finalizer::Error<ReconcileError>;
+pub(super) type FinalizerError = kube::runtime::finalizer::Error<ReconcileError>;
 
-async fn reconcile_one<H: Handler>(
+pub(super) async fn reconcile_one<H: Handler>(
     obj: Arc<H::Resource>,
     ctx: Arc<Context<H>>,
 ) -> Result<Action, FinalizerError> {
@@ -248,7 +248,7 @@ async fn reconcile_one<H: Handler>(
     result
 }
 
-fn error_policy<H: Handler>(
+pub(super) fn error_policy<H: Handler>(
     obj: Arc<H::Resource>,
     error: &FinalizerError,
     ctx: Arc<Context<H>>,

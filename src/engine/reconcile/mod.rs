@@ -17,6 +17,7 @@ pub(in crate::engine) mod checkup;
 pub(in crate::engine) mod cleanup;
 pub(in crate::engine) mod context;
 pub(crate) mod controller;
+pub(crate) mod dynamic;
 pub(crate) mod events;
 pub(in crate::engine) mod expiring;
 pub(crate) mod finalizing;
