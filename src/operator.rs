@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use crate::cli::{KindsError, RunArgs};
 use crate::engine::host::{
     BatchSettings, Engine, Kubectl, KubectlConfig, KubectlError, KubectlStats, OUTPUT_LIMIT,
-    Settings,
+    Settings, in_cluster_kubeconfig,
 };
 use crate::kinds::KindOptions;
 use crate::kinds::registry::Kind;
@@ -480,7 +480,14 @@ fn kubectl(args: &RunArgs, path: PathBuf, base_dir: &Path, metrics: &Arc<Metrics
         observer_metrics.kubectl_run(verb, code, duration);
     }));
     metrics.attach_kubectl(kubectl.shared_stats());
-    kubectl
+    match in_cluster_kubeconfig(base_dir) {
+        Ok(Some(kubeconfig)) => kubectl.with_kubeconfig(kubeconfig),
+        Ok(None) => kubectl,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot write kubectl's in-cluster kubeconfig: kubectl --as will not reach the API server");
+            kubectl
+        }
+    }
 }
 
 fn settings(args: &RunArgs, work_dir: PathBuf) -> Settings {
