@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::duration::parse_duration;
-use crate::engine::host::shard;
+use crate::engine::host::{Identity, parse_cluster_account, shard};
 use crate::kind::{KustomizeDir, TemplateError};
 use crate::kinds::declared::pack::{self, PackError};
 use crate::kinds::registry::{Registry, RegistryError};
@@ -193,6 +193,15 @@ pub struct RunArgs {
     /// operator's own account.
     #[arg(long, env = "DEFAULT_SERVICE_ACCOUNT", value_parser = parse_account_name)]
     pub default_service_account: Option<String>,
+    /// Write cluster-scoped resources (ChaosAgent, cluster-scoped declared
+    /// kinds) as this ServiceAccount, NAMESPACE/NAME (`kubectl --as`), which
+    /// the operator must be allowed to impersonate. They have no namespace
+    /// account: in an install writing as tenants
+    /// (`--default-service-account`, or a kind naming an account) they are
+    /// refused without it (`Ready=False`, reason `Forbidden`), so the
+    /// operator's own account writes nothing there. Default: none.
+    #[arg(long, env = "CLUSTER_SERVICE_ACCOUNT", value_parser = parse_cluster_account)]
+    pub cluster_service_account: Option<Identity>,
     /// Which controllers run, comma-separated: built-in and declared kinds
     /// by short name (default: all).
     #[arg(long, env = "KINDS", value_delimiter = ',')]
@@ -253,6 +262,25 @@ pub struct RunArgs {
     /// (default: all).
     #[arg(long, env = "KIND_DEFINITION_SELECTOR")]
     pub kind_definition_selector: Option<String>,
+    /// The most the definitions served may hold together, in KiB (each is
+    /// held in memory and loaded at every start); a definition that would
+    /// pass it is refused (`Accepted=False`, `TooLarge`).
+    #[arg(long, env = "KIND_DEFINITIONS_BUDGET_KIB", default_value_t = 8192)]
+    pub kind_definitions_budget_kib: u64,
+    /// Longest one render of a defined kind's template may take; past it,
+    /// the render worker is killed and the resource is `RenderFailed`.
+    #[arg(long, env = "TEMPLATE_TIMEOUT", default_value = "2s", value_parser = parse_duration)]
+    pub template_timeout: Duration,
+    /// Most memory a render worker may map, in MiB.
+    #[arg(long, env = "TEMPLATE_MEMORY_MIB", default_value_t = 256, value_parser = clap::value_parser!(u64).range(16..=16384))]
+    pub template_memory_mib: u64,
+    /// The binary render workers run (default: this one; an operator
+    /// started inside another program names its own).
+    #[arg(long, env = "RENDER_WORKER")]
+    pub render_worker: Option<PathBuf>,
+    /// Render workers (processes) for the templates of defined kinds.
+    #[arg(long, env = "RENDER_WORKERS", default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub render_workers: u64,
     /// Run the controllers only while this replica holds a Lease (for several replicas).
     #[arg(long, env = "LEADER_ELECT")]
     pub leader_elect: bool,

@@ -32,7 +32,10 @@ pub use crate::engine::model::shard::SHARD_LABEL;
 pub use crate::engine::model::status::{
     CommonStatus, Condition, ConditionStatus, ConditionType, Reason, truncate,
 };
-pub use crate::engine::model::templates::{KustomizeDir, TemplateError};
+pub use crate::engine::model::templates::{
+    Isolation, KustomizeDir, TemplateError, TemplateFlavor, TemplateSources, checked, plain_tera,
+    render_limited,
+};
 pub use crate::text::{IN_EVENT, first_names};
 
 #[cfg(test)]

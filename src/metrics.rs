@@ -25,6 +25,12 @@ struct KindLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct UnreadableLabel {
+    kind: String,
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RunLabel {
     verb: String,
     exit_code: String,
@@ -37,6 +43,7 @@ pub struct Metrics {
     errors: Family<KindLabel, Counter>,
     skipped: Family<KindLabel, Counter>,
     in_flight: Family<KindLabel, Gauge>,
+    unreadable: Family<UnreadableLabel, Counter>,
     kubectl_runs: Family<RunLabel, Counter>,
     kubectl_seconds: Family<RunLabel, Histogram>,
     kubectl_waiting: Gauge,
@@ -68,6 +75,7 @@ impl Metrics {
         let errors = Family::<KindLabel, Counter>::default();
         let skipped = Family::<KindLabel, Counter>::default();
         let in_flight = Family::<KindLabel, Gauge>::default();
+        let unreadable = Family::<UnreadableLabel, Counter>::default();
         let kubectl_runs = Family::<RunLabel, Counter>::default();
         let kubectl_seconds = Family::<RunLabel, Histogram>::new_with_constructor(|| {
             Histogram::new(exponential_buckets(0.05, 2.0, 10))
@@ -94,6 +102,11 @@ impl Metrics {
             "reconciles_in_flight",
             "Reconciles running now, by kind, including those waiting for a kubectl slot (kube-runtime does not expose its own queue)",
             in_flight.clone(),
+        );
+        registry.register(
+            "objects_unreadable",
+            "Objects left out of what the operator reads (too deep, or not the shape of their kind), by kind and reason, each time one is read",
+            unreadable.clone(),
         );
         registry.register(
             "kubectl_runs",
@@ -126,6 +139,7 @@ impl Metrics {
             errors,
             skipped,
             in_flight,
+            unreadable,
             kubectl_runs,
             kubectl_seconds,
             kubectl_waiting,
@@ -181,6 +195,20 @@ impl Metrics {
             .clone();
         gauge.inc();
         InFlight(gauge)
+    }
+
+    /// Counts an object of `kind` left out of what the operator reads.
+    pub fn unreadable(&self, kind: &str, reason: &crate::guard::SkipReason) {
+        let reason = match reason {
+            crate::guard::SkipReason::TooDeep(_) => "too_deep",
+            crate::guard::SkipReason::WrongShape(_) => "wrong_shape",
+        };
+        self.unreadable
+            .get_or_create(&UnreadableLabel {
+                kind: kind.into(),
+                reason: reason.into(),
+            })
+            .inc();
     }
 
     /// Records a finished kubectl run.

@@ -14,8 +14,9 @@ use crate::engine::host::{
     BatchSettings, Engine, Kubectl, KubectlConfig, KubectlError, KubectlStats, OUTPUT_LIMIT,
     Settings, in_cluster_kubeconfig,
 };
-use crate::kinds::KindOptions;
+use crate::guard::Guard;
 use crate::kinds::registry::Kind;
+use crate::kinds::{KindOptions, Served};
 use crate::leader::{LeaderConfig, LeaderConfigError, LeaderElector};
 use crate::metrics::Metrics;
 
@@ -49,6 +50,12 @@ pub enum StartError {
         .0.join(", ")
     )]
     MissingCrds(Vec<String>),
+    /// The operator's account may not list or watch some kinds.
+    #[error(
+        "the operator's account may not {}: grant them (the install's ClusterRoles, or `kustomize-operator rbac` for a declared kind)",
+        .0.join(", ")
+    )]
+    Forbidden(Vec<String>),
     /// Leader election is asked for but cannot work as configured.
     #[error("leader election: {0}")]
     LeaderElection(#[from] LeaderConfigError),
@@ -122,18 +129,18 @@ impl Operator {
         let (templates, registry) = args.common.dirs.load()?;
         let templates = Arc::new(templates);
         let kinds = registry.select(&args.kinds).map_err(KindsError::from)?;
-        let client = connect(args.max_api_requests).await?;
-        check_crds(&client, &kinds, args.namespace.as_deref()).await?;
+        let metrics = Arc::new(Metrics::new());
+        let (client, guard, unreadable) = connect(args.max_api_requests, &metrics).await?;
+        check_crds(&client, &guard, &kinds, args.namespace.as_deref()).await?;
         let definitions = definitions_config(args, &client, registry.all()).await;
         let base_dir = args
             .work_dir
             .clone()
             .unwrap_or_else(|| std::env::temp_dir().join("kustomize-operator"));
         let work_dir = WorkDir::prepare(&base_dir)?;
-        let metrics = Arc::new(Metrics::new());
         let kubectl = kubectl(args, kubectl_path, &base_dir, &metrics);
         let engine = Arc::new(Engine::new(
-            client,
+            client.clone(),
             kubectl,
             templates,
             settings(args, work_dir.path.clone()),
@@ -155,6 +162,10 @@ impl Operator {
             work_dir,
             kinds: names,
         };
+        let stop = operator.shutdown.clone();
+        operator
+            .tasks
+            .spawn(crate::guard::report::run(client, unreadable, stop));
         operator.spawn_controllers(controllers, leader);
         operator.spawn_services(args);
         metrics.set_ready(true);
@@ -378,14 +389,26 @@ fn default_concurrency() -> usize {
 }
 
 /// A client for the cluster in KUBECONFIG (or in-cluster), checked to
-/// answer, with at most `max_requests` requests in flight: HTTP/1.1 needs a
-/// connection per request, and each idle connection costs memory.
-async fn connect(max_requests: u16) -> Result<kube::Client, StartError> {
+/// answer, with at most `max_requests` requests in flight (HTTP/1.1 needs a
+/// connection per request, and each idle connection costs memory), whose
+/// responses pass the guard (`crate::guard`): the objects it leaves out are
+/// counted in `metrics` and queued in the reports returned.
+async fn connect(
+    max_requests: u16,
+    metrics: &Arc<Metrics>,
+) -> Result<(kube::Client, Arc<Guard>, crate::guard::report::Reports), StartError> {
     let config = kube::Config::infer()
         .await
         .map_err(|e| StartError::Config(kube::Error::InferConfig(e)))?;
+    let (sink, reports) = crate::guard::report::channel();
+    let counted = metrics.clone();
+    let guard = Guard::new(move |skipped| {
+        counted.unreadable(&skipped.identity.kind, &skipped.reason);
+        sink.send(skipped);
+    });
     let client = kube::client::ClientBuilder::try_from(config)
         .map_err(StartError::Config)?
+        .with_layer(&guard.layer())
         .with_layer(&tower::limit::ConcurrencyLimitLayer::new(usize::from(
             max_requests,
         )))
@@ -394,7 +417,7 @@ async fn connect(max_requests: u16) -> Result<kube::Client, StartError> {
         .apiserver_version()
         .await
         .map_err(StartError::Connect)?;
-    Ok(client)
+    Ok((client, guard, reports))
 }
 
 /// How `KindDefinition`s are served: `None` when turned off, or when their
@@ -409,19 +432,48 @@ async fn definitions_config(
         return None;
     }
     match crate::definitions::installed(client).await {
-        Ok(true) => Some(crate::definitions::Config {
+        Ok(Served::Yes) => Some(crate::definitions::Config {
             selector: args.kind_definition_selector.clone(),
             static_kinds: static_kinds.to_vec(),
             default_service_account: args.default_service_account.clone(),
+            isolation: sandbox(args),
+            budget: usize::try_from(args.kind_definitions_budget_kib << 10).unwrap_or(usize::MAX),
         }),
-        Ok(false) => {
+        Ok(Served::NotInstalled) => {
             tracing::warn!(
                 "the KindDefinition CRD is not installed: kinds defined in the cluster are not served (`kubectl apply -k deploy/crds` installs it)"
             );
             None
         }
+        Ok(Served::Forbidden(verb)) => {
+            tracing::warn!(
+                "the operator's account may not {verb} KindDefinitions: kinds defined in the cluster are not served"
+            );
+            None
+        }
         Err(e) => {
             tracing::warn!(error = %e, "cannot list KindDefinitions: kinds defined in the cluster are not served");
+            None
+        }
+    }
+}
+
+/// The render workers of defined kinds' templates (`None`, and rendered in
+/// process, only when this binary cannot be found again).
+fn sandbox(args: &RunArgs) -> Option<Arc<dyn crate::engine::host::Isolation>> {
+    let limits = crate::sandbox::Limits {
+        time: args.template_timeout,
+        memory: args.template_memory_mib << 20,
+    };
+    let workers = usize::try_from(args.render_workers).unwrap_or(1);
+    let exe = match &args.render_worker {
+        Some(path) => Ok(path.clone()),
+        None => std::env::current_exe(),
+    };
+    match exe.map(|exe| crate::sandbox::Sandbox::new(exe, workers, limits)) {
+        Ok(sandbox) => Some(Arc::new(sandbox)),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot find the operator's binary: defined kinds' templates render in process, without limits");
             None
         }
     }
@@ -442,26 +494,36 @@ async fn check_bases(engine: &Engine, kinds: &[Kind]) -> Result<(), StartError> 
     Ok(())
 }
 
-/// Fails, naming them, when the CRDs of some of `kinds` are not installed.
+/// Fails, naming them, when the CRDs of some of `kinds` are not installed,
+/// or when the operator may not list and watch their resources. Every
+/// kind with a Rust type has `guard` check the shape of what it reads.
 async fn check_crds(
     client: &kube::Client,
+    guard: &crate::guard::Guard,
     kinds: &[Kind],
     namespace: Option<&str>,
 ) -> Result<(), StartError> {
     let mut missing = Vec::new();
+    let mut forbidden = Vec::new();
     for kind in kinds {
-        let installed = kind
-            .is_installed(client, namespace)
+        let crd = kind.crd();
+        let name = crd.metadata.name.unwrap_or_default();
+        match kind
+            .served(client, namespace)
             .await
-            .map_err(StartError::Connect)?;
-        if !installed {
-            missing.push(kind.crd().metadata.name.unwrap_or_default());
+            .map_err(StartError::Connect)?
+        {
+            Served::Yes => kind.check_shape(guard),
+            Served::NotInstalled => missing.push(name),
+            Served::Forbidden(verb) => forbidden.push(format!("{verb} {name}")),
         }
     }
-    if missing.is_empty() {
-        Ok(())
-    } else {
+    if !missing.is_empty() {
         Err(StartError::MissingCrds(missing))
+    } else if !forbidden.is_empty() {
+        Err(StartError::Forbidden(forbidden))
+    } else {
+        Ok(())
     }
 }
 
@@ -508,6 +570,7 @@ fn settings(args: &RunArgs, work_dir: PathBuf) -> Settings {
         },
         max_reconciles: args.max_concurrent_reconciles,
         default_service_account: args.default_service_account.clone(),
+        cluster_service_account: args.cluster_service_account.clone(),
         operator_namespace: args.common.operator_namespace.clone(),
     }
 }

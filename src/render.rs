@@ -240,12 +240,14 @@ fn default_namespace(
 }
 
 async fn client() -> Result<kube::Client, RenderCommandError> {
-    kube::Client::try_default()
+    let failed = |reason: String| RenderCommandError::Cluster {
+        what: "the kubeconfig".into(),
+        reason,
+    };
+    let config = kube::Config::infer()
         .await
-        .map_err(|e| RenderCommandError::Cluster {
-            what: "the kubeconfig".into(),
-            reason: e.to_string(),
-        })
+        .map_err(|e| failed(e.to_string()))?;
+    crate::guard::logging_client(config).map_err(|e| failed(e.to_string()))
 }
 
 /// The live resource `reference` names, as JSON.

@@ -839,3 +839,345 @@ async fn an_object_replaced_between_the_read_and_the_delete_is_left() {
     assert!(note.contains("forgot 1 listed object"), "{note}");
     operator.stop().await;
 }
+
+/// Binds every ClusterRole `overlay` installs, renamed `<prefix>-<name>`
+/// (not aggregated: the aggregating role is left out and the label
+/// removed), to the ServiceAccount `account` of `home`, created here; returns
+/// the grants (delete them with [`ClusterGrants`]).
+fn overlay_roles(overlay: &str, prefix: &str, home: &str, account: &str) -> Vec<Value> {
+    apply(&[json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                   "metadata": {"name": account, "namespace": home}})]);
+    let mut objects = Vec::new();
+    for doc in common::kustomize_documents(overlay) {
+        let name = doc["metadata"]["name"].as_str().unwrap_or_default();
+        if doc["kind"] != "ClusterRole" || doc.get("aggregationRule").is_some() {
+            continue;
+        }
+        let renamed = format!("{prefix}-{name}");
+        let mut role = doc.clone();
+        role["metadata"]["name"] = json!(renamed);
+        if let Some(labels) = role["metadata"]["labels"].as_object_mut() {
+            labels.remove(kustomize_operator::kinds::declared::rbac::AGGREGATE_LABEL);
+        }
+        objects.push(role);
+        objects.push(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": renamed},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": renamed},
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": home}],
+        }));
+    }
+    apply(&objects);
+    objects
+}
+
+/// The locked-down install's account may create, patch and delete CRDs
+/// (any CRD: RBAC cannot narrow them) only when it serves KindDefinitions:
+/// `overlays/locked-down` grants none of it, the same install with its
+/// component kind-definitions/ all of it. Asked of the API server with the
+/// account's own token.
+#[tokio::test]
+async fn the_locked_down_account_holds_crd_rights_only_with_kind_definitions() {
+    let client = common::cluster().await;
+    let home = common::TestNamespace::new(&client, "locked-crd").await;
+    for (i, (overlay, serves)) in [
+        ("overlays/locked-down", false),
+        ("overlays/locked-down-kind-definitions", true),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let account = format!("operator-{i}");
+        let grants = overlay_roles(overlay, &format!("{}-{i}", home.name), &home.name, &account);
+        let _grants = ClusterGrants(grants);
+        let token = common::TokenKubeconfig::mint(&client, &home.name, &account).await;
+        // A right both installs hold: the grants are in effect.
+        common::wait_until(
+            TIMEOUT,
+            format!("{overlay}'s account allowed to watch samples"),
+            || async { token.can_i(&["watch", "samples.nuvolaris.org"]) },
+        )
+        .await;
+        for verb in ["create", "patch", "delete"] {
+            assert_eq!(
+                token.can_i(&[verb, "customresourcedefinitions.apiextensions.k8s.io"]),
+                serves,
+                "{overlay}: {verb} customresourcedefinitions"
+            );
+        }
+        assert_eq!(
+            token.can_i(&["watch", "kinddefinitions.kustomize-operator.io"]),
+            serves,
+            "{overlay}: watch kinddefinitions"
+        );
+        // Neither writes what its kinds produce.
+        assert!(
+            !token.can_i(&["create", "deployments.apps", "-n", &home.name]),
+            "{overlay}"
+        );
+    }
+}
+
+/// The fixtures' cluster-scoped kind Tenant (a Namespace, a LimitRange
+/// and a ConfigMap in it), its CRD installed.
+fn tenant_kind() -> kustomize_operator::kinds::registry::Kind {
+    let registry =
+        kustomize_operator::kinds::registry::Registry::load(&common::kustomize_dirs()).unwrap();
+    let kind = registry.select(&["tenant".to_string()]).unwrap().remove(0);
+    let crd = serde_json::to_string(&kind.crd()).unwrap();
+    let (ok, _, err) = common::kubectl_stdin(&["apply", "--server-side", "-f", "-"], &crd);
+    assert!(ok, "installing the Tenant CRD: {err}");
+    let name = kind.crd().metadata.name.unwrap();
+    common::wait_established(None, &[&format!("crd/{name}")])
+        .unwrap_or_else(|e| panic!("{name} not established: {e}"));
+    kind
+}
+
+/// Deletes a cluster-scoped resource and what it made when dropped, its
+/// finalizer removed first (the test's operator may be gone).
+struct ClusterScoped {
+    resource: String,
+    namespace: String,
+}
+
+impl Drop for ClusterScoped {
+    fn drop(&mut self) {
+        let _ = common::kubectl(&[
+            "patch",
+            &self.resource,
+            "--type",
+            "merge",
+            "-p",
+            r#"{"metadata":{"finalizers":null}}"#,
+        ]);
+        let _ = common::kubectl(&[
+            "delete",
+            &self.resource,
+            "--ignore-not-found",
+            "--wait=false",
+        ]);
+        let _ = common::kubectl(&[
+            "delete",
+            "namespace",
+            &self.namespace,
+            "--ignore-not-found",
+            "--wait=false",
+        ]);
+    }
+}
+
+/// The Ready condition of a dynamic object's status.
+fn ready_of(object: &kube::api::DynamicObject) -> Option<(ConditionStatus, Reason, String)> {
+    let status: CommonStatus = serde_json::from_value(object.data["status"].clone()).ok()?;
+    ready(&status)
+}
+
+/// In an install writing as tenants, a cluster-scoped resource has no
+/// namespace whose account could write for it: without
+/// `--cluster-service-account` it is refused (`Forbidden`, naming the flag)
+/// although the operator's own account could write everything it makes;
+/// with it, its writes run as that account (refused while the account
+/// lacks the rights, Ready once it holds them), and so does its deletion.
+/// The operator runs on its own token only.
+#[tokio::test]
+async fn a_cluster_scoped_kind_writes_as_the_cluster_account_or_not_at_all() {
+    let client = common::cluster().await;
+    let kind = tenant_kind();
+    let tenants: Api<kube::api::DynamicObject> = Api::all_with(
+        client.clone(),
+        &kind.declared().expect("a declared kind").resource,
+    );
+    let home = common::TestNamespace::new(&client, "cluster-op").await;
+    let h = home.name.clone();
+    // The test's Tenants carry its own shard, served by its operator alone.
+    let shard = h.clone();
+    let fixtures = common::fixture_kinds().display().to_string();
+    // The operator's account: the Tenant kind's role (`kustomize-operator
+    // rbac`: the tenants, and every write on what they make), events, and
+    // the impersonation of cluster-writer in its home.
+    let (code, printed, err) =
+        common::operator_command("rbac", &["--kustomize-dir", &fixtures, "--kinds", "tenant"]);
+    assert_eq!(code, Some(0), "kustomize-operator rbac: {err}");
+    let mut role: Value = serde_saphyr::from_str(&printed).expect("a ClusterRole");
+    let role_name = format!("{h}-tenant");
+    role["metadata"] = json!({"name": role_name});
+    role["rules"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}));
+    let writes = json!([{"apiGroups": [""], "resources": ["namespaces", "configmaps", "limitranges"],
+                         "verbs": ["get", "list", "watch", "create", "patch", "delete"]}]);
+    let writer_role = format!("{h}-cluster-writer");
+    let grants = vec![
+        role,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+               "metadata": {"name": role_name},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role_name},
+               "subjects": [{"kind": "ServiceAccount", "name": "operator", "namespace": h}]}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+               "metadata": {"name": writer_role}, "rules": writes}),
+    ];
+    account_with_role(
+        &h,
+        "operator",
+        &h,
+        "impersonate-cluster-writer",
+        json!([
+            {"apiGroups": [""], "resources": ["serviceaccounts"], "resourceNames": ["cluster-writer"], "verbs": ["impersonate"]},
+            {"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["get"]},
+        ]),
+    );
+    apply(&[json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                   "metadata": {"name": "cluster-writer", "namespace": h}})]);
+    apply(&grants);
+    let mut cluster_grants = ClusterGrants(grants);
+    let token = common::TokenKubeconfig::mint(&client, &h, "operator").await;
+    common::wait_until(
+        TIMEOUT,
+        "the operator's token allowed to create namespaces",
+        || async {
+            token.can_i(&["create", "namespaces"])
+                && token.can_i(&["impersonate", "serviceaccounts/cluster-writer", "-n", &h])
+        },
+    )
+    .await;
+    let cluster_writer = format!("system:serviceaccount:{h}:cluster-writer");
+    let (_, no, _) = common::kubectl(&[
+        "auth",
+        "can-i",
+        "create",
+        "namespaces",
+        "--as",
+        &cluster_writer,
+    ]);
+    assert_eq!(no.trim(), "no", "cluster-writer starts without rights");
+
+    let name = format!("t{:06x}", rand::random::<u32>() & 0xff_ffff);
+    let made = format!("tenant-{name}");
+    let _cleanup = ClusterScoped {
+        resource: format!("{}/{name}", kind.crd().metadata.name.unwrap()),
+        namespace: made.clone(),
+    };
+    let kubeconfig = token.path().display().to_string();
+    let run = |extra: &[&str]| {
+        let mut args: Vec<&str> = vec![
+            "--kustomize-dir",
+            &fixtures,
+            "--kinds",
+            "tenant",
+            "--shard",
+            &shard,
+            "--default-service-account",
+            "kustomize-writer",
+            "--metrics-addr",
+            "",
+        ];
+        args.extend_from_slice(extra);
+        common::OperatorProcess::spawn(&h, &[("KUBECONFIG", kubeconfig.as_str())], &args)
+    };
+    let namespaces = Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone());
+
+    // Writing as tenants, no cluster account: refused, nothing made.
+    let mut operator = run(&[]);
+    tenants
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "platform.example.com/v1", "kind": "Tenant",
+                "metadata": {"name": name, "labels": {"kustomize-operator.io/shard": shard}},
+                "spec": {"owner": "ops"},
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let (_, _, message) = common::wait_for(TIMEOUT, "the Tenant refused (Forbidden)", || async {
+        match ready_of(&tenants.get(&name).await.unwrap()) {
+            Some(r @ (ConditionStatus::False, Reason::Forbidden, _)) => Ok(r),
+            seen => Err((seen, operator.log_tail())),
+        }
+    })
+    .await;
+    for needle in [
+        &format!("Tenant {name} is cluster-scoped"),
+        "--cluster-service-account",
+        "CLUSTER_SERVICE_ACCOUNT",
+        "nothing was applied",
+    ] {
+        assert!(message.contains(needle), "{needle:?} not in {message:?}");
+    }
+    assert!(
+        namespaces.get_opt(&made).await.unwrap().is_none(),
+        "{made} was created"
+    );
+    operator.signal(libc::SIGTERM);
+    assert!(
+        operator.wait_exit(TIMEOUT).await.is_some(),
+        "the operator did not stop"
+    );
+
+    // With the cluster account, its writes run as that account: refused
+    // while it lacks the right, though the operator's own account holds it.
+    let cluster_account = format!("{h}/cluster-writer");
+    let mut operator = run(&["--cluster-service-account", &cluster_account]);
+    let (_, _, message) = common::wait_for(
+        TIMEOUT,
+        "the Tenant Forbidden as cluster-writer",
+        || async {
+            match ready_of(&tenants.get(&name).await.unwrap()) {
+                Some(r @ (ConditionStatus::False, Reason::Forbidden, _))
+                    if r.2
+                        .contains(&format!("acting as ServiceAccount {cluster_account}")) =>
+                {
+                    Ok(r)
+                }
+                seen => Err((seen, operator.log_tail())),
+            }
+        },
+    )
+    .await;
+    assert!(message.contains("namespaces"), "{message}");
+    assert!(
+        namespaces.get_opt(&made).await.unwrap().is_none(),
+        "{made} was created"
+    );
+
+    // Granted, the next retry makes it Ready, the namespace made.
+    let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": writer_role},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": writer_role},
+        "subjects": [{"kind": "ServiceAccount", "name": "cluster-writer", "namespace": h}]});
+    apply(std::slice::from_ref(&binding));
+    cluster_grants.0.push(binding);
+    common::wait_for(TIMEOUT, "the Tenant Ready as cluster-writer", || async {
+        match ready_of(&tenants.get(&name).await.unwrap()) {
+            Some((ConditionStatus::True, _, _)) => Ok(()),
+            seen => Err((seen, operator.log_tail())),
+        }
+    })
+    .await;
+    let namespace = namespaces.get(&made).await.unwrap();
+    assert_eq!(
+        namespace.labels().get("kustomize-operator.io/owner"),
+        tenants.get(&name).await.unwrap().uid().as_ref()
+    );
+    // Deleted as cluster-writer too.
+    tenants
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
+    common::wait_until(
+        TIMEOUT,
+        "the Tenant gone and its namespace going",
+        || async {
+            tenants.get_opt(&name).await.unwrap().is_none()
+                && namespaces
+                    .get_opt(&made)
+                    .await
+                    .unwrap()
+                    .is_none_or(|n| n.metadata.deletion_timestamp.is_some())
+        },
+    )
+    .await;
+    assert!(operator.running(), "{}", operator.log_tail());
+}

@@ -10,6 +10,7 @@ use serde_json::Value;
 const RULE_POLICY: &str = "kustomize-operator-copyrator-rights";
 const AGENT_POLICY: &str = "kustomize-operator-chaosagent-rights";
 const DEFINITION_POLICY: &str = "kustomize-operator-kinddefinition-guard";
+const SHARD_POLICY: &str = "kustomize-operator-shard-guard";
 
 /// CEL's price of one authorization check, and the most one expression and
 /// one policy (per request) may spend (k8s.io/apiserver: pkg/cel/library/cost.go,
@@ -67,6 +68,7 @@ fn the_policies_ship_with_the_install_bound_and_failing_closed() {
             "chaosagents",
             &["CREATE", "UPDATE", "DELETE"][..],
         ),
+        (SHARD_POLICY, "*", "*", &["CREATE", "UPDATE"][..]),
     ] {
         let spec = &shipped_bound_failing_closed(&docs, name, group, resource, operations)["spec"];
         for validation in spec["validations"].as_array().expect("validations") {
@@ -239,4 +241,81 @@ fn the_copyrator_policy_checks_each_listed_namespace_within_the_budget() {
         worst * CHECK_COST <= PER_POLICY_BUDGET * 95 / 100,
         "{worst} checks leave too little of the policy's CEL budget"
     );
+}
+
+/// ChaosAgent: every mode is checked on the agent as it would be (CREATE,
+/// UPDATE) and on the agent as it is (UPDATE, DELETE), so an UPDATE needs
+/// the rights of both: switching a victim's modes off or moving its scope
+/// to one's own namespace is refused like deleting it.
+#[test]
+fn the_chaosagent_policy_checks_the_agent_before_and_after_an_update() {
+    let docs = common::kustomize_documents("deploy/admission");
+    let policy = find(&docs, "ValidatingAdmissionPolicy", AGENT_POLICY);
+    let expressions = expressions(policy);
+    assert_eq!(expressions.len(), 6, "{expressions:#?}");
+    let variables: Vec<(&str, &str)> = policy["spec"]["variables"]
+        .as_array()
+        .expect("variables")
+        .iter()
+        .map(|v| {
+            (
+                v["name"].as_str().unwrap(),
+                v["expression"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert!(variables.contains(&("after", "object")), "{variables:?}");
+    assert!(
+        variables.contains(&("before", "oldObject")),
+        "{variables:?}"
+    );
+    for (mode, check) in [
+        ("tantrumMode", "resource('pods')"),
+        ("cancerMode", "resource('deployments')"),
+        ("ipsumMode", "resource('configmaps')"),
+    ] {
+        for (side, skipped_on) in [("after", "DELETE"), ("before", "CREATE")] {
+            let found = expressions.iter().any(|e| {
+                e.starts_with(&format!("request.operation == '{skipped_on}' ||"))
+                    && e.contains(&format!("variables.{side}.spec.?{mode}"))
+                    && e.contains(check)
+                    && e.contains(&format!("namespace(variables.{side}Scope)"))
+            });
+            assert!(found, "no check of {mode} on the agent {side} the request");
+        }
+    }
+}
+
+/// The shard guard: every group and resource (no subresource), only objects
+/// carrying the label, only custom resources, each validation one check.
+#[test]
+fn the_shard_guard_matches_every_custom_resource_carrying_the_label() {
+    let docs = common::kustomize_documents("deploy/admission");
+    let policy = find(&docs, "ValidatingAdmissionPolicy", SHARD_POLICY);
+    let spec = &policy["spec"];
+    assert_eq!(
+        spec["matchConstraints"]["objectSelector"],
+        serde_json::json!({"matchExpressions": [
+            {"key": "kustomize-operator.io/shard", "operator": "Exists"}
+        ]})
+    );
+    let conditions = serde_json::to_string(&spec["matchConditions"]).unwrap();
+    for needle in [
+        "request.resource.group.contains('.')",
+        "endsWith('.k8s.io')",
+        "endsWith('.kubernetes.io')",
+        "request.operation == 'CREATE'",
+    ] {
+        assert!(conditions.contains(needle), "{needle}: {conditions}");
+    }
+    let expressions = expressions(policy);
+    assert_eq!(expressions.len(), 2, "{expressions:#?}");
+    for (expression, shard) in expressions.iter().zip(["entered", "left"]) {
+        assert!(
+            expression.contains(&format!(
+                "authorizer.group('kustomize-operator.io').resource('shards').namespace(variables.ns).name(variables.{shard}).check('use')"
+            )),
+            "{expression}"
+        );
+    }
 }

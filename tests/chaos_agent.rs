@@ -17,6 +17,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod, ResourceQuota};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
+use kustomize_operator::kind::{ConditionStatus, ConditionType, Reason};
 use kustomize_operator::kinds::chaos_agent::{
     ChaosAgent, ChaosAgentSpec, ChaosAgentStatus, SCOPE_LABEL,
 };
@@ -721,4 +722,115 @@ async fn api_server_rejects_out_of_range_values_and_takes_the_article_manifest()
         assert!(!ok, "{field}: {bad} was accepted");
         assert!(err.contains(&format!("spec.{field}")), "{field}: {err}");
     }
+}
+
+/// The agent's Ready condition: (status, reason, message).
+async fn ready_condition(client: &Client, name: &str) -> Option<(ConditionStatus, Reason, String)> {
+    status(client, name)
+        .await
+        .common
+        .condition(ConditionType::Ready)
+        .map(|c| (c.status, c.reason, c.message.clone()))
+}
+
+/// Waits until the agent is `Ready=False`, reason `Forbidden`, with a
+/// message containing `needle`; returns the message.
+async fn wait_forbidden(client: &Client, name: &str, needle: &str) -> String {
+    common::wait_for(
+        TIMEOUT,
+        format!("the agent {name} Forbidden, saying {needle:?}"),
+        || async {
+            match ready_condition(client, name).await {
+                Some((ConditionStatus::False, Reason::Forbidden, message))
+                    if message.contains(needle) =>
+                {
+                    Ok(message)
+                }
+                seen => Err(seen),
+            }
+        },
+    )
+    .await
+}
+
+/// In an install writing as tenants (`--default-service-account`), an
+/// agent, cluster-scoped, has no namespace account: without
+/// `--cluster-service-account` it is refused, naming the flag, and kills
+/// nothing; with it, its kills run as that account (kubectl --as): refused
+/// while the account may not delete Pods, carried out once it may.
+#[tokio::test]
+async fn writing_as_tenants_an_agent_acts_as_the_cluster_account_or_not_at_all() {
+    let client = common::cluster().await;
+    let ns = common::TestNamespace::new(&client, "chaos-account").await;
+    create_deployment(&client, &ns.name, "web", 2).await;
+    let original = wait_running(&client, &ns.name, "web", 2).await;
+    let (ok, _, err) = common::kubectl(&["-n", &ns.name, "create", "serviceaccount", "chaos"]);
+    assert!(ok, "{err}");
+    let tenant_writes = ["--default-service-account", "kustomize-writer"];
+    let operator = start(&ns.name, &tenant_writes).await;
+    let mut s = spec();
+    s.tantrum_mode = true;
+    let _guard = create_agent(&client, &ns.name, s).await;
+    let message = wait_forbidden(&client, &ns.name, "--cluster-service-account").await;
+    assert!(
+        message.contains(&format!("ChaosAgent {} is cluster-scoped", ns.name)),
+        "{message}"
+    );
+    assert_eq!(
+        pod_uids(&client, &ns.name, "web").await,
+        original,
+        "no Pod killed"
+    );
+    operator.stop().await;
+
+    let account = format!("{}/chaos", ns.name);
+    let mut args = tenant_writes.to_vec();
+    args.extend(["--cluster-service-account", &account]);
+    let operator = start(&ns.name, &args).await;
+    wait_forbidden(
+        &client,
+        &ns.name,
+        &format!("acting as ServiceAccount {account}"),
+    )
+    .await;
+    assert_eq!(
+        pod_uids(&client, &ns.name, "web").await,
+        original,
+        "no Pod killed"
+    );
+
+    // The account may delete Pods in the namespace: the kills happen.
+    let user = format!("system:serviceaccount:{}:chaos", ns.name);
+    for (what, args) in [
+        (
+            "role",
+            vec![
+                "create",
+                "role",
+                "chaos",
+                "--verb=delete",
+                "--resource=pods",
+            ],
+        ),
+        (
+            "rolebinding",
+            vec!["create", "rolebinding", "chaos", "--role=chaos", "--user"],
+        ),
+    ] {
+        let mut argv = vec!["-n", ns.name.as_str()];
+        argv.extend(args);
+        if what == "rolebinding" {
+            argv.push(&user);
+        }
+        let (ok, _, err) = common::kubectl(&argv);
+        assert!(ok, "{what}: {err}");
+    }
+    common::wait_until(TIMEOUT, "every original Pod of web killed", || async {
+        pod_uids(&client, &ns.name, "web")
+            .await
+            .is_disjoint(&original)
+    })
+    .await;
+    delete_agent(&client, &ns.name).await;
+    operator.stop().await;
 }

@@ -150,6 +150,7 @@ fn without_helm_labels(mut doc: Value) -> Value {
         "/spec/selector",
         "/spec/selector/matchLabels",
         "/spec/template/metadata/labels",
+        "/spec/podSelector/matchLabels",
     ] {
         if let Some(Value::Object(labels)) = doc.pointer_mut(pointer) {
             for label in HELM_LABELS {
@@ -434,6 +435,81 @@ fn a_locked_down_release_renders_what_the_overlay_installs() {
     );
     let refused = helm.template_error(&["--set", "writeAs.lockedDown=true"]);
     assert!(refused.contains("writeAs.serviceAccountName"), "{refused}");
+}
+
+/// ... and locked down serving KindDefinitions,
+/// overlays/locked-down-kind-definitions.
+#[test]
+fn a_locked_down_release_serving_definitions_renders_what_the_overlay_installs() {
+    let helm = helm_or_skip!();
+    let overlay = common::kustomize_documents("overlays/locked-down-kind-definitions");
+    let rendered = helm.template(
+        "kustomize-operator",
+        "kustomize-operator-system",
+        &[
+            "--set",
+            "writeAs.lockedDown=true,writeAs.kindDefinitions=true",
+            "--set",
+            "writeAs.serviceAccountName=kustomize-writer",
+        ],
+    );
+    assert_same_objects(
+        &overlay,
+        &rendered,
+        "helm template vs kubectl kustomize overlays/locked-down-kind-definitions",
+    );
+    let refused = helm.template_error(&["--set", "writeAs.kindDefinitions=true"]);
+    assert!(refused.contains("writeAs.lockedDown"), "{refused}");
+    let refused =
+        helm.template_error(&["--set", "writeAs.clusterServiceAccount=ops/cluster-writer"]);
+    assert!(refused.contains("writeAs.serviceAccountName"), "{refused}");
+}
+
+/// The NetworkPolicy's values: the API server's CIDRs replace "any address
+/// but link-local", ExchangeRate's provider gets a rule of its own, the
+/// metrics port its sources; off, there is none. And the cluster account
+/// reaches the operator's environment.
+#[test]
+fn the_network_policy_and_the_cluster_account_follow_the_values() {
+    let helm = helm_or_skip!();
+    let docs = helm.template(
+        "kustomize-operator",
+        "kustomize-operator-system",
+        &[
+            "--set-json",
+            r#"networkPolicy.apiServer.cidrs=["10.0.0.5/32"]"#,
+            "--set-json",
+            r#"networkPolicy.exchangeRate.to=[{"ipBlock":{"cidr":"203.0.113.0/24"}}]"#,
+            "--set-json",
+            r#"networkPolicy.metricsFrom=[{"namespaceSelector":{"matchLabels":{"team":"monitoring"}}}]"#,
+            "--set",
+            "writeAs.serviceAccountName=kustomize-writer,writeAs.clusterServiceAccount=ops/cluster-writer",
+        ],
+    );
+    let policy = find(&docs, "NetworkPolicy", "kustomize-operator");
+    assert_eq!(
+        policy["spec"]["egress"][1]["to"],
+        json!([{"ipBlock": {"cidr": "10.0.0.5/32"}}])
+    );
+    assert_eq!(
+        policy["spec"]["egress"][2],
+        json!({"to": [{"ipBlock": {"cidr": "203.0.113.0/24"}}], "ports": [{"port": 443, "protocol": "TCP"}]})
+    );
+    assert_eq!(
+        policy["spec"]["ingress"][0]["from"],
+        json!([{"namespaceSelector": {"matchLabels": {"team": "monitoring"}}}])
+    );
+    let deployment = find(&docs, "Deployment", "kustomize-operator");
+    assert_eq!(
+        env_value(deployment, "CLUSTER_SERVICE_ACCOUNT").as_deref(),
+        Some("ops/cluster-writer")
+    );
+    let off = helm.template(
+        "kustomize-operator",
+        "kustomize-operator-system",
+        &["--set", "networkPolicy.enabled=false"],
+    );
+    assert!(names_of(&off, "NetworkPolicy").is_empty());
 }
 
 #[test]

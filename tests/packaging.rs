@@ -795,6 +795,136 @@ fn the_shards_overlay_runs_a_second_operator_for_shard_b() {
         .flat_map(|r| r["resourceNames"].as_array().into_iter().flatten())
         .collect();
     assert_eq!(leases, ["kustomize-operator", "kustomize-operator-b"]);
+    // Shard b's Pods have their own NetworkPolicy.
+    let policy = find(&docs, "NetworkPolicy", "kustomize-operator-shard-b");
+    assert!(matches(
+        &policy["spec"]["podSelector"]["matchLabels"],
+        &labels(shard_b)
+    ));
+    // The right to use shard b, granted to no one.
+    let use_b = find(&docs, "ClusterRole", "kustomize-operator-use-shard-b");
+    assert_eq!(
+        use_b["rules"],
+        serde_json::json!([{"apiGroups": ["kustomize-operator.io"], "resources": ["shards"],
+                            "resourceNames": ["b"], "verbs": ["use"]}])
+    );
+    assert!(
+        !docs
+            .iter()
+            .any(|d| d["roleRef"]["name"] == "kustomize-operator-use-shard-b"),
+        "the use of shard b is an administrator's grant, not the install's"
+    );
+}
+
+/// The operator's env var `name` in the Deployment of `docs`, if set.
+fn env_var(docs: &[Value], name: &str) -> Option<Value> {
+    find(docs, "Deployment", "kustomize-operator")["spec"]["template"]["spec"]["containers"][0]
+        ["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == name)
+        .map(|e| e["value"].clone())
+}
+
+/// The verbs `docs`' ClusterRoles grant on CRDs, by role.
+fn crd_rights(docs: &[Value]) -> BTreeMap<String, Vec<Value>> {
+    docs.iter()
+        .filter(|d| d["kind"] == "ClusterRole")
+        .filter_map(|d| {
+            let verbs: Vec<Value> = d["rules"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|r| {
+                    r["resources"]
+                        .as_array()
+                        .is_some_and(|rs| rs.iter().any(|x| x == "customresourcedefinitions"))
+                })
+                .flat_map(|r| r["verbs"].as_array().cloned().unwrap_or_default())
+                .collect();
+            (!verbs.is_empty())
+                .then(|| (d["metadata"]["name"].as_str().unwrap().to_string(), verbs))
+        })
+        .collect()
+}
+
+/// overlays/locked-down serves no KindDefinitions and holds no right on
+/// CRDs (serving them takes create, patch and delete on every CRD); its
+/// component kind-definitions/ (overlays/locked-down-kind-definitions)
+/// brings back deploy/'s role, unchanged, and the default (serve them).
+#[test]
+fn the_locked_down_install_holds_crd_rights_only_with_kind_definitions() {
+    let locked = common::kustomize_documents("overlays/locked-down");
+    assert_eq!(crd_rights(&locked), BTreeMap::new());
+    assert_eq!(
+        env_var(&locked, "SERVE_KIND_DEFINITIONS"),
+        Some(Value::from("false"))
+    );
+    let with = common::kustomize_documents("overlays/locked-down-kind-definitions");
+    let role = "kustomize-operator-kind-definitions";
+    assert_eq!(
+        find(&with, "ClusterRole", role),
+        find(&deploy_documents(), "ClusterRole", role),
+        "overlays/locked-down/kind-definitions/rbac.yaml is not deploy/rbac/kind-definitions.yaml's role"
+    );
+    assert!(binds_operator(find(&with, "ClusterRoleBinding", role)));
+    assert_eq!(env_var(&with, "SERVE_KIND_DEFINITIONS"), None);
+    assert_eq!(crd_rights(&with).keys().collect::<Vec<_>>(), [role]);
+    // Otherwise the two are the same install.
+    let others = |docs: &[Value]| -> Vec<Value> {
+        docs.iter()
+            .filter(|d| d["metadata"]["name"] != role && d["kind"] != "Deployment")
+            .cloned()
+            .collect()
+    };
+    assert_eq!(others(&locked), others(&with));
+}
+
+/// The NetworkPolicy of the operator's Pods: ingress only to the metrics
+/// port, egress only to DNS and the API server's ports (any address but
+/// the link-local range, where cloud metadata services answer).
+#[test]
+fn the_operators_pods_reach_only_dns_and_the_api_server() {
+    let docs = deploy_documents();
+    let policy = find(&docs, "NetworkPolicy", "kustomize-operator");
+    let deployment = find(&docs, "Deployment", "kustomize-operator");
+    let pod_labels = &deployment["spec"]["template"]["metadata"]["labels"];
+    for (k, v) in policy["spec"]["podSelector"]["matchLabels"]
+        .as_object()
+        .unwrap()
+    {
+        assert_eq!(
+            &pod_labels[k], v,
+            "the policy does not select the operator's Pods"
+        );
+    }
+    assert_eq!(policy["metadata"]["namespace"], NAMESPACE);
+    assert_eq!(
+        policy["spec"]["policyTypes"],
+        serde_json::json!(["Ingress", "Egress"])
+    );
+    assert_eq!(
+        policy["spec"]["ingress"],
+        serde_json::json!([{"ports": [{"port": 8080, "protocol": "TCP"}]}])
+    );
+    let egress = policy["spec"]["egress"].as_array().unwrap();
+    assert_eq!(egress.len(), 2, "{egress:#?}");
+    assert_eq!(
+        egress[0],
+        serde_json::json!({"ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]})
+    );
+    assert_eq!(
+        egress[1]["ports"],
+        serde_json::json!([{"port": 443, "protocol": "TCP"}, {"port": 6443, "protocol": "TCP"}])
+    );
+    assert_eq!(
+        egress[1]["to"],
+        serde_json::json!([
+            {"ipBlock": {"cidr": "0.0.0.0/0", "except": ["169.254.0.0/16"]}},
+            {"ipBlock": {"cidr": "::/0", "except": ["fe80::/10"]}},
+        ])
+    );
 }
 
 /// The binary's allocator is jemalloc with the options `main.rs` gives it

@@ -25,6 +25,7 @@ use tokio::sync::OnceCell;
 
 const RULE_POLICY: &str = "kustomize-operator-copyrator-rights";
 const AGENT_POLICY: &str = "kustomize-operator-chaosagent-rights";
+const SHARD_POLICY: &str = "kustomize-operator-shard-guard";
 /// The most listed namespaces the policy checks one by one
 /// (`ONE_BY_ONE` in hack/generate-copyrator-policy).
 const ONE_BY_ONE: usize = 10;
@@ -34,8 +35,9 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 static POLICIES: OnceCell<()> = OnceCell::const_new();
 
 /// `kubectl apply -k deploy/admission` (idempotent; the policies stay, as the
-/// install's do), once per test binary; returns when both policies refuse a
-/// canary user who may create rules and agents and do nothing else.
+/// install's do), once per test binary; returns when the three policies
+/// tenants meet refuse a canary user who may create rules and agents and do
+/// nothing else.
 async fn install_policies() {
     POLICIES
         .get_or_init(|| async {
@@ -62,10 +64,15 @@ async fn install_policies() {
                 }),
             ]);
             let rule = spec_rule("canary", "secret", Some(&["kube-system"]));
+            // An agent without modes, labelled for a shard: the shard guard's.
+            let mut sharded = agent("ko-tenancy-canary", None, [false; 3]);
+            sharded["metadata"]["labels"][SHARD_LABEL] = json!("canary");
             let agent = agent("ko-tenancy-canary", None, [true, false, false]);
-            for (object, namespace, policy) in
-                [(rule, "default", RULE_POLICY), (agent, "default", AGENT_POLICY)]
-            {
+            for (object, namespace, policy) in [
+                (rule, "default", RULE_POLICY),
+                (agent, "default", AGENT_POLICY),
+                (sharded, "default", SHARD_POLICY),
+            ] {
                 let text = object.to_string();
                 common::wait_until(TIMEOUT, format!("the policy {policy} to refuse the canary's object"), || async {
                     let (ok, _, err) = common::kubectl_stdin(
@@ -133,6 +140,8 @@ struct Grants<'a> {
     copyrators: bool,
     /// Verbs on chaosagents, granted cluster-wide (they are cluster-scoped).
     chaos_agents: &'a [&'a str],
+    /// Shards it may `use` (the shard guard), cluster-wide; `["*"]`: all.
+    shards: &'a [&'a str],
 }
 
 impl Tenant {
@@ -186,14 +195,30 @@ impl Tenant {
         // Namespaced grants go with their namespaces; cluster-wide ones are
         // deleted with the tenant.
         apply(&objects);
-        let cluster_grants = (!grants.chaos_agents.is_empty()).then(|| {
+        let mut cluster_rules = Vec::new();
+        if !grants.chaos_agents.is_empty() {
+            cluster_rules.push(allow(
+                "blackadder.io",
+                &["chaosagents"],
+                grants.chaos_agents,
+            ));
+        }
+        match grants.shards {
+            [] => {}
+            ["*"] => cluster_rules.push(allow("kustomize-operator.io", &["shards"], &["use"])),
+            names => cluster_rules.push(json!({
+                "apiGroups": ["kustomize-operator.io"], "resources": ["shards"],
+                "resourceNames": names, "verbs": ["use"],
+            })),
+        }
+        let cluster_grants = (!cluster_rules.is_empty()).then(|| {
             let role = format!("ko-tenancy-{home}-{name}-agents");
             Manifest::apply(&[
                 json!({
                     "apiVersion": "rbac.authorization.k8s.io/v1",
                     "kind": "ClusterRole",
                     "metadata": {"name": role},
-                    "rules": [allow("blackadder.io", &["chaosagents"], grants.chaos_agents)],
+                    "rules": cluster_rules,
                 }),
                 json!({
                     "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -236,6 +261,46 @@ impl Tenant {
     /// ChaosAgents, through its own token.
     fn agents(&self) -> Api<ChaosAgent> {
         Api::all(self.client.clone())
+    }
+
+    /// Whether it may `use` the shard `name` in `namespace` (`None`:
+    /// cluster-wide), as the shard guard asks. Not `kubectl auth can-i`:
+    /// for a resource the API does not serve, kubectl asks about group ""
+    /// and resource `shards.kustomize-operator.io` instead.
+    async fn may_use_shard(&self, name: &str, namespace: Option<&str>) -> bool {
+        use k8s_openapi::api::authorization::v1::{
+            ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+        };
+        let review = SelfSubjectAccessReview {
+            spec: SelfSubjectAccessReviewSpec {
+                resource_attributes: Some(ResourceAttributes {
+                    group: Some("kustomize-operator.io".into()),
+                    resource: Some("shards".into()),
+                    name: Some(name.into()),
+                    namespace: namespace.map(str::to_string),
+                    verb: Some("use".into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        Api::<SelfSubjectAccessReview>::all(self.client.clone())
+            .create(&PostParams::default(), &review)
+            .await
+            .expect("a SelfSubjectAccessReview")
+            .status
+            .is_some_and(|s| s.allowed)
+    }
+
+    /// Waits until the authorizer lets it use the shard `name` there.
+    async fn wait_shard(&self, name: &str, namespace: Option<&str>) {
+        common::wait_until(
+            TIMEOUT,
+            format!("{} allowed to use shard {name} in {namespace:?}", self.name),
+            || async { self.may_use_shard(name, namespace).await },
+        )
+        .await;
     }
 }
 
@@ -1287,7 +1352,9 @@ async fn deleting_or_resharding_a_chaos_agent_needs_the_rights_of_its_modes() {
             .expect("the admin's agent is admitted");
     }
     let grant = ["get", "list", "update", "patch", "delete"];
-    // mallory may edit her own namespace and do anything to agents.
+    // mallory may edit her own namespace, do anything to agents and use
+    // every shard (so that the shard guard does not stand in the way: this
+    // policy alone refuses her).
     let mallory = Tenant::new(
         &client,
         mh,
@@ -1295,6 +1362,7 @@ async fn deleting_or_resharding_a_chaos_agent_needs_the_rights_of_its_modes() {
         Grants {
             edit: &[mh],
             chaos_agents: &grant,
+            shards: &["*"],
             ..Grants::default()
         },
         &[
@@ -1303,6 +1371,7 @@ async fn deleting_or_resharding_a_chaos_agent_needs_the_rights_of_its_modes() {
         ],
     )
     .await;
+    mallory.wait_shard("mallory", None).await;
     assert!(!mallory.token.can_i(&["delete", "pods", "-n", oh]));
     let kills_in_home =
         format!("delete pods in namespace {oh}, where this ChaosAgent's tantrumMode kills pods");
@@ -1346,8 +1415,9 @@ async fn deleting_or_resharding_a_chaos_agent_needs_the_rights_of_its_modes() {
         .await
         .expect("a label the operator does not read is admitted");
 
-    // alice holds the same grant and the modes' rights in the owner's
-    // namespace: she may move the agent to another shard, and delete it.
+    // alice holds the same grant, the modes' rights in the owner's
+    // namespace and the use of shards a and b: she may move the agent to
+    // another shard, and delete it.
     let alice = Tenant::new(
         &client,
         oh,
@@ -1355,6 +1425,7 @@ async fn deleting_or_resharding_a_chaos_agent_needs_the_rights_of_its_modes() {
         Grants {
             edit: &[oh],
             chaos_agents: &grant,
+            shards: &["a", "b"],
             ..Grants::default()
         },
         &[
@@ -1364,6 +1435,8 @@ async fn deleting_or_resharding_a_chaos_agent_needs_the_rights_of_its_modes() {
         ],
     )
     .await;
+    alice.wait_shard("a", None).await;
+    alice.wait_shard("b", None).await;
     let reshard = Patch::Merge(json!({"metadata": {"labels": {SHARD_LABEL: "b"}}}));
     alice
         .agents()
@@ -1385,4 +1458,441 @@ async fn deleting_or_resharding_a_chaos_agent_needs_the_rights_of_its_modes() {
             .is_none_or(|(_, deleting)| deleting),
         "the delete was carried out"
     );
+}
+
+/// The two-step attack: first disarm or take over a victim's agent by an
+/// UPDATE that the agent as it would be allows (its modes switched off, or
+/// its scope label moved to one's own namespace), then delete or re-shard
+/// it freely. Every UPDATE needs the rights of the agent as it is too, so
+/// both first steps are refused and the agent is left unchanged; one who
+/// holds those rights may make the same changes.
+#[tokio::test]
+async fn updating_a_chaos_agent_needs_the_rights_of_the_agent_as_it_is() {
+    let client = common::cluster().await;
+    install_policies().await;
+    let victim_home = common::TestNamespace::new(&client, "tn-victim").await;
+    let mallory_home = common::TestNamespace::new(&client, "tn-mallory2").await;
+    let (vh, mh) = (&victim_home.name, &mallory_home.name);
+    let (home, wide) = (format!("{vh}-home"), format!("{vh}-wide"));
+    let _agents = AgentGuard(vec![home.clone(), wide.clone()]);
+    let admin_agents = Api::<ChaosAgent>::all(client.clone());
+    for object in [
+        agent(&home, Some(vh), [true, true, true]),
+        agent(&wide, None, [false, false, true]),
+    ] {
+        admin_agents
+            .create(&PostParams::default(), &typed(object))
+            .await
+            .expect("the admin's agent is admitted");
+    }
+    // mallory may do anything in her namespace and to agents.
+    let grant = ["get", "list", "update", "patch", "delete"];
+    let mallory = Tenant::new(
+        &client,
+        mh,
+        "mallory",
+        Grants {
+            edit: &[mh],
+            chaos_agents: &grant,
+            ..Grants::default()
+        },
+        &[
+            &["delete", "pods", "-n", mh],
+            &["patch", "deployments.apps", "-n", mh],
+            &["patch", "chaosagents.blackadder.io"],
+        ],
+    )
+    .await;
+    assert!(!mallory.token.can_i(&["delete", "pods", "-n", vh]));
+    let now = "; changing it needs the rights it acts with now";
+    let before_home = stored_agent(&admin_agents, &home).await.unwrap();
+    let spec_of = async |name: &str| json!(admin_agents.get(name).await.unwrap().spec);
+    let home_spec = spec_of(&home).await;
+    let disarm = Patch::Merge(json!({"spec": {
+        "tantrumMode": false, "cancerMode": false, "ipsumMode": false,
+    }}));
+    assert_refused(
+        mallory
+            .agents()
+            .patch(&home, &PatchParams::default(), &disarm)
+            .await,
+        AGENT_POLICY,
+        &mallory.user(),
+        &format!(
+            "delete pods in namespace {vh}, where this ChaosAgent's tantrumMode kills pods{now}"
+        ),
+    );
+    let take_over = Patch::Merge(json!({"metadata": {"labels": {SCOPE_LABEL: mh}}}));
+    assert_refused(
+        mallory
+            .agents()
+            .patch(&home, &PatchParams::default(), &take_over)
+            .await,
+        AGENT_POLICY,
+        &mallory.user(),
+        &format!(
+            "delete pods in namespace {vh}, where this ChaosAgent's tantrumMode kills pods{now}"
+        ),
+    );
+    // The agent acting everywhere: narrowing it to her namespace (where she
+    // holds ipsumMode's right) needs that right everywhere.
+    assert_refused(
+        mallory
+            .agents()
+            .patch(&wide, &PatchParams::default(), &take_over)
+            .await,
+        AGENT_POLICY,
+        &mallory.user(),
+        &format!(
+            "patch configmaps in all namespaces (cluster-wide), where this ChaosAgent's ipsumMode rewrites configmaps: it has no blackadder.io/namespace label, so it acts in every namespace{now}"
+        ),
+    );
+    assert_eq!(stored_agent(&admin_agents, &home).await, Some(before_home));
+    assert_eq!(spec_of(&home).await, home_spec, "the modes are still on");
+    let (wide_labels, _) = stored_agent(&admin_agents, &wide).await.unwrap();
+    assert_eq!(wide_labels.get(SCOPE_LABEL), None, "still unlabelled");
+    // So the second step is refused too.
+    assert_refused(
+        mallory.agents().delete(&home, &Default::default()).await,
+        AGENT_POLICY,
+        &mallory.user(),
+        &format!(
+            "delete pods in namespace {vh}, where this ChaosAgent's tantrumMode kills pods; deleting it needs the rights it acts with"
+        ),
+    );
+
+    // victor holds the modes' rights in the victim's namespace and mallory's:
+    // he may move the agent between them, and disarm it.
+    let victor = Tenant::new(
+        &client,
+        vh,
+        "victor",
+        Grants {
+            edit: &[vh, mh],
+            chaos_agents: &grant,
+            ..Grants::default()
+        },
+        &[
+            &["delete", "pods", "-n", vh],
+            &["delete", "pods", "-n", mh],
+            &["patch", "chaosagents.blackadder.io"],
+        ],
+    )
+    .await;
+    victor
+        .agents()
+        .patch(&home, &PatchParams::default(), &take_over)
+        .await
+        .expect("one with the rights of the agent before and after may move it");
+    victor
+        .agents()
+        .patch(&home, &PatchParams::default(), &disarm)
+        .await
+        .expect("one with the rights of the agent as it is may disarm it");
+    let agent = admin_agents.get(&home).await.unwrap();
+    assert_eq!(
+        agent.metadata.labels.unwrap_or_default().get(SCOPE_LABEL),
+        Some(mh)
+    );
+    assert_eq!(
+        json!(agent.spec)["tantrumMode"],
+        json!(false),
+        "the agent is disarmed"
+    );
+}
+
+// ------------------------------------------------------- the shard guard
+
+/// A namespaced Api of `group/version` `kind` (`plural`) as dynamic objects.
+fn dynamic(
+    client: &Client,
+    namespace: &str,
+    (group, version, kind, plural): (&str, &str, &str, &str),
+) -> Api<kube::api::DynamicObject> {
+    let gvk = kube::api::GroupVersionKind::gvk(group, version, kind);
+    Api::namespaced_with(
+        client.clone(),
+        namespace,
+        &kube::api::ApiResource::from_gvk_with_plural(&gvk, plural),
+    )
+}
+
+const SAMPLES: (&str, &str, &str, &str) = ("nuvolaris.org", "v1", "Sample", "samples");
+
+/// An object of `kind` named `name`, labelled for `shard` if given.
+fn labelled(
+    kind: (&str, &str, &str, &str),
+    name: &str,
+    shard: Option<&str>,
+    spec: Value,
+) -> kube::api::DynamicObject {
+    let (group, version, kind, _) = kind;
+    let labels = shard.map_or(json!({}), |s| json!({SHARD_LABEL: s}));
+    typed(json!({
+        "apiVersion": format!("{group}/{version}"),
+        "kind": kind,
+        "metadata": {"name": name, "labels": labels},
+        "spec": spec,
+    }))
+}
+
+/// The shard label of `name`, as the admin sees it (`None`: unlabelled;
+/// the test fails when the object does not exist).
+async fn shard_of(api: &Api<kube::api::DynamicObject>, name: &str) -> Option<String> {
+    api.get(name)
+        .await
+        .unwrap_or_else(|e| panic!("{name}: {e}"))
+        .metadata
+        .labels
+        .unwrap_or_default()
+        .remove(SHARD_LABEL)
+}
+
+/// A CRD made up for a test (a kind a KindDefinition could add while the
+/// operator runs, of a group nothing knows in advance), deleted when dropped.
+struct MadeUpKind {
+    kind: (String, String, String, String),
+}
+
+impl MadeUpKind {
+    async fn install() -> Self {
+        let group = format!(
+            "g{:06x}.ko-test.example.com",
+            rand::random::<u32>() & 0xff_ffff
+        );
+        let crd = json!({
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": format!("gadgets.{group}")},
+            "spec": {
+                "group": group,
+                "names": {"kind": "Gadget", "plural": "gadgets", "singular": "gadget", "listKind": "GadgetList"},
+                "scope": "Namespaced",
+                "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {
+                    "type": "object",
+                    "properties": {"spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+                }}}],
+            },
+        });
+        let (ok, _, err) = common::kubectl_stdin(&["apply", "-f", "-"], &crd.to_string());
+        assert!(ok, "creating the made-up CRD: {err}");
+        common::wait_established(None, &[&format!("crd/gadgets.{group}")])
+            .unwrap_or_else(|e| panic!("gadgets.{group} not established: {e}"));
+        Self {
+            kind: (group, "v1".into(), "Gadget".into(), "gadgets".into()),
+        }
+    }
+
+    fn kind(&self) -> (&str, &str, &str, &str) {
+        let (g, v, k, p) = &self.kind;
+        (g, v, k, p)
+    }
+}
+
+impl Drop for MadeUpKind {
+    fn drop(&mut self) {
+        let name = format!("crd/gadgets.{}", self.kind.0);
+        let _ = common::kubectl(&["delete", &name, "--wait=false"]);
+    }
+}
+
+/// The shard label (which operator serves a resource, and so whose rights
+/// its writes use) is an administrator's choice: a tenant who may create
+/// and change her resources may neither set it, change it nor remove it,
+/// on a Sample, on a kind no one knew in advance, nor on a cluster-scoped
+/// ChaosAgent; the API server refuses with the shard guard's message and
+/// nothing changes. Labels of built-in objects are not checked. Granted the
+/// use of shard b in her namespace, she may move her resources there, but
+/// not out of shard a, nor label a cluster-scoped object (only a
+/// cluster-wide grant reaches those).
+#[tokio::test]
+async fn only_an_administrators_grant_lets_a_requester_choose_a_shard() {
+    let client = common::cluster().await;
+    install_policies().await;
+    let home = common::TestNamespace::new(&client, "tn-shards").await;
+    let h = &home.name;
+    let gadgets = MadeUpKind::install().await;
+    let agent_name = format!("{h}-sharded");
+    let _agents = AgentGuard(vec![agent_name.clone()]);
+    let own = ["create", "get", "list", "update", "patch", "delete"];
+    let tess = Tenant::new(
+        &client,
+        h,
+        "tess",
+        Grants {
+            edit: &[h],
+            home_rules: vec![
+                allow("nuvolaris.org", &["samples"], &own),
+                allow(gadgets.kind().0, &["gadgets"], &own),
+            ],
+            chaos_agents: &["create"],
+            ..Grants::default()
+        },
+        &[
+            &["create", "samples.nuvolaris.org", "-n", h],
+            &["create", &format!("gadgets.{}", gadgets.kind().0), "-n", h],
+            &["create", "chaosagents.blackadder.io"],
+        ],
+    )
+    .await;
+    assert!(!tess.may_use_shard("b", Some(h)).await);
+    let user = tess.user();
+    let (admin, mine) = (
+        dynamic(&client, h, SAMPLES),
+        dynamic(&tess.client, h, SAMPLES),
+    );
+    let pp = PostParams::default();
+    let to = |shard: Value| Patch::Merge(json!({"metadata": {"labels": {SHARD_LABEL: shard}}}));
+    let why = "the label kustomize-operator.io/shard of";
+    let use_b = format!("use shard \"b\" in namespace {h}: {why}");
+
+    // A CREATE naming a shard.
+    let spec = json!({"count": 0});
+    assert_refused(
+        mine.create(&pp, &labelled(SAMPLES, "s-b", Some("b"), spec.clone()))
+            .await,
+        SHARD_POLICY,
+        &user,
+        &format!("{use_b} Sample {h}/s-b chooses the operator that serves it"),
+    );
+    assert!(
+        admin.get_opt("s-b").await.unwrap().is_none(),
+        "nothing created"
+    );
+    // An UPDATE adding it.
+    mine.create(&pp, &labelled(SAMPLES, "plain", None, spec.clone()))
+        .await
+        .expect("an unlabelled Sample is admitted");
+    assert_refused(
+        mine.patch("plain", &PatchParams::default(), &to(json!("b")))
+            .await,
+        SHARD_POLICY,
+        &user,
+        &use_b,
+    );
+    assert_eq!(shard_of(&admin, "plain").await, None);
+    // An UPDATE removing or changing it, on a Sample the admin put in shard a.
+    admin
+        .create(&pp, &labelled(SAMPLES, "placed", Some("a"), spec.clone()))
+        .await
+        .expect("the admin may label");
+    let leaves_a = format!("use shard \"a\" in namespace {h}, which Sample {h}/placed leaves");
+    assert_refused(
+        mine.patch("placed", &PatchParams::default(), &to(Value::Null))
+            .await,
+        SHARD_POLICY,
+        &user,
+        &leaves_a,
+    );
+    assert_refused(
+        mine.patch("placed", &PatchParams::default(), &to(json!("b")))
+            .await,
+        SHARD_POLICY,
+        &user,
+        &use_b,
+    );
+    assert_eq!(shard_of(&admin, "placed").await.as_deref(), Some("a"));
+    // A change that keeps the label is not checked.
+    mine.patch(
+        "placed",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"count": 1}})),
+    )
+    .await
+    .expect("a spec change keeping the label is admitted");
+    // A kind defined at runtime, of a group no one knew in advance.
+    let my_gadgets = dynamic(&tess.client, h, gadgets.kind());
+    assert_refused(
+        my_gadgets
+            .create(&pp, &labelled(gadgets.kind(), "g", Some("b"), json!({})))
+            .await,
+        SHARD_POLICY,
+        &user,
+        &format!("{use_b} Gadget {h}/g"),
+    );
+    // A cluster-scoped kind.
+    let mut sharded = agent(&agent_name, None, [false; 3]);
+    sharded["metadata"]["labels"][SHARD_LABEL] = json!("b");
+    let cluster_wide = format!(
+        "use shard \"b\" cluster-wide (the object is cluster-scoped): {why} ChaosAgent {agent_name}"
+    );
+    assert_refused(
+        tess.agents().create(&pp, &typed(sharded.clone())).await,
+        SHARD_POLICY,
+        &user,
+        &cluster_wide,
+    );
+    // Built-in objects are not checked: no shard serves them.
+    Api::<ConfigMap>::namespaced(tess.client.clone(), h)
+        .create(
+            &pp,
+            &typed(json!({"metadata": {"name": "c", "labels": {SHARD_LABEL: "b"}}})),
+        )
+        .await
+        .expect("a labelled ConfigMap is admitted");
+
+    // The admin grants tess the use of shard b in her namespace.
+    apply(&[
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+               "metadata": {"name": "shard-b", "namespace": h},
+               "rules": [{"apiGroups": ["kustomize-operator.io"], "resources": ["shards"],
+                          "resourceNames": ["b"], "verbs": ["use"]}]}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+               "metadata": {"name": "shard-b", "namespace": h},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "shard-b"},
+               "subjects": [{"kind": "ServiceAccount", "name": "tess", "namespace": h}]}),
+    ]);
+    tess.wait_shard("b", Some(h)).await;
+    assert!(
+        !tess.may_use_shard("b", None).await,
+        "granted in her namespace only"
+    );
+    mine.patch("plain", &PatchParams::default(), &to(json!("b")))
+        .await
+        .expect("granted, she may move her Sample to shard b");
+    assert_eq!(shard_of(&admin, "plain").await.as_deref(), Some("b"));
+    mine.create(&pp, &labelled(SAMPLES, "s-b", Some("b"), spec.clone()))
+        .await
+        .expect("granted, she may create a Sample in shard b");
+    my_gadgets
+        .create(&pp, &labelled(gadgets.kind(), "g", Some("b"), json!({})))
+        .await
+        .expect("granted, she may create a gadget in shard b");
+    // Still not out of shard a; out of b (to the default shard) she may:
+    // leaving a shard needs the use of that shard.
+    assert_refused(
+        mine.patch("placed", &PatchParams::default(), &to(json!("b")))
+            .await,
+        SHARD_POLICY,
+        &user,
+        &leaves_a,
+    );
+    assert_eq!(shard_of(&admin, "placed").await.as_deref(), Some("a"));
+    mine.patch("plain", &PatchParams::default(), &to(Value::Null))
+        .await
+        .expect("she may take her Sample out of shard b again");
+    assert_eq!(shard_of(&admin, "plain").await, None);
+    // A namespace's grant does not reach a cluster-scoped object...
+    assert_refused(
+        tess.agents().create(&pp, &typed(sharded.clone())).await,
+        SHARD_POLICY,
+        &user,
+        &cluster_wide,
+    );
+    // ... a cluster-wide one does.
+    let _cluster = Manifest::apply(&[
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+               "metadata": {"name": format!("{h}-shard-b")},
+               "rules": [{"apiGroups": ["kustomize-operator.io"], "resources": ["shards"],
+                          "resourceNames": ["b"], "verbs": ["use"]}]}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+               "metadata": {"name": format!("{h}-shard-b")},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": format!("{h}-shard-b")},
+               "subjects": [{"kind": "ServiceAccount", "name": "tess", "namespace": h}]}),
+    ]);
+    tess.wait_shard("b", None).await;
+    tess.agents()
+        .create(&pp, &typed(sharded))
+        .await
+        .expect("granted cluster-wide, she may label a cluster-scoped object");
 }

@@ -11,7 +11,7 @@ use kube::api::DynamicObject;
 
 use super::generation::{self, Rejection, Taken};
 use super::serving::Serving;
-use crate::engine::host::Engine;
+use crate::engine::host::{Engine, Isolation};
 
 /// How many names a message lists.
 pub(super) const NAMES_SHOWN: usize = 10;
@@ -35,6 +35,10 @@ pub(super) struct Context {
     pub work_dir: PathBuf,
     /// The operator's `--default-service-account`.
     pub default_service_account: Option<String>,
+    /// The most bytes the definitions served may hold together.
+    pub budget: usize,
+    /// Where the definitions' templates render.
+    pub isolation: Option<Arc<dyn Isolation>>,
     /// The last rejection of each definition that only a change of the
     /// definition can lift, with what it was made for.
     pub rejected: Mutex<HashMap<String, (Checked, Rejection)>>,

@@ -224,10 +224,12 @@ async fn check(
     served: Option<&Generation>,
 ) -> Result<Generation, Rejection> {
     let name = def.name_any();
-    let mut generation = generation::load(def, &ctx.work_dir)?;
+    let mut generation = generation::load(def, &ctx.work_dir, ctx.isolation.clone())?;
     let mut taken = ctx.taken.clone();
     taken.extend(ctx.serving.taken_by_others(&name));
     generation::check_clash(&generation, &taken)?;
+    let others = ctx.serving.bytes_of_others(&name);
+    generation::check_budget(&generation, others, ctx.budget)?;
     let baseline = match served {
         Some(g) => Some(g.crd.clone()),
         None => crds::live(&ctx.client, &generation.crd_name())
@@ -338,54 +340,120 @@ fn serving_condition(
     }
 }
 
-/// `RightsGranted`: access reviews of what the kind's overlays need.
+/// `RightsGranted`: access reviews of what the kind's overlays need, for
+/// the identity that writes its objects; `status.reach`: where that
+/// identity could write.
 async fn rights_condition(ctx: &Context, generation: &Generation, status: &mut Status) {
     let kind = &generation.kind;
-    let reconcile = &kind.file.spec.reconcile;
-    let account = reconcile
+    let number = Some(generation.number);
+    let named = kind
+        .file
+        .spec
+        .reconcile
         .service_account_name
         .as_deref()
-        .or(ctx.default_service_account.as_deref())
-        .filter(|_| kind.namespaced());
+        .or(ctx.default_service_account.as_deref());
+    let writer = match Writer::of(kind.namespaced(), named, ctx.engine.settings()) {
+        Ok(writer) => writer,
+        Err(message) => {
+            status.reach = None;
+            status.set(ConditionType::RightsGranted, false, Reason::MissingRights, &message, number);
+            return;
+        }
+    };
     let rules = rbac::rules(kind, &generation.object_types);
-    let needed = rights::operator_rules(&rules, OWN_RULES, account.is_some());
-    let number = Some(generation.number);
-    let tenant = account.map_or(String::new(), |a| {
-        format!("; the objects are written as the ServiceAccount {a} of each resource's namespace, whose rights each reconcile meets")
-    });
-    match rights::missing(&ctx.client, &needed).await {
-        Ok(missing) if missing.is_empty() => {
-            let message = format!("the operator's account may do what the kind needs{tenant}");
-            status.set(
-                ConditionType::RightsGranted,
-                true,
-                Reason::Granted,
-                &message,
-                number,
-            );
-        }
-        Ok(missing) => {
-            let message = format!(
-                "the operator's account may not: {}{tenant}; `kustomize-operator rbac` prints the ClusterRole that grants them",
+    let needed = rights::operator_rules(&rules, OWN_RULES, !matches!(writer, Writer::Operator));
+    let reach = rights::reach(
+        &ctx.client,
+        writer.cluster_user(),
+        kind.namespaced(),
+        &generation.object_types,
+    )
+    .await
+    .unwrap_or_else(|e| vec![format!("cannot review the reach: {e}")]);
+    let beyond = if kind.namespaced() {
+        String::new()
+    } else {
+        format!("; it reaches: {}", reach.join("; "))
+    };
+    status.reach = Some(reach);
+    let found = match rights::missing(&ctx.client, &needed, None).await {
+        Ok(mut missing) => match writer.cluster_user() {
+            Some(user) => rights::missing(&ctx.client, &rules[OWN_RULES..], Some(user))
+                .await
+                .map(|theirs| {
+                    missing.extend(theirs.into_iter().map(|m| m.as_user(user)));
+                    missing
+                }),
+            None => Ok(missing),
+        },
+        Err(e) => Err(e),
+    };
+    let by = writer.describe();
+    let (granted, reason, message) = match found {
+        Ok(missing) if missing.is_empty() => (
+            true,
+            Reason::Granted,
+            format!("the operator's account may do what the kind needs{by}{beyond}"),
+        ),
+        Ok(missing) => (
+            false,
+            Reason::MissingRights,
+            format!(
+                "missing: {}{by}; `kustomize-operator rbac` prints the ClusterRole that grants the operator's part",
                 crate::kind::first_names(&missing, NAMES_SHOWN, ", ")
-            );
-            status.set(
-                ConditionType::RightsGranted,
-                false,
-                Reason::MissingRights,
-                &message,
-                number,
-            );
+            ),
+        ),
+        Err(e) => (
+            false,
+            Reason::ReviewFailed,
+            format!("cannot review the rights: {e}"),
+        ),
+    };
+    status.set(ConditionType::RightsGranted, granted, reason, &message, number);
+}
+
+/// Who writes a kind's objects.
+enum Writer {
+    /// The operator's own account.
+    Operator,
+    /// A ServiceAccount of each resource's namespace (checked at each
+    /// reconcile: the namespaces are not known in advance).
+    Tenant(String),
+    /// The account cluster-scoped resources write as (a username).
+    Cluster(String),
+}
+
+impl Writer {
+    /// The writer of a kind (`namespaced` or not) whose writes name the
+    /// account `named`, or why its resources will be refused.
+    fn of(
+        namespaced: bool,
+        named: Option<&str>,
+        settings: &crate::engine::host::Settings,
+    ) -> Result<Self, String> {
+        if namespaced {
+            return Ok(named.map_or(Self::Operator, |n| Self::Tenant(n.to_string())));
         }
-        Err(e) => {
-            let message = format!("cannot review the operator's rights: {e}");
-            status.set(
-                ConditionType::RightsGranted,
-                false,
-                Reason::ReviewFailed,
-                &message,
-                number,
-            );
+        match (&settings.cluster_service_account, named) {
+            (Some(account), _) => Ok(account.username().map_or(Self::Operator, Self::Cluster)),
+            (None, Some(_)) => Err("the kind is cluster-scoped and the install writes as tenants' accounts: its resources are refused until --cluster-service-account names the account they write as".into()),
+            (None, None) => Ok(Self::Operator),
+        }
+    }
+
+    fn cluster_user(&self) -> Option<&str> {
+        match self {
+            Self::Cluster(user) => Some(user),
+            _ => None,
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Self::Operator => String::new(),
+            Self::Tenant(a) => format!("; the objects are written as the ServiceAccount {a} of each resource's namespace, whose rights each reconcile meets"),
+            Self::Cluster(user) => format!("; the objects are written as {user}"),
         }
     }
 }

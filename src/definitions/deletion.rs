@@ -31,10 +31,10 @@ pub(super) async fn remove(def: &DynamicObject, ctx: &Context) -> Result<Action,
     let name = def.name_any();
     tracing::debug!(definition = name, "deleting");
     let served = ctx.serving.current(&name);
-    let kind = served
-        .as_ref()
-        .map(|g| g.kind.resource.clone())
-        .or_else(|| declared_resource(def));
+    let kind = match served.as_ref() {
+        Some(generation) => Some(generation.kind.resource.clone()),
+        None => own_kind(&ctx.client, def).await?,
+    };
     let remaining = match &kind {
         Some(kind) => count(&ctx.client, kind).await.or_else(not_found_is_empty)?,
         None => Vec::new(),
@@ -120,6 +120,40 @@ async fn orphan_resources(
         }
     }
     Ok(())
+}
+
+/// The kind a definition that is not served now served once: the kind its
+/// spec names, only if the CRD of that kind carries the definition's
+/// marker. A definition that never served (rejected from the first,
+/// naming any kind at all, `apps/deployments` say) has none: its deletion
+/// reads, orphans and deletes nothing of that kind.
+async fn own_kind(
+    client: &Client,
+    def: &DynamicObject,
+) -> Result<Option<ApiResource>, kube::Error> {
+    let Some(kind) = declared_resource(def) else {
+        return Ok(None);
+    };
+    let Some(crd) = crds::live(client, &format!("{}.{}", kind.plural, kind.group)).await? else {
+        return Ok(None);
+    };
+    if crds::marker(&crd) != Some(def.name_any().as_str()) {
+        return Ok(None);
+    }
+    // As the CRD serves it (the spec may name a version never accepted).
+    let version = crd
+        .spec
+        .versions
+        .iter()
+        .find(|v| v.storage)
+        .map_or(kind.version, |v| v.name.clone());
+    Ok(Some(ApiResource {
+        api_version: format!("{}/{version}", crd.spec.group),
+        group: crd.spec.group,
+        version,
+        kind: crd.spec.names.kind,
+        plural: crd.spec.names.plural,
+    }))
 }
 
 /// The kind a definition declares, read from its spec as it is.

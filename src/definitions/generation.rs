@@ -13,7 +13,7 @@ use kube::ResourceExt;
 use kube::api::DynamicObject;
 
 use super::resource::{self, Reason};
-use crate::engine::host::Engine;
+use crate::engine::host::{Engine, Isolation};
 use crate::kind::KustomizeDir;
 use crate::kinds::declared::breaking::{self, BreakingChange};
 use crate::kinds::declared::rbac::{self, ObjectType};
@@ -30,6 +30,8 @@ pub struct Generation {
     pub crd: CustomResourceDefinition,
     /// The object types its overlays can produce.
     pub object_types: BTreeSet<ObjectType>,
+    /// The size of the definition, in bytes (as JSON).
+    pub bytes: usize,
 }
 
 impl Generation {
@@ -51,6 +53,9 @@ pub enum Rejection {
     /// The kind's base does not build.
     #[error("the kind's base does not build: {0}")]
     Base(String),
+    /// Serving it would take the definitions served past their budget.
+    #[error("{0}")]
+    TooLarge(String),
     /// The schema or identity changed in ways stored resources break on.
     #[error(
         "breaking change{}: {}; set the annotation {} to \"true\" to allow it",
@@ -68,6 +73,7 @@ impl Rejection {
             Self::Invalid(_) => Reason::Invalid,
             Self::Clash(_) => Reason::Clash,
             Self::Base(_) => Reason::BaseFailed,
+            Self::TooLarge(_) => Reason::TooLarge,
             Self::Breaking(_) => Reason::BreakingChange,
         }
     }
@@ -85,8 +91,14 @@ pub struct Taken {
 }
 
 /// Unpacks and checks `definition` (offline: files, templates, kind
-/// file) in a private directory under `work_dir`, removed on return.
-pub fn load(definition: &DynamicObject, work_dir: &Path) -> Result<Generation, Rejection> {
+/// file) in a private directory under `work_dir`, removed on return. Its
+/// templates render in `isolation` (the example at once, then every
+/// resource's), when given.
+pub fn load(
+    definition: &DynamicObject,
+    work_dir: &Path,
+    isolation: Option<Arc<dyn Isolation>>,
+) -> Result<Generation, Rejection> {
     let name = definition.name_any();
     let text = serde_json::to_string(definition).map_err(|e| Rejection::Invalid(e.to_string()))?;
     let tmp = tempfile::Builder::new()
@@ -97,9 +109,13 @@ pub fn load(definition: &DynamicObject, work_dir: &Path) -> Result<Generation, R
     let local = |message: String| Rejection::Invalid(relative(&message, root));
     let folder = pack::unpack(&text, &format!("KindDefinition {name}"), root)
         .map_err(|e| local(e.to_string()))?;
-    let dir = KustomizeDir::load(root).map_err(|e| local(e.to_string()))?;
+    let mut dir = KustomizeDir::load(root).map_err(|e| local(e.to_string()))?;
     let mut kind =
         DeclaredKind::load(&folder, &dir.templates_of(&name)).map_err(|e| local(e.to_string()))?;
+    if let Some(isolation) = isolation {
+        dir.isolate(isolation.clone());
+        kind.isolate(isolation);
+    }
     kind.render_example(&dir).map_err(|e| {
         Rejection::Invalid(format!(
             "{name}: the overlay of an example resource does not render: {e}"
@@ -117,6 +133,7 @@ pub fn load(definition: &DynamicObject, work_dir: &Path) -> Result<Generation, R
         kind: Arc::new(kind),
         crd,
         object_types: BTreeSet::new(),
+        bytes: text.len(),
     })
 }
 
@@ -130,6 +147,26 @@ pub async fn build_base(engine: &Engine, generation: &mut Generation) -> Result<
         .map_err(|failure| Rejection::Base(failure.to_string()))?;
     generation.object_types = rbac::object_types(kind, &base);
     Ok(())
+}
+
+/// Refuses a generation that would take the bytes of the definitions
+/// served (`others`, and its own) past `budget`: each one is held in
+/// memory (its files, parsed templates, CRD) and loaded at every start.
+pub fn check_budget(
+    generation: &Generation,
+    others: usize,
+    budget: usize,
+) -> Result<(), Rejection> {
+    let total = others + generation.bytes;
+    if total <= budget {
+        return Ok(());
+    }
+    Err(Rejection::TooLarge(format!(
+        "serving this definition ({} KiB) would make the definitions served {} KiB, more than the operator's --kind-definitions-budget of {} KiB; make it smaller, remove another, or raise the budget",
+        generation.bytes.div_ceil(1024),
+        total.div_ceil(1024),
+        budget / 1024
+    )))
 }
 
 /// Refuses a kind whose short name or CRD is already `taken`.
@@ -195,7 +232,7 @@ mod tests {
     #[test]
     fn a_packed_folder_loads_with_its_own_templates_and_a_marked_crd() {
         let work = tempfile::tempdir().unwrap();
-        let generation = load(&definition("kustomize/sample"), work.path()).unwrap();
+        let generation = load(&definition("kustomize/sample"), work.path(), None).unwrap();
         assert_eq!(generation.number, 3);
         assert_eq!(generation.kind.name(), "sample");
         let templates = generation.kind.templates.as_ref().unwrap();
@@ -212,7 +249,7 @@ mod tests {
         let work = tempfile::tempdir().unwrap();
         let mut object = definition("kustomize/sample");
         object.data["spec"]["overlays"] = serde_json::json!({});
-        let err = load(&object, work.path()).unwrap_err().to_string();
+        let err = load(&object, work.path(), None).unwrap_err().to_string();
         assert!(err.starts_with("sample/kind.yaml: spec.overlays"), "{err}");
         assert!(!err.contains(&work.path().display().to_string()), "{err}");
     }
@@ -227,7 +264,7 @@ mod tests {
             file.as_str().unwrap()
         )
         .into();
-        let err = load(&object, work.path()).unwrap_err().to_string();
+        let err = load(&object, work.path(), None).unwrap_err().to_string();
         assert!(err.contains("sample/patches/deployment.yaml"), "{err}");
         assert!(err.contains("nosuchfilter"), "{err}");
     }
@@ -235,7 +272,7 @@ mod tests {
     #[test]
     fn a_taken_name_or_crd_is_a_clash() {
         let work = tempfile::tempdir().unwrap();
-        let generation = load(&definition("kustomize/sample"), work.path()).unwrap();
+        let generation = load(&definition("kustomize/sample"), work.path(), None).unwrap();
         let taken = |name: &str, crd: &str| Taken {
             name: name.into(),
             crd: crd.into(),

@@ -30,13 +30,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use kube::Client;
-use kube::api::{DynamicObject, ListParams};
 use tokio_util::sync::CancellationToken;
 
 pub use context::DefinitionError;
 use generation::Taken;
 
-use crate::engine::host::Engine;
+use crate::engine::host::{Engine, Isolation};
 use crate::kinds::KindOptions;
 use crate::kinds::registry::Kind;
 
@@ -50,17 +49,17 @@ pub struct Config {
     pub static_kinds: Vec<Kind>,
     /// The operator's `--default-service-account`.
     pub default_service_account: Option<String>,
+    /// The most bytes the definitions served may hold together.
+    pub budget: usize,
+    /// Where the definitions' templates render (`None`: in process, for
+    /// tests without a worker binary).
+    pub isolation: Option<Arc<dyn Isolation>>,
 }
 
-/// True when the `KindDefinition` CRD is installed (definitions can be
-/// listed); false when the API does not know the kind.
-pub async fn installed(client: &Client) -> Result<bool, kube::Error> {
-    let api = kube::Api::<DynamicObject>::all_with(client.clone(), &resource::api_resource());
-    match api.list_metadata(&ListParams::default().limit(1)).await {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(false),
-        Err(e) => Err(e),
-    }
+/// Whether the `KindDefinition` CRD is installed and the operator may list
+/// and watch definitions (asked without reading any).
+pub async fn installed(client: &Client) -> Result<crate::kinds::Served, kube::Error> {
+    crate::kinds::served(client, &resource::api_resource(), None).await
 }
 
 /// Serves the definitions of `config` until `shutdown` is cancelled, then
@@ -89,6 +88,8 @@ pub async fn serve(
         taken,
         work_dir,
         default_service_account: config.default_service_account,
+        isolation: config.isolation,
+        budget: config.budget,
         rejected: std::sync::Mutex::default(),
     });
     controller::run(ctx, config.selector, nudged, shutdown).await;

@@ -101,6 +101,7 @@ pub fn crd() -> CustomResourceDefinition {
             "servingGeneration": {"type": "integer", "format": "int64"},
             "resources": {"type": "integer", "format": "int64"},
             "crd": {"type": "string"},
+            "reach": {"type": "array", "items": {"type": "string"}},
             "conditions": {"type": "array", "items": condition},
         },
     });
@@ -174,6 +175,8 @@ pub enum Reason {
     BreakingChange,
     /// The kind's base does not build.
     BaseFailed,
+    /// The definitions served would be larger than the operator's budget.
+    TooLarge,
     /// The CRD is established.
     Established,
     /// The CRD is applied but not (yet) established.
@@ -233,6 +236,10 @@ pub struct Status {
     /// The CRD's name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub crd: Option<String>,
+    /// What the identity writing the kind's objects could reach beyond a
+    /// resource's own namespace, one line per object type.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reach: Option<Vec<String>>,
     /// `Accepted`, `CRDEstablished`, `RightsGranted`, `Serving`.
     #[serde(default)]
     pub conditions: Vec<Condition>,

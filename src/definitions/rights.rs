@@ -10,7 +10,12 @@ use k8s_openapi::api::authorization::v1::{
 use kube::api::PostParams;
 use kube::{Api, Client};
 
-use crate::kinds::declared::rbac::Rule;
+use std::collections::BTreeSet;
+
+use kube::core::GroupVersionKind;
+use kube::discovery::Scope;
+
+use crate::kinds::declared::rbac::{ObjectType, Rule};
 
 /// The verbs the operator itself needs on the objects of a kind whose
 /// writes run as a tenant's ServiceAccount: reading them (ownership,
@@ -24,6 +29,16 @@ pub struct Missing {
     pub verb: String,
     /// The resource (`configmaps`, `deployments.apps`).
     pub resource: String,
+}
+
+impl Missing {
+    /// The same right, said to be `user`'s.
+    pub fn as_user(self, user: &str) -> Self {
+        Self {
+            verb: format!("({user}) {}", self.verb),
+            ..self
+        }
+    }
 }
 
 impl std::fmt::Display for Missing {
@@ -53,15 +68,19 @@ pub fn operator_rules(rules: &[Rule], own: usize, tenant_writes: bool) -> Vec<Ru
     needed
 }
 
-/// The rights of `rules` the client's identity lacks, cluster-wide.
-pub async fn missing(client: &Client, rules: &[Rule]) -> Result<Vec<Missing>, kube::Error> {
-    let api = Api::<SelfSubjectAccessReview>::all(client.clone());
+/// The rights of `rules` that `user` (the client's own identity when
+/// `None`, else impersonated) lacks, cluster-wide.
+pub async fn missing(
+    client: &Client,
+    rules: &[Rule],
+    user: Option<&str>,
+) -> Result<Vec<Missing>, kube::Error> {
     let mut missing = Vec::new();
     for rule in rules {
         for group in &rule.api_groups {
             for resource in &rule.resources {
                 for verb in &rule.verbs {
-                    if !allowed(&api, group, resource, verb).await? {
+                    if !review(client, user, group, resource, verb, None).await? {
                         missing.push(Missing {
                             verb: verb.clone(),
                             resource: qualified(group, resource),
@@ -72,6 +91,52 @@ pub async fn missing(client: &Client, rules: &[Rule]) -> Result<Vec<Missing>, ku
         }
     }
     Ok(missing)
+}
+
+/// What the identity writing a kind's objects could reach beyond a
+/// resource's own namespace, asked of discovery and of access reviews.
+/// A namespaced kind's objects stay in its resource's namespace (the
+/// engine refuses any other); a cluster-scoped kind's may go anywhere its
+/// writer may write: each object type says where that is.
+pub async fn reach(
+    client: &Client,
+    user: Option<&str>,
+    namespaced_kind: bool,
+    types: &BTreeSet<ObjectType>,
+) -> Result<Vec<String>, kube::Error> {
+    if namespaced_kind {
+        return Ok(vec![
+            "nothing beyond each resource's own namespace (a namespaced kind's objects stay there)"
+                .into(),
+        ]);
+    }
+    let mut lines = Vec::new();
+    for (api_version, kind) in types {
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        let gvk = GroupVersionKind::gvk(group, version, kind);
+        let (resource, caps) = match kube::discovery::pinned_kind(client, &gvk).await {
+            Ok(found) => found,
+            Err(kube::Error::Api(e)) if e.code == 404 => {
+                lines.push(format!("{kind} ({api_version}): not served by the cluster"));
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let name = qualified(&resource.group, &resource.plural);
+        let line = if caps.scope == Scope::Cluster {
+            if review(client, user, &resource.group, &resource.plural, "create", None).await? {
+                format!("{name}: cluster-scoped, may be created and changed")
+            } else {
+                format!("{name}: cluster-scoped, not granted")
+            }
+        } else if review(client, user, &resource.group, &resource.plural, "create", Some("kube-system")).await? {
+            format!("{name}: in every namespace, kube-system included")
+        } else {
+            format!("{name}: only in namespaces that grant it")
+        };
+        lines.push(line);
+    }
+    Ok(lines)
 }
 
 /// `resource.group`, or `resource` in the core group; a subresource
@@ -92,11 +157,17 @@ fn qualified(group: &str, resource: &str) -> String {
     }
 }
 
-async fn allowed(
-    api: &Api<SelfSubjectAccessReview>,
+/// Whether `user` (the client's own identity when `None`) may `verb`
+/// `resource` (`name` or `name/subresource`) of `group`, in `namespace` or
+/// cluster-wide: a SelfSubjectAccessReview, impersonating `user` when
+/// given (the operator holds `impersonate` for the accounts it writes as).
+async fn review(
+    client: &Client,
+    user: Option<&str>,
     group: &str,
     resource: &str,
     verb: &str,
+    namespace: Option<&str>,
 ) -> Result<bool, kube::Error> {
     let (name, subresource) = match resource.split_once('/') {
         Some((name, sub)) => (name, Some(sub.to_string())),
@@ -108,6 +179,7 @@ async fn allowed(
                 group: Some(group.to_string()),
                 resource: Some(name.to_string()),
                 subresource,
+                namespace: namespace.map(str::to_string),
                 verb: Some(verb.to_string()),
                 ..Default::default()
             }),
@@ -115,7 +187,22 @@ async fn allowed(
         },
         ..Default::default()
     };
-    let answer = api.create(&PostParams::default(), &review).await?;
+    let answer: SelfSubjectAccessReview = match user {
+        None => {
+            Api::<SelfSubjectAccessReview>::all(client.clone())
+                .create(&PostParams::default(), &review)
+                .await?
+        }
+        Some(user) => {
+            let body = serde_json::to_vec(&review).map_err(kube::Error::SerdeError)?;
+            let request = http::Request::post("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews")
+                .header(http::header::CONTENT_TYPE, "application/json")
+                .header("Impersonate-User", user)
+                .body(body)
+                .map_err(kube::Error::HttpError)?;
+            client.request(request).await?
+        }
+    };
     Ok(answer.status.is_some_and(|s| s.allowed))
 }
 

@@ -116,6 +116,15 @@ impl Serving {
             .and_then(|s| s.count.get())
     }
 
+    /// The bytes of the definitions served, but for `name`'s.
+    pub fn bytes_of_others(&self, name: &str) -> usize {
+        crate::sync::lock(&self.served)
+            .iter()
+            .filter(|(other, _)| other.as_str() != name)
+            .map(|(_, s)| s.generation.bytes)
+            .sum()
+    }
+
     /// The names and CRDs of the kinds served for other definitions.
     pub fn taken_by_others(&self, name: &str) -> Vec<Taken> {
         crate::sync::lock(&self.served)

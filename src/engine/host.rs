@@ -11,12 +11,17 @@ pub(crate) use super::kubectl::{
     Invocation, Kubectl, KubectlConfig, KubectlError, in_cluster_kubeconfig,
 };
 pub(crate) use super::live::ownership::{self, Discovery, Inspected, Verdict};
+pub(crate) use super::model::identity::{Identity, parse_cluster_account};
 pub(crate) use super::model::inventory::{ObjectId, Owner};
 pub(crate) use super::model::overlay::{Marking, OverlayError, RenderedOverlay, private_dir};
 pub(crate) use super::model::shard;
 pub(crate) use super::model::status::OUTPUT_LIMIT;
+pub(crate) use super::model::templates::{
+    CompiledTemplates, Isolation, TemplateError, TemplateFlavor, TemplateSources, compile_templates,
+};
 pub(crate) use super::reconcile::apply::{Rendered, render as render_plan};
 pub(crate) use super::reconcile::controller::{run as run_controller, stopped_before_first_list};
+pub(crate) use super::reconcile::events::{Events, Publish};
 pub(crate) use super::run::batch::BatchSettings;
 pub(crate) use super::run::build::{build_base, build_one};
 pub(crate) use super::{Engine, FIELD_MANAGER, FORGET_EVERY, Settings};

@@ -86,12 +86,14 @@ pub enum Invocation {
         /// The user to act as (`--as`); `None`: the operator itself.
         impersonate: Option<String>,
     },
-    /// `kubectl delete [--namespace=NS] --ignore-not-found=true --wait=false -- TYPE/NAME...`.
+    /// `kubectl [--as=USER] delete [--namespace=NS] --ignore-not-found=true --wait=false -- TYPE/NAME...`.
     Delete {
         /// The namespace of the objects; `None` for cluster-scoped ones.
         namespace: Option<String>,
         /// `resource.group/name` of each object.
         objects: Vec<String>,
+        /// The user to act as (`--as`); `None`: the operator itself.
+        impersonate: Option<String>,
     },
     /// `kubectl [--as=USER] delete --raw=PATH -f -`: deletes one object by
     /// its API path, with the `DeleteOptions` given on standard input (a
@@ -149,8 +151,13 @@ impl Invocation {
                 args.extend(["-f".into(), "-".into()]);
                 args
             }
-            Self::Delete { namespace, objects } => {
-                let mut args = vec!["delete".to_string()];
+            Self::Delete {
+                namespace,
+                objects,
+                impersonate,
+            } => {
+                let mut args = as_user(impersonate.as_deref());
+                args.push("delete".to_string());
                 if let Some(ns) = namespace {
                     args.push(format!("--namespace={ns}"));
                 }
@@ -942,6 +949,7 @@ mod tests {
             Invocation::Delete {
                 namespace: Some("ns".into()),
                 objects: vec!["deployments.apps/--all".into()],
+                impersonate: None,
             }
             .args(),
             [
@@ -980,6 +988,15 @@ mod tests {
             ]
         );
         assert!(delete.discards_stdout() && !apply.discards_stdout());
+        let foreign = Invocation::Delete {
+            namespace: None,
+            objects: vec!["pods/p".into()],
+            impersonate: Some("system:serviceaccount:ops:chaos".into()),
+        };
+        assert_eq!(
+            foreign.args()[..2],
+            ["--as=system:serviceaccount:ops:chaos", "delete"]
+        );
     }
 
     #[tokio::test]

@@ -43,6 +43,7 @@ use kube::Client;
 use self::kubectl::Kubectl;
 use self::live::ownership::Discovery;
 use self::live::watch::ObjectCache;
+use self::model::identity::Identity;
 use self::model::templates::KustomizeDir;
 use self::reconcile::events::Events;
 use self::reconcile::expiring::Expiring;
@@ -93,6 +94,10 @@ pub struct Settings {
     /// kinds with `tenant_writes` run as (`None`: the operator's own
     /// account, unless the kind names one).
     pub default_service_account: Option<String>,
+    /// The ServiceAccount the writes of cluster-scoped resources run as
+    /// (`--cluster-service-account`); without it, in an install writing as
+    /// tenants, they are refused.
+    pub cluster_service_account: Option<Identity>,
     /// The operator's own namespace: its accounts are never acted as.
     pub operator_namespace: Option<String>,
 }

@@ -43,7 +43,7 @@ use futures::future::BoxFuture;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
-use kube::api::ListParams;
+use kube::api::ApiResource;
 
 use crate::engine::host::{Engine, Marking, OverlayError, Owner, Rendered, render_plan};
 use crate::kind::{FieldConflicts, Handler, HandlerError, KustomizeDir, Step};
@@ -211,32 +211,95 @@ where
     <H::Resource as CustomResourceExt>::crd()
 }
 
-async fn is_installed<H: Handler>(
-    handler: &H,
+/// Whether the API server serves `resource` (its CRD is installed and
+/// established), and whether this client may list and watch it (in
+/// `namespace`, or across the cluster). Asked of discovery and of a
+/// SelfSubjectAccessReview: no object of any tenant is read, so none can
+/// keep the operator from starting.
+pub async fn served(
     client: &kube::Client,
+    resource: &ApiResource,
     namespace: Option<&str>,
-) -> Result<bool, kube::Error> {
-    let api = handler.api(client.clone(), namespace);
-    match api.list_metadata(&ListParams::default().limit(1)).await {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(false),
-        Err(e) => Err(e),
+) -> Result<Served, kube::Error> {
+    let listed = if resource.group.is_empty() {
+        client.list_core_api_resources(&resource.version).await
+    } else {
+        client.list_api_group_resources(&resource.api_version).await
+    };
+    let resources = match listed {
+        Ok(list) => list.resources,
+        Err(kube::Error::Api(e)) if e.code == 404 => return Ok(Served::NotInstalled),
+        Err(e) => return Err(e),
+    };
+    if !resources.iter().any(|r| r.name == resource.plural) {
+        return Ok(Served::NotInstalled);
     }
+    for verb in ["list", "watch"] {
+        if !may(client, resource, namespace, verb).await? {
+            return Ok(Served::Forbidden(verb));
+        }
+    }
+    Ok(Served::Yes)
 }
 
-/// True when the kind's CRD is installed and its resources can be listed.
-pub(crate) struct IsInstalled<'a> {
-    /// The cluster.
-    pub client: &'a kube::Client,
-    /// Listed in this namespace, if given.
-    pub namespace: Option<&'a str>,
+/// What [`served`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Served {
+    /// Served, and this client may list and watch it.
+    Yes,
+    /// Not served: the CRD is missing (or not established yet).
+    NotInstalled,
+    /// Served, but this client may not do this.
+    Forbidden(&'static str),
 }
 
-impl<'a> WithHandler for IsInstalled<'a> {
-    type Output = BoxFuture<'a, Result<bool, kube::Error>>;
+async fn may(
+    client: &kube::Client,
+    resource: &ApiResource,
+    namespace: Option<&str>,
+    verb: &str,
+) -> Result<bool, kube::Error> {
+    use k8s_openapi::api::authorization::v1::{
+        ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+    };
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                group: Some(resource.group.clone()),
+                resource: Some(resource.plural.clone()),
+                namespace: namespace.map(str::to_string),
+                verb: Some(verb.to_string()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let answer = kube::Api::<SelfSubjectAccessReview>::all(client.clone())
+        .create(&kube::api::PostParams::default(), &review)
+        .await?;
+    Ok(answer.status.is_some_and(|s| s.allowed))
+}
 
-    fn with<H: Handler>(self, handler: H) -> Self::Output {
-        Box::pin(async move { is_installed(&handler, self.client, self.namespace).await })
+/// Tells the client's guard the Rust type a kind's resources are read as,
+/// so one that does not decode as it is left out of lists and watches
+/// (declared kinds are read as `DynamicObject`, which any object is).
+pub(crate) struct CheckShape<'a> {
+    /// The guard of the operator's client.
+    pub guard: &'a crate::guard::Guard,
+    /// Where the kind is served.
+    pub resource: &'a ApiResource,
+}
+
+impl WithHandler for CheckShape<'_> {
+    type Output = ();
+
+    fn with<H: Handler>(self, _handler: H) -> Self::Output {
+        use std::any::TypeId;
+        if TypeId::of::<H::Resource>() != TypeId::of::<kube::api::DynamicObject>() {
+            self.guard
+                .check_shape::<H::Resource>(&self.resource.group, &self.resource.plural);
+        }
     }
 }
 

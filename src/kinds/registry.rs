@@ -11,8 +11,8 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 
 use super::declared::{self, DeclaredHandler, DeclaredKind, KindFileError};
 use super::{
-    IsInstalled, KindName, KindOptions, OwnedObjects, Render, RenderError, RenderLive,
-    RenderOutput, RunController, WithHandler,
+    CheckShape, KindName, KindOptions, OwnedObjects, Render, RenderError, RenderLive, RenderOutput,
+    RunController, Served, WithHandler, served,
 };
 use crate::engine::host::Engine;
 use crate::kind::KustomizeDir;
@@ -83,14 +83,26 @@ impl Kind {
         }
     }
 
-    /// True when the CRD is installed and its resources can be listed.
-    pub async fn is_installed(
+    /// Whether the API server serves the kind and the client may list and
+    /// watch it (in `namespace`, if given), asked without reading any
+    /// resource of it.
+    pub(crate) async fn served(
         &self,
         client: &kube::Client,
         namespace: Option<&str>,
-    ) -> Result<bool, kube::Error> {
-        let action = IsInstalled { client, namespace };
-        self.with_handler(&KindOptions::default(), action).await
+    ) -> Result<Served, kube::Error> {
+        served(client, &self.api_resource().0, namespace).await
+    }
+
+    /// Has `guard` leave out a resource of this kind that its Rust type
+    /// cannot read, instead of failing the list or watch holding it.
+    pub fn check_shape(&self, guard: &crate::guard::Guard) {
+        let (resource, _) = self.api_resource();
+        let action = CheckShape {
+            guard,
+            resource: &resource,
+        };
+        self.with_handler(&KindOptions::default(), action);
     }
 
     /// Runs the kind's controller until `shutdown` resolves.

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod deploy;
+pub mod greeting;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -299,6 +300,11 @@ pub fn run_args(namespace: &str, extra: &[&str]) -> RunArgs {
     if !extra.contains(&"--kubectl") {
         argv.extend(["--kubectl".into(), kubectl.display().to_string()]);
     }
+    // In process, the running binary is the test's: workers run the operator's.
+    argv.extend([
+        "--render-worker".into(),
+        env!("CARGO_BIN_EXE_kustomize-operator").into(),
+    ]);
     if !serves_definitions(extra) {
         argv.push("--serve-kind-definitions=false".into());
     }

@@ -60,6 +60,15 @@ down, those whose writes can run as the tenant.
 {{- end -}}
 
 {{/*
+"true" when the release serves KindDefinitions (and grants the CRD rights
+they take): always, but locked down only with writeAs.kindDefinitions, as
+overlays/locked-down and its component kind-definitions/.
+*/}}
+{{- define "kustomize-operator.servesKindDefinitions" -}}
+{{- if or (not .Values.writeAs.lockedDown) .Values.writeAs.kindDefinitions -}}true{{- end -}}
+{{- end -}}
+
+{{/*
 "true" when the kind given as `kind` runs: `kinds` is empty or lists it.
 Usage: include "kustomize-operator.runs" (dict "root" . "kind" "sample")
 */}}
@@ -85,6 +94,12 @@ with a message naming the value.
 {{- if and .Values.writeAs.lockedDown (not .Values.writeAs.serviceAccountName) -}}
 {{- fail "writeAs.lockedDown needs writeAs.serviceAccountName: the account of each namespace that writes for its resources" -}}
 {{- end -}}
+{{- if and .Values.writeAs.kindDefinitions (not .Values.writeAs.lockedDown) -}}
+{{- fail "writeAs.kindDefinitions is for writeAs.lockedDown: other installs serve KindDefinitions anyway" -}}
+{{- end -}}
+{{- if and .Values.writeAs.clusterServiceAccount (not .Values.writeAs.serviceAccountName) -}}
+{{- fail "writeAs.clusterServiceAccount needs writeAs.serviceAccountName: without it every write runs as the operator's own account" -}}
+{{- end -}}
 {{- if and .Values.writeAs.lockedDown (has "chaosagent" .Values.kinds) -}}
 {{- fail "kinds: chaosagent acts as the operator itself and cannot run with writeAs.lockedDown" -}}
 {{- end -}}
@@ -94,7 +109,7 @@ with a message naming the value.
 {{- if ne (len .Values.copyratorNamespaces) (len (uniq .Values.copyratorNamespaces)) -}}
 {{- fail (printf "copyratorNamespaces lists a namespace twice: %s" (join "," .Values.copyratorNamespaces)) -}}
 {{- end -}}
-{{- $fromValues := dict "DEFAULT_SERVICE_ACCOUNT" "writeAs.serviceAccountName" "KINDS" "kinds" "WATCH_NAMESPACE" "watchNamespace" "COPYRATOR_NAMESPACES" "copyratorNamespaces" "LEADER_ELECT" "leaderElection.enabled" "NAMESPACE" "the release's namespace" "POD_NAME" "the Pod's name" "SHARD" "shard" -}}
+{{- $fromValues := dict "DEFAULT_SERVICE_ACCOUNT" "writeAs.serviceAccountName" "KINDS" "kinds" "WATCH_NAMESPACE" "watchNamespace" "COPYRATOR_NAMESPACES" "copyratorNamespaces" "LEADER_ELECT" "leaderElection.enabled" "NAMESPACE" "the release's namespace" "POD_NAME" "the Pod's name" "SHARD" "shard" "SERVE_KIND_DEFINITIONS" "writeAs.lockedDown and writeAs.kindDefinitions" "CLUSTER_SERVICE_ACCOUNT" "writeAs.clusterServiceAccount" -}}
 {{- range .Values.extraEnv -}}
 {{- if hasKey $fromValues .name -}}
 {{- fail (printf "extraEnv: %s is set by the chart from %s" .name (get $fromValues .name)) -}}
@@ -161,6 +176,14 @@ the order of the values' variables, then deploy/operator/deployment.yaml's.
 {{- end }}
 {{- with .Values.writeAs.serviceAccountName }}
 - name: DEFAULT_SERVICE_ACCOUNT
+  value: {{ . | quote }}
+{{- end }}
+{{- if not (include "kustomize-operator.servesKindDefinitions" .) }}
+- name: SERVE_KIND_DEFINITIONS
+  value: "false"
+{{- end }}
+{{- with .Values.writeAs.clusterServiceAccount }}
+- name: CLUSTER_SERVICE_ACCOUNT
   value: {{ . | quote }}
 {{- end }}
 # The operator's namespace, from the downward API: the Lease lives here.

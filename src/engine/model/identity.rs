@@ -5,7 +5,11 @@
 //!
 //! Only writes change identity: applies, prunes and deletes. Reads, watches,
 //! status and events stay with the operator. The engine never acts as an
-//! account of a system namespace or of the operator's own namespace.
+//! account of a system namespace or of the operator's own namespace for a
+//! resource there. A cluster-scoped resource has no namespace account: it
+//! writes as the account `--cluster-service-account` names, and in an
+//! install that writes as tenants without one it is refused, so the
+//! operator's own account writes nothing there.
 
 use super::inventory::Owner;
 
@@ -51,31 +55,78 @@ impl std::fmt::Display for Identity {
     }
 }
 
-/// Why the engine refuses to act for a resource at all.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "writes for resources in namespace {namespace} would run as ServiceAccount {namespace}/{account}, and the operator never acts as an account of a system namespace or of its own namespace; nothing was applied"
-)]
-pub struct ProtectedNamespace {
-    /// The resource's namespace.
-    pub namespace: String,
-    /// The account it would have acted as.
-    pub account: String,
+/// Whose rights the writes of one kind's resources use, as the install and
+/// the kind name them.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Writers<'a> {
+    /// The ServiceAccount named for the kind's writes (the kind's own, else
+    /// `--default-service-account`): the install writes as tenants.
+    pub account: Option<&'a str>,
+    /// The kind makes things for the users of its namespaced resources:
+    /// those write as `account` of their own namespace.
+    pub tenant_writes: bool,
+    /// The account cluster-scoped resources write as
+    /// (`--cluster-service-account`).
+    pub cluster_account: Option<&'a Identity>,
+    /// The operator's own namespace: its accounts are never acted as for a
+    /// resource in it.
+    pub operator_namespace: Option<&'a str>,
 }
 
-/// The identity `owner`'s writes run as: the ServiceAccount `account` of
-/// its namespace when one is named and the owner is namespaced, else the
-/// operator's own. Refused in a protected namespace.
-pub fn for_owner(
-    owner: &Owner,
-    account: Option<&str>,
-    operator_namespace: Option<&str>,
-) -> Result<Identity, ProtectedNamespace> {
-    let (Some(namespace), Some(account)) = (owner.namespace.as_deref(), account) else {
+/// Why the engine refuses to act for a resource at all.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// A namespaced resource in a namespace whose accounts are never acted as.
+    #[error(
+        "writes for resources in namespace {namespace} would run as ServiceAccount {namespace}/{account}, and the operator never acts as an account of a system namespace or of its own namespace; nothing was applied"
+    )]
+    ProtectedNamespace {
+        /// The resource's namespace.
+        namespace: String,
+        /// The account it would have acted as.
+        account: String,
+    },
+    /// A cluster-scoped resource, while the install writes as tenants and
+    /// names no account for cluster-scoped kinds.
+    #[error(
+        "{kind} {name} is cluster-scoped and has no namespace whose ServiceAccount {account} could write for it, and this operator writes as tenants, never as its own account: run it with --cluster-service-account NAMESPACE/NAME (CLUSTER_SERVICE_ACCOUNT), the account cluster-scoped resources write as; nothing was applied"
+    )]
+    NoClusterAccount {
+        /// The resource's kind.
+        kind: String,
+        /// Its name.
+        name: String,
+        /// The account namespaced resources write as.
+        account: String,
+    },
+}
+
+/// The identity `owner`'s writes run as:
+///
+/// - a namespaced owner of a kind that writes for tenants, with an account
+///   named: that ServiceAccount of its namespace (refused in a protected
+///   namespace);
+/// - a cluster-scoped owner: the cluster account when one is named; else,
+///   when the install writes as tenants (an account is named), refused:
+///   the operator's own account never writes for it then;
+/// - otherwise the operator's own account.
+pub fn for_owner(owner: &Owner, writers: &Writers<'_>) -> Result<Identity, Refusal> {
+    let Some(namespace) = owner.namespace.as_deref() else {
+        return match (writers.cluster_account, writers.account) {
+            (Some(cluster), _) => Ok(cluster.clone()),
+            (None, Some(account)) => Err(Refusal::NoClusterAccount {
+                kind: owner.kind.clone(),
+                name: owner.name.clone(),
+                account: account.to_string(),
+            }),
+            (None, None) => Ok(Identity::Operator),
+        };
+    };
+    let Some(account) = writers.account.filter(|_| writers.tenant_writes) else {
         return Ok(Identity::Operator);
     };
-    if PROTECTED_NAMESPACES.contains(&namespace) || operator_namespace == Some(namespace) {
-        return Err(ProtectedNamespace {
+    if PROTECTED_NAMESPACES.contains(&namespace) || writers.operator_namespace == Some(namespace) {
+        return Err(Refusal::ProtectedNamespace {
             namespace: namespace.to_string(),
             account: account.to_string(),
         });
@@ -83,6 +134,32 @@ pub fn for_owner(
     Ok(Identity::ServiceAccount {
         namespace: namespace.to_string(),
         name: account.to_string(),
+    })
+}
+
+/// Parses `--cluster-service-account`: `NAMESPACE/NAME`, a namespace name
+/// and a ServiceAccount name.
+pub fn parse_cluster_account(text: &str) -> Result<Identity, String> {
+    let (namespace, name) = text.split_once('/').ok_or_else(|| {
+        format!(
+            "{text:?} is not NAMESPACE/NAME (the ServiceAccount cluster-scoped resources write as)"
+        )
+    })?;
+    let namespace_ok = (1..=63).contains(&namespace.len())
+        && namespace
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !namespace.starts_with('-')
+        && !namespace.ends_with('-');
+    if !namespace_ok {
+        return Err(format!(
+            "{namespace:?} is not a namespace name (in {text:?}, NAMESPACE/NAME)"
+        ));
+    }
+    check_account_name(name)?;
+    Ok(Identity::ServiceAccount {
+        namespace: namespace.to_string(),
+        name: name.to_string(),
     })
 }
 
@@ -112,9 +189,19 @@ mod tests {
         Owner::sample_web(namespace)
     }
 
+    /// An install writing as `account` (a kind writing for tenants).
+    fn tenant(account: Option<&str>) -> Writers<'_> {
+        Writers {
+            account,
+            tenant_writes: true,
+            cluster_account: None,
+            operator_namespace: Some("ops"),
+        }
+    }
+
     #[test]
     fn a_named_account_of_the_owners_namespace_is_impersonated() {
-        let id = for_owner(&owner(Some("team-a")), Some("deployer"), Some("ops")).unwrap();
+        let id = for_owner(&owner(Some("team-a")), &tenant(Some("deployer"))).unwrap();
         assert_eq!(
             id.username().as_deref(),
             Some("system:serviceaccount:team-a:deployer")
@@ -123,13 +210,21 @@ mod tests {
     }
 
     #[test]
-    fn without_an_account_or_a_namespace_the_operator_acts() {
+    fn without_an_account_the_operator_acts() {
         assert_eq!(
-            for_owner(&owner(Some("team-a")), None, None),
+            for_owner(&owner(Some("team-a")), &tenant(None)),
             Ok(Identity::Operator)
         );
         assert_eq!(
-            for_owner(&owner(None), Some("deployer"), None),
+            for_owner(&owner(None), &tenant(None)),
+            Ok(Identity::Operator)
+        );
+        let not_for_tenants = Writers {
+            tenant_writes: false,
+            ..tenant(Some("deployer"))
+        };
+        assert_eq!(
+            for_owner(&owner(Some("team-a")), &not_for_tenants),
             Ok(Identity::Operator)
         );
         assert_eq!(Identity::Operator.username(), None);
@@ -138,9 +233,89 @@ mod tests {
     #[test]
     fn system_namespaces_and_the_operators_own_are_refused() {
         for ns in PROTECTED_NAMESPACES.iter().chain(&["ops"]) {
-            let err = for_owner(&owner(Some(ns)), Some("deployer"), Some("ops")).unwrap_err();
-            assert_eq!(err.namespace, *ns);
+            let err = for_owner(&owner(Some(ns)), &tenant(Some("deployer"))).unwrap_err();
+            assert!(
+                matches!(&err, Refusal::ProtectedNamespace { namespace, .. } if namespace == ns),
+                "{err:?}"
+            );
             assert!(err.to_string().contains("never acts as"), "{err}");
+        }
+    }
+
+    /// In an install writing as tenants, a cluster-scoped resource writes as
+    /// the cluster account, or not at all: never as the operator.
+    #[test]
+    fn a_cluster_scoped_owner_writes_as_the_cluster_account_or_is_refused() {
+        let err = for_owner(&owner(None), &tenant(Some("deployer"))).unwrap_err();
+        assert_eq!(
+            err,
+            Refusal::NoClusterAccount {
+                kind: "Sample".into(),
+                name: "web".into(),
+                account: "deployer".into(),
+            }
+        );
+        let message = err.to_string();
+        for needle in [
+            "Sample web is cluster-scoped",
+            "--cluster-service-account",
+            "CLUSTER_SERVICE_ACCOUNT",
+            "nothing was applied",
+        ] {
+            assert!(message.contains(needle), "{message}");
+        }
+        // Whether or not the kind writes for tenants: a cluster-scoped kind
+        // never does, the install does.
+        let cluster = parse_cluster_account("platform/cluster-writer").unwrap();
+        for tenant_writes in [true, false] {
+            let writers = Writers {
+                cluster_account: Some(&cluster),
+                tenant_writes,
+                ..tenant(Some("deployer"))
+            };
+            assert_eq!(for_owner(&owner(None), &writers), Ok(cluster.clone()));
+            // Namespaced resources are not affected by it.
+            assert_eq!(
+                for_owner(&owner(Some("team-a")), &writers).map(|id| id.to_string()),
+                Ok(if tenant_writes {
+                    "ServiceAccount team-a/deployer"
+                } else {
+                    "the operator's own account"
+                }
+                .to_string())
+            );
+        }
+        // Named on an install that does not write as tenants, it is used too.
+        let named = Writers {
+            cluster_account: Some(&cluster),
+            ..tenant(None)
+        };
+        assert_eq!(for_owner(&owner(None), &named), Ok(cluster.clone()));
+        assert_eq!(
+            cluster.username().as_deref(),
+            Some("system:serviceaccount:platform:cluster-writer")
+        );
+    }
+
+    #[test]
+    fn the_cluster_account_is_namespace_slash_name() {
+        assert_eq!(
+            parse_cluster_account("kustomize-operator-system/writer"),
+            Ok(Identity::ServiceAccount {
+                namespace: "kustomize-operator-system".into(),
+                name: "writer".into(),
+            })
+        );
+        for bad in [
+            "writer",
+            "/writer",
+            "ns/",
+            "NS/writer",
+            "ns/Writer",
+            "a/b/c",
+            "-ns/w",
+        ] {
+            assert!(parse_cluster_account(bad).is_err(), "{bad:?}");
         }
     }
 }

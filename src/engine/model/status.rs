@@ -89,8 +89,9 @@ pub enum Reason {
     /// The operator does not serve the resource's namespace (CopyratorRule).
     NamespaceNotServed,
     /// The identity the resource's writes run as may not make them (a
-    /// tenant's ServiceAccount without the right, a missing account, or a
-    /// namespace the operator never acts in).
+    /// tenant's ServiceAccount without the right, a missing account, a
+    /// namespace the operator never acts in, or a cluster-scoped resource
+    /// in an install writing as tenants with no account named for it).
     Forbidden,
     /// A reason this version does not know (written by another version).
     #[serde(other)]

@@ -340,10 +340,10 @@ async fn run_steps<H: Handler>(
                 }
             }
             (Step::Patch { field_manager, .. }, Some(overlay)) => {
-                steps::patch_foreign(engine, overlay, field_manager, &mut done).await
+                steps::patch_foreign(engine, overlay, field_manager, &identity, &mut done).await
             }
             (Step::DeleteForeign { objects }, _) => {
-                steps::delete_foreign(engine, objects, &mut done).await
+                steps::delete_foreign(engine, objects, &identity, &mut done).await
             }
             _ => Err(Failure::new(
                 Reason::RenderFailed,

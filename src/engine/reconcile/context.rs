@@ -78,21 +78,23 @@ impl<H: Handler> Context<H> {
 
     /// Whose rights the writes of `owner` use: a ServiceAccount of its
     /// namespace when the kind writes for tenants and an account is named
-    /// (by the kind, else by `--default-service-account`), else the
-    /// operator's own. `Forbidden` in a namespace never acted in.
+    /// (by the kind, else by `--default-service-account`); for a
+    /// cluster-scoped owner the account `--cluster-service-account` names,
+    /// or, in an install writing as tenants without one, none (refused);
+    /// else the operator's own. `Forbidden` when refused.
     pub fn identity(&self, owner: &Owner) -> Result<Identity, Failure> {
         let policy = &self.handler.info().policy;
         let settings = &self.engine.settings;
-        let account = policy
-            .tenant_writes
-            .then(|| {
-                policy
-                    .service_account
-                    .as_deref()
-                    .or(settings.default_service_account.as_deref())
-            })
-            .flatten();
-        identity::for_owner(owner, account, settings.operator_namespace.as_deref())
+        let writers = identity::Writers {
+            account: policy
+                .service_account
+                .as_deref()
+                .or(settings.default_service_account.as_deref()),
+            tenant_writes: policy.tenant_writes,
+            cluster_account: settings.cluster_service_account.as_ref(),
+            operator_namespace: settings.operator_namespace.as_deref(),
+        };
+        identity::for_owner(owner, &writers)
             .map_err(|e| Failure::new(Reason::Forbidden, e.to_string()))
     }
 

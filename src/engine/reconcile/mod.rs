@@ -17,7 +17,7 @@ pub(in crate::engine) mod checkup;
 pub(in crate::engine) mod cleanup;
 pub(in crate::engine) mod context;
 pub(crate) mod controller;
-pub(in crate::engine) mod events;
+pub(crate) mod events;
 pub(in crate::engine) mod expiring;
 pub(in crate::engine) mod parked;
 pub(in crate::engine) mod primer;

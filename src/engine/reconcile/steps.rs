@@ -325,11 +325,13 @@ pub(crate) fn failure_message(record: &CommandRecord) -> String {
     }
 }
 
-/// Server-side applies partial objects the resource does not own.
+/// Server-side applies partial objects the resource does not own, as
+/// `identity`.
 pub(crate) async fn patch_foreign(
     engine: &Engine,
     overlay: &RenderedOverlay,
     field_manager: &str,
+    identity: &Identity,
     done: &mut Done,
 ) -> Result<(), Failure> {
     let Some(manifests) = overlay.prebuilt().filter(|_| overlay.is_plain()) else {
@@ -339,19 +341,21 @@ pub(crate) async fn patch_foreign(
         ));
     };
     let documents = manifests.iter().map(Document::of).collect();
-    let operator = Identity::Operator;
-    let record = apply(engine, documents, field_manager, true, &operator).await?;
+    let record = apply(engine, documents, field_manager, true, identity).await?;
     if !record.succeeded() {
-        return Err(apply_failure(record, Reason::ActionFailed, &operator));
+        let failure = apply_failure(record, Reason::ActionFailed, identity);
+        return Err(explain_forbidden(engine, identity, failure).await);
     }
     done.ran(record);
     Ok(())
 }
 
-/// Deletes objects the resource does not own (objects already gone count).
+/// Deletes objects the resource does not own, as `identity` (objects
+/// already gone count).
 pub(crate) async fn delete_foreign(
     engine: &Engine,
     objects: &[ObjectId],
+    identity: &Identity,
     done: &mut Done,
 ) -> Result<(), Failure> {
     let mut resolved = Vec::with_capacity(objects.len());
@@ -368,7 +372,7 @@ pub(crate) async fn delete_foreign(
             })?;
         resolved.push((id.clone(), served.kubectl_arg(&id.name), served.namespaced));
     }
-    run_deletes(engine, resolved, Reason::ActionFailed, done).await
+    run_deletes(engine, resolved, Reason::ActionFailed, identity, done).await
 }
 
 /// What deleting a resource's own objects did.
@@ -654,6 +658,7 @@ async fn run_deletes(
     engine: &Engine,
     targets: Vec<(ObjectId, String, bool)>,
     reason: Reason,
+    identity: &Identity,
     done: &mut Done,
 ) -> Result<(), Failure> {
     let mut by_namespace: BTreeMap<Option<String>, Vec<String>> = BTreeMap::new();
@@ -666,6 +671,7 @@ async fn run_deletes(
             let invocation = Invocation::Delete {
                 namespace: namespace.clone(),
                 objects: chunk.to_vec(),
+                impersonate: identity.username(),
             };
             let record = engine
                 .kubectl
@@ -673,6 +679,11 @@ async fn run_deletes(
                 .await
                 .map_err(|e| Failure::new(reason, e.to_string()))?;
             if !record.succeeded() {
+                // As a ServiceAccount, a refusal names it (`Forbidden`).
+                if *identity != Identity::Operator {
+                    let failure = run_failure(record, reason, identity);
+                    return Err(explain_forbidden(engine, identity, failure).await);
+                }
                 return Err(Failure {
                     reason,
                     message: failure_message(&record),

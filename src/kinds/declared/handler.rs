@@ -149,8 +149,20 @@ impl Handler for DeclaredHandler {
                 let value = name
                     .and_then(|n| find(objects, &field.from, &n))
                     .and_then(|(_, o)| dotted(o, &field.path));
-                if let Some(value) = value {
-                    fields.insert(field.field.clone(), value.clone());
+                match value.map(|v| fit(v, &field.type_)) {
+                    Some(Ok(value)) => {
+                        fields.insert(field.field.clone(), value);
+                    }
+                    // Written as it is, the API server would refuse the
+                    // whole status: the field is left out and Ready says why.
+                    Some(Err(what)) => read.not_ready.push(format!(
+                        "status.{}: {} of {} is {what}, not the {} the kind file's status[{i}] declares; left out",
+                        field.field,
+                        field.path,
+                        field.from.kind.to_lowercase(),
+                        field.type_
+                    )),
+                    None => {}
                 }
             }
             read.status = Some(fields);
@@ -161,6 +173,28 @@ impl Handler for DeclaredHandler {
             }
         }
         read
+    }
+}
+
+/// `value` as a status field of OpenAPI type `type_` (a number or a
+/// boolean may be written as a string); else what it is.
+fn fit(value: &Value, type_: &str) -> Result<Value, &'static str> {
+    let what = match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "an integer",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    };
+    match (type_, value) {
+        ("integer", Value::Number(n)) if n.is_i64() || n.is_u64() => Ok(value.clone()),
+        ("number", Value::Number(_))
+        | ("boolean", Value::Bool(_))
+        | ("string", Value::String(_)) => Ok(value.clone()),
+        ("string", Value::Number(_) | Value::Bool(_)) => Ok(Value::String(value.to_string())),
+        _ => Err(what),
     }
 }
 
@@ -232,6 +266,17 @@ pub fn dotted<'a>(value: &'a Value, path: &str) -> Option<&'a Value> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_status_value_is_written_only_in_its_declared_type() {
+        assert_eq!(fit(&json!(2), "integer"), Ok(json!(2)));
+        assert_eq!(fit(&json!(2.5), "number"), Ok(json!(2.5)));
+        assert_eq!(fit(&json!(2), "string"), Ok(json!("2")));
+        assert_eq!(fit(&json!(true), "boolean"), Ok(json!(true)));
+        assert_eq!(fit(&json!([{"type": "Ready"}]), "string"), Err("a list"));
+        assert_eq!(fit(&json!(2.5), "integer"), Err("a number"));
+        assert_eq!(fit(&json!("x"), "integer"), Err("a string"));
+    }
 
     #[test]
     fn dotted_paths_read_nested_fields() {

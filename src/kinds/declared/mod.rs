@@ -124,6 +124,13 @@ impl DeclaredKind {
         })
     }
 
+    /// Renders its templated strings in `isolation` from now on (a kind
+    /// defined in the cluster; its templates and base go with
+    /// [`KustomizeDir::isolate`]).
+    pub fn isolate(&mut self, isolation: Arc<dyn crate::kind::Isolation>) {
+        self.recipe.isolate(isolation);
+    }
+
     /// The kind's short name (`--kinds`, its folder).
     pub fn name(&self) -> &str {
         &self.file.metadata.name

@@ -4,6 +4,7 @@
 //! resource. Their results are data (serialized, never pasted into YAML).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use kube::ResourceExt;
 use serde_json::{Value, json};
@@ -12,14 +13,19 @@ use tera::{Context, Tera};
 use super::file::{GeneratorSpec, KindSpec, ReadinessRule, Scope};
 use super::object::DeclaredObject;
 use crate::kind::{
-    ConfigMapGenerator, HandlerError, Labels, Overlay, PatchTemplate, ResourceTemplate, Target,
-    kustomize_refuses,
+    ConfigMapGenerator, HandlerError, Isolation, Labels, Overlay, PatchTemplate, ResourceTemplate,
+    Target, TemplateError, TemplateFlavor, TemplateSources, checked, kustomize_refuses, plain_tera,
+    render_limited,
 };
 
 /// The compiled templated strings of one kind file.
 #[derive(Debug, Clone)]
 pub struct Recipe {
     tera: Tera,
+    /// The templated strings' text, for an isolated renderer.
+    sources: Arc<TemplateSources>,
+    /// Where they render, when not in this process.
+    isolated: Option<Arc<dyn Isolation>>,
     /// The schema of `spec`, for its defaults.
     schema: Value,
 }
@@ -32,10 +38,19 @@ fn key(parts: &[&str]) -> String {
 impl Recipe {
     /// Parses every templated string of `spec`; an error names the field.
     pub fn compile(spec: &KindSpec) -> Result<Self, (String, String)> {
-        let mut tera = Tera::default();
+        let mut tera = plain_tera();
+        let mut fields = BTreeMap::new();
+        let mut texts = Vec::new();
         let mut add = |name: String, field: String, text: &str| {
-            tera.add_raw_template(&name, text)
-                .map_err(|e| (field, format!("not a valid template: {}", chain(&e))))
+            tera.add_raw_template(&name, text).map_err(|e| {
+                (
+                    field.clone(),
+                    format!("not a valid template: {}", chain(&e)),
+                )
+            })?;
+            texts.push((name.clone(), text.to_string()));
+            fields.insert(name, field);
+            Ok::<_, (String, String)>(())
         };
         let o = &spec.overlay;
         for (i, labels) in o.labels.iter().enumerate() {
@@ -101,10 +116,23 @@ impl Recipe {
                 )?;
             }
         }
+        checked(&tera).map_err(|e| match e {
+            TemplateError::Invalid { name, reason } => {
+                (fields.get(&name).cloned().unwrap_or(name), reason)
+            }
+            other => ("spec".to_string(), other.to_string()),
+        })?;
         Ok(Self {
             tera,
+            sources: Arc::new(TemplateSources::new(TemplateFlavor::Strings, texts)),
+            isolated: None,
             schema: spec.schema.clone(),
         })
+    }
+
+    /// Renders the templated strings in `isolation` from now on.
+    pub fn isolate(&mut self, isolation: Arc<dyn Isolation>) {
+        self.isolated = Some(isolation);
     }
 
     /// What templates see of `resource`: [`context`], with the defaults of
@@ -118,10 +146,20 @@ impl Recipe {
 
     /// Renders the templated string `name` for a resource's `context`.
     pub fn render(&self, name: &str, context: &Context) -> Result<String, HandlerError> {
-        self.tera.render(name, context).map_err(|e| {
+        let rendered = match &self.isolated {
+            Some(isolation) => isolation.render(&self.sources, name, &context.clone().into_json()),
+            None => render_limited(&self.tera, name, context).map_err(|e| TemplateError::Render {
+                name: name.to_string(),
+                reason: chain(&e),
+            }),
+        };
+        rendered.map_err(|e| {
+            let reason = match e {
+                TemplateError::Render { reason, .. } => reason,
+                other => other.to_string(),
+            };
             HandlerError::Invalid(format!(
-                "the kind file's {name} does not render for this resource: {}",
-                chain(&e)
+                "the kind file's {name} does not render for this resource: {reason}"
             ))
         })
     }

@@ -23,9 +23,14 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::Serialize;
 use tera::{Context, Tera};
+
+mod base;
+mod checks;
+mod functions;
 
 /// An error while loading or rendering templates.
 #[derive(Debug, thiserror::Error)]
@@ -75,6 +80,9 @@ pub enum TemplateError {
         /// The other.
         second: PathBuf,
     },
+    /// A kustomization of a base names something outside the base.
+    #[error(transparent)]
+    Base(#[from] base::BaseRefusal),
     /// A template asked for by a kind does not exist.
     #[error("no template named {0}")]
     Unknown(String),
@@ -95,6 +103,10 @@ pub struct KustomizeDir {
     tera: Tera,
     bases: BTreeMap<String, BTreeMap<String, Vec<u8>>>,
     roots: BTreeMap<String, PathBuf>,
+    /// Where the templates render, when not in this process.
+    isolated: Option<Arc<dyn Isolation>>,
+    /// The templates' text, for an isolated renderer.
+    sources: Arc<TemplateSources>,
 }
 
 /// The folders of a kind folder that hold templates.
@@ -110,78 +122,38 @@ impl KustomizeDir {
     /// Loads every kind folder under each of `roots` (a kind folder's name
     /// must be unique across them).
     pub fn load_all(roots: &[PathBuf]) -> Result<Self, TemplateError> {
-        let mut dir = Self {
-            tera: new_tera(),
-            bases: BTreeMap::new(),
-            roots: BTreeMap::new(),
-        };
+        let mut bases = BTreeMap::new();
+        let mut found: BTreeMap<String, PathBuf> = BTreeMap::new();
         let mut templates = Vec::new();
         for root in roots {
             for entry in kind_folders(root)? {
                 let kind = entry.file_name().to_string_lossy().into_owned();
-                if let Some(other) = dir.roots.get(&kind) {
+                if let Some(other) = found.get(&kind) {
                     return Err(TemplateError::Duplicate {
                         kind,
                         first: other.clone(),
                         second: root.clone(),
                     });
                 }
-                dir.load_kind(root, &entry.path(), &kind, &mut templates)?;
-                dir.roots.insert(kind, root.clone());
+                let base = load_kind(root, &entry.path(), &kind, &mut templates)?;
+                bases.insert(kind.clone(), base);
+                found.insert(kind, root.clone());
             }
         }
-        for (name, text) in &templates {
-            dir.tera
-                .add_raw_template(name, text)
-                .map_err(|e| TemplateError::Invalid {
-                    name: name.clone(),
-                    reason: error_chain(&e),
-                })?;
-        }
-        for template in dir.tera.templates.values_mut() {
-            every_output_as_data(template);
-        }
-        Ok(dir)
+        let compiled = compile_templates(TemplateFlavor::Files, &templates)?;
+        Ok(Self {
+            tera: compiled.tera,
+            bases,
+            roots: found,
+            isolated: None,
+            sources: Arc::new(TemplateSources::new(TemplateFlavor::Files, templates)),
+        })
     }
 
-    fn load_kind(
-        &mut self,
-        root: &Path,
-        folder: &Path,
-        kind: &str,
-        templates: &mut Vec<(String, String)>,
-    ) -> Result<(), TemplateError> {
-        let base_dir = folder.join("base");
-        if !base_dir.join("kustomization.yaml").is_file() {
-            return Err(TemplateError::MissingBase {
-                dir: root.to_path_buf(),
-                kind: kind.to_string(),
-            });
-        }
-        let mut files = BTreeMap::new();
-        collect_files(&base_dir, &base_dir, &mut files)?;
-        self.bases.insert(kind.to_string(), files);
-        for sub in TEMPLATE_DIRS {
-            let dir = folder.join(sub);
-            if !dir.is_dir() {
-                continue;
-            }
-            let mut found = BTreeMap::new();
-            collect_files(&dir, &dir, &mut found)?;
-            for (rel, bytes) in found {
-                let name = format!("{kind}/{sub}/{rel}");
-                if TemplateFormat::of(&name).is_none() {
-                    return Err(TemplateError::Format { name });
-                }
-                let text = String::from_utf8(bytes).map_err(|_| TemplateError::Invalid {
-                    name: name.clone(),
-                    reason: "not UTF-8".into(),
-                })?;
-                check_no_escape_bypass(&name, &text)?;
-                templates.push((name, text));
-            }
-        }
-        Ok(())
+    /// Renders this directory's templates in `isolation` from now on
+    /// (a kind defined in the cluster: its templates are hostile input).
+    pub fn isolate(&mut self, isolation: Arc<dyn Isolation>) {
+        self.isolated = Some(isolation);
     }
 
     /// The kind folders found, with the directory each was found in.
@@ -208,17 +180,160 @@ impl KustomizeDir {
         if !self.tera.get_template_names().any(|n| n == name) {
             return Err(TemplateError::Unknown(name.to_string()));
         }
-        let context = Context::from_serialize(values).map_err(|e| TemplateError::Render {
+        let failed = |e: &dyn std::error::Error| TemplateError::Render {
             name: name.to_string(),
-            reason: error_chain(&e),
-        })?;
-        self.tera
-            .render(name, &context)
-            .map_err(|e| TemplateError::Render {
-                name: name.to_string(),
-                reason: error_chain(&e),
-            })
+            reason: error_chain(e),
+        };
+        if let Some(isolation) = &self.isolated {
+            let values = serde_json::to_value(values).map_err(|e| failed(&e))?;
+            return isolation.render(&self.sources, name, &values);
+        }
+        let context = Context::from_serialize(values).map_err(|e| failed(&e))?;
+        render_limited(&self.tera, name, &context).map_err(|e| failed(&e))
     }
+}
+
+/// Reads the kind folder `folder` of `root`: its base files, returned, and
+/// its templates, added to `templates`.
+fn load_kind(
+    root: &Path,
+    folder: &Path,
+    kind: &str,
+    templates: &mut Vec<(String, String)>,
+) -> Result<BTreeMap<String, Vec<u8>>, TemplateError> {
+    let base_dir = folder.join("base");
+    if !base_dir.join("kustomization.yaml").is_file() {
+        return Err(TemplateError::MissingBase {
+            dir: root.to_path_buf(),
+            kind: kind.to_string(),
+        });
+    }
+    let mut files = BTreeMap::new();
+    collect_files(&base_dir, &base_dir, &mut files)?;
+    base::check(kind, &files)?;
+    for sub in TEMPLATE_DIRS {
+        let dir = folder.join(sub);
+        if !dir.is_dir() {
+            continue;
+        }
+        let mut found = BTreeMap::new();
+        collect_files(&dir, &dir, &mut found)?;
+        for (rel, bytes) in found {
+            let name = format!("{kind}/{sub}/{rel}");
+            if TemplateFormat::of(&name).is_none() {
+                return Err(TemplateError::Format { name });
+            }
+            let text = String::from_utf8(bytes).map_err(|_| TemplateError::Invalid {
+                name: name.clone(),
+                reason: "not UTF-8".into(),
+            })?;
+            check_no_escape_bypass(&name, &text)?;
+            templates.push((name, text));
+        }
+    }
+    Ok(files)
+}
+
+/// How a set of templates is parsed and rendered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum TemplateFlavor {
+    /// Template files (`patches/`, `resources/`): every `{{ }}` escaped
+    /// as data.
+    Files,
+    /// Templated strings of a kind file, rendered as plain text.
+    Strings,
+}
+
+/// A template set, parsed and checked.
+#[derive(Debug)]
+pub struct CompiledTemplates {
+    tera: Tera,
+}
+
+impl CompiledTemplates {
+    /// Renders template `name` for `context`, within [`OUTPUT_LIMIT`].
+    pub fn render(&self, name: &str, context: &serde_json::Value) -> Result<String, TemplateError> {
+        let failed = |e: &dyn std::error::Error| TemplateError::Render {
+            name: name.to_string(),
+            reason: error_chain(e),
+        };
+        let context = Context::from_value(context.clone()).map_err(|e| failed(&e))?;
+        render_limited(&self.tera, name, &context).map_err(|e| failed(&e))
+    }
+}
+
+/// Parses and checks `templates` ((name, text) pairs) as `flavor` says:
+/// the one way every template set is made, in the operator and in a
+/// render worker alike.
+pub fn compile_templates(
+    flavor: TemplateFlavor,
+    templates: &[(String, String)],
+) -> Result<CompiledTemplates, TemplateError> {
+    let mut tera = match flavor {
+        TemplateFlavor::Files => new_tera(),
+        TemplateFlavor::Strings => plain_tera(),
+    };
+    for (name, text) in templates {
+        tera.add_raw_template(name, text)
+            .map_err(|e| TemplateError::Invalid {
+                name: name.clone(),
+                reason: error_chain(&e),
+            })?;
+    }
+    checked(&tera)?;
+    if flavor == TemplateFlavor::Files {
+        for template in tera.templates.values_mut() {
+            every_output_as_data(template);
+        }
+    }
+    Ok(CompiledTemplates { tera })
+}
+
+/// The text of a template set, as a render worker loads it; named by a
+/// digest of its contents.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TemplateSources {
+    /// sha256 of the flavor and every (name, text), its first 8 bytes.
+    pub id: u64,
+    /// How it is parsed.
+    pub flavor: TemplateFlavor,
+    /// (name, text) of every template.
+    pub templates: Vec<(String, String)>,
+}
+
+impl TemplateSources {
+    /// The sources of `templates`.
+    pub fn new(flavor: TemplateFlavor, templates: Vec<(String, String)>) -> Self {
+        use sha2::{Digest, Sha256};
+        let mut hasher = Sha256::new();
+        hasher.update([flavor as u8]);
+        for (name, text) in &templates {
+            for part in [name, text] {
+                hasher.update((part.len() as u64).to_le_bytes());
+                hasher.update(part.as_bytes());
+            }
+        }
+        let digest = hasher.finalize();
+        let mut first = [0u8; 8];
+        first.copy_from_slice(&digest[..8]);
+        Self {
+            id: u64::from_le_bytes(first),
+            flavor,
+            templates,
+        }
+    }
+}
+
+/// Renders template sets away from the operator's own process, under
+/// limits (the render workers of `crate::sandbox`).
+pub trait Isolation: Send + Sync + std::fmt::Debug {
+    /// Renders template `name` of `set` for `context`.
+    fn render(
+        &self,
+        set: &TemplateSources,
+        name: &str,
+        context: &serde_json::Value,
+    ) -> Result<String, TemplateError>;
 }
 
 /// The kind folders (directories) under `root`, sorted.
@@ -271,7 +386,58 @@ fn new_tera() -> Tera {
     tera.set_escape_fn(yaml_scalar);
     tera.register_filter("json", JsonFilter);
     tera.register_filter(DATA_FILTER, DataFilter);
+    functions::register(&mut tera);
     tera
+}
+
+/// A Tera for templated strings that are data, not files (a kind file's
+/// label values, generator literals, status sources): no escaping, the
+/// same functions as every template.
+pub fn plain_tera() -> Tera {
+    let mut tera = Tera::default();
+    functions::register(&mut tera);
+    tera
+}
+
+/// Refuses, naming the template, what `tera`'s templates may not do
+/// (see `checks.rs`): functions not offered, a `throw` of a value,
+/// recursion.
+pub fn checked(tera: &Tera) -> Result<(), TemplateError> {
+    checks::check(tera).map_err(|(name, refusal)| TemplateError::Invalid {
+        name,
+        reason: refusal.to_string(),
+    })
+}
+
+/// The most one template may write, in bytes: more than any object the API
+/// server stores.
+pub const OUTPUT_LIMIT: usize = 4 << 20;
+
+/// Renders `name` of `tera` into a string of at most [`OUTPUT_LIMIT`] bytes.
+pub fn render_limited(tera: &Tera, name: &str, context: &Context) -> tera::Result<String> {
+    let mut out = Limited(Vec::new());
+    tera.render_to(name, context, &mut out)?;
+    String::from_utf8(out.0).map_err(|e| tera::Error::msg(e.to_string()))
+}
+
+/// A buffer that refuses to grow past [`OUTPUT_LIMIT`].
+struct Limited(Vec<u8>);
+
+impl std::io::Write for Limited {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.0.len() + buf.len() > OUTPUT_LIMIT {
+            return Err(std::io::Error::other(format!(
+                "the output is larger than {} MiB",
+                OUTPUT_LIMIT >> 20
+            )));
+        }
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// The filter every `{{ }}` of a loaded template ends in.
