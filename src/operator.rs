@@ -13,7 +13,7 @@ use crate::cli::{KindsError, RunArgs};
 use crate::engine::host::Dynamic;
 use crate::engine::host::{
     BatchSettings, Engine, Kubectl, KubectlConfig, KubectlError, KubectlStats, OUTPUT_LIMIT,
-    Settings,
+    Settings, in_cluster_kubeconfig,
 };
 use crate::guard::Guard;
 use crate::kinds::declared::DeclaredHandler;
@@ -573,7 +573,14 @@ fn kubectl(args: &RunArgs, path: PathBuf, base_dir: &Path, metrics: &Arc<Metrics
         observer_metrics.kubectl_run(verb, code, duration);
     }));
     metrics.attach_kubectl(kubectl.shared_stats());
-    kubectl
+    match in_cluster_kubeconfig(base_dir) {
+        Ok(Some(kubeconfig)) => kubectl.with_kubeconfig(kubeconfig),
+        Ok(None) => kubectl,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot write kubectl's in-cluster kubeconfig: kubectl --as will not reach the API server");
+            kubectl
+        }
+    }
 }
 
 fn settings(args: &RunArgs, work_dir: PathBuf) -> Settings {

@@ -14,7 +14,10 @@
 //! The labs are written for the project's control plane and its three fake
 //! nodes (kwok: Pods run, but no container does). On a cluster with other
 //! nodes the outputs differ: the run is skipped with a message naming what
-//! differs, and under `CI=true` it fails instead.
+//! differs, and under `CI=true` it fails instead. The plane's real node
+//! (`KO_REAL_NODE=1`) is not "other": blocks marked `real-node` (lab 05's
+//! rollout) run on it, and without it they are skipped saying so, or fail
+//! the run under `CI=true`.
 
 mod common;
 #[path = "training/shell.rs"]
@@ -156,6 +159,44 @@ fn readme_lists_every_lab_and_its_links_resolve() {
     }
 }
 
+/// Lab 05 runs the operator's rollout on the plane's real node: its
+/// `real-node` blocks include the rollout, and it skips only what this
+/// machine cannot run (Docker with the public registries; kind or
+/// minikube) or what would break the labs after it (deleting the CRDs).
+#[test]
+fn lab05_runs_its_rollout_on_the_real_node_and_skips_only_what_cannot_run_here() {
+    let lab = transcript::load(&training_dir().join("05-deploy.md")).expect("lab 05");
+    let skipped: Vec<&str> = lab
+        .blocks
+        .iter()
+        .filter_map(|b| b.skip.as_deref())
+        .collect();
+    assert_eq!(
+        skipped,
+        [
+            "needs Docker and the public registries (golang, rust and distroless images)",
+            "needs kind or minikube, whose nodes run containers",
+            "would delete the CRDs, and with them the resources of the other labs",
+        ],
+        "lab 05 skips a block this machine can run"
+    );
+    let on_node: Vec<&str> = lab
+        .blocks
+        .iter()
+        .filter(|b| b.real_node)
+        .flat_map(|b| b.steps.iter().map(|s| s.command.as_str()))
+        .collect();
+    for command in [
+        "hack/control-plane/control-plane load-image kustomize-operator:dev",
+        "kubectl rollout status deployment/kustomize-operator -n kustomize-operator-system --timeout=180s",
+    ] {
+        assert!(
+            on_node.contains(&command),
+            "lab 05 does not run `{command}` on the real node"
+        );
+    }
+}
+
 /// Lab 06 declares its kind without Rust, so every one of its steps runs
 /// in CI: it has no skipped block; its kind folder loads and checks.
 #[test]
@@ -195,7 +236,7 @@ fn the_runner_checks_transcripts_and_names_the_failing_line() {
     );
     std::fs::write(&path, text).expect("write the lab");
     let lab = transcript::load(&path).expect("parse");
-    let failures = run_lab(&lab, false, false);
+    let failures = run_lab(&lab, false, false, true);
     assert_eq!(failures.len(), 1, "{failures:#?}");
     let f = &failures[0];
     assert!(
@@ -510,9 +551,15 @@ fn mismatch(lab: &Lab, step: &Step, actual: &str, status: i32) -> String {
     )
 }
 
+/// Why a `real-node` block is skipped on a plane without one.
+const NO_REAL_NODE: &str = "needs the control plane's real node: start it with \
+     `KO_REAL_NODE=1 hack/control-plane/control-plane up` (root)";
+
 /// Runs one lab; returns its failures (the first mismatch stops it, except
-/// when recording). `report` prints skipped blocks, slow steps and a summary.
-fn run_lab(lab: &Lab, record: bool, report: bool) -> Vec<String> {
+/// when recording). `report` prints skipped blocks, slow steps and a summary;
+/// `real_node` says whether the plane has its real node (else the blocks
+/// that need it are skipped).
+fn run_lab(lab: &Lab, record: bool, report: bool, real_node: bool) -> Vec<String> {
     let say = |msg: &str| {
         if report || record {
             say(msg)
@@ -525,7 +572,11 @@ fn run_lab(lab: &Lab, record: bool, report: bool) -> Vec<String> {
     let mut failures = Vec::new();
     let (mut ran, mut skipped) = (0, 0);
     for block in &lab.blocks {
-        if let Some(reason) = &block.skip {
+        let skip = block
+            .skip
+            .as_deref()
+            .or((block.real_node && !real_node).then_some(NO_REAL_NODE));
+        if let Some(reason) = skip {
             skipped += 1;
             say(&format!(
                 "[training] {name}:{}: skipped: {reason}",
@@ -593,21 +644,32 @@ fn run_lab(lab: &Lab, record: bool, report: bool) -> Vec<String> {
 const RECORDED_NODES: [&str; 3] = ["kwok-node-1", "kwok-node-2", "kwok-node-3"];
 
 /// The names of the cluster's nodes, a node that kwok does not fake as
-/// `<name> (not kwok's)`.
-fn cluster_nodes() -> Vec<String> {
+/// `<name> (not kwok's)`, but for the control plane's real node (labelled
+/// `kustomize-operator.io/real-node=true`); and whether there is one.
+fn cluster_nodes() -> (Vec<String>, bool) {
     let (ok, out, err) = common::kubectl(&[
         "get",
         "nodes",
         "-o",
-        r#"jsonpath={range .items[*]}{.metadata.name} {.metadata.annotations.kwok\.x-k8s\.io/node}{"\n"}{end}"#,
+        r#"jsonpath={range .items[*]}{.metadata.name} {.metadata.annotations.kwok\.x-k8s\.io/node} {.metadata.labels.kustomize-operator\.io/real-node}{"\n"}{end}"#,
     ]);
     assert!(ok, "kubectl get nodes: {err}");
-    out.lines()
-        .map(|line| match line.split_once(' ') {
-            Some((name, "fake")) => name.to_string(),
-            _ => format!("{} (not kwok's)", line.trim()),
+    let mut real_node = false;
+    let nodes = out
+        .lines()
+        .filter_map(|line| {
+            let words: Vec<&str> = line.split(' ').collect();
+            match words.as_slice() {
+                [name, "fake", _] => Some(name.to_string()),
+                [_, "", "true"] => {
+                    real_node = true;
+                    None
+                }
+                _ => Some(format!("{} (not kwok's)", words[0])),
+            }
         })
-        .collect()
+        .collect();
+    (nodes, real_node)
 }
 
 /// Why the labs cannot run as written on a cluster with `nodes`: None when
@@ -656,7 +718,8 @@ fn labs_run_as_written() {
     // Fails, naming `hack/test`, when no cluster is reachable.
     drop(runtime.block_on(common::cluster()));
     drop(runtime);
-    if let Some(why) = nodes_differ(&cluster_nodes()) {
+    let (nodes, real_node) = cluster_nodes();
+    if let Some(why) = nodes_differ(&nodes) {
         assert!(
             std::env::var("CI").as_deref() != Ok("true"),
             "CI=true, and the training labs cannot run as written: {why}"
@@ -682,11 +745,26 @@ fn labs_run_as_written() {
         })
         .collect();
     assert!(!labs.is_empty(), "TRAINING_LABS={only:?} selects no lab");
+    let needs_node: Vec<String> = labs
+        .iter()
+        .filter(|lab| lab.blocks.iter().any(|b| b.real_node && b.skip.is_none()))
+        .map(|lab| relative(&lab.path))
+        .collect();
+    if !real_node && !needs_node.is_empty() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true, and {needs_node:?} {NO_REAL_NODE}"
+        );
+        say(&format!(
+            "\n*** {needs_node:?}: the blocks that need a real node will be skipped (not a failure \
+             outside CI): {NO_REAL_NODE}.\n"
+        ));
+    }
     let _lock = RunLock::take();
     let started = Instant::now();
     let failures: Vec<String> = labs
         .iter()
-        .flat_map(|lab| run_lab(lab, record, true))
+        .flat_map(|lab| run_lab(lab, record, true, real_node))
         .collect();
     say(&format!(
         "[training] {} labs in {:.1}s",

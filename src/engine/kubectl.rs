@@ -213,6 +213,59 @@ fn as_user(user: Option<&str>) -> Vec<String> {
     user.map(|u| vec![format!("--as={u}")]).unwrap_or_default()
 }
 
+/// Where a Pod's ServiceAccount credentials are mounted.
+const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+
+/// In a Pod without a kubeconfig, writes `dir/in-cluster.kubeconfig`, which
+/// says what kubectl's in-cluster configuration says (the API server from
+/// `KUBERNETES_SERVICE_HOST`/`_PORT`, the mounted CA and token, by path: no
+/// secret in the file, and a rotated token is read again by each run), and
+/// returns its path; None outside a Pod or with a kubeconfig. kubectl uses
+/// its in-cluster configuration only when no flag configures the client, so
+/// `--as` (writing as a tenant's account) would otherwise send it to
+/// http://localhost:8080 (kubernetes/kubernetes#93474).
+pub fn in_cluster_kubeconfig(dir: &Path) -> std::io::Result<Option<PathBuf>> {
+    let home_config = std::env::var_os("HOME").map(|h| Path::new(&h).join(".kube/config"));
+    let token = Path::new(SERVICE_ACCOUNT_DIR).join("token");
+    let (Ok(host), Ok(port)) = (
+        std::env::var("KUBERNETES_SERVICE_HOST"),
+        std::env::var("KUBERNETES_SERVICE_PORT"),
+    ) else {
+        return Ok(None);
+    };
+    if std::env::var_os("KUBECONFIG").is_some()
+        || home_config.is_some_and(|c| c.exists())
+        || !token.exists()
+    {
+        return Ok(None);
+    }
+    let document = in_cluster_document(&host, &port, Path::new(SERVICE_ACCOUNT_DIR));
+    std::fs::create_dir_all(dir)?;
+    let path = dir.join("in-cluster.kubeconfig");
+    std::fs::write(&path, document.to_string())?;
+    Ok(Some(path))
+}
+
+/// The kubeconfig of [`in_cluster_kubeconfig`], as data (JSON is YAML).
+fn in_cluster_document(host: &str, port: &str, service_account: &Path) -> serde_json::Value {
+    let host = if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host.to_string()
+    };
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "in-cluster", "cluster": {
+            "server": format!("https://{host}:{port}"),
+            "certificate-authority": service_account.join("ca.crt"),
+        }}],
+        "users": [{"name": "service-account", "user": {"tokenFile": service_account.join("token")}}],
+        "contexts": [{"name": "in-cluster", "context": {"cluster": "in-cluster", "user": "service-account"}}],
+        "current-context": "in-cluster",
+    })
+}
+
 /// What one kubectl run did. Stored (trimmed) in every resource's status.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -333,6 +386,8 @@ pub struct Kubectl {
     stats: Arc<KubectlStats>,
     observer: Option<RunObserver>,
     running: Arc<std::sync::Mutex<std::collections::HashSet<u32>>>,
+    /// `KUBECONFIG` for the children ([`in_cluster_kubeconfig`]).
+    kubeconfig: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for Kubectl {
@@ -353,7 +408,14 @@ impl Kubectl {
             stats: Arc::default(),
             observer: None,
             running: Arc::default(),
+            kubeconfig: None,
         }
+    }
+
+    /// Runs kubectl with `KUBECONFIG=path` ([`in_cluster_kubeconfig`]).
+    pub fn with_kubeconfig(mut self, path: PathBuf) -> Self {
+        self.kubeconfig = Some(path);
+        self
     }
 
     /// Kills every kubectl process group running now (shutdown past its
@@ -471,7 +533,11 @@ impl Kubectl {
     }
 
     fn spawn(&self, argv: &[OsString], with_stdin: bool) -> Result<Child, KubectlError> {
-        Command::new(&self.config.path)
+        let mut command = Command::new(&self.config.path);
+        if let Some(kubeconfig) = &self.kubeconfig {
+            command.env("KUBECONFIG", kubeconfig);
+        }
+        command
             .args(argv)
             .stdin(if with_stdin {
                 Stdio::piped()
@@ -674,6 +740,30 @@ pub(crate) mod testing {
 mod tests {
     use super::testing::{runner, script};
     use super::*;
+
+    #[test]
+    fn the_in_cluster_kubeconfig_names_the_service_and_the_mounted_credentials() {
+        let sa = Path::new("/var/run/secrets/kubernetes.io/serviceaccount");
+        let doc = in_cluster_document("10.96.0.1", "443", sa);
+        assert_eq!(
+            doc["clusters"][0]["cluster"]["server"],
+            "https://10.96.0.1:443"
+        );
+        assert_eq!(
+            doc["clusters"][0]["cluster"]["certificate-authority"],
+            "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
+        );
+        assert_eq!(
+            doc["users"][0]["user"]["tokenFile"],
+            "/var/run/secrets/kubernetes.io/serviceaccount/token"
+        );
+        assert_eq!(doc["current-context"], "in-cluster");
+        let v6 = in_cluster_document("fd00::1", "6443", sa);
+        assert_eq!(
+            v6["clusters"][0]["cluster"]["server"],
+            "https://[fd00::1]:6443"
+        );
+    }
 
     fn build(dir: &str) -> Invocation {
         Invocation::Build { dir: dir.into() }

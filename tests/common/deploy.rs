@@ -42,34 +42,34 @@ static INSTALLED: OnceCell<()> = OnceCell::const_new();
 /// install stays (re-applying is idempotent); on the local control plane kwok
 /// reports its Pods Running, though no container runs the image.
 pub async fn install() {
-    INSTALLED
-        .get_or_init(|| async {
-            let deploy = super::repo().join("deploy").display().to_string();
-            // A server-side dry run checks namespaced objects against their
-            // namespace, which the same apply would create: create it first.
-            let namespace_file = super::repo().join("deploy/namespace.yaml");
-            let (ok, _, err) =
-                super::kubectl(&["apply", "-f", &namespace_file.display().to_string()]);
-            assert!(ok, "creating the namespace failed: {err}");
-            let (ok, out, err) = super::kubectl(&["apply", "-k", &deploy, "--dry-run=server"]);
-            assert!(ok, "server-side dry run failed: {err}");
-            assert!(
-                out.contains("deployment.apps/kustomize-operator")
-                    && out.contains("(server dry run)"),
-                "{out}"
-            );
-            let (ok, out, err) = super::kubectl(&["apply", "-k", &deploy]);
-            assert!(ok, "kubectl apply -k deploy failed: {err}");
-            assert!(!out.contains("(server dry run)"), "{out}");
-            aggregated().await;
-        })
-        .await;
+    INSTALLED.get_or_init(apply_install).await;
+}
+
+/// `kubectl apply -k deploy` (as [`install`] does once per test binary),
+/// every time it is called: tests/real_node.rs installs afresh in each test.
+pub async fn apply_install() {
+    let deploy = super::repo().join("deploy").display().to_string();
+    // A server-side dry run checks namespaced objects against their
+    // namespace, which the same apply would create: create it first.
+    let namespace_file = super::repo().join("deploy/namespace.yaml");
+    let (ok, _, err) = super::kubectl(&["apply", "-f", &namespace_file.display().to_string()]);
+    assert!(ok, "creating the namespace failed: {err}");
+    let (ok, out, err) = super::kubectl(&["apply", "-k", &deploy, "--dry-run=server"]);
+    assert!(ok, "server-side dry run failed: {err}");
+    assert!(
+        out.contains("deployment.apps/kustomize-operator") && out.contains("(server dry run)"),
+        "{out}"
+    );
+    let (ok, out, err) = super::kubectl(&["apply", "-k", &deploy]);
+    assert!(ok, "kubectl apply -k deploy failed: {err}");
+    assert!(!out.contains("(server dry run)"), "{out}");
+    aggregated().await;
 }
 
 /// Waits until the control plane has aggregated the declared kinds' roles
 /// (the Sample's) into `kustomize-operator-kinds`: the install grants them
 /// only through it, a moment after the apply.
-async fn aggregated() {
+pub async fn aggregated() {
     super::wait_until(
         TIMEOUT,
         "the Sample's rules in kustomize-operator-kinds",

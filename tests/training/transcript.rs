@@ -13,8 +13,9 @@
 //!   only `[[anything]]` matches any number of lines (also none);
 //! - runs of spaces compare equal to one space (column padding), trailing
 //!   spaces and leading/trailing blank lines are ignored; indentation counts;
-//! - info-string attributes: `skip="reason"` (not run; the reason is printed)
-//!   and `cleanup` (also run, unchecked, after an earlier step failed).
+//! - info-string attributes: `skip="reason"` (not run; the reason is printed),
+//!   `cleanup` (also run, unchecked, after an earlier step failed) and
+//!   `real-node` (run only on a plane with a real node, `KO_REAL_NODE=1`).
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -42,6 +43,8 @@ pub struct Block {
     pub skip: Option<String>,
     /// Run (unchecked) even after an earlier step of the lab failed.
     pub cleanup: bool,
+    /// Needs the control plane's real node (a kubelet running containers).
+    pub real_node: bool,
     /// Its commands.
     pub steps: Vec<Step>,
 }
@@ -167,7 +170,11 @@ pub fn parse(path: &Path, text: &str) -> Result<Lab, ParseError> {
         let language = words.next().unwrap_or_default();
         let attributes = words.next().unwrap_or_default();
         if language == LANGUAGE {
-            let (skip, cleanup) = parse_attributes(attributes).map_err(|m| err(start + 1, m))?;
+            let Attributes {
+                skip,
+                cleanup,
+                real_node,
+            } = parse_attributes(attributes).map_err(|m| err(start + 1, m))?;
             let steps = parse_steps(start + 2, &body).map_err(|(l, m)| err(l, m))?;
             if steps.is_empty() {
                 return Err(err(
@@ -179,6 +186,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Lab, ParseError> {
                 line: start + 1,
                 skip,
                 cleanup,
+                real_node,
                 steps,
             });
         } else if matches!(
@@ -201,10 +209,18 @@ pub fn parse(path: &Path, text: &str) -> Result<Lab, ParseError> {
     })
 }
 
-/// `skip="reason"` and `cleanup`.
-fn parse_attributes(s: &str) -> Result<(Option<String>, bool), String> {
+/// A block's info-string attributes.
+struct Attributes {
+    skip: Option<String>,
+    cleanup: bool,
+    real_node: bool,
+}
+
+/// `skip="reason"`, `cleanup` and `real-node`.
+fn parse_attributes(s: &str) -> Result<Attributes, String> {
     let mut skip = None;
     let mut cleanup = false;
+    let mut real_node = false;
     let mut rest = s.trim();
     while !rest.is_empty() {
         if let Some(r) = rest.strip_prefix("skip=\"") {
@@ -223,14 +239,24 @@ fn parse_attributes(s: &str) -> Result<(Option<String>, bool), String> {
             }
             cleanup = true;
             rest = r.trim_start();
+        } else if let Some(r) = rest.strip_prefix("real-node") {
+            if !(r.is_empty() || r.starts_with(char::is_whitespace)) {
+                return Err(format!("unknown attribute in {s:?}"));
+            }
+            real_node = true;
+            rest = r.trim_start();
         } else {
             return Err(format!(
-                "unknown attribute {:?} (known: skip=\"reason\", cleanup)",
+                "unknown attribute {:?} (known: skip=\"reason\", cleanup, real-node)",
                 rest.split_whitespace().next().unwrap_or(rest)
             ));
         }
     }
-    Ok((skip, cleanup))
+    Ok(Attributes {
+        skip,
+        cleanup,
+        real_node,
+    })
 }
 
 /// The here-document delimiters a command line opens (`<<EOF`, `<<'EOF'`,
@@ -510,6 +536,7 @@ mod tests {
                 line: 3,
                 skip: None,
                 cleanup: false,
+                real_node: false,
                 steps: vec![
                     Step {
                         line: 4,
@@ -556,6 +583,10 @@ mod tests {
         let l = lab("```console skip=\"needs a kubelet\" cleanup\n$ x\n```\n").unwrap();
         assert_eq!(l.blocks[0].skip.as_deref(), Some("needs a kubelet"));
         assert!(l.blocks[0].cleanup);
+        assert!(!l.blocks[0].real_node);
+        let l = lab("```console real-node\n$ x\n```\n").unwrap();
+        assert!(l.blocks[0].real_node && l.blocks[0].skip.is_none());
+        assert!(lab("```console real-nodes\n$ x\n```\n").is_err());
         assert!(lab("```console skp=\"x\"\n$ x\n```\n").is_err());
         assert!(lab("```console skip=\"\"\n$ x\n```\n").is_err());
         assert!(lab("```console cleanupx\n$ x\n```\n").is_err());
