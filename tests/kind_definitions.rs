@@ -80,6 +80,98 @@ async fn a_definition_is_served_without_a_restart_and_a_template_change_rolls_ou
     assert!(!crd_left, "the CRD is removed with the last resource gone");
 }
 
+/// Every kind folder of the repository with a kind file, packed.
+fn packed_kind_folders() -> Vec<(String, Value)> {
+    let repo = common::repo();
+    let mut folders = Vec::new();
+    for parent in [
+        "kustomize",
+        "tests/fixtures/kinds",
+        "training/06-your-own-kind",
+    ] {
+        for entry in std::fs::read_dir(repo.join(parent)).unwrap() {
+            let path = entry.unwrap().path();
+            if path.join("kind.yaml").is_file() {
+                folders.push(path);
+            }
+        }
+    }
+    folders.sort();
+    folders
+        .into_iter()
+        .map(|folder| {
+            let packed = kustomize_operator::kinds::declared::pack::pack(&folder).unwrap();
+            (
+                folder.display().to_string(),
+                serde_saphyr::from_str(&packed).unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// The KindDefinition CRD is derived from the kind file's types: the API
+/// server takes every kind folder of the repository, and refuses at
+/// `kubectl apply` a recipe field it does not know or of the wrong shape,
+/// which it used to keep for the operator to find.
+#[tokio::test]
+async fn the_api_server_takes_every_kind_folder_and_refuses_a_mistyped_recipe() {
+    common::cluster().await;
+    let dry_run = |definition: &Value| {
+        common::kubectl_stdin(
+            &["apply", "--server-side", "--dry-run=server", "-f", "-"],
+            &definition.to_string(),
+        )
+    };
+    let folders = packed_kind_folders();
+    assert!(folders.len() >= 5, "{folders:?}");
+    for (folder, definition) in &folders {
+        let (ok, _, err) = dry_run(definition);
+        assert!(ok, "{folder}: {err}");
+    }
+    let (_, greeting) = folders
+        .iter()
+        .find(|(folder, _)| folder.ends_with("greeting"))
+        .unwrap();
+    type Change = fn(&mut Value);
+    let cases: [(Change, &str); 6] = [
+        (
+            |d| d["spec"]["overlay"]["namePrefx"] = json!("x-"),
+            ".spec.overlay.namePrefx: field not declared in schema",
+        ),
+        (
+            |d| d["spec"]["readiness"] = json!({"path": ".status.x"}),
+            ".spec.readiness: expected list",
+        ),
+        (
+            |d| d["spec"]["reconcile"] = json!({"deletionPolicy": "Keep"}),
+            "spec.reconcile.deletionPolicy: Unsupported value: \"Keep\"",
+        ),
+        (
+            |d| {
+                d["spec"]["status"] = json!([{"field": "n", "type": "int",
+                    "from": {"kind": "Deployment", "name": "x"}, "path": ".status.n"}])
+            },
+            "spec.status[0].type: Unsupported value: \"int\"",
+        ),
+        (
+            |d| d["spec"]["group"] = json!("nodot"),
+            "spec.group in body should match",
+        ),
+        (
+            |d| {
+                d["spec"].as_object_mut().unwrap().remove("files");
+            },
+            "spec.files: Required value",
+        ),
+    ];
+    for (change, refusal) in cases {
+        let mut definition = greeting.clone();
+        change(&mut definition);
+        let (ok, out, err) = dry_run(&definition);
+        assert!(!ok && err.contains(refusal), "{refusal}: {out}{err}");
+    }
+}
+
 #[tokio::test]
 async fn a_bad_definition_stops_no_other_kind_and_names_the_file() {
     let client = common::cluster().await;

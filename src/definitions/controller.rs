@@ -40,8 +40,6 @@ use kube::runtime::finalizer::Event as FinalizerEvent;
 const RECHECK: Duration = Duration::from_secs(120);
 /// … and when something is not right yet.
 const RECHECK_SOON: Duration = Duration::from_secs(10);
-/// The number of leading rules of `rbac::rules` on the kind's own resources.
-const OWN_RULES: usize = 2;
 
 /// Runs the controller of definitions matching `selector` until `shutdown`
 /// is cancelled; then stops the kinds' controllers. A name received on
@@ -385,7 +383,7 @@ async fn rights_condition(ctx: &Context, generation: &Generation, status: &mut S
         }
     };
     let rules = rbac::rules(kind, &generation.object_types);
-    let needed = rights::operator_rules(&rules, OWN_RULES, !matches!(writer, Writer::Operator));
+    let needed = rights::operator_rules(&rules, !matches!(writer, Writer::Operator));
     let reach = rights::reach(
         &ctx.client,
         writer.cluster_user(),
@@ -402,7 +400,7 @@ async fn rights_condition(ctx: &Context, generation: &Generation, status: &mut S
     status.reach = Some(reach);
     let found = match rights::missing(&ctx.client, &needed, None).await {
         Ok(mut missing) => match writer.cluster_user() {
-            Some(user) => rights::missing(&ctx.client, &rules[OWN_RULES..], Some(user))
+            Some(user) => rights::missing(&ctx.client, &rules.objects, Some(user))
                 .await
                 .map(|theirs| {
                     missing.extend(theirs.into_iter().map(|m| m.as_user(user)));

@@ -2,17 +2,23 @@
 //! cluster-scoped): its CRD, its names, and its status.
 //!
 //! The spec is a kind file's spec (`kind pack` prints one) with the
-//! folder's files in `spec.files`. The API server checks the shape of the
-//! fields it can; the operator checks the rest as it does a kind folder
-//! at start, and says what is wrong in the status.
+//! folder's files in `spec.files`. The CRD is derived from the kind file's
+//! Rust types ([`KindDefinitionSpec`]), so the API server checks the shape
+//! of every field but the kind's own OpenAPI schema: unknown fields, types,
+//! enums, patterns, bounds. The operator checks the rest as it does a kind
+//! folder at start, and says what is wrong in the status.
+
+use std::collections::BTreeMap;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::ApiResource;
+use kube::{CustomResource, CustomResourceExt};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 
 use crate::engine::host::{ConditionStatus, ConditionUpdate, set_condition};
 pub use crate::kind::{Condition, ConditionType, Reason};
+use crate::kinds::declared::file::KindSpec;
 
 /// The API group.
 pub const GROUP: &str = "kustomize-operator.io";
@@ -43,113 +49,64 @@ pub fn api_resource() -> ApiResource {
     }
 }
 
-/// The CRD of `KindDefinition`.
+/// A kind file's spec (see docs/kind-file.md) and the kind folder's
+/// files; `kustomize-operator kind pack DIR` prints one.
+//
+// The CRD of `KindDefinition` is derived from this type (its doc comments
+// are the CRD's descriptions), so the API server checks every field of the
+// recipe: types, unknown fields, enums, patterns. The OpenAPI schema in
+// `schema` it keeps whole; the operator checks that, and the rest, when it
+// unpacks a generation.
+#[derive(CustomResource, Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "kustomize-operator.io",
+    version = "v1alpha1",
+    kind = "KindDefinition",
+    plural = "kinddefinitions",
+    shortname = "kinddef",
+    status = "Status",
+    doc = "A kind the operator serves while it runs: its API, schema, overlay recipe and files.",
+    printcolumn = r#"{"name": "Kind", "type": "string", "jsonPath": ".spec.names.kind"}"#,
+    printcolumn = r#"{"name": "Group", "type": "string", "jsonPath": ".spec.group"}"#,
+    printcolumn = r#"{"name": "Accepted", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Accepted\")].status"}"#,
+    printcolumn = r#"{"name": "RightsGranted", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"RightsGranted\")].status"}"#,
+    printcolumn = r#"{"name": "Serving", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Serving\")].status"}"#,
+    printcolumn = r#"{"name": "Resources", "type": "integer", "jsonPath": ".status.resources"}"#,
+    printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#
+)]
+#[schemars(transform = without_defaults)]
+pub struct KindDefinitionSpec {
+    /// The kind file's spec.
+    #[serde(flatten)]
+    pub kind: KindSpec,
+    /// The kind folder's files: path (`base/…`, `patches/…`,
+    /// `resources/…`) to text.
+    #[schemars(extend("maxProperties" = MAX_FILES))]
+    pub files: BTreeMap<String, String>,
+}
+
+/// The most files a definition may carry.
+pub const MAX_FILES: usize = 256;
+
+/// Removes every `default` from a schema. The API server would write
+/// the defaults serde knows into each stored definition; the operator
+/// applies them itself when it reads one, and a definition stays what
+/// its author wrote (so that `kind unpack` gives back `kind.yaml`'s own
+/// text).
+fn without_defaults(schema: &mut schemars::Schema) {
+    if let Some(object) = schema.as_object_mut() {
+        object.remove("default");
+    }
+    schemars::transform::transform_subschemas(&mut without_defaults, schema);
+}
+
+/// The CRD of `KindDefinition`, derived from [`KindDefinitionSpec`].
 pub fn crd() -> CustomResourceDefinition {
-    let open = json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true});
-    let spec = json!({
-        "type": "object",
-        "description": "A kind file's spec (see docs/kind-file.md) and the kind folder's files; `kustomize-operator kind pack DIR` prints one.",
-        "required": ["group", "version", "names", "schema"],
-        "properties": {
-            "group": {"type": "string", "minLength": 1, "maxLength": 253},
-            "version": {"type": "string", "pattern": "^v[0-9]+((alpha|beta)[0-9]+)?$"},
-            "names": {
-                "type": "object",
-                "required": ["kind", "plural"],
-                "properties": {
-                    "kind": {"type": "string", "pattern": "^[A-Z][A-Za-z0-9]*$", "maxLength": 63},
-                    "plural": {"type": "string", "pattern": "^[a-z][a-z0-9]*$", "maxLength": 63},
-                    "singular": {"type": "string", "pattern": "^[a-z][a-z0-9]*$", "maxLength": 63},
-                    "shortNames": {"type": "array", "items": {"type": "string"}, "maxItems": 16},
-                },
-            },
-            "scope": {"type": "string", "enum": ["Namespaced", "Cluster"]},
-            "schema": open,
-            "printerColumns": {"type": "array", "maxItems": 32, "items": open},
-            "overlay": open,
-            "status": {"type": "array", "items": open},
-            "readiness": {"type": "array", "items": open},
-            "reconcile": open,
-            "onDelete": {
-                "type": "string",
-                "enum": ["Refuse", "Orphan"],
-                "description": "While resources of the kind exist, deleting the definition waits (Refuse, the default) or leaves them, their objects and the CRD in place (Orphan).",
-            },
-            "files": {
-                "type": "object",
-                "description": "The kind folder's files: path (base/…, patches/…, resources/…) to text.",
-                "additionalProperties": {"type": "string"},
-                "maxProperties": 256,
-            },
-        },
-    });
-    let condition = json!({
-        "type": "object",
-        "required": ["type", "status"],
-        "properties": {
-            "type": {"type": "string"},
-            "status": {"type": "string"},
-            "reason": {"type": "string"},
-            "message": {"type": "string"},
-            "lastTransitionTime": {"type": "string", "format": "date-time"},
-            "observedGeneration": {"type": "integer", "format": "int64"},
-        },
-    });
-    let status = json!({
-        "type": "object",
-        "properties": {
-            "observedGeneration": {"type": "integer", "format": "int64"},
-            "servingGeneration": {"type": "integer", "format": "int64"},
-            "resources": {"type": "integer", "format": "int64"},
-            "crd": {"type": "string"},
-            "reach": {"type": "array", "items": {"type": "string"}},
-            "conditions": {"type": "array", "items": condition},
-        },
-    });
-    let column = |name: &str, type_: &str, path: &str| json!({"name": name, "type": type_, "jsonPath": path});
-    let condition_column = |name: &str| {
-        column(
-            name,
-            "string",
-            &format!(".status.conditions[?(@.type==\"{name}\")].status"),
-        )
-    };
-    let value = json!({
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": format!("{PLURAL}.{GROUP}")},
-        "spec": {
-            "group": GROUP,
-            "names": {"kind": KIND, "plural": PLURAL, "singular": "kinddefinition", "shortNames": ["kinddef"]},
-            "scope": "Cluster",
-            "versions": [{
-                "name": VERSION,
-                "served": true,
-                "storage": true,
-                "subresources": {"status": {}},
-                "schema": {"openAPIV3Schema": {
-                    "type": "object",
-                    "description": "A kind the operator serves while it runs: its API, schema, overlay recipe and files.",
-                    "required": ["spec"],
-                    "properties": {"spec": spec, "status": status},
-                }},
-                "additionalPrinterColumns": [
-                    column("Kind", "string", ".spec.names.kind"),
-                    column("Group", "string", ".spec.group"),
-                    condition_column("Accepted"),
-                    condition_column("RightsGranted"),
-                    condition_column("Serving"),
-                    column("Resources", "integer", ".status.resources"),
-                    column("Age", "date", ".metadata.creationTimestamp"),
-                ],
-            }],
-        },
-    });
-    serde_json::from_value(value).unwrap_or_default()
+    KindDefinition::crd()
 }
 
 /// A definition's status.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Status {
     /// The generation last looked at.
@@ -209,6 +166,28 @@ impl Status {
 mod tests {
     use super::*;
 
+    use serde_json::{Value, json};
+
+    /// The schema of the definition's spec, as the CRD carries it.
+    fn spec_schema() -> Value {
+        let crd = serde_json::to_value(crd()).unwrap();
+        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"].clone()
+    }
+
+    /// Every `(path, node)` of a schema, depth first.
+    fn nodes(at: &str, schema: &Value, out: &mut Vec<(String, Value)>) {
+        out.push((at.to_string(), schema.clone()));
+        for (name, child) in schema["properties"].as_object().into_iter().flatten() {
+            nodes(&format!("{at}.{name}"), child, out);
+        }
+        if schema["items"].is_object() {
+            nodes(&format!("{at}[]"), &schema["items"], out);
+        }
+        if schema["additionalProperties"].is_object() {
+            nodes(&format!("{at}{{}}"), &schema["additionalProperties"], out);
+        }
+    }
+
     #[test]
     fn the_crd_is_cluster_scoped_with_a_status_and_columns() {
         let crd = crd();
@@ -217,6 +196,12 @@ mod tests {
             Some("kinddefinitions.kustomize-operator.io")
         );
         assert_eq!(crd.spec.scope, "Cluster");
+        assert_eq!(crd.spec.names.short_names, Some(vec!["kinddef".into()]));
+        assert_eq!(
+            ApiResource::erase::<KindDefinition>(&()),
+            api_resource(),
+            "the derived names are the constants"
+        );
         let version = &crd.spec.versions[0];
         assert!(version.subresources.as_ref().unwrap().status.is_some());
         let columns: Vec<_> = version
@@ -237,6 +222,116 @@ mod tests {
                 "Age"
             ]
         );
+    }
+
+    #[test]
+    fn the_spec_schema_is_the_kind_files_types_with_their_bounds() {
+        let spec = spec_schema();
+        let p = &spec["properties"];
+        assert_eq!(
+            spec["required"],
+            json!(["files", "group", "names", "schema", "version"])
+        );
+        assert_eq!(p["version"]["pattern"], "^v[0-9]+((alpha|beta)[0-9]+)?$");
+        assert_eq!(
+            (
+                p["group"]["minLength"].clone(),
+                p["group"]["maxLength"].clone()
+            ),
+            (json!(1), json!(253))
+        );
+        let names = &p["names"]["properties"];
+        assert_eq!(names["kind"]["pattern"], "^[A-Z][A-Za-z0-9]*$");
+        for name in ["kind", "plural", "singular"] {
+            assert_eq!(names[name]["maxLength"], 63, "{name}");
+        }
+        assert_eq!(names["plural"]["pattern"], "^[a-z][a-z0-9]*$");
+        assert_eq!(names["shortNames"]["maxItems"], 16);
+        assert_eq!(p["scope"]["enum"], json!(["Namespaced", "Cluster"]));
+        assert_eq!(p["onDelete"]["enum"], json!(["Refuse", "Orphan"]));
+        assert_eq!(p["files"]["maxProperties"], 256);
+        assert_eq!(p["files"]["additionalProperties"]["type"], "string");
+        assert_eq!(p["printerColumns"]["maxItems"], 32);
+        assert_eq!(
+            p["schema"],
+            json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true,
+                   "description": "OpenAPI v3 schema of `.spec`."})
+        );
+        // The recipe is typed, no longer kept whole.
+        for field in [
+            "overlay",
+            "status",
+            "readiness",
+            "reconcile",
+            "printerColumns",
+        ] {
+            let node = if p[field]["type"] == "array" {
+                &p[field]["items"]
+            } else {
+                &p[field]
+            };
+            assert!(
+                node["x-kubernetes-preserve-unknown-fields"].is_null(),
+                "{field}"
+            );
+            assert!(node["properties"].is_object(), "{field}");
+        }
+        assert_eq!(
+            p["reconcile"]["properties"]["deletionPolicy"]["enum"],
+            json!(["Delete", "Retain"])
+        );
+    }
+
+    #[test]
+    fn the_spec_schema_is_structural_and_defaults_nothing() {
+        let mut all = Vec::new();
+        nodes("spec", &spec_schema(), &mut all);
+        assert!(all.len() > 50, "{} nodes", all.len());
+        for (at, node) in all {
+            let open = node["x-kubernetes-preserve-unknown-fields"] == true;
+            assert!(node["type"].is_string(), "{at}: no type");
+            assert!(
+                node["properties"].is_null() || node["additionalProperties"].is_null(),
+                "{at}: properties beside additionalProperties"
+            );
+            for key in ["default", "$ref", "anyOf", "oneOf", "allOf"] {
+                assert!(node[key].is_null(), "{at}: {key}");
+            }
+            if node["type"] == "object" && !open {
+                assert!(
+                    node["properties"].is_object() || node["additionalProperties"].is_object(),
+                    "{at}: an object of unknown shape"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn every_packed_kind_folder_is_a_kind_definition() {
+        let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut folders = vec![
+            repo.join("kustomize/sample"),
+            repo.join("training/06-your-own-kind/greeting"),
+        ];
+        for entry in std::fs::read_dir(repo.join("tests/fixtures/kinds")).unwrap() {
+            let path = entry.unwrap().path();
+            if path.join(crate::kinds::declared::file::FILE_NAME).is_file() {
+                folders.push(path);
+            }
+        }
+        assert!(folders.len() >= 5, "{folders:?}");
+        for folder in folders {
+            let packed = crate::kinds::declared::pack::pack(&folder).unwrap();
+            let value: Value = serde_saphyr::from_str(&packed).unwrap();
+            let definition: KindDefinition = serde_json::from_value(value.clone())
+                .unwrap_or_else(|e| panic!("{}: {e}", folder.display()));
+            assert!(!definition.spec.files.is_empty(), "{}", folder.display());
+            assert_eq!(
+                definition.spec.kind.names.kind,
+                value["spec"]["names"]["kind"]
+            );
+            assert_eq!(definition.spec.kind.group, value["spec"]["group"]);
+        }
     }
 
     #[test]

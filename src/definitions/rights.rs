@@ -15,7 +15,7 @@ use std::collections::BTreeSet;
 use kube::core::GroupVersionKind;
 use kube::discovery::Scope;
 
-use crate::kinds::declared::rbac::{ObjectType, Rule};
+use crate::kinds::declared::rbac::{KindRules, ObjectType, Rule};
 
 /// The verbs the operator itself needs on the objects of a kind whose
 /// writes run as a tenant's ServiceAccount: reading them (ownership,
@@ -48,15 +48,14 @@ impl std::fmt::Display for Missing {
 }
 
 /// The rules the operator's own account must hold: all of them, or, when
-/// a tenant's account writes the objects, reading them, plus impersonating
-/// ServiceAccounts. `own` is how many leading rules are on the kind's own
-/// resources (always checked whole).
-pub fn operator_rules(rules: &[Rule], own: usize, tenant_writes: bool) -> Vec<Rule> {
+/// a tenant's account writes the objects, those on the kind's own
+/// resources, reading the objects, and impersonating ServiceAccounts.
+pub fn operator_rules(rules: &KindRules, tenant_writes: bool) -> Vec<Rule> {
     if !tenant_writes {
-        return rules.to_vec();
+        return rules.all();
     }
-    let mut needed: Vec<Rule> = rules.iter().take(own).cloned().collect();
-    needed.extend(rules.iter().skip(own).map(|r| Rule {
+    let mut needed = rules.own.clone();
+    needed.extend(rules.objects.iter().map(|r| Rule {
         verbs: READ_VERBS.iter().map(|v| v.to_string()).collect(),
         ..r.clone()
     }));
@@ -239,15 +238,20 @@ mod tests {
 
     #[test]
     fn a_tenant_writing_leaves_the_operator_reads_and_impersonation() {
-        let rules = [
-            rule("hello.io", "greetings", &["get", "patch"]),
-            rule("", "configmaps", &["get", "create", "delete"]),
-        ];
-        assert_eq!(operator_rules(&rules, 1, false), rules.to_vec());
-        let tenant = operator_rules(&rules, 1, true);
-        assert_eq!(tenant[0], rules[0]);
-        assert_eq!(tenant[1], rule("", "configmaps", &["get", "list", "watch"]));
-        assert_eq!(tenant[2], rule("", "serviceaccounts", &["impersonate"]));
+        let rules = KindRules {
+            own: vec![rule("hello.io", "greetings", &["get", "patch"])],
+            objects: vec![rule("", "configmaps", &["get", "create", "delete"])],
+        };
+        assert_eq!(operator_rules(&rules, false), rules.all());
+        let tenant = operator_rules(&rules, true);
+        assert_eq!(
+            tenant,
+            [
+                rules.own[0].clone(),
+                rule("", "configmaps", &["get", "list", "watch"]),
+                rule("", "serviceaccounts", &["impersonate"]),
+            ]
+        );
     }
 
     #[test]

@@ -45,6 +45,7 @@
 
 use std::collections::BTreeMap;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -54,9 +55,24 @@ pub const API_VERSION: &str = "kustomize-operator.io/v1alpha1";
 pub const KIND: &str = "KindDefinition";
 /// The kind file's name in a kind folder.
 pub const FILE_NAME: &str = "kind.yaml";
+/// The most printer columns a kind may list.
+pub const MAX_PRINTER_COLUMNS: usize = 32;
+/// The most short names a kind may have.
+pub const MAX_SHORT_NAMES: usize = 16;
+/// A printer column's types.
+pub const COLUMN_TYPES: [&str; 5] = ["string", "integer", "number", "boolean", "date"];
+/// A status field's types.
+pub const STATUS_TYPES: [&str; 4] = ["string", "integer", "number", "boolean"];
+/// A DNS label (a short name).
+const DNS_LABEL_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$";
+/// An API group: a DNS subdomain with a dot.
+const GROUP_PATTERN: &str =
+    r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)+$";
+/// A dotted path into an object's status (`.status.readyReplicas`).
+const STATUS_PATH_PATTERN: &str = r"^\.status(\.[A-Za-z0-9_-]+)+$";
 
 /// A kind file.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct KindFile {
     /// `kustomize-operator.io/v1alpha1`.
@@ -70,7 +86,7 @@ pub struct KindFile {
 }
 
 /// The kind file's metadata.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Metadata {
     /// The kind's short name (`--kinds` value, folder name).
@@ -78,7 +94,7 @@ pub struct Metadata {
 }
 
 /// Namespaced or cluster-scoped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default, JsonSchema)]
 pub enum Scope {
     /// Resources live in a namespace; so do the objects they make.
     #[default]
@@ -88,12 +104,14 @@ pub enum Scope {
 }
 
 /// The kind: its API, schema and recipe.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct KindSpec {
-    /// API group.
+    /// API group: a DNS subdomain with a dot (`apps.example.com`).
+    #[schemars(length(min = 1, max = 253), pattern(GROUP_PATTERN))]
     pub group: String,
     /// The served and stored version.
+    #[schemars(pattern(r"^v[0-9]+((alpha|beta)[0-9]+)?$"))]
     pub version: String,
     /// Names, as in a CRD.
     pub names: Names,
@@ -101,9 +119,11 @@ pub struct KindSpec {
     #[serde(default)]
     pub scope: Scope,
     /// OpenAPI v3 schema of `.spec`.
+    #[schemars(schema_with = "any_object")]
     pub schema: Value,
     /// Printer columns (default: Ready, Message, Age).
     #[serde(default)]
+    #[schemars(length(max = MAX_PRINTER_COLUMNS))]
     pub printer_columns: Option<Vec<PrinterColumn>>,
     /// How each resource's overlay is built.
     #[serde(default)]
@@ -118,13 +138,15 @@ pub struct KindSpec {
     #[serde(default)]
     pub reconcile: ReconcileSpec,
     /// What deleting a `KindDefinition` in the cluster does while
-    /// resources of its kind exist (a kind folder ignores it).
+    /// resources of its kind exist: wait until they are gone (`Refuse`,
+    /// the default), or leave them, their objects and the CRD in place
+    /// (`Orphan`). A kind folder ignores it.
     #[serde(default)]
     pub on_delete: OnDelete,
 }
 
 /// What deleting a kind's definition does while resources of the kind exist.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default, JsonSchema)]
 pub enum OnDelete {
     /// The deletion waits until they are gone (and admission refuses it
     /// while the definition's status counts any).
@@ -136,31 +158,37 @@ pub enum OnDelete {
 }
 
 /// A CRD's names.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Names {
     /// `Greeting`.
+    #[schemars(pattern(r"^[A-Z][A-Za-z0-9]*$"), length(max = 63))]
     pub kind: String,
     /// `greetings`.
+    #[schemars(pattern(r"^[a-z][a-z0-9]*$"), length(max = 63))]
     pub plural: String,
     /// `greeting` (default: the kind, lowercased).
     #[serde(default)]
+    #[schemars(pattern(r"^[a-z][a-z0-9]*$"), length(max = 63))]
     pub singular: Option<String>,
     /// `[greet]`.
     #[serde(default)]
+    #[schemars(length(max = MAX_SHORT_NAMES), inner(pattern(DNS_LABEL_PATTERN)))]
     pub short_names: Vec<String>,
 }
 
 /// An additional printer column, as in a CRD.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PrinterColumn {
     /// Header.
     pub name: String,
     /// `string`, `integer`, `number`, `boolean` or `date`.
     #[serde(rename = "type")]
+    #[schemars(extend("enum" = COLUMN_TYPES))]
     pub type_: String,
-    /// JSONPath into the resource.
+    /// JSONPath into the resource, starting with `.`.
+    #[schemars(pattern(r"^\."))]
     pub json_path: String,
     /// Shown only with `-o wide` when greater than 0.
     #[serde(default)]
@@ -175,7 +203,7 @@ pub struct PrinterColumn {
 /// see the resource (`metadata.name`, `metadata.namespace`, `metadata.uid`,
 /// `metadata.labels`, `spec`); their result is written as data, never
 /// pasted into YAML.
-#[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct OverlaySpec {
     /// kustomize `namePrefix` (templated).
@@ -206,7 +234,7 @@ pub struct OverlaySpec {
 }
 
 /// A kustomize `labels` entry.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct LabelsSpec {
     /// Label keys and (templated) values.
@@ -220,7 +248,7 @@ pub struct LabelsSpec {
 }
 
 /// A patch template and what it applies to.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PatchSpec {
     /// File in `patches/`.
@@ -231,7 +259,7 @@ pub struct PatchSpec {
 }
 
 /// A kustomize patch target.
-#[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TargetSpec {
     /// API group.
@@ -249,7 +277,7 @@ pub struct TargetSpec {
 }
 
 /// A whole object rendered from a template.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResourceSpec {
     /// File in `resources/`.
@@ -257,7 +285,7 @@ pub struct ResourceSpec {
 }
 
 /// A kustomize generator (ConfigMap or Secret).
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct GeneratorSpec {
     /// Name (templated); kustomize appends a content hash unless
@@ -272,29 +300,33 @@ pub struct GeneratorSpec {
 }
 
 /// A status field copied from an object the resource applied.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct StatusField {
-    /// The field of the resource's status (`available`).
+    /// The field of the resource's status (`available`): lowerCamelCase.
+    #[schemars(pattern(r"^[a-z][A-Za-z0-9]*$"))]
     pub field: String,
     /// Its OpenAPI type: `integer`, `number`, `string` or `boolean`.
     #[serde(rename = "type")]
+    #[schemars(extend("enum" = STATUS_TYPES))]
     pub type_: String,
     /// Which applied object (kind and templated name; apiVersion optional).
     pub from: ObjectSelector,
     /// Where in it: a dotted path (`.status.availableReplicas`).
+    #[schemars(pattern(STATUS_PATH_PATTERN))]
     pub path: String,
 }
 
 /// A condition on an object a resource applied; `Ready` waits until it
 /// holds (and the resource stalls if it does not within the health
 /// timeout). Exactly one of `equals` and `atLeast`.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ReadinessRule {
     /// Which applied object (kind and templated name; apiVersion optional).
     pub from: ObjectSelector,
     /// A dotted path into its status (`.status.readyReplicas`).
+    #[schemars(pattern(STATUS_PATH_PATTERN))]
     pub path: String,
     /// The value must equal this (templated; compared as text).
     #[serde(default)]
@@ -306,7 +338,7 @@ pub struct ReadinessRule {
 }
 
 /// One of the objects a resource applied.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ObjectSelector {
     /// apiVersion (default: any).
@@ -319,7 +351,7 @@ pub struct ObjectSelector {
 }
 
 /// Whether copies of a kind's objects outlive a deleted resource.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, JsonSchema)]
 pub enum DeletionPolicy {
     /// Delete them with the resource.
     #[default]
@@ -329,7 +361,7 @@ pub enum DeletionPolicy {
 }
 
 /// Field conflicts: report them, or take the resource's fields back.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, JsonSchema)]
 pub enum FieldConflicts {
     /// Report `FieldConflict`.
     #[default]
@@ -339,7 +371,7 @@ pub enum FieldConflicts {
 }
 
 /// How the engine treats the kind's objects.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ReconcileSpec {
     /// What a deleted resource's objects become.
@@ -381,4 +413,13 @@ impl Default for ReconcileSpec {
 
 fn yes() -> bool {
     true
+}
+
+/// The schema of a field that holds any object: an OpenAPI schema, kept
+/// whole by the API server (`x-kubernetes-preserve-unknown-fields`).
+fn any_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true,
+    })
 }

@@ -68,19 +68,37 @@ pub struct Rule {
     pub verbs: Vec<String>,
 }
 
+/// The rules a declared kind needs, by what they are on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KindRules {
+    /// On the kind's own resources and their status: the watch, the
+    /// finalizer, the status. The operator's account always needs them.
+    pub own: Vec<Rule>,
+    /// On the objects its overlays produce, one rule per API group: what
+    /// the identity writing them needs.
+    pub objects: Vec<Rule>,
+}
+
+impl KindRules {
+    /// Every rule, the kind's own first: the ClusterRole's.
+    pub fn all(&self) -> Vec<Rule> {
+        self.own.iter().chain(&self.objects).cloned().collect()
+    }
+}
+
 /// The rules for `kind`, whose overlays produce `types`.
-pub fn rules(kind: &DeclaredKind, types: &BTreeSet<ObjectType>) -> Vec<Rule> {
+pub fn rules(kind: &DeclaredKind, types: &BTreeSet<ObjectType>) -> KindRules {
     let strings = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-    let own = &kind.resource;
-    let mut rules = vec![
+    let resource = &kind.resource;
+    let own = vec![
         Rule {
-            api_groups: vec![own.group.clone()],
-            resources: vec![own.plural.clone()],
+            api_groups: vec![resource.group.clone()],
+            resources: vec![resource.plural.clone()],
             verbs: strings(&RESOURCE_VERBS),
         },
         Rule {
-            api_groups: vec![own.group.clone()],
-            resources: vec![format!("{}/status", own.plural)],
+            api_groups: vec![resource.group.clone()],
+            resources: vec![format!("{}/status", resource.plural)],
             verbs: strings(&["patch"]),
         },
     ];
@@ -93,17 +111,20 @@ pub fn rules(kind: &DeclaredKind, types: &BTreeSet<ObjectType>) -> Vec<Rule> {
             .or_default()
             .insert(resource.plural);
     }
-    rules.extend(by_group.into_iter().map(|(group, plurals)| Rule {
-        api_groups: vec![group],
-        resources: plurals.into_iter().collect(),
-        verbs: strings(&OBJECT_VERBS),
-    }));
-    rules
+    let objects = by_group
+        .into_iter()
+        .map(|(group, plurals)| Rule {
+            api_groups: vec![group],
+            resources: plurals.into_iter().collect(),
+            verbs: strings(&OBJECT_VERBS),
+        })
+        .collect();
+    KindRules { own, objects }
 }
 
 /// The ClusterRole, labelled [`AGGREGATE_LABEL`], as a YAML document with
 /// a comment saying where it comes from and how it reaches the operator.
-pub fn manifests(kind: &DeclaredKind, rules: &[Rule]) -> Result<String, String> {
+pub fn manifests(kind: &DeclaredKind, rules: &KindRules) -> Result<String, String> {
     let role = serde_json::json!({
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRole",
@@ -111,7 +132,7 @@ pub fn manifests(kind: &DeclaredKind, rules: &[Rule]) -> Result<String, String> 
             "name": format!("kustomize-operator-{}", kind.name()),
             "labels": {"app.kubernetes.io/name": "kustomize-operator", AGGREGATE_LABEL: "true"},
         },
-        "rules": rules,
+        "rules": rules.all(),
     });
     let yaml = serde_saphyr::to_string(&role).map_err(|e| e.to_string())?;
     Ok(format!("{}{yaml}", header(kind)))

@@ -460,15 +460,19 @@ fn the_rbac_covers_the_resources_and_what_the_overlay_produces() {
     let rules = rbac::rules(&kind, &types);
     let find = |group: &str| -> Vec<rbac::Rule> {
         rules
+            .objects
             .iter()
             .filter(|r| r.api_groups == [group])
             .cloned()
             .collect()
     };
-    let own = find("hello.example.com");
+    let own = &rules.own;
+    assert_eq!(own.len(), 2);
+    assert!(own.iter().all(|r| r.api_groups == ["hello.example.com"]));
     assert_eq!(own[0].resources, ["greetings"]);
     assert_eq!(own[1].resources, ["greetings/status"]);
     assert_eq!(own[1].verbs, ["patch"]);
+    assert!(find("hello.example.com").is_empty());
     let core = find("");
     assert_eq!(core[0].resources, ["configmaps", "services"]);
     let apps = find("apps");
@@ -478,7 +482,11 @@ fn the_rbac_covers_the_resources_and_what_the_overlay_produces() {
     let role: serde_json::Value = serde_saphyr::from_str(&yaml).unwrap();
     assert_eq!(role["kind"], "ClusterRole");
     assert_eq!(role["metadata"]["labels"][rbac::AGGREGATE_LABEL], "true");
-    assert_eq!(role["rules"], serde_json::to_value(&rules).unwrap());
+    assert_eq!(role["rules"], serde_json::to_value(rules.all()).unwrap());
+    assert_eq!(
+        role["rules"][0]["resources"][0], "greetings",
+        "the kind's own first"
+    );
     assert!(
         !yaml.contains("ClusterRoleBinding") && !yaml.contains("\n---"),
         "one document, no binding: {yaml}"

@@ -210,7 +210,7 @@ fn walk_schema(path: &Path, schema: &Value, at: &str) -> Result<()> {
 fn check_columns(path: &Path, file: &KindFile) -> Result<()> {
     for (i, c) in file.spec.printer_columns.iter().flatten().enumerate() {
         let at = format!("spec.printerColumns[{i}]");
-        if !["string", "integer", "number", "boolean", "date"].contains(&c.type_.as_str()) {
+        if !file::COLUMN_TYPES.contains(&c.type_.as_str()) {
             return Err(invalid(
                 path,
                 format!("{at}.type"),
@@ -281,7 +281,7 @@ fn check_status(path: &Path, file: &KindFile) -> Result<()> {
                 format!("{:?} is one of the engine's own status fields", s.field),
             ));
         }
-        if !["string", "integer", "number", "boolean"].contains(&s.type_.as_str()) {
+        if !file::STATUS_TYPES.contains(&s.type_.as_str()) {
             return Err(invalid(
                 path,
                 format!("{at}.type"),
