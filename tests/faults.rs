@@ -217,6 +217,14 @@ impl OwnPlane {
         common::repo().join("hack/control-plane/control-plane")
     }
 
+    /// The script, for this plane only: never with a real node (one
+    /// machine has room for one kubelet, and the shared plane may run it).
+    fn command(env: &[(String, String)]) -> Command {
+        let mut command = Command::new(Self::script());
+        command.env_remove("KO_REAL_NODE").envs(env.iter().cloned());
+        command
+    }
+
     fn up(state: &Path) -> Self {
         let env = vec![(
             "KO_CONTROL_PLANE_DIR".to_string(),
@@ -224,9 +232,8 @@ impl OwnPlane {
         )];
         // `up`, then `crds`: the project's CRDs applied and established.
         for verb in ["up", "crds"] {
-            let out = Command::new(Self::script())
+            let out = Self::command(&env)
                 .arg(verb)
-                .envs(env.clone())
                 .output()
                 .unwrap_or_else(|e| panic!("control-plane {verb}: {e}"));
             assert!(
@@ -240,9 +247,8 @@ impl OwnPlane {
     }
 
     fn component(&self, verb: &str, name: &str) {
-        let out = Command::new(Self::script())
+        let out = Self::command(&self.env)
             .args([verb, name])
-            .envs(self.env.clone())
             .output()
             .unwrap();
         assert!(
@@ -265,10 +271,7 @@ impl OwnPlane {
 
 impl Drop for OwnPlane {
     fn drop(&mut self) {
-        let _ = Command::new(Self::script())
-            .arg("down")
-            .envs(self.env.clone())
-            .output();
+        let _ = Self::command(&self.env).arg("down").output();
     }
 }
 
