@@ -468,6 +468,12 @@ impl OperatorProcess {
         self.child.try_wait().unwrap().is_none()
     }
 
+    /// Everything it logged so far (its standard error, `RUST_LOG=info`),
+    /// read whole: for counting lines such as the start line.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
     /// The last lines it logged (for failure messages only).
     pub fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
