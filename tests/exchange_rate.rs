@@ -320,6 +320,179 @@ async fn create_then_the_rate_changes_and_the_config_map_is_replaced() {
     operator.stop().await;
 }
 
+/// The test-only TLS fixtures (`tests/fixtures/tls/generate`): a CA no
+/// system trusts, and a certificate it signed for 127.0.0.1.
+fn tls_fixture(name: &str) -> std::path::PathBuf {
+    common::repo().join("tests/fixtures/tls").join(name)
+}
+
+/// A rate provider over HTTPS on 127.0.0.1, presenting the fixture's
+/// certificate: answers `GET /rates/<base>/<currency>` with `rate`, one
+/// request per connection, and counts the requests it answered (only
+/// after a completed handshake).
+struct TlsProvider {
+    port: u16,
+    answered: Arc<AtomicUsize>,
+}
+
+impl TlsProvider {
+    fn start(rate: &str) -> Self {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let certs: Vec<CertificateDer<'static>> =
+            CertificateDer::pem_file_iter(tls_fixture("server.pem"))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap();
+        let key = PrivateKeyDer::from_pem_file(tls_fixture("server-key.pem")).unwrap();
+        let config = Arc::new(
+            rustls::ServerConfig::builder_with_provider(Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .unwrap(),
+        );
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let answered = Arc::new(AtomicUsize::new(0));
+        let (count, rate) = (answered.clone(), rate.to_string());
+        std::thread::spawn(move || {
+            for tcp in listener.incoming() {
+                let Ok(tcp) = tcp else { continue };
+                let (config, count, rate) = (config.clone(), count.clone(), rate.clone());
+                std::thread::spawn(move || {
+                    let _ = serve_one(tcp, config, &count, &rate);
+                });
+            }
+        });
+        Self { port, answered }
+    }
+
+    fn requests(&self) -> usize {
+        self.answered.load(Ordering::SeqCst)
+    }
+
+    /// Operator flags pointing at this provider.
+    fn operator_args(&self) -> Vec<String> {
+        vec![
+            "--kinds".into(),
+            "exchangerate".into(),
+            "--exchange-rate-url".into(),
+            format!(
+                "https://127.0.0.1:{}/rates/{{base}}/{{currency}}",
+                self.port
+            ),
+            "--exchange-rate-path".into(),
+            "rates.{currency}".into(),
+            "--exchange-rate-timeout".into(),
+            "5s".into(),
+            "--exchange-rate-min-refresh".into(),
+            "1s".into(),
+            "--metrics-addr".into(),
+            String::new(),
+        ]
+    }
+}
+
+/// One HTTPS exchange: the handshake, a request head, a JSON answer.
+fn serve_one(
+    tcp: std::net::TcpStream,
+    config: Arc<rustls::ServerConfig>,
+    answered: &AtomicUsize,
+    rate: &str,
+) -> std::io::Result<()> {
+    use std::io::{Read, Write};
+    tcp.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let connection = rustls::ServerConnection::new(config).map_err(std::io::Error::other)?;
+    let mut tls = rustls::StreamOwned::new(connection, tcp);
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") && head.len() < 8192 {
+        if tls.read(&mut byte)? == 0 {
+            return Ok(());
+        }
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head);
+    let path = head.split_whitespace().nth(1).unwrap_or_default();
+    let (status, body) = match path.strip_prefix("/rates/").and_then(|p| p.split_once('/')) {
+        Some((base, currency)) => (
+            "200 OK",
+            json!({"base": base, "rates": {currency: rate.parse::<f64>().unwrap()}}).to_string(),
+        ),
+        None => ("404 Not Found", "{}".to_string()),
+    };
+    answered.fetch_add(1, Ordering::SeqCst);
+    write!(
+        tls,
+        "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )?;
+    tls.flush()?;
+    tls.conn.send_close_notify();
+    tls.conn.complete_io(&mut tls.sock)?;
+    Ok(())
+}
+
+/// A provider over HTTPS whose certificate a private CA signed: refused
+/// as an unknown issuer while the operator trusts only the system's roots
+/// (the provider answers nothing), fetched once the operator is given the
+/// CA the supported way, `SSL_CERT_FILE` (the roots it reads instead of
+/// the system's; docs/kinds/exchangerate.md).
+#[tokio::test]
+async fn an_https_provider_is_fetched_once_its_ca_is_trusted_and_refused_before() {
+    let client = common::cluster().await;
+    let ns = common::TestNamespace::new(&client, "er-tls").await;
+    let _release = common::StripFinalizersOnDrop(ns.name.clone());
+    let provider = TlsProvider::start("4.2");
+    let args = provider.operator_args();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let api: Api<ExchangeRate> = Api::namespaced(client.clone(), &ns.name);
+
+    let mut untrusting = common::OperatorProcess::spawn(&ns.name, &[], &args);
+    api.create(&PostParams::default(), &exchange_rate("sek", "SEK", "1h"))
+        .await
+        .unwrap();
+    let s = wait_fetch_failed(&api, "sek").await;
+    let message = s
+        .common
+        .condition(ConditionType::Ready)
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    assert!(
+        message.contains(&format!(
+            "https://127.0.0.1:{}/rates/EUR/SEK",
+            provider.port
+        )) && message.contains("invalid peer certificate: UnknownIssuer"),
+        "{message}"
+    );
+    assert_eq!(
+        provider.requests(),
+        0,
+        "a request got through the handshake"
+    );
+    assert!(s.rate.rate.is_none(), "{s:?}");
+    untrusting.signal(libc::SIGTERM);
+    assert!(
+        untrusting.wait_exit(TIMEOUT).await.is_some(),
+        "the operator did not stop"
+    );
+
+    let ca = tls_fixture("ca.pem").display().to_string();
+    let _trusting = common::OperatorProcess::spawn(&ns.name, &[("SSL_CERT_FILE", &ca)], &args);
+    let s = wait_rate(&api, "sek", "4.2").await;
+    assert!(provider.requests() >= 1, "no request answered");
+    let name = s.rate.config_map_name.expect("configMapName");
+    let cm = Api::<ConfigMap>::namespaced(client.clone(), &ns.name)
+        .get(&name)
+        .await
+        .unwrap();
+    assert_eq!(cm.data.unwrap()["rate"], "4.2");
+}
+
 #[tokio::test]
 async fn quiet_until_due_and_the_annotation_forces_a_refresh() {
     let client = common::cluster().await;

@@ -419,6 +419,10 @@ impl OperatorProcess {
             "LEADER_ELECT_NAMESPACE",
             "COPYRATOR_NAMESPACES",
             "COPYRATOR_NAMESPACE_SELECTOR",
+            // The roots an HTTPS client trusts instead of the system's: a
+            // test gives them when it means to (tests/exchange_rate.rs).
+            "SSL_CERT_FILE",
+            "SSL_CERT_DIR",
         ] {
             cmd.env_remove(var);
         }
