@@ -649,6 +649,12 @@ async fn a_failing_provider_is_asked_again_only_when_the_backoff_allows() {
     operator.stop().await;
 }
 
+/// Deleting an ExchangeRate deletes its ConfigMaps: the engine does, before
+/// its finalizer goes. Their ownerReference would let the garbage collector
+/// delete them too, but only once the ExchangeRate is gone: the test holds
+/// it with a finalizer of its own, so ConfigMaps that go while it is still
+/// there were deleted by the engine, which then says so (a `Deleted` event
+/// naming them), ran `kubectl delete` for them, and removed its finalizer.
 #[tokio::test]
 async fn deleting_the_exchange_rate_deletes_its_config_maps() {
     let client = common::cluster().await;
@@ -661,21 +667,81 @@ async fn deleting_the_exchange_rate_deletes_its_config_maps() {
         .create(&PostParams::default(), &exchange_rate("pln", "PLN", "1h"))
         .await
         .unwrap();
-    wait_rate(&api, "pln", "140.5").await;
+    let s = wait_rate(&api, "pln", "140.5").await;
+    let config_map = s.rate.config_map_name.expect("configMapName");
     assert_eq!(config_maps_of(&client, &ns.name, &created).await.len(), 1);
+    common::hold(&ns.name, "exchangerate/pln");
+    let deletes = || {
+        common::metric_sum(
+            &operator.metrics().encode(),
+            "kustomize_operator_kubectl_runs_total",
+            &["verb=\"delete\"", "exit_code=\"0\""],
+        )
+    };
+    let deletes_before = deletes();
 
     api.delete("pln", &DeleteParams::default()).await.unwrap();
+    common::wait_for(
+        TIMEOUT,
+        "every ConfigMap of pln gone, pln still held by the test alone",
+        || async {
+            let left = config_maps_of(&client, &ns.name, &created).await.len();
+            let finalizers = common::finalizers(&ns.name, "exchangerate/pln");
+            if left == 0 && finalizers.as_deref() == Some(&[common::TEST_HOLD.to_string()][..]) {
+                Ok(())
+            } else {
+                Err((left, finalizers))
+            }
+        },
+    )
+    .await;
+    let note = common::wait_for(TIMEOUT, "a Deleted event about pln", || async {
+        match event_note(&client, &ns.name, "pln", "Deleted").await {
+            Some(note) => Ok(note),
+            None => Err("no Deleted event"),
+        }
+    })
+    .await;
+    assert!(
+        note.contains("deleted 1 object(s)") && note.contains(&config_map),
+        "{note}"
+    );
+    assert!(
+        deletes() > deletes_before,
+        "the operator ran no kubectl delete"
+    );
+    assert!(
+        api.get("pln")
+            .await
+            .unwrap()
+            .metadata
+            .deletion_timestamp
+            .is_some(),
+        "pln is held, being deleted"
+    );
+
+    common::release(&ns.name, "exchangerate/pln");
     common::wait_until(TIMEOUT, "the ExchangeRate pln gone", || async {
         api.get_opt("pln").await.unwrap().is_none()
     })
     .await;
-    // The engine deleted its inventory before the finalizer went (the
-    // ownerReference lets the garbage collector do it too, as a safety net).
-    common::wait_until(TIMEOUT, "every ConfigMap of pln gone", || async {
-        config_maps_of(&client, &ns.name, &created).await.is_empty()
-    })
-    .await;
     operator.stop().await;
+}
+
+/// The note of the latest `reason` event about `name`, if any.
+async fn event_note(client: &Client, ns: &str, name: &str, reason: &str) -> Option<String> {
+    Api::<Event>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                && e.reason.as_deref() == Some(reason)
+        })
+        .max_by_key(|e| e.metadata.creation_timestamp.clone().map(|t| t.0))
+        .and_then(|e| e.note)
 }
 
 /// ExchangeRate reports field conflicts rather than overwriting them: a

@@ -567,6 +567,90 @@ pub fn strip_finalizers(namespace: &str) {
     }
 }
 
+/// A finalizer of the test's own: a resource holding it stays after its
+/// deletion (with a deletionTimestamp) until [`release`] removes it.
+pub const TEST_HOLD: &str = "test.kustomize-operator.io/hold";
+
+/// Adds [`TEST_HOLD`] to the finalizers of `resource` (`sample/web`,
+/// `exchangerate/pln`) in `ns`. While it holds a deleted resource, the
+/// garbage collector leaves the objects whose ownerReference names it:
+/// an owned object that goes meanwhile was deleted by someone else (the
+/// operator, for a test that shows the engine deletes what it owns).
+pub fn hold(ns: &str, resource: &str) {
+    let patch =
+        format!(r#"[{{"op":"add","path":"/metadata/finalizers/-","value":"{TEST_HOLD}"}}]"#);
+    let (ok, _, err) = kubectl(&["-n", ns, "patch", resource, "--type", "json", "-p", &patch]);
+    assert!(ok, "holding {resource}: {err}");
+}
+
+/// Removes [`TEST_HOLD`] from `resource`, leaving its other finalizers.
+pub fn release(ns: &str, resource: &str) {
+    let Some(finalizers) = finalizers(ns, resource) else {
+        return;
+    };
+    let kept: Vec<&String> = finalizers.iter().filter(|f| *f != TEST_HOLD).collect();
+    let patch = serde_json::json!({"metadata": {"finalizers": kept}}).to_string();
+    let (ok, _, err) = kubectl(&["-n", ns, "patch", resource, "--type", "merge", "-p", &patch]);
+    assert!(ok, "releasing {resource}: {err}");
+}
+
+/// The finalizers of `resource` in `ns`, None when it is gone.
+pub fn finalizers(ns: &str, resource: &str) -> Option<Vec<String>> {
+    let (ok, out, err) = kubectl(&[
+        "-n",
+        ns,
+        "get",
+        resource,
+        "-o",
+        "json",
+        "--ignore-not-found",
+    ]);
+    assert!(ok, "kubectl get {resource}: {err}");
+    if out.trim().is_empty() {
+        return None;
+    }
+    let object: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    Some(serde_json::from_value(object["metadata"]["finalizers"].clone()).unwrap_or_default())
+}
+
+/// A kubectl that notes each run's arguments (one line per run, in
+/// `runs`) before running the tests' kubectl: what an operator ran, and
+/// as whom (`--as=...`), for `--kubectl`.
+pub struct RecordingKubectl {
+    pub path: PathBuf,
+    runs: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl RecordingKubectl {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, runs) = (dir.path().join("kubectl"), dir.path().join("runs"));
+        write_script(
+            &path,
+            &format!(
+                "echo \"$*\" >> '{}'\nexec '{}' \"$@\"",
+                runs.display(),
+                kubectl_path().display()
+            ),
+        );
+        Self {
+            path,
+            runs,
+            _dir: dir,
+        }
+    }
+
+    /// The argument lines of the runs so far.
+    pub fn runs(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.runs)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+}
+
 /// Calls [`strip_finalizers`] when dropped: declare it after the
 /// [`TestNamespace`] and before the operators, so that it runs after the
 /// operators stopped and before the namespace is deleted, even on failure.
