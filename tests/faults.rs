@@ -197,6 +197,20 @@ async fn operator_with_slow_apply(
     (ns, samples, operator, pid, tmp)
 }
 
+/// Kills process group `group` when dropped: a test that finds the run
+/// outliving the operator fails without leaving it running.
+struct KillGroupOnDrop(i32);
+
+impl Drop for KillGroupOnDrop {
+    fn drop(&mut self) {
+        // SAFETY: killpg only sends a signal, to the group of the test's
+        // own kubectl stand-in (its pid, which the engine made a group).
+        unsafe {
+            libc::killpg(self.0, libc::SIGKILL);
+        }
+    }
+}
+
 /// The processes of process group `group` that are alive (not zombies:
 /// a zombie has exited, and only waits for its parent to read its
 /// status), as "pid state command" lines, read from /proc.
@@ -692,6 +706,7 @@ async fn sigterm_finishes_the_in_flight_run_and_records_it() {
     let client = common::cluster().await;
     let (_ns, samples, mut operator, kubectl, _tmp) =
         operator_with_slow_apply(&client, "sigterm", 3, "20s").await;
+    let _group = KillGroupOnDrop(kubectl);
     assert!(
         !alive_in_group(kubectl).is_empty(),
         "the kubectl run {kubectl} is not seen running"
@@ -725,6 +740,7 @@ async fn sigterm_past_the_grace_period_kills_kubectl_and_records_it() {
     let client = common::cluster().await;
     let (_ns, samples, mut operator, kubectl, _tmp) =
         operator_with_slow_apply(&client, "sigkillgrace", 600, "5s").await;
+    let _group = KillGroupOnDrop(kubectl);
     // The run (the stand-in's shell) and its child (`sleep 600`), both in
     // the run's process group, seen before.
     let running = alive_in_group(kubectl);
