@@ -236,7 +236,13 @@ fn a_packed_definition_that_escapes_its_folder_writes_nothing_anywhere() {
         .unwrap();
         let file = file.to_str().unwrap();
         for args in [
-            vec!["crd", "--kustomize-dir", &kustomize, "--kind-definition", file],
+            vec![
+                "crd",
+                "--kustomize-dir",
+                &kustomize,
+                "--kind-definition",
+                file,
+            ],
             vec!["kind", "unpack", file, "--out-dir", out.to_str().unwrap()],
         ] {
             let (ok, stderr) = run_in(&cwd, &tmp, &args);
