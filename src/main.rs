@@ -11,8 +11,8 @@ use tracing_subscriber::EnvFilter;
 
 /// jemalloc, as the binary's allocator. glibc's arenas keep the pages a
 /// burst of reconciles filled, pinned by the few small objects still
-/// alive on each; jemalloc hands them back. docs/performance.md, "Engine
-/// v2.13".
+/// alive on each; jemalloc hands them back. docs/performance.md, "The
+/// allocator".
 #[cfg(feature = "jemalloc")]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;

@@ -268,33 +268,49 @@ async fn a_forged_inventory_neither_prunes_nor_deletes_another_tenants_deploymen
         "not adopted outside the owner's namespace: {victim_labels:?}"
     );
 
-    // By delete: the Sample goes, the forged entries stay untouched.
+    // By delete: the engine deletes the Sample's own Deployment, and the
+    // forged entries stay untouched. The test holds the Sample with a
+    // finalizer of its own, so the garbage collector (the Deployment's
+    // ownerReference) cannot be what deletes the Deployment.
     operator.stop().await;
     forge_inventory(&samples, "web", forged).await;
+    common::hold(&attacker.name, "sample/web");
     samples
         .delete("web", &DeleteParams::default())
         .await
         .unwrap();
     let operator = common::start_operator(&attacker.name, &["--kinds", "sample"]).await;
-    common::wait_until(TIMEOUT, "the Sample web gone", || async {
-        samples.get_opt("web").await.unwrap().is_none()
-    })
+    common::wait_for(
+        TIMEOUT,
+        "the Sample's own Deployment deleted, the Sample held by the test alone",
+        || async {
+            let own = uid_of(&neighbours, "web").await;
+            let finalizers = common::finalizers(&attacker.name, "sample/web");
+            if own.is_none() && finalizers.as_deref() == Some(&[common::TEST_HOLD.to_string()][..])
+            {
+                Ok(())
+            } else {
+                Err((own, finalizers))
+            }
+        },
+    )
     .await;
     let note = wait_event(&client, &attacker.name, "web", "Deleted").await;
     assert!(note.contains("ignored 1 inventory entry"), "{note}");
+    assert!(note.contains("deleted 1 object(s)"), "{note}");
     assert_eq!(uid_of(&victims, "web").await, Some(victim_uid));
     assert_eq!(uid_of(&neighbours, "other").await, Some(other_uid));
-    assert_eq!(
-        uid_of(&neighbours, "web").await,
-        None,
-        "its own Deployment is deleted"
-    );
     for note in event_notes(&client, &attacker.name, "web").await {
         assert!(
             !note.contains(&victim.name),
             "an event names the victim: {note}"
         );
     }
+    common::release(&attacker.name, "sample/web");
+    common::wait_until(TIMEOUT, "the Sample web gone", || async {
+        samples.get_opt("web").await.unwrap().is_none()
+    })
+    .await;
     operator.stop().await;
 }
 
@@ -381,9 +397,17 @@ async fn a_forged_copyrator_inventory_tells_nothing_about_other_namespaces() {
 async fn as_the_tenants_account_a_sample_is_forbidden_until_the_right_is_granted() {
     let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "as-tenant").await;
+    let kubectl = common::RecordingKubectl::new();
     let operator = common::start_operator(
         &ns.name,
-        &["--kinds", "sample", "--default-service-account", "deployer"],
+        &[
+            "--kinds",
+            "sample",
+            "--default-service-account",
+            "deployer",
+            "--kubectl",
+            kubectl.path.to_str().unwrap(),
+        ],
     )
     .await;
     let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
@@ -483,19 +507,48 @@ async fn as_the_tenants_account_a_sample_is_forbidden_until_the_right_is_granted
     );
     assert!(deployments.get_opt("web").await.unwrap().is_some());
 
-    // Deleted as the account too.
+    // Deleted as the account too, by the engine: the test holds the Sample
+    // with a finalizer of its own, so the garbage collector (the
+    // Deployment's ownerReference) cannot be what deletes the Deployment.
+    common::hold(&ns.name, "sample/web");
     samples
         .delete("web", &DeleteParams::default())
         .await
         .unwrap();
-    common::wait_until(
+    common::wait_for(
         TIMEOUT,
-        "the Deployment web and the Sample web gone",
+        "the Deployment web gone, the Sample held by the test alone",
         || async {
-            deployments.get_opt("web").await.unwrap().is_none()
-                && samples.get_opt("web").await.unwrap().is_none()
+            let left = deployments.get_opt("web").await.unwrap().is_some();
+            let finalizers = common::finalizers(&ns.name, "sample/web");
+            if !left && finalizers.as_deref() == Some(&[common::TEST_HOLD.to_string()][..]) {
+                Ok(())
+            } else {
+                Err((left, finalizers))
+            }
         },
     )
+    .await;
+    let raw = format!(
+        "delete --raw=/apis/apps/v1/namespaces/{}/deployments/web ",
+        ns.name
+    );
+    let deletes: Vec<String> = kubectl
+        .runs()
+        .into_iter()
+        .filter(|run| run.contains(&raw))
+        .collect();
+    assert!(
+        !deletes.is_empty()
+            && deletes
+                .iter()
+                .all(|run| run.contains(&format!("--as={user} "))),
+        "the operator's deletes of the Deployment, which must act as {user}: {deletes:#?}"
+    );
+    common::release(&ns.name, "sample/web");
+    common::wait_until(TIMEOUT, "the Sample web gone", || async {
+        samples.get_opt("web").await.unwrap().is_none()
+    })
     .await;
     operator.stop().await;
 }
@@ -1059,6 +1112,8 @@ async fn a_cluster_scoped_kind_writes_as_the_cluster_account_or_not_at_all() {
         namespace: made.clone(),
     };
     let kubeconfig = token.path().display().to_string();
+    let kubectl = common::RecordingKubectl::new();
+    let recording = kubectl.path.display().to_string();
     let run = |extra: &[&str]| {
         let mut args: Vec<&str> = vec![
             "--kustomize-dir",
@@ -1071,6 +1126,8 @@ async fn a_cluster_scoped_kind_writes_as_the_cluster_account_or_not_at_all() {
             "kustomize-writer",
             "--metrics-addr",
             "",
+            "--kubectl",
+            &recording,
         ];
         args.extend_from_slice(extra);
         common::OperatorProcess::spawn(&h, &[("KUBECONFIG", kubeconfig.as_str())], &args)
@@ -1179,5 +1236,18 @@ async fn a_cluster_scoped_kind_writes_as_the_cluster_account_or_not_at_all() {
         },
     )
     .await;
+    let raw = format!("delete --raw=/api/v1/namespaces/{made} ");
+    let deletes: Vec<String> = kubectl
+        .runs()
+        .into_iter()
+        .filter(|run| run.contains(&raw))
+        .collect();
+    assert!(
+        !deletes.is_empty()
+            && deletes
+                .iter()
+                .all(|run| run.contains(&format!("--as={cluster_writer} "))),
+        "the operator's deletes of {made}, which must act as {cluster_writer}: {deletes:#?}"
+    );
     assert!(operator.running(), "{}", operator.log_tail());
 }

@@ -320,6 +320,179 @@ async fn create_then_the_rate_changes_and_the_config_map_is_replaced() {
     operator.stop().await;
 }
 
+/// The test-only TLS fixtures (`tests/fixtures/tls/generate`): a CA no
+/// system trusts, and a certificate it signed for 127.0.0.1.
+fn tls_fixture(name: &str) -> std::path::PathBuf {
+    common::repo().join("tests/fixtures/tls").join(name)
+}
+
+/// A rate provider over HTTPS on 127.0.0.1, presenting the fixture's
+/// certificate: answers `GET /rates/<base>/<currency>` with `rate`, one
+/// request per connection, and counts the requests it answered (only
+/// after a completed handshake).
+struct TlsProvider {
+    port: u16,
+    answered: Arc<AtomicUsize>,
+}
+
+impl TlsProvider {
+    fn start(rate: &str) -> Self {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let certs: Vec<CertificateDer<'static>> =
+            CertificateDer::pem_file_iter(tls_fixture("server.pem"))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap();
+        let key = PrivateKeyDer::from_pem_file(tls_fixture("server-key.pem")).unwrap();
+        let config = Arc::new(
+            rustls::ServerConfig::builder_with_provider(Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .unwrap(),
+        );
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let answered = Arc::new(AtomicUsize::new(0));
+        let (count, rate) = (answered.clone(), rate.to_string());
+        std::thread::spawn(move || {
+            for tcp in listener.incoming() {
+                let Ok(tcp) = tcp else { continue };
+                let (config, count, rate) = (config.clone(), count.clone(), rate.clone());
+                std::thread::spawn(move || {
+                    let _ = serve_one(tcp, config, &count, &rate);
+                });
+            }
+        });
+        Self { port, answered }
+    }
+
+    fn requests(&self) -> usize {
+        self.answered.load(Ordering::SeqCst)
+    }
+
+    /// Operator flags pointing at this provider.
+    fn operator_args(&self) -> Vec<String> {
+        vec![
+            "--kinds".into(),
+            "exchangerate".into(),
+            "--exchange-rate-url".into(),
+            format!(
+                "https://127.0.0.1:{}/rates/{{base}}/{{currency}}",
+                self.port
+            ),
+            "--exchange-rate-path".into(),
+            "rates.{currency}".into(),
+            "--exchange-rate-timeout".into(),
+            "5s".into(),
+            "--exchange-rate-min-refresh".into(),
+            "1s".into(),
+            "--metrics-addr".into(),
+            String::new(),
+        ]
+    }
+}
+
+/// One HTTPS exchange: the handshake, a request head, a JSON answer.
+fn serve_one(
+    tcp: std::net::TcpStream,
+    config: Arc<rustls::ServerConfig>,
+    answered: &AtomicUsize,
+    rate: &str,
+) -> std::io::Result<()> {
+    use std::io::{Read, Write};
+    tcp.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let connection = rustls::ServerConnection::new(config).map_err(std::io::Error::other)?;
+    let mut tls = rustls::StreamOwned::new(connection, tcp);
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") && head.len() < 8192 {
+        if tls.read(&mut byte)? == 0 {
+            return Ok(());
+        }
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head);
+    let path = head.split_whitespace().nth(1).unwrap_or_default();
+    let (status, body) = match path.strip_prefix("/rates/").and_then(|p| p.split_once('/')) {
+        Some((base, currency)) => (
+            "200 OK",
+            json!({"base": base, "rates": {currency: rate.parse::<f64>().unwrap()}}).to_string(),
+        ),
+        None => ("404 Not Found", "{}".to_string()),
+    };
+    answered.fetch_add(1, Ordering::SeqCst);
+    write!(
+        tls,
+        "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )?;
+    tls.flush()?;
+    tls.conn.send_close_notify();
+    tls.conn.complete_io(&mut tls.sock)?;
+    Ok(())
+}
+
+/// A provider over HTTPS whose certificate a private CA signed: refused
+/// as an unknown issuer while the operator trusts only the system's roots
+/// (the provider answers nothing), fetched once the operator is given the
+/// CA the supported way, `SSL_CERT_FILE` (the roots it reads instead of
+/// the system's; docs/kinds/exchangerate.md).
+#[tokio::test]
+async fn an_https_provider_is_fetched_once_its_ca_is_trusted_and_refused_before() {
+    let client = common::cluster().await;
+    let ns = common::TestNamespace::new(&client, "er-tls").await;
+    let _release = common::StripFinalizersOnDrop(ns.name.clone());
+    let provider = TlsProvider::start("4.2");
+    let args = provider.operator_args();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let api: Api<ExchangeRate> = Api::namespaced(client.clone(), &ns.name);
+
+    let mut untrusting = common::OperatorProcess::spawn(&ns.name, &[], &args);
+    api.create(&PostParams::default(), &exchange_rate("sek", "SEK", "1h"))
+        .await
+        .unwrap();
+    let s = wait_fetch_failed(&api, "sek").await;
+    let message = s
+        .common
+        .condition(ConditionType::Ready)
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    assert!(
+        message.contains(&format!(
+            "https://127.0.0.1:{}/rates/EUR/SEK",
+            provider.port
+        )) && message.contains("invalid peer certificate: UnknownIssuer"),
+        "{message}"
+    );
+    assert_eq!(
+        provider.requests(),
+        0,
+        "a request got through the handshake"
+    );
+    assert!(s.rate.rate.is_none(), "{s:?}");
+    untrusting.signal(libc::SIGTERM);
+    assert!(
+        untrusting.wait_exit(TIMEOUT).await.is_some(),
+        "the operator did not stop"
+    );
+
+    let ca = tls_fixture("ca.pem").display().to_string();
+    let _trusting = common::OperatorProcess::spawn(&ns.name, &[("SSL_CERT_FILE", &ca)], &args);
+    let s = wait_rate(&api, "sek", "4.2").await;
+    assert!(provider.requests() >= 1, "no request answered");
+    let name = s.rate.config_map_name.expect("configMapName");
+    let cm = Api::<ConfigMap>::namespaced(client.clone(), &ns.name)
+        .get(&name)
+        .await
+        .unwrap();
+    assert_eq!(cm.data.unwrap()["rate"], "4.2");
+}
+
 #[tokio::test]
 async fn quiet_until_due_and_the_annotation_forces_a_refresh() {
     let client = common::cluster().await;
@@ -476,6 +649,12 @@ async fn a_failing_provider_is_asked_again_only_when_the_backoff_allows() {
     operator.stop().await;
 }
 
+/// Deleting an ExchangeRate deletes its ConfigMaps: the engine does, before
+/// its finalizer goes. Their ownerReference would let the garbage collector
+/// delete them too, but only once the ExchangeRate is gone: the test holds
+/// it with a finalizer of its own, so ConfigMaps that go while it is still
+/// there were deleted by the engine, which then says so (a `Deleted` event
+/// naming them), ran `kubectl delete` for them, and removed its finalizer.
 #[tokio::test]
 async fn deleting_the_exchange_rate_deletes_its_config_maps() {
     let client = common::cluster().await;
@@ -488,21 +667,81 @@ async fn deleting_the_exchange_rate_deletes_its_config_maps() {
         .create(&PostParams::default(), &exchange_rate("pln", "PLN", "1h"))
         .await
         .unwrap();
-    wait_rate(&api, "pln", "140.5").await;
+    let s = wait_rate(&api, "pln", "140.5").await;
+    let config_map = s.rate.config_map_name.expect("configMapName");
     assert_eq!(config_maps_of(&client, &ns.name, &created).await.len(), 1);
+    common::hold(&ns.name, "exchangerate/pln");
+    let deletes = || {
+        common::metric_sum(
+            &operator.metrics().encode(),
+            "kustomize_operator_kubectl_runs_total",
+            &["verb=\"delete\"", "exit_code=\"0\""],
+        )
+    };
+    let deletes_before = deletes();
 
     api.delete("pln", &DeleteParams::default()).await.unwrap();
+    common::wait_for(
+        TIMEOUT,
+        "every ConfigMap of pln gone, pln still held by the test alone",
+        || async {
+            let left = config_maps_of(&client, &ns.name, &created).await.len();
+            let finalizers = common::finalizers(&ns.name, "exchangerate/pln");
+            if left == 0 && finalizers.as_deref() == Some(&[common::TEST_HOLD.to_string()][..]) {
+                Ok(())
+            } else {
+                Err((left, finalizers))
+            }
+        },
+    )
+    .await;
+    let note = common::wait_for(TIMEOUT, "a Deleted event about pln", || async {
+        match event_note(&client, &ns.name, "pln", "Deleted").await {
+            Some(note) => Ok(note),
+            None => Err("no Deleted event"),
+        }
+    })
+    .await;
+    assert!(
+        note.contains("deleted 1 object(s)") && note.contains(&config_map),
+        "{note}"
+    );
+    assert!(
+        deletes() > deletes_before,
+        "the operator ran no kubectl delete"
+    );
+    assert!(
+        api.get("pln")
+            .await
+            .unwrap()
+            .metadata
+            .deletion_timestamp
+            .is_some(),
+        "pln is held, being deleted"
+    );
+
+    common::release(&ns.name, "exchangerate/pln");
     common::wait_until(TIMEOUT, "the ExchangeRate pln gone", || async {
         api.get_opt("pln").await.unwrap().is_none()
     })
     .await;
-    // The engine deleted its inventory before the finalizer went (the
-    // ownerReference lets the garbage collector do it too, as a safety net).
-    common::wait_until(TIMEOUT, "every ConfigMap of pln gone", || async {
-        config_maps_of(&client, &ns.name, &created).await.is_empty()
-    })
-    .await;
     operator.stop().await;
+}
+
+/// The note of the latest `reason` event about `name`, if any.
+async fn event_note(client: &Client, ns: &str, name: &str, reason: &str) -> Option<String> {
+    Api::<Event>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                && e.reason.as_deref() == Some(reason)
+        })
+        .max_by_key(|e| e.metadata.creation_timestamp.clone().map(|t| t.0))
+        .and_then(|e| e.note)
 }
 
 /// ExchangeRate reports field conflicts rather than overwriting them: a

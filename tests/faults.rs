@@ -144,8 +144,11 @@ async fn no_more_reconciles_run_at_once_than_the_limit() {
     operator.stop().await;
 }
 
-/// An operator whose `kubectl apply` touches a marker file and then sleeps
-/// `sleep_secs`; returns it with the marker, once a Sample's apply is in flight.
+/// An operator whose `kubectl apply` writes its process id to a marker
+/// file and then sleeps `sleep_secs` (in a child, `sleep`); returns it
+/// with the pid of that kubectl run, once a Sample's apply is in flight.
+/// The engine starts each kubectl in a process group of its own, so the
+/// pid is also the group of the run and its children.
 async fn operator_with_slow_apply(
     client: &Client,
     prefix: &str,
@@ -155,6 +158,7 @@ async fn operator_with_slow_apply(
     common::TestNamespace,
     Api<Sample>,
     common::OperatorProcess,
+    i32,
     tempfile::TempDir,
 ) {
     let ns = common::TestNamespace::new(client, prefix).await;
@@ -164,8 +168,8 @@ async fn operator_with_slow_apply(
     let slow = kubectl_wrapper(
         tmp.path(),
         &format!(
-            "case \"$*\" in *apply*) touch {}; sleep {sleep_secs};; esac",
-            marker.display()
+            "case \"$*\" in *apply*) echo $$ > {m}.new && mv {m}.new {m}; sleep {sleep_secs};; esac",
+            m = marker.display()
         ),
     );
     let operator = operator_process(
@@ -188,7 +192,49 @@ async fn operator_with_slow_apply(
         || async { marker.exists() },
     )
     .await;
-    (ns, samples, operator, tmp)
+    let pid = std::fs::read_to_string(&marker).unwrap();
+    let pid = pid.trim().parse().expect("the kubectl run's pid");
+    (ns, samples, operator, pid, tmp)
+}
+
+/// Kills process group `group` when dropped: a test that finds the run
+/// outliving the operator fails without leaving it running.
+struct KillGroupOnDrop(i32);
+
+impl Drop for KillGroupOnDrop {
+    fn drop(&mut self) {
+        // SAFETY: killpg only sends a signal, to the group of the test's
+        // own kubectl stand-in (its pid, which the engine made a group).
+        unsafe {
+            libc::killpg(self.0, libc::SIGKILL);
+        }
+    }
+}
+
+/// The processes of process group `group` that are alive (not zombies:
+/// a zombie has exited, and only waits for its parent to read its
+/// status), as "pid state command" lines, read from /proc.
+fn alive_in_group(group: i32) -> Vec<String> {
+    let mut alive = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        // "pid (comm) state ppid pgrp ...": comm may hold spaces and ')'.
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let Some((head, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let (state, pgrp) = (fields[0], fields[2].parse::<i32>().unwrap_or(0));
+        if pgrp == group && state != "Z" {
+            let command = head.split_once('(').map_or("", |(_, c)| c);
+            alive.push(format!("{pid} {state} {command}"));
+        }
+    }
+    alive
 }
 
 /// A kubectl stand-in: runs `body` (sh) before handing over to the real
@@ -661,8 +707,13 @@ async fn a_sample_deleted_while_the_operator_is_down_is_cleaned_up_after_restart
 #[tokio::test]
 async fn sigterm_finishes_the_in_flight_run_and_records_it() {
     let client = common::cluster().await;
-    let (_ns, samples, mut operator, _tmp) =
+    let (_ns, samples, mut operator, kubectl, _tmp) =
         operator_with_slow_apply(&client, "sigterm", 3, "20s").await;
+    let _group = KillGroupOnDrop(kubectl);
+    assert!(
+        !alive_in_group(kubectl).is_empty(),
+        "the kubectl run {kubectl} is not seen running"
+    );
     let start = Instant::now();
     operator.signal(libc::SIGTERM);
     let status = operator
@@ -680,13 +731,26 @@ async fn sigterm_finishes_the_in_flight_run_and_records_it() {
     );
     assert!(s.applied_digest.is_some(), "{s:?}");
     assert_eq!(s.last_command.unwrap().exit_code, Some(0));
+    assert_eq!(
+        alive_in_group(kubectl),
+        Vec::<String>::new(),
+        "the kubectl run (process group {kubectl}) outlived the operator"
+    );
 }
 
 #[tokio::test]
 async fn sigterm_past_the_grace_period_kills_kubectl_and_records_it() {
     let client = common::cluster().await;
-    let (_ns, samples, mut operator, _tmp) =
+    let (_ns, samples, mut operator, kubectl, _tmp) =
         operator_with_slow_apply(&client, "sigkillgrace", 600, "5s").await;
+    let _group = KillGroupOnDrop(kubectl);
+    // The run (the stand-in's shell) and its child (`sleep 600`), both in
+    // the run's process group, seen before.
+    let running = alive_in_group(kubectl);
+    assert!(
+        running.len() >= 2 && running.iter().any(|p| p.ends_with(" sleep")),
+        "the kubectl run {kubectl} and its sleep are not seen running: {running:?}"
+    );
     let start = Instant::now();
     operator.signal(libc::SIGTERM);
     operator
@@ -694,6 +758,13 @@ async fn sigterm_past_the_grace_period_kills_kubectl_and_records_it() {
         .await
         .expect("exits around the grace period");
     assert!(start.elapsed() < Duration::from_secs(10));
+    // Killed, not left behind: nothing of the run's process group is alive
+    // once the operator has exited.
+    assert_eq!(
+        alive_in_group(kubectl),
+        Vec::<String>::new(),
+        "the kubectl run (process group {kubectl}) outlived the operator"
+    );
     let s = samples.get("web").await.unwrap().status.unwrap();
     let cmd = s.last_command.clone().expect("the killed run is recorded");
     assert_eq!(cmd.exit_code, None);

@@ -251,6 +251,11 @@ async fn scaling_up_shows_progress_then_ready() {
     operator.stop().await;
 }
 
+/// A deleted Pod is the Deployment controller's to replace: the operator
+/// sees its Deployment lose an available replica (its status says so),
+/// spawns no kubectl for it, and never calls it failed. The replacement
+/// is held back by the Pod quota until the operator has shown that it saw
+/// the loss, so the test cannot pass by looking before anything happened.
 #[tokio::test]
 async fn a_deleted_pod_is_replaced_without_a_reapply_or_a_stall() {
     let client = common::cluster().await;
@@ -269,31 +274,60 @@ async fn a_deleted_pod_is_replaced_without_a_reapply_or_a_stall() {
         running_pods(&client, &ns.name, "web").await == 2
     })
     .await;
+    // The two Pods stay; no third may be created while the quota is 1.
+    set_pod_quota(&client, &ns.name, 1).await;
     let spawned = operator.kubectl_stats().spawned();
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
     let selector = ListParams::default().labels("app.kubernetes.io/instance=web");
-    let victim = pods.list(&selector).await.unwrap().items[0]
-        .metadata
-        .name
-        .clone()
-        .unwrap();
+    let before: Vec<String> = pods
+        .list(&selector)
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    let victim = before[0].clone();
     pods.delete(&victim, &DeleteParams::default())
         .await
         .unwrap();
 
-    // Until a replacement runs, Ready is never False: at most Unknown while
-    // the Deployment really has fewer available replicas.
+    // Until a replacement runs, Ready is never False: Unknown while the
+    // Deployment really has fewer available replicas.
+    let never_false = |s: &CommonStatus| {
+        let ready = condition(s, ConditionType::Ready).map(|c| c.0);
+        assert_ne!(ready, Some(ConditionStatus::False), "flapped: {s:#?}");
+    };
+    // The positive marker: the operator saw the loss (through its
+    // Deployment's status) and says so.
+    let seen = wait_status(&samples, "web", "showing 1/2 replicas available", |s| {
+        never_false(s);
+        condition(s, ConditionType::Ready) == Some((ConditionStatus::Unknown, Reason::Progressing))
+            && s.message.as_deref().is_some_and(|m| m.contains("1/2"))
+    })
+    .await;
+    assert_eq!(
+        condition(&seen, ConditionType::Reconciling),
+        Some((ConditionStatus::True, Reason::Progressing)),
+        "{seen:#?}"
+    );
+    assert_eq!(running_pods(&client, &ns.name, "web").await, 1);
+
+    // The quota lifted, the Deployment controller replaces the Pod.
+    set_pod_quota(&client, &ns.name, 10).await;
     common::wait_for(
         TIMEOUT,
         format!("a Pod running in place of {victim}, and web Ready"),
         || async {
             let s = status(&samples, "web").await;
-            let ready = condition(&s, ConditionType::Ready).map(|c| c.0);
-            assert_ne!(ready, Some(ConditionStatus::False), "flapped: {s:#?}");
-            let replaced =
-                pods.list(&selector).await.unwrap().items.iter().any(|p| {
-                    p.metadata.name.as_deref() != Some(&victim) && p.metadata.name.is_some()
-                }) && running_pods(&client, &ns.name, "web").await == 2;
+            never_false(&s);
+            let replaced = pods.list(&selector).await.unwrap().items.iter().any(|p| {
+                p.metadata
+                    .name
+                    .as_ref()
+                    .is_some_and(|n| !before.contains(n))
+                    && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+            }) && running_pods(&client, &ns.name, "web").await == 2;
             if replaced && s.is_ready() {
                 Ok(())
             } else {

@@ -41,10 +41,10 @@ const HELM_LABELS: &[&str] = &[
 /// The helm binary.
 struct Helm(PathBuf);
 
-/// The helm binary, or return (a loud skip; a failure under CI=true).
+/// The helm binary, or return (a loud skip; a failure under CI).
 macro_rules! helm_or_skip {
     () => {
-        match common::helm_path() {
+        match common::helm_path(crate::test_name!()) {
             Some(path) => Helm(path),
             None => return,
         }

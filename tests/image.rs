@@ -14,7 +14,8 @@
 //!   and stops cleanly on SIGTERM within the grace period.
 //!
 //! `.ci/run` builds the image with `hack/image` before `hack/test`. Without
-//! podman or the image these tests skip loudly, and fail under `CI=true`.
+//! podman or the image these tests skip loudly, and fail under CI (`CI`
+//! set to `true`, `1`, `yes` or anything but empty, `0`, `false`, `no`, `off`).
 
 mod common;
 
@@ -53,9 +54,9 @@ fn podman_ok(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// True when podman runs and the image exists. Otherwise the test skips with
-/// a loud message (false), or fails under `CI=true`.
-fn image_available() -> bool {
+/// True when podman runs and the image exists. Otherwise the test `test`
+/// skips, saying why (false), or fails under CI ([`common::skip`]).
+fn image_available(test: &str) -> bool {
     let out = podman(&["image", "exists", IMAGE]);
     if out.status.success() {
         return true;
@@ -67,11 +68,36 @@ fn image_available() -> bool {
             String::from_utf8_lossy(&out.stderr).trim()
         ),
     };
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("CI=true but {msg}");
-    }
-    eprintln!("\n*** SKIPPING image test: {msg}.\n");
+    common::skip(test, &msg);
     false
+}
+
+/// The skips above fail in CI whatever a runner sets `CI` to, and name
+/// their test.
+#[test]
+fn ci_is_any_value_of_ci_but_an_empty_or_false_one_and_a_skip_names_its_test() {
+    for yes in ["true", "1", "yes", "TRUE", "on", "woodpecker"] {
+        assert!(common::ci_value(Some(yes)), "CI={yes}");
+    }
+    for no in [
+        None,
+        Some(""),
+        Some("0"),
+        Some("false"),
+        Some("No"),
+        Some("off"),
+    ] {
+        assert!(!common::ci_value(no), "CI={no:?}");
+    }
+    assert_eq!(
+        crate::test_name!(),
+        "image::ci_is_any_value_of_ci_but_an_empty_or_false_one_and_a_skip_names_its_test"
+    );
+    let in_async = async { crate::test_name!() };
+    assert_eq!(
+        futures::executor::block_on(in_async),
+        "image::ci_is_any_value_of_ci_but_an_empty_or_false_one_and_a_skip_names_its_test"
+    );
 }
 
 /// Writes to the real stderr: not captured by the test harness, so the
@@ -174,7 +200,7 @@ fn tree(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
 #[test]
 fn the_image_holds_the_operator_kubectl_kustomize_certificates_and_no_shell() {
     use std::os::unix::fs::PermissionsExt;
-    if !image_available() {
+    if !image_available(crate::test_name!()) {
         return;
     }
     let inspect: Value = serde_json::from_str(&podman_ok(&["image", "inspect", IMAGE])).unwrap();
@@ -262,7 +288,7 @@ fn the_image_holds_the_operator_kubectl_kustomize_certificates_and_no_shell() {
 #[test]
 fn crd_render_and_kubectl_run_in_the_image_as_built_from_these_sources() {
     use std::os::unix::fs::PermissionsExt;
-    if !image_available() {
+    if !image_available(crate::test_name!()) {
         return;
     }
     let user = ["--user", "65532:65532"];
@@ -463,7 +489,7 @@ async fn holder(leases: &Api<Lease>) -> Option<String> {
 
 #[tokio::test]
 async fn the_image_runs_as_a_kubelet_runs_the_deployments_pod() {
-    if !image_available() {
+    if !image_available(crate::test_name!()) {
         return;
     }
     let client = common::cluster().await;

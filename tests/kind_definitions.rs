@@ -65,8 +65,9 @@ async fn a_definition_is_served_without_a_restart_and_a_template_change_rolls_ou
         operator.log_tail()
     );
     assert_eq!(operator.pid(), pid);
-    let starts = operator.log_tail().matches("operator running").count();
-    assert!(starts <= 1, "the operator started {starts} times");
+    // The whole log, not a tail: the start line is logged once per start.
+    let starts = operator.log().matches("operator running").count();
+    assert_eq!(starts, 1, "the operator started {starts} times");
 
     common::kubectl(&[
         "delete",
@@ -532,12 +533,22 @@ async fn rights_granted_follows_the_operators_roles_without_a_restart() {
     kind.delete().await;
 }
 
-/// An operator process of shard `shard`, named `name`, electing a leader
-/// for its shard when `elect`.
-fn shard_replica(kind: &GreetingKind, ns: &str, shard: &str, name: &str) -> OperatorProcess {
+/// An operator process of shard `shard`, named `name` (`POD_NAME`: its
+/// Lease identity and its events' reporting instance), serving its
+/// metrics on `port`, electing a leader for its shard.
+fn shard_replica(
+    kind: &GreetingKind,
+    ns: &str,
+    shard: &str,
+    name: &str,
+    port: u16,
+) -> OperatorProcess {
+    let addr = format!("127.0.0.1:{port}");
     let flags = kind.flags(&[
         "--shard",
         shard,
+        "--metrics-addr",
+        &addr,
         "--leader-elect",
         "--leader-elect-namespace",
         ns,
@@ -552,14 +563,74 @@ fn shard_replica(kind: &GreetingKind, ns: &str, shard: &str, name: &str) -> Oper
     OperatorProcess::spawn(ns, &[("POD_NAME", name)], &flags)
 }
 
+/// The Lease of shard `shard` in `ns`: its holder and transitions.
+fn lease(ns: &str, shard: &str) -> (String, i64) {
+    let (_, out, _) = common::kubectl(&[
+        "get",
+        "lease",
+        &format!("kustomize-operator-{shard}"),
+        "-n",
+        ns,
+        "-o",
+        "jsonpath={.spec.holderIdentity} {.spec.leaseTransitions}",
+    ]);
+    let (holder, transitions) = out.split_once(' ').unwrap_or((&out, ""));
+    (holder.to_string(), transitions.trim().parse().unwrap_or(0))
+}
+
+/// Which operator processes published an `Applied` event about `name`:
+/// the events' reporting instances (each process's `POD_NAME`).
+async fn applied_by(client: &kube::Client, ns: &str, name: &str) -> Vec<String> {
+    let events = kube::Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), ns)
+        .list(&Default::default())
+        .await
+        .unwrap();
+    let mut by: Vec<String> = events
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some("Applied")
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+        })
+        .filter_map(|e| e.reporting_instance)
+        .collect();
+    by.sort();
+    by.dedup();
+    by
+}
+
+/// What one replica's own metrics say: the reconciles it started (every
+/// kind) and whether it leads.
+async fn reconciles_and_leading(port: u16) -> (f64, f64) {
+    let (code, text) = common::http_get(port, "/metrics")
+        .await
+        .expect("the replica's metrics");
+    assert_eq!(code, 200, "{text}");
+    (
+        common::metric_sum(&text, "kustomize_operator_reconciles_total", &[]),
+        common::metric_sum(&text, "kustomize_operator_leader", &[]),
+    )
+}
+
+/// Two replicas of shard `a` and one of shard `b` serve a defined kind:
+/// each Greeting is applied by the process leading its shard (the
+/// events' reporting instance, each process's own metrics), the standby
+/// reconciles nothing, and when the leader of `a` is SIGKILLed the Lease
+/// moves to the standby, which then serves new Greetings of `a`, in the
+/// same process, started once.
 #[tokio::test]
 async fn a_defined_kind_is_served_by_two_shards_and_survives_its_leader() {
     let client = common::cluster().await;
     let ns = TestNamespace::new(&client, "kd-shards").await;
     let kind = GreetingKind::new(&ns);
-    let a1 = shard_replica(&kind, &ns.name, "a", "a1");
-    let a2 = shard_replica(&kind, &ns.name, "a", "a2");
-    let _b = shard_replica(&kind, &ns.name, "b", "b1");
+    let ports = [
+        common::free_port(),
+        common::free_port(),
+        common::free_port(),
+    ];
+    let a1 = shard_replica(&kind, &ns.name, "a", "a1", ports[0]);
+    let a2 = shard_replica(&kind, &ns.name, "a", "a2", ports[1]);
+    let b1 = shard_replica(&kind, &ns.name, "b", "b1", ports[2]);
     kind.apply();
     kind.wait_condition("Serving", "True", "Running").await;
     let shard = |s: &str| json!({"kustomize-operator.io/shard": s});
@@ -568,30 +639,104 @@ async fn a_defined_kind_is_served_by_two_shards_and_survives_its_leader() {
     wait_ready(&kind, &ns.name, "hello-a").await;
     wait_ready(&kind, &ns.name, "hello-b").await;
 
-    let leader = common::wait_for(TIMEOUT, "shard a's leader", async || {
-        let path = "jsonpath={.spec.holderIdentity}";
-        let (_, holder, _) = common::kubectl(&[
-            "get",
-            "lease",
-            "kustomize-operator-a",
-            "-n",
-            &ns.name,
-            "-o",
-            path,
-        ]);
-        match holder.as_str() {
-            "a1" | "a2" => Ok(holder),
-            _ => Err(holder),
-        }
-    })
+    let (leader, transitions) =
+        common::wait_for(TIMEOUT, "shard a's leader", async || {
+            match lease(&ns.name, "a") {
+                (holder, transitions) if holder == "a1" || holder == "a2" => {
+                    Ok((holder, transitions))
+                }
+                other => Err(other),
+            }
+        })
+        .await;
+    assert_eq!(lease(&ns.name, "b").0, "b1", "shard b's leader");
+    let ((gone, gone_port), (stays, stays_port), standby) = if leader == "a1" {
+        ((a1, ports[0]), (a2, ports[1]), "a2")
+    } else {
+        ((a2, ports[1]), (a1, ports[0]), "a1")
+    };
+
+    // Each Greeting applied by its shard's leader, and by no other process.
+    let by = common::wait_for(
+        TIMEOUT,
+        "the Applied events of hello-a and hello-b",
+        async || {
+            let seen = (
+                applied_by(&client, &ns.name, "hello-a").await,
+                applied_by(&client, &ns.name, "hello-b").await,
+            );
+            if seen.0.is_empty() || seen.1.is_empty() {
+                Err(seen)
+            } else {
+                Ok(seen)
+            }
+        },
+    )
     .await;
-    let (gone, stays) = if leader == "a1" { (a1, a2) } else { (a2, a1) };
+    assert_eq!(by, (vec![leader.clone()], vec!["b1".to_string()]));
+    let (leader_reconciles, leading) = reconciles_and_leading(gone_port).await;
+    assert!(
+        leader_reconciles >= 1.0 && leading == 1.0,
+        "{leader}: {leader_reconciles} reconciles, leader {leading}"
+    );
+    assert_eq!(
+        reconciles_and_leading(stays_port).await,
+        (0.0, 0.0),
+        "the standby {standby} reconciled or leads (reconciles, leader)"
+    );
+    let (b_reconciles, b_leading) = reconciles_and_leading(ports[2]).await;
+    assert!(
+        b_reconciles >= 1.0 && b_leading == 1.0,
+        "b1: {b_reconciles} reconciles, leader {b_leading}"
+    );
+
+    // The leader killed: the Lease moves to the standby.
+    let mut stays = stays;
+    let stays_pid = stays.pid();
     gone.signal(libc::SIGKILL);
+    common::wait_for(
+        TIMEOUT,
+        format!("shard a's Lease held by {standby}"),
+        async || match lease(&ns.name, "a") {
+            (holder, moved) if holder == standby && moved > transitions => Ok(()),
+            other => Err(other),
+        },
+    )
+    .await;
     kind.greet(&ns.name, "hello-a2", "after the leader", shard("a"));
     wait_ready(&kind, &ns.name, "hello-a2").await;
     assert_eq!(
         config_map_field(&ns.name, "hello-a2", "message"),
         "after the leader"
+    );
+    let by = common::wait_for(TIMEOUT, "an Applied event about hello-a2", async || {
+        let seen = applied_by(&client, &ns.name, "hello-a2").await;
+        if seen.is_empty() { Err(seen) } else { Ok(seen) }
+    })
+    .await;
+    assert_eq!(by, vec![standby.to_string()], "hello-a2 applied by");
+    let (reconciles, leading) = reconciles_and_leading(stays_port).await;
+    assert!(
+        reconciles >= 1.0 && leading == 1.0,
+        "{standby}: {reconciles} reconciles, leader {leading}"
+    );
+    // The same process took over, started once (its whole log, not a tail).
+    assert!(stays.running(), "{standby} exited:\n{}", stays.log_tail());
+    assert_eq!(stays.pid(), stays_pid);
+    let log = stays.log();
+    assert_eq!(
+        log.matches("operator running").count(),
+        1,
+        "{standby} started again:\n{log}"
+    );
+    assert_eq!(
+        log.matches("acquired the leader lease").count(),
+        1,
+        "{standby} took the Lease once:\n{log}"
+    );
+    assert_eq!(
+        applied_by(&client, &ns.name, "hello-a").await,
+        vec![leader.clone()]
     );
 
     let greetings = format!("greetings.{}", kind.group);
@@ -604,5 +749,5 @@ async fn a_defined_kind_is_served_by_two_shards_and_survives_its_leader() {
     })
     .await;
     kind.delete().await;
-    drop((gone, stays));
+    drop((gone, stays, b1));
 }

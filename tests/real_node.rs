@@ -91,14 +91,9 @@ fn kubectl_ok(args: &[&str]) -> String {
     out
 }
 
-/// Skips the test, saying why, or fails it under `CI=true`.
+/// Skips the test, saying why, or fails it under CI ([`common::skip`]).
 fn skip(why: &str) {
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("CI=true but the real-node tests cannot run: {why}")
-    }
-    say(&format!(
-        "\n*** SKIPPING real-node test (not a failure outside CI): {why}.\n"
-    ));
+    common::skip("real_node", why);
 }
 
 /// The plane's real node, Ready. Else None, saying why (not a failure
@@ -476,7 +471,7 @@ async fn apply_k_deploy_runs_on_the_real_node_and_its_pod_reconciles() {
 async fn helm_install_runs_the_chart_on_the_real_node() {
     let _node = NODE.lock().await;
     let Some(node) = real_node() else { return };
-    let Some(helm) = common::helm_path() else {
+    let Some(helm) = common::helm_path(crate::test_name!()) else {
         return;
     };
     let client = common::cluster().await;

@@ -14,10 +14,10 @@
 //! The labs are written for the project's control plane and its three fake
 //! nodes (kwok: Pods run, but no container does). On a cluster with other
 //! nodes the outputs differ: the run is skipped with a message naming what
-//! differs, and under `CI=true` it fails instead. The plane's real node
-//! (`KO_REAL_NODE=1`) is not "other": blocks marked `real-node` (lab 05's
-//! rollout) run on it, and without it they are skipped saying so, or fail
-//! the run under `CI=true`.
+//! differs, and under CI (`CI` set, and not `0` or `false`) it fails instead.
+//! The plane's real node (`KO_REAL_NODE=1`) is not "other": blocks marked
+//! `real-node` (lab 05's rollout) run on it, and without it they are
+//! skipped saying so, or fail the run under CI.
 
 mod common;
 #[path = "training/shell.rs"]
@@ -710,8 +710,8 @@ fn a_cluster_with_other_nodes_is_named_by_what_differs() {
 
 /// Every lab, run against the cluster. The labs' outputs hold only on the
 /// recorded nodes: on other nodes a developer's run (USE_EXISTING_CLUSTER,
-/// KO_NODES) is skipped saying why, and a run under `CI=true` fails, naming
-/// what differs.
+/// KO_NODES) is skipped saying why, and a run under CI fails, naming what
+/// differs ([`common::skip`]).
 #[test]
 fn labs_run_as_written() {
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
@@ -720,14 +720,13 @@ fn labs_run_as_written() {
     drop(runtime);
     let (nodes, real_node) = cluster_nodes();
     if let Some(why) = nodes_differ(&nodes) {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "CI=true, and the training labs cannot run as written: {why}"
+        common::skip(
+            crate::test_name!(),
+            &format!(
+                "the training labs cannot run as written: {why}; run them with hack/test \
+                 without USE_EXISTING_CLUSTER or KO_NODES"
+            ),
         );
-        say(&format!(
-            "\n*** SKIPPING the training labs (not a failure outside CI): {why}. Run them with \
-             hack/test without USE_EXISTING_CLUSTER or KO_NODES.\n"
-        ));
         return;
     }
     let only: Vec<String> = std::env::var("TRAINING_LABS")
@@ -751,10 +750,7 @@ fn labs_run_as_written() {
         .map(|lab| relative(&lab.path))
         .collect();
     if !real_node && !needs_node.is_empty() {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "CI=true, and {needs_node:?} {NO_REAL_NODE}"
-        );
+        assert!(!common::in_ci(), "under CI, {needs_node:?} {NO_REAL_NODE}");
         say(&format!(
             "\n*** {needs_node:?}: the blocks that need a real node will be skipped (not a failure \
              outside CI): {NO_REAL_NODE}.\n"

@@ -419,6 +419,10 @@ impl OperatorProcess {
             "LEADER_ELECT_NAMESPACE",
             "COPYRATOR_NAMESPACES",
             "COPYRATOR_NAMESPACE_SELECTOR",
+            // The roots an HTTPS client trusts instead of the system's: a
+            // test gives them when it means to (tests/exchange_rate.rs).
+            "SSL_CERT_FILE",
+            "SSL_CERT_DIR",
         ] {
             cmd.env_remove(var);
         }
@@ -466,6 +470,12 @@ impl OperatorProcess {
     /// True while the process runs.
     pub fn running(&mut self) -> bool {
         self.child.try_wait().unwrap().is_none()
+    }
+
+    /// Everything it logged so far (its standard error, `RUST_LOG=info`),
+    /// read whole: for counting lines such as the start line.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// The last lines it logged (for failure messages only).
@@ -557,6 +567,90 @@ pub fn strip_finalizers(namespace: &str) {
     }
 }
 
+/// A finalizer of the test's own: a resource holding it stays after its
+/// deletion (with a deletionTimestamp) until [`release`] removes it.
+pub const TEST_HOLD: &str = "test.kustomize-operator.io/hold";
+
+/// Adds [`TEST_HOLD`] to the finalizers of `resource` (`sample/web`,
+/// `exchangerate/pln`) in `ns`. While it holds a deleted resource, the
+/// garbage collector leaves the objects whose ownerReference names it:
+/// an owned object that goes meanwhile was deleted by someone else (the
+/// operator, for a test that shows the engine deletes what it owns).
+pub fn hold(ns: &str, resource: &str) {
+    let patch =
+        format!(r#"[{{"op":"add","path":"/metadata/finalizers/-","value":"{TEST_HOLD}"}}]"#);
+    let (ok, _, err) = kubectl(&["-n", ns, "patch", resource, "--type", "json", "-p", &patch]);
+    assert!(ok, "holding {resource}: {err}");
+}
+
+/// Removes [`TEST_HOLD`] from `resource`, leaving its other finalizers.
+pub fn release(ns: &str, resource: &str) {
+    let Some(finalizers) = finalizers(ns, resource) else {
+        return;
+    };
+    let kept: Vec<&String> = finalizers.iter().filter(|f| *f != TEST_HOLD).collect();
+    let patch = serde_json::json!({"metadata": {"finalizers": kept}}).to_string();
+    let (ok, _, err) = kubectl(&["-n", ns, "patch", resource, "--type", "merge", "-p", &patch]);
+    assert!(ok, "releasing {resource}: {err}");
+}
+
+/// The finalizers of `resource` in `ns`, None when it is gone.
+pub fn finalizers(ns: &str, resource: &str) -> Option<Vec<String>> {
+    let (ok, out, err) = kubectl(&[
+        "-n",
+        ns,
+        "get",
+        resource,
+        "-o",
+        "json",
+        "--ignore-not-found",
+    ]);
+    assert!(ok, "kubectl get {resource}: {err}");
+    if out.trim().is_empty() {
+        return None;
+    }
+    let object: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    Some(serde_json::from_value(object["metadata"]["finalizers"].clone()).unwrap_or_default())
+}
+
+/// A kubectl that notes each run's arguments (one line per run, in
+/// `runs`) before running the tests' kubectl: what an operator ran, and
+/// as whom (`--as=...`), for `--kubectl`.
+pub struct RecordingKubectl {
+    pub path: PathBuf,
+    runs: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl RecordingKubectl {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, runs) = (dir.path().join("kubectl"), dir.path().join("runs"));
+        write_script(
+            &path,
+            &format!(
+                "echo \"$*\" >> '{}'\nexec '{}' \"$@\"",
+                runs.display(),
+                kubectl_path().display()
+            ),
+        );
+        Self {
+            path,
+            runs,
+            _dir: dir,
+        }
+    }
+
+    /// The argument lines of the runs so far.
+    pub fn runs(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.runs)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+}
+
 /// Calls [`strip_finalizers`] when dropped: declare it after the
 /// [`TestNamespace`] and before the operators, so that it runs after the
 /// operators stopped and before the namespace is deleted, even on failure.
@@ -589,16 +683,71 @@ pub fn find_helm() -> Result<PathBuf, String> {
 }
 
 /// The helm CLI for the chart tests ([`find_helm`]), or None, loudly, when
-/// there is none; under `CI=true` that is a failure instead.
-pub fn helm_path() -> Option<PathBuf> {
+/// there is none; under CI that is a failure instead ([`skip`]).
+pub fn helm_path(test: &str) -> Option<PathBuf> {
     match find_helm() {
         Ok(helm) => Some(helm),
-        Err(why) if std::env::var("CI").as_deref() == Ok("true") => {
-            panic!("CI=true but no helm: {why}")
-        }
         Err(why) => {
-            eprintln!("\n*** SKIPPING helm test: {why}\n");
+            skip(test, &format!("no helm: {why}"));
             None
+        }
+    }
+}
+
+/// The name of the test function it is used in, with its binary
+/// (`helm::install_upgrade_uninstall`), for messages that name the test.
+#[macro_export]
+macro_rules! test_name {
+    () => {{
+        fn here() {}
+        let mut name = std::any::type_name_of_val(&here);
+        name = name.strip_suffix("::here").unwrap_or(name);
+        while let Some(outer) = name.strip_suffix("::{{closure}}") {
+            name = outer;
+        }
+        name
+    }};
+}
+
+/// True when the tests run in CI: `CI` is set to anything but an empty
+/// string, `0`, `false`, `no` or `off` (any case). CI runners set `true`
+/// or `1`; whatever they set, a missing prerequisite fails there.
+pub fn in_ci() -> bool {
+    ci_value(std::env::var("CI").ok().as_deref())
+}
+
+/// [`in_ci`] for the value `value` of `CI`.
+pub fn ci_value(value: Option<&str>) -> bool {
+    let value = value.unwrap_or_default().trim().to_ascii_lowercase();
+    !matches!(value.as_str(), "" | "0" | "false" | "no" | "off")
+}
+
+/// The test `test` cannot run here, for want of `why` (podman, the
+/// image, helm, the recorded nodes): under CI ([`in_ci`]) that fails the
+/// test; elsewhere the caller returns early and this says so where it
+/// cannot be missed, on the real standard error (shown without
+/// `--nocapture`) and, when `hack/test` set `KO_TEST_SKIPS`, in that file,
+/// which `hack/test` lists at the end of the run.
+pub fn skip(test: &str, why: &str) {
+    assert!(
+        !in_ci(),
+        "{test}: cannot run, and CI={:?} makes that a failure: {why}",
+        std::env::var("CI").unwrap_or_default()
+    );
+    use std::io::Write;
+    let line = format!("SKIPPED {test}: {why}");
+    let _ = writeln!(
+        std::io::stderr(),
+        "\n*** {line} (not a failure outside CI)\n"
+    );
+    if let Some(file) = std::env::var_os("KO_TEST_SKIPS").filter(|f| !f.is_empty()) {
+        let appended = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&file)
+            .and_then(|mut f| writeln!(f, "{line}"));
+        if let Err(e) = appended {
+            let _ = writeln!(std::io::stderr(), "cannot note the skip in {file:?}: {e}");
         }
     }
 }

@@ -350,27 +350,66 @@ mod tests {
         assert_eq!(redacted(&url), "https://h.example:8443/p/q");
     }
 
-    #[tokio::test]
-    async fn tls_works_without_a_process_wide_crypto_provider() {
-        // A server that answers the TLS ClientHello with garbage: the client
-        // must get as far as the handshake and fail with an error, not panic
-        // for want of a default CryptoProvider.
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move {
-            use tokio::io::{AsyncReadExt, AsyncWriteExt};
-            if let Ok((mut s, _)) = listener.accept().await {
-                let mut buf = [0u8; 512];
-                let _ = s.read(&mut buf).await;
-                let _ = s.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n").await;
+    /// A TLS server on loopback presenting `tests/fixtures/tls/server.pem`
+    /// (signed by a test CA that no system trusts) to one client; returns
+    /// its port.
+    fn untrusted_tls_server() -> u16 {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(include_bytes!(
+            "../../../tests/fixtures/tls/server.pem"
+        ))
+        .collect::<Result<_, _>>()
+        .unwrap();
+        let key = PrivateKeyDer::from_pem_slice(include_bytes!(
+            "../../../tests/fixtures/tls/server-key.pem"
+        ))
+        .unwrap();
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            if let Ok((mut tcp, _)) = listener.accept() {
+                let mut tls = rustls::ServerConnection::new(Arc::new(config)).unwrap();
+                // The handshake ends when the client refuses the certificate.
+                while tls.is_handshaking() {
+                    if tls.complete_io(&mut tcp).is_err() {
+                        break;
+                    }
+                }
             }
         });
+        port
+    }
+
+    #[tokio::test]
+    async fn tls_works_without_a_process_wide_crypto_provider_and_refuses_an_unknown_issuer() {
+        // A real TLS server whose certificate no system root signed: the
+        // client must get through the handshake to verifying it (no panic
+        // for want of a default CryptoProvider) and refuse it as an
+        // unknown issuer, saying so. (tests/exchange_rate.rs completes a
+        // fetch once the operator trusts the test CA.)
+        let port = untrusted_tls_server();
         let p = Provider::new(
-            &format!("https://{addr}/{{base}}/{{currency}}"),
+            &format!("https://127.0.0.1:{port}/{{base}}/{{currency}}"),
             "rate",
             Duration::from_secs(5),
         );
         let err = p.fetch("EUR", "USD").await.unwrap_err();
-        assert!(matches!(err, FetchError::Request { .. }), "{err:?}");
+        let FetchError::Request { url, reason } = &err else {
+            panic!("not a request error: {err:?}");
+        };
+        assert_eq!(url, &format!("https://127.0.0.1:{port}/EUR/USD"));
+        assert!(
+            reason.contains("invalid peer certificate: UnknownIssuer"),
+            "{err}"
+        );
     }
 }
