@@ -948,3 +948,76 @@ fn the_binary_allocates_with_jemalloc_as_configured() {
         assert!(from_binary.contains(option), "{option} in {from_binary}");
     }
 }
+
+/// Runs `hack/check-imports` on a copy of `src/` with `line` appended to
+/// the file `file` (relative to `src/`); returns (passed, what it printed).
+fn check_imports_with(file: &str, line: &str) -> (bool, String) {
+    let copy = tempfile::tempdir().unwrap();
+    let src = copy.path().join("src");
+    copy_tree(&common::repo().join("src"), &src);
+    if !file.is_empty() {
+        let path = src.join(file);
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        text.push_str(line);
+        std::fs::write(&path, text).unwrap();
+    }
+    let out = std::process::Command::new(common::repo().join("hack/check-imports"))
+        .arg(&src)
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout).into_owned();
+    (out.status.success(), printed)
+}
+
+fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+#[test]
+fn check_imports_passes_the_tree_and_fails_each_rule_broken() {
+    let (ok, printed) = check_imports_with("", "");
+    assert!(ok, "the repository's src/ must pass: {printed}");
+    let cases = [
+        // model/ names live/, a layer above it.
+        (
+            "engine/model/status.rs",
+            "\nuse crate::engine::live::health;\n",
+            "layer order: src/engine/model/status.rs",
+        ),
+        // kubectl.rs, the bottom, names the engine's root.
+        (
+            "engine/kubectl.rs",
+            "\nuse crate::engine::Engine;\n",
+            "layer order: src/engine/kubectl.rs",
+        ),
+        // a kind names an engine path past its door (src/kind.rs).
+        (
+            "kinds/copyrator/plan.rs",
+            "\nuse crate::engine::model::status::MESSAGE_LIMIT;\n",
+            "boundary: src/kinds/copyrator/plan.rs",
+        ),
+        // kubectl.rs names the kinds, which reach it through the engine.
+        (
+            "engine/kubectl.rs",
+            "\nuse crate::kinds::copyrator::plan;\n",
+            "import cycle:",
+        ),
+    ];
+    for (file, line, expected) in cases {
+        let (ok, printed) = check_imports_with(file, line);
+        assert!(!ok, "{file} + {line:?} passed: {printed}");
+        assert!(
+            printed.contains(expected),
+            "{file} + {line:?}: expected {expected:?} in {printed}"
+        );
+    }
+}
