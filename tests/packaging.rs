@@ -1005,6 +1005,18 @@ fn check_imports_passes_the_tree_and_fails_each_rule_broken() {
             "\nuse crate::engine::model::status::MESSAGE_LIMIT;\n",
             "boundary: src/kinds/copyrator/plan.rs",
         ),
+        // the engine names the kinds' door (the contract is its own leaf).
+        (
+            "engine/reconcile/steps.rs",
+            "\nuse crate::kind::Handler as _;\n",
+            "boundary: src/engine/reconcile/steps.rs",
+        ),
+        // contract/ names reconcile/, above it.
+        (
+            "engine/contract/plan.rs",
+            "\nuse crate::engine::reconcile::steps;\n",
+            "layer order: src/engine/contract/plan.rs",
+        ),
         // kubectl.rs names the kinds, which reach it through the engine.
         (
             "engine/kubectl.rs",

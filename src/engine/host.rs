@@ -31,14 +31,5 @@ pub(crate) use super::run::batch::BatchSettings;
 pub(crate) use super::run::build::{build_base, build_one};
 pub(crate) use super::{Engine, FIELD_MANAGER, FORGET_EVERY, Settings};
 
-// For the declared kinds, which the host serves from kind files: the
-// dynamic kind of a declared resource, the engine's own status fields a
-// kind file may not redefine, and the kinds whose objects are current as
-// soon as they exist. (Through `crate::kind` they would make a circle: the
-// engine's modules that define them use the kinds' facade.)
-pub(crate) use super::live::watch::always_current_kind;
-pub(crate) use super::model::dynamic_kind::dynamic_kind;
-pub(crate) use super::reconcile::status_writer::COMMON_KEYS as COMMON_STATUS_KEYS;
-
 #[cfg(test)]
 pub(crate) use super::live::ownership::Served;

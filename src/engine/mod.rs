@@ -27,6 +27,7 @@
 //! [`Engine`] (this module) holds what every reconcile shares; only the
 //! reconcile stage reaches into it.
 
+pub(crate) mod contract;
 pub(crate) mod host;
 pub(crate) mod kubectl;
 mod live;
@@ -205,7 +206,7 @@ impl Engine {
     pub(crate) async fn publish_event(
         &self,
         regarding: &k8s_openapi::api::core::v1::ObjectReference,
-        type_: crate::kind::EventType,
+        type_: contract::EventType,
         reason: &str,
         note: &str,
     ) {

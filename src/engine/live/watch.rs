@@ -19,8 +19,9 @@ use tokio::sync::broadcast;
 use super::observed::Observed;
 use super::ownership::{Discovery, Served};
 use super::waiters::Waiters;
+use crate::engine::contract::api_message;
+use crate::engine::model::inventory::always_current_kind;
 use crate::engine::model::inventory::{OWNER_LABEL, ObjectId};
-use crate::kind::api_message;
 
 /// How long the first list of a new watch may take before reads go on
 /// without it.
@@ -35,33 +36,9 @@ const CONCURRENCY: usize = 16;
 /// object the apply created before reading it from the API server.
 const ARRIVAL_WAIT: Duration = Duration::from_secs(2);
 
-/// Kinds whose objects are current as soon as they exist: not watched.
-const ALWAYS_CURRENT: [(&str, &str); 14] = [
-    ("", "ConfigMap"),
-    ("", "Secret"),
-    ("", "ServiceAccount"),
-    ("", "Endpoints"),
-    ("", "LimitRange"),
-    ("", "ResourceQuota"),
-    ("", "Namespace"),
-    ("rbac.authorization.k8s.io", "Role"),
-    ("rbac.authorization.k8s.io", "RoleBinding"),
-    ("rbac.authorization.k8s.io", "ClusterRole"),
-    ("rbac.authorization.k8s.io", "ClusterRoleBinding"),
-    ("networking.k8s.io", "NetworkPolicy"),
-    ("networking.k8s.io", "IngressClass"),
-    ("scheduling.k8s.io", "PriorityClass"),
-];
-
 /// True when objects of `id`'s kind need no watch to be judged.
 pub(crate) fn always_current(id: &ObjectId) -> bool {
     always_current_kind(id.group(), &id.kind)
-}
-
-/// True when objects of this group and kind are current once they exist
-/// (they have no status worth watching).
-pub(crate) fn always_current_kind(group: &str, kind: &str) -> bool {
-    ALWAYS_CURRENT.contains(&(group, kind))
 }
 
 /// What is known of one object.

@@ -263,6 +263,30 @@ pub fn prune_set(before: &BTreeSet<ObjectId>, now: &BTreeSet<ObjectId>) -> Vec<O
     before.difference(now).cloned().collect()
 }
 
+/// Kinds whose objects are current as soon as they exist: not watched.
+const ALWAYS_CURRENT: [(&str, &str); 14] = [
+    ("", "ConfigMap"),
+    ("", "Secret"),
+    ("", "ServiceAccount"),
+    ("", "Endpoints"),
+    ("", "LimitRange"),
+    ("", "ResourceQuota"),
+    ("", "Namespace"),
+    ("rbac.authorization.k8s.io", "Role"),
+    ("rbac.authorization.k8s.io", "RoleBinding"),
+    ("rbac.authorization.k8s.io", "ClusterRole"),
+    ("rbac.authorization.k8s.io", "ClusterRoleBinding"),
+    ("networking.k8s.io", "NetworkPolicy"),
+    ("networking.k8s.io", "IngressClass"),
+    ("scheduling.k8s.io", "PriorityClass"),
+];
+
+/// True when objects of this group and kind are current once they exist
+/// (they have no status worth watching).
+pub(crate) fn always_current_kind(group: &str, kind: &str) -> bool {
+    ALWAYS_CURRENT.contains(&(group, kind))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,6 +12,17 @@ use serde::{Deserialize, Serialize};
 use super::inventory::Inventory;
 use crate::engine::kubectl::CommandRecord;
 
+/// The engine's keys in a status; every other key is the kind's.
+pub(crate) const COMMON_KEYS: [&str; 7] = [
+    "observedGeneration",
+    "conditions",
+    "message",
+    "lastCommand",
+    "appliedDigest",
+    "lastAppliedAt",
+    "inventory",
+];
+
 /// Longest condition message of a resource kept, in bytes.
 pub const MESSAGE_LIMIT: usize = 1024;
 /// Longest condition message of a definition kept, in bytes.

@@ -14,13 +14,13 @@ use super::context::{Context, ReconcileError};
 use super::parked::{ApplyRecord, Parked};
 use super::status_writer::{self, Current};
 use super::steps::{self, Actor, Done};
+use crate::engine::contract::{EventType, Handler, OnFailure, Plan, PlannedEvent, Step};
 use crate::engine::model::inventory::{Inventory, ObjectId, Owner, prune_set};
 use crate::engine::model::outcome::{self, Applied, Failure, HealthState, Outcome};
 use crate::engine::model::overlay::{Marking, RenderedOverlay};
 use crate::engine::model::status::{
     CommonStatus, ConditionStatus, ConditionType, Reason, StatusText,
 };
-use crate::kind::{EventType, Handler, OnFailure, Plan, PlannedEvent, Step};
 
 /// A run that takes longer than this shows `Reconciling=True` meanwhile.
 const PROGRESS_AFTER: Duration = Duration::from_secs(1);
@@ -164,7 +164,7 @@ pub(crate) async fn apply<H: Handler>(
 async fn planned<H: Handler>(
     ctx: &Context<H>,
     obj: &H::Resource,
-) -> Result<Plan<H::Status>, crate::kind::HandlerError> {
+) -> Result<Plan<H::Status>, crate::engine::contract::HandlerError> {
     let observed = ctx.handler.observe(obj, &ctx.engine.client).await?;
     ctx.handler.plan(obj, &observed)
 }

@@ -10,12 +10,12 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 
 use super::context::Context;
+use crate::engine::contract::Handler;
 use crate::engine::live::health::{self, Health};
 use crate::engine::live::watch::Seen;
 use crate::engine::model::inventory::ObjectId;
 use crate::engine::model::outcome::HealthState;
 use crate::engine::model::status::{CommonStatus, ConditionStatus, ConditionType, Reason};
-use crate::kind::Handler;
 
 /// Objects named in a health message.
 const NAMED: usize = 5;

@@ -13,12 +13,12 @@ use super::apply::{fail, publish, render};
 use super::context::{Context, ReconcileError};
 use super::status_writer::{self, Current};
 use super::steps::{self, Actor, Done};
+use crate::engine::contract::{Deletion, EventType, Handler, HandlerError, Step};
 use crate::engine::model::identity::Identity;
 use crate::engine::model::inventory::{ObjectId, Owner};
 use crate::engine::model::outcome::Failure;
 use crate::engine::model::overlay::{Marking, OverlayError};
 use crate::engine::model::status::Reason;
-use crate::kind::{Deletion, EventType, Handler, HandlerError, Step};
 
 /// Reconciles a resource being deleted.
 pub(crate) async fn cleanup<H: Handler>(
@@ -134,7 +134,7 @@ async fn rendered_objects<H: Handler>(
         .observe(&current.object, &ctx.engine.client)
         .await?;
     let plan = ctx.handler.plan(&current.object, &observed)?;
-    let owned = crate::kind::Plan::<H::Status> {
+    let owned = crate::engine::contract::Plan::<H::Status> {
         steps: plan
             .steps
             .into_iter()

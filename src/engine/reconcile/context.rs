@@ -10,12 +10,12 @@ use kube::{Resource, ResourceExt};
 
 use super::triggers::Triggers;
 use crate::engine::Engine;
+use crate::engine::contract::Handler;
 use crate::engine::model::identity::{self, Identity};
 use crate::engine::model::inventory::Owner;
 use crate::engine::model::outcome::Failure;
 use crate::engine::model::status::Reason;
 use crate::engine::model::templates::KustomizeDir;
-use crate::kind::Handler;
 
 /// Why a reconcile did not succeed (its status says it in full).
 #[derive(Debug, thiserror::Error)]

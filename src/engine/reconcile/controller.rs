@@ -18,8 +18,8 @@ use super::finalizing::{add_finalizer, guarded, needs_finalizer};
 use super::primer::Primer;
 use super::triggers::Triggers;
 use super::{apply, cleanup};
+use crate::engine::contract::{DynType, Handler};
 use crate::engine::{Engine, backoff};
-use crate::kind::{DynType, Handler};
 
 /// Runs the controller for one kind until `shutdown` resolves.
 pub async fn run<H: Handler>(

@@ -19,8 +19,8 @@ use std::sync::{Mutex, MutexGuard};
 use tokio::time::{Duration, Instant};
 
 use super::expiring::Expiring;
+use crate::engine::contract::EventType;
 use crate::engine::model::status::truncate;
-use crate::kind::EventType;
 
 /// How long a published event can still become a series.
 const SERIES_TTL: Duration = Duration::from_secs(6 * 60);

@@ -21,20 +21,10 @@ use tokio::time::{Duration, Instant};
 
 use super::expiring::Expiring;
 use super::parked::Parked;
+use crate::engine::contract::Handler;
+use crate::engine::model::status::COMMON_KEYS;
 use crate::engine::model::status::{CommonStatus, StatusText};
 use crate::engine::{Engine, FIELD_MANAGER};
-use crate::kind::Handler;
-
-/// The engine's keys in a status; every other key is the kind's.
-pub(crate) const COMMON_KEYS: [&str; 7] = [
-    "observedGeneration",
-    "conditions",
-    "message",
-    "lastCommand",
-    "appliedDigest",
-    "lastAppliedAt",
-    "inventory",
-];
 
 /// How long a written status is remembered at most.
 const MEMO_TTL: Duration = Duration::from_secs(300);

@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 
+use crate::engine::contract::{FieldConflicts, api_message};
 use crate::engine::kubectl::{CommandRecord, Invocation};
 use crate::engine::live::ownership::{self, Inspected, Served, Verdict};
 use crate::engine::model::identity::Identity;
@@ -22,7 +23,6 @@ use crate::engine::model::status::Reason;
 use crate::engine::run::applier::{ApplyJob, Document};
 use crate::engine::run::build::BuildJob;
 use crate::engine::{Engine, FIELD_MANAGER};
-use crate::kind::{FieldConflicts, api_message};
 
 /// Objects per `kubectl apply` (larger applies are split).
 const APPLY_CHUNK: usize = 500;
@@ -60,7 +60,7 @@ pub(crate) struct Done {
     /// apply may have created some of them).
     pub attempted: BTreeSet<ObjectId>,
     /// Events the engine itself has to report (prune).
-    pub events: Vec<crate::kind::PlannedEvent>,
+    pub events: Vec<crate::engine::contract::PlannedEvent>,
 }
 
 impl Done {

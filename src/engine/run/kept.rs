@@ -52,7 +52,7 @@ mod tests {
 
     use super::*;
     use crate::engine::model::overlay::Overlay;
-    use crate::kind::KustomizeDir;
+    use crate::engine::model::templates::KustomizeDir;
 
     fn empty_dir() -> (tempfile::TempDir, KustomizeDir) {
         let dir = tempfile::tempdir().unwrap();

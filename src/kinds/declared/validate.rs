@@ -10,8 +10,8 @@ use serde_json::Value;
 use super::KindFileError;
 use super::file::{self, KindFile};
 
-use crate::engine::host::COMMON_STATUS_KEYS as ENGINE_STATUS_FIELDS;
-use crate::engine::host::always_current_kind;
+use crate::kind::COMMON_STATUS_KEYS as ENGINE_STATUS_FIELDS;
+use crate::kind::always_current_kind;
 
 type Result<T> = std::result::Result<T, KindFileError>;
 

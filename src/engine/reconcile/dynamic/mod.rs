@@ -37,7 +37,7 @@ use super::controller::{error_policy, reconcile_one};
 use super::status_writer;
 use super::triggers::Triggers;
 use crate::engine::Engine;
-use crate::kind::Handler;
+use crate::engine::contract::Handler;
 
 /// A handler whose kinds are known at run time (an [`ApiResource`] each):
 /// the declared kinds'.

@@ -1,0 +1,136 @@
+//! A kind's logic: resource in, plan out.
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::future::Future;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Resource;
+use kube::runtime::Controller;
+use serde::Serialize;
+
+use super::{Deletion, FromObjects, HandlerError, KindInfo, Object, Plan};
+use crate::engine::model::inventory::{Inventory, ObjectId};
+use crate::engine::model::status::CommonStatus;
+
+/// The dynamic type of a kind's resources (`()` for typed kinds).
+pub type DynType<K> = <K as Resource>::DynamicType;
+
+/// A kind's logic: resource in, plan out.
+pub trait Handler: Send + Sync + 'static {
+    /// The custom resource.
+    type Resource: Object;
+    /// What the plan depends on besides the resource (cluster reads, external data).
+    type Observed: Send + Sync + 'static;
+    /// The kind's own status fields, written beside the engine's.
+    type Status: Serialize + Clone + Debug + PartialEq + Send + Sync + 'static;
+
+    /// The kind's identity and engine policy.
+    fn info(&self) -> &KindInfo<DynType<Self::Resource>>;
+
+    /// The API for these resources: in `namespace` if given (namespaced
+    /// kinds), else across the cluster.
+    fn api(&self, client: kube::Client, namespace: Option<&str>) -> kube::Api<Self::Resource>;
+
+    /// A label selector narrowing which resources the controller watches
+    /// when the operator runs for `namespace` (`--namespace`).
+    fn watch_selector(&self, _namespace: Option<&str>) -> Option<String> {
+        None
+    }
+
+    /// The engine's status fields of a resource.
+    fn common_status(&self, resource: &Self::Resource) -> Option<CommonStatus>;
+
+    /// The objects a resource's status lists as its own. (Kinds whose
+    /// status is untyped may read just this field.)
+    fn inventory(&self, resource: &Self::Resource) -> Option<Inventory> {
+        self.common_status(resource)?.inventory
+    }
+
+    /// A resource's whole status as JSON, if it has one. (Kinds that keep
+    /// their resources as JSON text may read just this field.)
+    fn status(&self, resource: &Self::Resource) -> Option<serde_json::Value> {
+        serde_json::to_value(resource)
+            .ok()?
+            .get_mut("status")
+            .map(serde_json::Value::take)
+    }
+
+    /// Gathers what [`Handler::plan`] needs from the world.
+    fn observe(
+        &self,
+        resource: &Self::Resource,
+        client: &kube::Client,
+    ) -> impl Future<Output = Result<Self::Observed, HandlerError>> + Send;
+
+    /// The same inputs for `diff` and `render KIND/NAME`, read from the
+    /// cluster without side effects: no write, no external fetch, no timer
+    /// (what `run` would plan if it looked now). Default: [`Handler::observe`],
+    /// for kinds whose observation only reads the cluster.
+    fn observe_preview(
+        &self,
+        resource: &Self::Resource,
+        client: &kube::Client,
+    ) -> impl Future<Output = Result<Self::Observed, HandlerError>> + Send {
+        self.observe(resource, client)
+    }
+
+    /// The same inputs without a cluster, for `render`: taken from the
+    /// documents that follow the resource in the file.
+    fn observe_offline(
+        &self,
+        resource: &Self::Resource,
+        documents: &[serde_json::Value],
+    ) -> Result<Self::Observed, HandlerError>;
+
+    /// The plan for a resource that exists (created or changed). Pure.
+    fn plan(
+        &self,
+        resource: &Self::Resource,
+        observed: &Self::Observed,
+    ) -> Result<Plan<Self::Status>, HandlerError>;
+
+    /// What happens to the resource's objects when it is deleted.
+    fn deletion(&self, _resource: &Self::Resource) -> Deletion {
+        Deletion::Delete
+    }
+
+    /// True when an existing object without the resource's marker is the
+    /// resource's all the same and may be taken over (for example one made
+    /// by an earlier version of this operator). Default: never.
+    fn adopts(&self, _resource: &Self::Resource, _live: &ObjectMeta) -> bool {
+        false
+    }
+
+    /// What the kind reads from the live state of the objects the resource
+    /// owns (each cut down to its metadata, `spec.replicas` and `status`),
+    /// whenever the engine looks at their health. Default: nothing.
+    fn read_objects(
+        &self,
+        _resource: &Self::Resource,
+        _objects: &BTreeMap<ObjectId, serde_json::Value>,
+    ) -> FromObjects {
+        FromObjects::default()
+    }
+
+    /// Adds watches that should trigger a reconcile (default: none).
+    fn configure(
+        &self,
+        controller: Controller<Self::Resource>,
+        _client: &kube::Client,
+        _namespace: Option<&str>,
+    ) -> Controller<Self::Resource> {
+        controller
+    }
+}
+
+/// [`Handler::api`] for a typed namespaced kind.
+pub fn namespaced_api<K>(client: kube::Client, namespace: Option<&str>) -> kube::Api<K>
+where
+    K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>,
+{
+    match namespace {
+        Some(ns) => kube::Api::namespaced(client, ns),
+        None => kube::Api::all(client),
+    }
+}

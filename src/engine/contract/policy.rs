@@ -1,0 +1,85 @@
+//! A kind's identity and how the engine treats its objects.
+
+use std::sync::Arc;
+
+use crate::engine::model::templates::KustomizeDir;
+
+/// What the engine does when `kubectl apply` finds a field of one of the
+/// resource's objects owned by another field manager.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FieldConflicts {
+    /// Stop and report `FieldConflict` with kubectl's message: another
+    /// controller's (or a person's) change is never overwritten silently.
+    #[default]
+    Report,
+    /// Take the fields back (`--force-conflicts`) on objects the engine has
+    /// just checked carry this resource's marker; objects being created are
+    /// still applied without it, so one created meanwhile by someone else
+    /// is never taken over.
+    TakeBack,
+}
+
+/// How the engine treats a kind's objects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    /// Field conflicts on the resource's objects.
+    pub conflicts: FieldConflicts,
+    /// Namespaced objects in the resource's own namespace get an
+    /// ownerReference to it (garbage collection as a safety net).
+    pub owner_references: bool,
+    /// `Ready` waits until the objects the resource owns are healthy
+    /// (Deployments available, Jobs complete, ...), not only applied.
+    pub health: bool,
+    /// Every namespaced object the resource owns must be in its own
+    /// namespace (kinds whose templates come from outside the operator's
+    /// code: a template cannot reach another namespace).
+    pub confined_to_namespace: bool,
+    /// The kind makes things for the user of a namespaced resource: with
+    /// a ServiceAccount named (here or by `--default-service-account`),
+    /// its writes (apply, prune, delete) run as that account of the
+    /// resource's namespace, so the tenant's own RBAC bounds them.
+    pub tenant_writes: bool,
+    /// The ServiceAccount the kind's writes run as, overriding
+    /// `--default-service-account` (only with [`Policy::tenant_writes`]).
+    pub service_account: Option<String>,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self {
+            conflicts: FieldConflicts::Report,
+            owner_references: false,
+            health: true,
+            confined_to_namespace: false,
+            tenant_writes: false,
+            service_account: None,
+        }
+    }
+}
+
+/// A kind's identity and engine policy.
+#[derive(Debug, Clone)]
+pub struct KindInfo<D> {
+    /// Short name: the `--kinds` value and the `kustomize/<name>` folder.
+    pub name: String,
+    /// The finalizer the engine puts on each resource.
+    pub finalizer: String,
+    /// What kube needs to address the resource (`()` for typed kinds).
+    pub dyn_type: D,
+    /// How the engine treats the kind's objects.
+    pub policy: Policy,
+    /// The kind's own templates and base, for a kind defined while the
+    /// operator runs (a `KindDefinition`); `None`: the kustomize
+    /// directories the operator started with.
+    pub templates: Option<Arc<KustomizeDir>>,
+}
+
+/// What happens to a resource's objects when the resource is deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Deletion {
+    /// Delete every object in its inventory that still carries its marker.
+    #[default]
+    Delete,
+    /// Leave them (they keep the marker).
+    Retain,
+}
