@@ -15,8 +15,7 @@
 //! would (a prune included), above 1 an error.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::path::Path;
 
 use crate::cli::CommonArgs;
 use crate::engine::host::{
@@ -66,7 +65,7 @@ pub async fn diff(
     common: &CommonArgs,
     kubectl: Option<&Path>,
 ) -> Result<Result<Drift, i32>, DiffError> {
-    let kubectl = runner(KubectlConfig::locate(kubectl)?);
+    let kubectl = Kubectl::new(KubectlConfig::one_shot(kubectl)?);
     let prepared = prepare(source, common, OwnedObjects::Read).await?;
     if prepared.placeholder_uid {
         eprintln!(
@@ -108,17 +107,6 @@ pub async fn diff(
         Err(Unchecked(why)) => eprintln!("note: what run would prune was not checked: {why}"),
     }
     Ok(Ok(drift))
-}
-
-/// The runner `diff` uses: one kubectl at a time, a minute each.
-fn runner(path: PathBuf) -> Kubectl {
-    Kubectl::new(KubectlConfig {
-        path,
-        timeout: Duration::from_secs(60),
-        max_concurrent: 1,
-        cache_dir: None,
-        output_cap: 64 * 1024,
-    })
 }
 
 /// Why `diff` could not tell what a run would prune.

@@ -90,15 +90,8 @@ pub async fn rbac_yaml(args: &RbacArgs) -> Result<Vec<(String, String)>, Manifes
     } else {
         registry.select(&args.kinds).map_err(KindsError::from)?
     };
-    let path = KubectlConfig::locate(args.kubectl.as_deref())?;
+    let kubectl = Kubectl::new(KubectlConfig::one_shot(args.kubectl.as_deref())?);
     let work = tempfile::tempdir().map_err(|e| ManifestError::Write(e.to_string()))?;
-    let kubectl = Kubectl::new(KubectlConfig {
-        path,
-        timeout: std::time::Duration::from_secs(60),
-        max_concurrent: 1,
-        cache_dir: None,
-        output_cap: 64 * 1024,
-    });
     let mut out = Vec::new();
     for kind in &kinds {
         let Kind::Declared(declared) = kind else {

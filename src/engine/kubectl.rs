@@ -50,6 +50,19 @@ pub struct KubectlConfig {
 }
 
 impl KubectlConfig {
+    /// The configuration of a one-shot command (`diff`, `crd`, `rbac`):
+    /// the kubectl at `explicit` or on PATH, one run at a time, a minute
+    /// each, no cache, 64 KiB of each stream kept.
+    pub fn one_shot(explicit: Option<&Path>) -> Result<Self, KubectlError> {
+        Ok(Self {
+            path: Self::locate(explicit)?,
+            timeout: Duration::from_secs(60),
+            max_concurrent: 1,
+            cache_dir: None,
+            output_cap: 64 * 1024,
+        })
+    }
+
     /// Finds kubectl: `explicit` if given (it must be executable), else on PATH.
     pub fn locate(explicit: Option<&Path>) -> Result<PathBuf, KubectlError> {
         match explicit {
