@@ -1,6 +1,6 @@
-//! What every reconcile of a definition shares ([`Context`]), what a check
-//! looked at ([`Checked`]), and why a reconcile failed. A leaf: the
-//! controller, the deletion path and the writes use it.
+//! What every reconcile of a definition shares ([`DefinitionContext`]),
+//! what a check looked at ([`Checked`]), and why a reconcile failed. A
+//! leaf: the controller, the deletion path and the writes use it.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -29,7 +29,7 @@ pub enum DefinitionError {
 }
 
 /// What every reconcile of a definition shares.
-pub(super) struct Context {
+pub(super) struct DefinitionContext {
     pub engine: Arc<Engine>,
     pub client: Client,
     pub serving: Serving,

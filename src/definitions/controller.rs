@@ -23,7 +23,7 @@ use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
-use super::context::{Checked, Context, DefinitionError, NAMES_SHOWN};
+use super::context::{Checked, DefinitionContext, DefinitionError, NAMES_SHOWN};
 use super::crds::{self, CrdError};
 use super::generation::{self, Generation, Rejection};
 use super::resource::{self, ConditionType, Reason, Status};
@@ -45,7 +45,7 @@ const RECHECK_SOON: Duration = Duration::from_secs(10);
 /// is cancelled; then stops the kinds' controllers. A name received on
 /// `nudged` reconciles that definition.
 pub(super) async fn run(
-    ctx: Arc<Context>,
+    ctx: Arc<DefinitionContext>,
     selector: Option<String>,
     nudged: tokio::sync::mpsc::Receiver<String>,
     shutdown: CancellationToken,
@@ -79,7 +79,11 @@ pub(super) async fn run(
 
 type FinalizerError = kube::runtime::finalizer::Error<DefinitionError>;
 
-fn error_policy(def: Arc<DynamicObject>, error: &FinalizerError, _: Arc<Context>) -> Action {
+fn error_policy(
+    def: Arc<DynamicObject>,
+    error: &FinalizerError,
+    _: Arc<DefinitionContext>,
+) -> Action {
     if let kube::runtime::finalizer::Error::CleanupFailed(DefinitionError::Waiting) = error {
         // Said in its status and an event: resources of the kind remain.
         return Action::requeue(deletion::DELETION_RECHECK);
@@ -91,7 +95,10 @@ fn error_policy(def: Arc<DynamicObject>, error: &FinalizerError, _: Arc<Context>
 /// One reconcile, under the engine's finalizer state machine (as every
 /// resource's): serve the definition, or, once it is being deleted,
 /// remove what it served; the finalizer goes only after that succeeded.
-async fn reconcile(def: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, FinalizerError> {
+async fn reconcile(
+    def: Arc<DynamicObject>,
+    ctx: Arc<DefinitionContext>,
+) -> Result<Action, FinalizerError> {
     let api = Api::<DynamicObject>::all_with(ctx.client.clone(), &resource::api_resource());
     guarded(&api, resource::FINALIZER, def, |event| async {
         match event {
@@ -104,7 +111,7 @@ async fn reconcile(def: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action,
 
 /// Checks and serves the definition, reviews its rights, counts its
 /// resources, and writes its status once.
-async fn serve(def: &DynamicObject, ctx: &Context) -> Result<Action, DefinitionError> {
+async fn serve(def: &DynamicObject, ctx: &DefinitionContext) -> Result<Action, DefinitionError> {
     let before = status_of(def);
     let mut status = before.clone();
     status.observed_generation = def.metadata.generation;
@@ -139,7 +146,7 @@ async fn serve(def: &DynamicObject, ctx: &Context) -> Result<Action, DefinitionE
 
 /// Checks the definition's generation, unless it is the one served, and
 /// serves it if it passes; keeps the CRD of what is served applied.
-async fn accept(def: &DynamicObject, ctx: &Context, status: &mut Status) {
+async fn accept(def: &DynamicObject, ctx: &DefinitionContext, status: &mut Status) {
     let name = def.name_any();
     let number = def.metadata.generation;
     let served = ctx.serving.current(&name);
@@ -210,7 +217,7 @@ fn accepted(status: &mut Status, generation: &Generation, number: Option<i64>) {
 /// to build may pass on a later look).
 async fn check_once(
     def: &DynamicObject,
-    ctx: &Context,
+    ctx: &DefinitionContext,
     served: Option<&Generation>,
 ) -> Result<Generation, Rejection> {
     let name = def.name_any();
@@ -235,7 +242,7 @@ async fn check_once(
 /// Every check a generation must pass before it is served.
 async fn check(
     def: &DynamicObject,
-    ctx: &Context,
+    ctx: &DefinitionContext,
     served: Option<&Generation>,
 ) -> Result<Generation, Rejection> {
     let name = def.name_any();
@@ -263,7 +270,7 @@ async fn check(
 /// Applies the generation's CRD and waits until it is established; sets
 /// `CRDEstablished`. True when it is.
 async fn ensure_crd(
-    ctx: &Context,
+    ctx: &DefinitionContext,
     name: &str,
     generation: &Generation,
     status: &mut Status,
@@ -310,7 +317,7 @@ async fn ensure_crd(
 
 /// `Serving`: which generation's controller runs.
 fn serving_condition(
-    ctx: &Context,
+    ctx: &DefinitionContext,
     def: &DynamicObject,
     served: Option<&Generation>,
     status: &mut Status,
@@ -358,7 +365,7 @@ fn serving_condition(
 /// `RightsGranted`: access reviews of what the kind's overlays need, for
 /// the identity that writes its objects; `status.reach`: where that
 /// identity could write.
-async fn rights_condition(ctx: &Context, generation: &Generation, status: &mut Status) {
+async fn rights_condition(ctx: &DefinitionContext, generation: &Generation, status: &mut Status) {
     let kind = &generation.kind;
     let number = Some(generation.number);
     let named = kind

@@ -9,7 +9,7 @@ use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Api, Client, ResourceExt};
 
-use super::context::{Context, DefinitionError, NAMES_SHOWN};
+use super::context::{DefinitionContext, DefinitionError, NAMES_SHOWN};
 use super::crds;
 use super::resource::{ConditionType, Reason};
 use super::writes::{count, event, not_found_is_empty, status_of, without_finalizer, write_status};
@@ -23,7 +23,10 @@ pub(super) const DELETION_RECHECK: Duration = Duration::from_secs(5);
 /// stops the kind's controller and removes the CRD (only with its marker,
 /// only when no resource is left); the finalizer state machine then
 /// removes the finalizer.
-pub(super) async fn remove(def: &DynamicObject, ctx: &Context) -> Result<Action, DefinitionError> {
+pub(super) async fn remove(
+    def: &DynamicObject,
+    ctx: &DefinitionContext,
+) -> Result<Action, DefinitionError> {
     let name = def.name_any();
     tracing::debug!(definition = name, "deleting");
     let served = ctx.serving.current(&name);
@@ -60,7 +63,7 @@ pub(super) async fn remove(def: &DynamicObject, ctx: &Context) -> Result<Action,
 /// Says, in status and an event, which resources a deletion waits for.
 async fn wait_for_resources(
     def: &DynamicObject,
-    ctx: &Context,
+    ctx: &DefinitionContext,
     kind: &ApiResource,
     remaining: &[String],
     serving: bool,

@@ -83,7 +83,7 @@ pub(crate) async fn serve(
         .collect();
     let work_dir = definitions_dir(&engine);
     let (nudges, nudged) = tokio::sync::mpsc::channel(serving::NUDGES_QUEUED);
-    let ctx = Arc::new(context::Context {
+    let ctx = Arc::new(context::DefinitionContext {
         client: engine.client().clone(),
         serving: serving::Serving::new(dynamic, nudges),
         engine,

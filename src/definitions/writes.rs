@@ -7,7 +7,7 @@ use kube::api::{ApiResource, DynamicObject, ListParams};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 
-use super::context::Context;
+use super::context::DefinitionContext;
 use super::resource::{self, Status};
 use crate::engine::host::apply_status;
 use crate::kind::EventType;
@@ -73,7 +73,7 @@ pub(super) fn without_finalizer(
 
 /// Publishes an event about the definition.
 pub(super) async fn event(
-    ctx: &Context,
+    ctx: &DefinitionContext,
     def: &DynamicObject,
     type_: EventType,
     reason: &str,

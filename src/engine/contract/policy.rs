@@ -2,11 +2,15 @@
 
 use std::sync::Arc;
 
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
 use crate::engine::model::templates::KustomizeDir;
 
 /// What the engine does when `kubectl apply` finds a field of one of the
-/// resource's objects owned by another field manager.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// resource's objects owned by another field manager (a kind file's
+/// `reconcile.fieldConflicts`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, JsonSchema)]
 pub enum FieldConflicts {
     /// Stop and report `FieldConflict` with kubectl's message: another
     /// controller's (or a person's) change is never overwritten silently.
@@ -74,8 +78,9 @@ pub struct KindInfo<D> {
     pub templates: Option<Arc<KustomizeDir>>,
 }
 
-/// What happens to a resource's objects when the resource is deleted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// What happens to a resource's objects when the resource is deleted (a
+/// kind file's `reconcile.deletionPolicy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, JsonSchema)]
 pub enum Deletion {
     /// Delete every object in its inventory that still carries its marker.
     #[default]

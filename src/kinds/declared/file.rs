@@ -49,6 +49,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::kind::{Deletion, FieldConflicts};
+
 /// The kind file's `apiVersion`.
 pub const API_VERSION: &str = "kustomize-operator.io/v1alpha1";
 /// The kind file's `kind`.
@@ -350,33 +352,13 @@ pub struct ObjectSelector {
     pub name: String,
 }
 
-/// Whether copies of a kind's objects outlive a deleted resource.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, JsonSchema)]
-pub enum DeletionPolicy {
-    /// Delete them with the resource.
-    #[default]
-    Delete,
-    /// Leave them.
-    Retain,
-}
-
-/// Field conflicts: report them, or take the resource's fields back.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, JsonSchema)]
-pub enum FieldConflicts {
-    /// Report `FieldConflict`.
-    #[default]
-    Report,
-    /// Take back fields of objects the resource owns.
-    TakeBack,
-}
-
 /// How the engine treats the kind's objects.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ReconcileSpec {
     /// What a deleted resource's objects become.
     #[serde(default)]
-    pub deletion_policy: DeletionPolicy,
+    pub deletion_policy: Deletion,
     /// Field conflicts on the resource's objects.
     #[serde(default)]
     pub field_conflicts: FieldConflicts,
@@ -401,7 +383,7 @@ pub struct ReconcileSpec {
 impl Default for ReconcileSpec {
     fn default() -> Self {
         Self {
-            deletion_policy: DeletionPolicy::Delete,
+            deletion_policy: Deletion::Delete,
             field_conflicts: FieldConflicts::Report,
             owner_references: true,
             adopt: BTreeMap::new(),

@@ -12,12 +12,12 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::DeclaredKind;
-use super::file::{self, ObjectSelector, ReadinessRule, Scope};
+use super::file::{ObjectSelector, ReadinessRule, Scope};
 use super::object::DeclaredObject;
 use super::recipe::Wanted;
 use crate::kind::{
-    CommonStatus, Deletion, FieldConflicts, FromObjects, Handler, HandlerError, Inventory,
-    KindInfo, ObjectId, Plan, Policy,
+    CommonStatus, Deletion, FromObjects, Handler, HandlerError, Inventory, KindInfo, ObjectId,
+    Plan, Policy,
 };
 
 /// The finalizer the resources of a declared kind of API group `group`
@@ -42,10 +42,7 @@ impl DeclaredHandler {
             finalizer: finalizer(&kind.file.spec.group),
             dyn_type: kind.resource.clone(),
             policy: Policy {
-                conflicts: match reconcile.field_conflicts {
-                    file::FieldConflicts::Report => FieldConflicts::Report,
-                    file::FieldConflicts::TakeBack => FieldConflicts::TakeBack,
-                },
+                conflicts: reconcile.field_conflicts,
                 owner_references: reconcile.owner_references,
                 health: true,
                 confined_to_namespace: kind.namespaced(),
@@ -116,10 +113,7 @@ impl Handler for DeclaredHandler {
     }
 
     fn deletion(&self, _: &DeclaredObject) -> Deletion {
-        match self.kind.file.spec.reconcile.deletion_policy {
-            file::DeletionPolicy::Delete => Deletion::Delete,
-            file::DeletionPolicy::Retain => Deletion::Retain,
-        }
+        self.kind.file.spec.reconcile.deletion_policy
     }
 
     /// Objects carrying every `reconcile.adopt` label (values rendered for
