@@ -21,7 +21,7 @@ pub(crate) use super::model::status::{
 pub(crate) use super::model::templates::{
     CompiledTemplates, Isolation, TemplateError, TemplateFlavor, TemplateSources, compile_templates,
 };
-pub(crate) use super::reconcile::apply::{Rendered, render as render_plan};
+pub(crate) use super::reconcile::apply_path::{Rendered, render as render_plan};
 pub(crate) use super::reconcile::controller::{run as run_controller, stopped_before_first_list};
 pub(crate) use super::reconcile::dynamic::{Dynamic, OnCount};
 pub(crate) use super::reconcile::events::{Events, Publish};

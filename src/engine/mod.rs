@@ -50,7 +50,7 @@ use self::reconcile::events::Events;
 use self::reconcile::expiring::Expiring;
 use self::reconcile::parked::ParkedStatuses;
 use self::reconcile::status_writer::StatusMemo;
-use self::run::applier::{self, Applied, ApplyJob};
+use self::run::kubectl_apply::{self, Applied, ApplyJob};
 use self::run::batch::{BatchSettings, Queue};
 use self::run::build::{self, BuildJob, Built};
 use crate::metrics::Metrics;
@@ -146,7 +146,7 @@ impl Engine {
             batch,
             build::runner(kubectl.clone(), settings.work_dir.clone()),
         );
-        let applies = Queue::start(kubectl.clone(), batch, applier::runner(kubectl.clone()));
+        let applies = Queue::start(kubectl.clone(), batch, kubectl_apply::runner(kubectl.clone()));
         Self {
             events: Events::new(client.clone(), &settings.reporter),
             objects: ObjectCache::new(client.clone(), settings.namespace.clone()),

@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 
-use super::apply::{fail, publish, render};
+use super::apply_path::{fail, publish, render};
 use super::context::{Context, ReconcileError};
 use super::status_writer::{self, Current};
 use super::steps::{self, Actor, Done};

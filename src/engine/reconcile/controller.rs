@@ -17,7 +17,7 @@ use super::context::{Context, ReconcileError};
 use super::finalizing::{add_finalizer, guarded, needs_finalizer};
 use super::primer::Primer;
 use super::triggers::Triggers;
-use super::{apply, cleanup};
+use super::{apply_path, cleanup};
 use crate::engine::contract::{DynType, Handler};
 use crate::engine::{Engine, backoff};
 
@@ -237,7 +237,7 @@ pub(super) async fn reconcile_one<H: Handler>(
     };
     let result = guarded(&api, &finalizer_name, obj.clone(), |event| async {
         match event {
-            FinalizerEvent::Apply(obj) => apply::apply(&ctx, &obj).await,
+            FinalizerEvent::Apply(obj) => apply_path::apply(&ctx, &obj).await,
             FinalizerEvent::Cleanup(obj) => cleanup::cleanup(&ctx, &obj).await,
         }
     })

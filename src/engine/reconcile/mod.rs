@@ -12,7 +12,7 @@
 //! `checkup`, `status_writer` → `parked`, `context` (a leaf), and down to
 //! `run`, `live`, `model` and `kubectl`.
 
-pub(in crate::engine) mod apply;
+pub(in crate::engine) mod apply_path;
 pub(in crate::engine) mod checkup;
 pub(in crate::engine) mod cleanup;
 pub(in crate::engine) mod context;

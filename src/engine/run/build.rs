@@ -4,7 +4,7 @@
 //! A coalesced run builds a root kustomization listing each resource's
 //! overlay as a sub-directory; every object it prints carries its owner's
 //! marker label, which says whose it is. Overlays that need no kustomize
-//! (whole objects only, or in the subset `overlay/native.rs` builds) never
+//! (whole objects only, or in the subset `overlay/in_process.rs` builds) never
 //! get here: the engine builds them in memory.
 
 use std::collections::HashMap;

@@ -19,7 +19,7 @@ use sha2::{Digest, Sha256};
 use super::inventory::{OWNER_ANNOTATION, OWNER_LABEL, Owner};
 use super::templates::{KustomizeDir, TemplateError};
 
-mod native;
+mod in_process;
 mod secrets;
 
 pub use secrets::is_secret;
@@ -558,7 +558,7 @@ impl RenderedOverlay {
 
     /// The built manifests, when the overlay needs no `kubectl kustomize`
     /// run: whole objects only (see [`Overlay::is_plain`]), or an overlay
-    /// the engine builds in process (`native.rs`).
+    /// the engine builds in process (`in_process.rs`).
     pub fn prebuilt(&self) -> Option<&[Value]> {
         if self.plain {
             return self.prebuilt.as_deref();
@@ -566,7 +566,7 @@ impl RenderedOverlay {
         let input = self.native.as_ref()?;
         self.native_built
             .get_or_init(|| {
-                native::build(&input.kustomization, &self.files, input.marking.as_ref())
+                in_process::build(&input.kustomization, &self.files, input.marking.as_ref())
             })
             .as_deref()
     }
