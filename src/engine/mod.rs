@@ -50,9 +50,9 @@ use self::reconcile::events::Events;
 use self::reconcile::expiring::Expiring;
 use self::reconcile::parked::ParkedStatuses;
 use self::reconcile::status_writer::StatusMemo;
-use self::run::kubectl_apply::{self, Applied, ApplyJob};
 use self::run::batch::{BatchSettings, Queue};
 use self::run::build::{self, BuildJob, Built};
+use self::run::kubectl_apply::{self, Applied, ApplyJob};
 use crate::metrics::Metrics;
 
 /// The field manager of the engine's server-side applies (objects and status).
@@ -146,7 +146,11 @@ impl Engine {
             batch,
             build::runner(kubectl.clone(), settings.work_dir.clone()),
         );
-        let applies = Queue::start(kubectl.clone(), batch, kubectl_apply::runner(kubectl.clone()));
+        let applies = Queue::start(
+            kubectl.clone(),
+            batch,
+            kubectl_apply::runner(kubectl.clone()),
+        );
         Self {
             events: Events::new(client.clone(), &settings.reporter),
             objects: ObjectCache::new(client.clone(), settings.namespace.clone()),

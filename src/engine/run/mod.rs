@@ -4,7 +4,7 @@
 //! the overlays kept for `--keep-overlays` ([`kept`]). Uses the model and
 //! the kubectl runner, nothing of the reconcile.
 
-pub(in crate::engine) mod kubectl_apply;
 pub(crate) mod batch;
 pub(in crate::engine) mod build;
 pub(in crate::engine) mod kept;
+pub(in crate::engine) mod kubectl_apply;
