@@ -54,10 +54,18 @@ pub enum StartError {
     MissingCrds(Vec<String>),
     /// The operator's account may not list or watch some kinds.
     #[error(
-        "the operator's account may not {}: grant them (the install's ClusterRoles, or `kustomize-operator rbac` for a declared kind)",
-        .0.join(", ")
+        "the operator's account ({account}) may not {}{}: grant it (the install's ClusterRoles, or `kustomize-operator rbac` for a declared kind)",
+        .missing.join(", "),
+        .namespace.as_deref().map(|n| format!(" in the namespace {n}")).unwrap_or_default()
     )]
-    Forbidden(Vec<String>),
+    Forbidden {
+        /// Who the operator is, as the API server knows it.
+        account: String,
+        /// `verb resource` for each right missing.
+        missing: Vec<String>,
+        /// The namespace it was asked for; `None`: every namespace.
+        namespace: Option<String>,
+    },
     /// Leader election is asked for but cannot work as configured.
     #[error("leader election: {0}")]
     LeaderElection(#[from] LeaderConfigError),
@@ -525,6 +533,19 @@ async fn check_bases(engine: &Engine, kinds: &[Kind]) -> Result<(), StartError> 
     Ok(())
 }
 
+/// The user name the API server knows the operator's client as (a
+/// SelfSubjectReview), for messages; `unknown` when it cannot tell.
+async fn whoami(client: &kube::Client) -> String {
+    use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+    let review = SelfSubjectReview::default();
+    kube::Api::<SelfSubjectReview>::all(client.clone())
+        .create(&kube::api::PostParams::default(), &review)
+        .await
+        .ok()
+        .and_then(|r| r.status?.user_info?.username)
+        .unwrap_or_else(|| "unknown".to_string())
+}
+
 /// Fails, naming them, when the CRDs of some of `kinds` are not installed,
 /// or when the operator may not list and watch their resources. Every
 /// kind with a Rust type has `guard` check the shape of what it reads.
@@ -552,7 +573,11 @@ async fn check_crds(
     if !missing.is_empty() {
         Err(StartError::MissingCrds(missing))
     } else if !forbidden.is_empty() {
-        Err(StartError::Forbidden(forbidden))
+        Err(StartError::Forbidden {
+            account: whoami(client).await,
+            missing: forbidden,
+            namespace: namespace.map(str::to_string),
+        })
     } else {
         Ok(())
     }

@@ -789,7 +789,8 @@ async fn a_missing_rbac_grant_is_named_in_the_pods_log() {
     apply_documents(&docs);
     let (pod, state, log) = crash_saying(
         &client,
-        r#"User "system:serviceaccount:kustomize-operator-system:kustomize-operator" cannot list resource "samples" in API group "nuvolaris.org""#,
+        "the operator's account (system:serviceaccount:kustomize-operator-system:kustomize-operator) \
+         may not list samples.nuvolaris.org",
     )
     .await;
     assert!(state == "Error" || state == "CrashLoopBackOff", "{state}");
