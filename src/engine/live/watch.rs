@@ -140,9 +140,19 @@ impl ObjectCache {
         }
     }
 
-    /// Owner annotations (`Kind.group/ns/name`) of objects that changed.
-    pub fn changes(&self) -> broadcast::Receiver<String> {
-        self.changes.subscribe()
+    /// Owner annotations (`Kind.group/ns/name`) of objects that changed,
+    /// as a stream that ends with the cache. Changes missed by a slow
+    /// reader are skipped: the next resync catches them.
+    pub fn changes(&self) -> impl futures::Stream<Item = String> + Send + use<> {
+        stream::unfold(self.changes.subscribe(), |mut changes| async move {
+            loop {
+                match changes.recv().await {
+                    Ok(owner) => return Some((owner, changes)),
+                    Err(broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(broadcast::error::RecvError::Closed) => return None,
+                }
+            }
+        })
     }
 
     /// What the watches know of each of `ids` whose kind is watched.

@@ -11,7 +11,6 @@ use kube::runtime::finalizer::Event as FinalizerEvent;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{Controller, WatchStreamExt, reflector, watcher};
 use kube::{Resource, ResourceExt};
-use tokio::sync::broadcast;
 
 use super::context::{Context, ReconcileError};
 use super::finalizing::{add_finalizer, guarded, needs_finalizer};
@@ -151,18 +150,7 @@ fn owners_of_changed_objects<H: Handler>(
     } else {
         format!("{kind}.{group}/")
     };
-    let changes = engine.objects.changes();
-    futures::stream::unfold(changes, |mut changes| async move {
-        loop {
-            match changes.recv().await {
-                Ok(owner) => return Some((owner, changes)),
-                // Missed changes are caught by the next resync.
-                Err(broadcast::error::RecvError::Lagged(_)) => {}
-                Err(broadcast::error::RecvError::Closed) => return None,
-            }
-        }
-    })
-    .filter_map(move |owner| {
+    engine.objects.changes().filter_map(move |owner| {
         let reference = owner_ref::<H::Resource>(&owner, &prefix, &dyn_type);
         async move { reference }
     })

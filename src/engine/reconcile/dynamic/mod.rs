@@ -24,7 +24,7 @@ use kube::api::ApiResource;
 use kube::runtime::controller::{Action, Config, applier};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::watcher;
-use tokio::sync::{Notify, broadcast};
+use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -315,18 +315,7 @@ async fn reconcile<H: DynamicHandler>(
 fn owned_changes<H: DynamicHandler>(
     shared: Arc<Shared<H>>,
 ) -> impl futures::Stream<Item = ObjectRef<Keyed<H::Resource>>> + Send + 'static {
-    let changes = shared.engine.objects.changes();
-    futures::stream::unfold(changes, |mut changes| async move {
-        loop {
-            match changes.recv().await {
-                Ok(owner) => return Some((owner, changes)),
-                // Missed changes are caught by the next resync.
-                Err(broadcast::error::RecvError::Lagged(_)) => {}
-                Err(broadcast::error::RecvError::Closed) => return None,
-            }
-        }
-    })
-    .filter_map(move |owner| {
+    shared.engine.objects.changes().filter_map(move |owner| {
         let key = owner_key(&shared, &owner);
         async move { key }
     })
