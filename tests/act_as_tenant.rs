@@ -311,6 +311,14 @@ async fn a_forged_inventory_neither_prunes_nor_deletes_another_tenants_deploymen
         samples.get_opt("web").await.unwrap().is_none()
     })
     .await;
+    // One cleanup: a reconcile started by the Deployment's deletion, on a
+    // cache that still shows the finalizer, does not run it again.
+    let deletions: Vec<String> = event_notes(&client, &attacker.name, "web")
+        .await
+        .into_iter()
+        .filter(|n| n.starts_with("Deleted"))
+        .collect();
+    assert_eq!(deletions.len(), 1, "{deletions:#?}");
     operator.stop().await;
 }
 

@@ -223,6 +223,13 @@ pub(super) async fn reconcile_one<H: Handler>(
     } else {
         obj
     };
+    // Being deleted, its finalizer already removed by an earlier reconcile
+    // whose result the cache has not caught up with: nothing to clean up.
+    let deleting = obj.meta().deletion_timestamp.is_some();
+    if deleting && ctx.triggers.is_finalized(obj.meta()) {
+        return Ok(Action::await_change());
+    }
+    let finalizing = deleting && obj.finalizers().contains(&finalizer_name);
     let result = guarded(&api, &finalizer_name, obj.clone(), |event| async {
         match event {
             FinalizerEvent::Apply(obj) => apply_path::apply(&ctx, &obj).await,
@@ -232,6 +239,9 @@ pub(super) async fn reconcile_one<H: Handler>(
     .await;
     if result.is_ok() {
         engine.failure_count(&ctx.key(&obj), false);
+        if finalizing {
+            ctx.triggers.finalized(obj.meta());
+        }
     }
     result
 }

@@ -11,9 +11,14 @@
 //!
 //! Per resource the filter keeps two hashes (16 bytes of payload): of its
 //! UID, and of what starts a reconcile as last seen.
+//!
+//! It also remembers the resources being deleted whose finalizer the
+//! operator has removed: until the watch brings that removal, the cache
+//! still shows the finalizer, and a reconcile started meanwhile (by the
+//! deletion of an object it owned) would run the cleanup a second time.
 
-use std::collections::HashMap;
 use std::collections::hash_map::DefaultHasher;
+use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::Mutex;
 
@@ -25,6 +30,7 @@ use kube::runtime::watcher::Event;
 #[derive(Debug, Default)]
 pub(crate) struct Triggers {
     seen: Mutex<HashMap<u64, u64>>,
+    finalized: Mutex<HashSet<u64>>,
 }
 
 impl Triggers {
@@ -51,11 +57,29 @@ impl Triggers {
         seen.insert(key, print) != Some(print)
     }
 
+    /// Records that the operator removed its finalizer from the resource
+    /// `meta` describes, which is being deleted: nothing is left to do for
+    /// it, whatever a stale cache says.
+    pub fn finalized(&self, meta: &ObjectMeta) {
+        crate::sync::lock(&self.finalized).insert(identity(meta));
+    }
+
+    /// True when the operator removed its finalizer from this resource.
+    pub fn is_finalized(&self, meta: &ObjectMeta) -> bool {
+        crate::sync::lock(&self.finalized).contains(&identity(meta))
+    }
+
     fn forget(&self, meta: &ObjectMeta) {
+        let key = identity(meta);
         let mut seen = crate::sync::lock(&self.seen);
-        seen.remove(&identity(meta));
+        seen.remove(&key);
         if seen.is_empty() {
             seen.shrink_to_fit();
+        }
+        drop(seen);
+        let mut finalized = crate::sync::lock(&self.finalized);
+        if finalized.remove(&key) && finalized.is_empty() {
+            finalized.shrink_to_fit();
         }
     }
 }
@@ -106,6 +130,17 @@ mod tests {
             "status": {"message": status},
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn a_finalized_resource_is_remembered_until_its_deletion() {
+        let triggers = Triggers::default();
+        let obj = sample(1, "10", "");
+        assert!(!triggers.is_finalized(&obj.metadata));
+        triggers.finalized(&obj.metadata);
+        assert!(triggers.is_finalized(&obj.metadata));
+        assert!(triggers.admit(&Event::Delete(obj.clone())));
+        assert!(!triggers.is_finalized(&obj.metadata));
     }
 
     #[test]
