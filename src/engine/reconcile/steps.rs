@@ -78,7 +78,8 @@ impl Done {
 }
 
 /// Applies the objects an overlay the resource owns built to (see
-/// [`build_owned`]).
+/// [`build_owned`]). An empty build is a valid state: nothing is applied,
+/// and the prune that follows removes what the resource owned before.
 pub(crate) async fn apply_owned(
     engine: &Engine,
     actor: &Actor<'_>,
@@ -86,6 +87,9 @@ pub(crate) async fn apply_owned(
     field_manager: Option<&str>,
     done: &mut Done,
 ) -> Result<(), Failure> {
+    if manifests.is_empty() {
+        return Ok(());
+    }
     let ids = identify(actor.owner, manifests)?;
     let inspected = ownership::inspect(
         &engine.client,
