@@ -555,6 +555,201 @@ fn kind_folder(name: &str, kind_file: &str, base: &[(&str, &str)]) -> tempfile::
     root
 }
 
+const OPTIONAL: &str = "apiVersion: kustomize-operator.io/v1alpha1
+kind: KindDefinition
+metadata: {name: optional}
+spec:
+  group: optional.example.com
+  version: v1
+  names: {kind: Optional, plural: optionals}
+  schema:
+    type: object
+    properties:
+      enabled: {type: boolean, default: false}
+  overlay:
+    resources:
+      - template: settings.yaml
+";
+
+/// A resource whose render is empty (as kro's `resources: []` or an
+/// `includeWhen` that is false) is applied and Ready with nothing, and what
+/// it owned before is pruned.
+#[tokio::test]
+async fn an_empty_render_is_ready_and_prunes_what_was_owned() {
+    let client = common::cluster().await;
+    let folder = kind_folder(
+        "optional",
+        OPTIONAL,
+        &[("kustomization.yaml", "resources: []\n")],
+    );
+    std::fs::create_dir_all(folder.path().join("optional/resources")).unwrap();
+    std::fs::write(
+        folder.path().join("optional/resources/settings.yaml"),
+        "{% if spec.enabled %}\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\ndata: {on: \"yes\"}\n{% endif %}\n",
+    )
+    .unwrap();
+    let dir = kustomize_operator::kind::KustomizeDir::load(folder.path()).unwrap();
+    let registry = Registry::load(&dir).unwrap();
+    let optional = select(&registry, "optional");
+    install_crd(&client, &optional).await;
+    let ns = common::TestNamespace::new(&client, "optional").await;
+    let path = folder.path().display().to_string();
+    let operator =
+        common::start_operator(&ns.name, &["--kustomize-dir", &path, "--kinds", "optional"]).await;
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &ns.name, &api_resource(&optional));
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    let resource = |enabled: bool| -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "optional.example.com/v1", "kind": "Optional",
+            "metadata": {"name": "x"}, "spec": {"enabled": enabled},
+        }))
+        .unwrap()
+    };
+
+    // Empty from the start: Ready, nothing owned.
+    api.create(&PostParams::default(), &resource(false))
+        .await
+        .unwrap();
+    let empty = wait_reason(&api, "x", "Applied").await;
+    assert_eq!(condition(&empty, "Ready").unwrap()["status"], "True");
+    assert_eq!(empty.data["status"]["inventory"]["count"], 0);
+    assert!(config_maps.get_opt("settings").await.unwrap().is_none());
+
+    // Enabled: the ConfigMap is applied.
+    let enable = json!({"spec": {"enabled": true}});
+    api.patch("x", &PatchParams::default(), &Patch::Merge(&enable))
+        .await
+        .unwrap();
+    common::wait_until(TIMEOUT, "the ConfigMap settings applied", || async {
+        config_maps.get_opt("settings").await.unwrap().is_some()
+    })
+    .await;
+
+    // Disabled again: the render is empty, the ConfigMap is pruned and the
+    // resource is Ready at its new generation with an empty inventory.
+    let disable = json!({"spec": {"enabled": false}});
+    api.patch("x", &PatchParams::default(), &Patch::Merge(&disable))
+        .await
+        .unwrap();
+    common::wait_until(
+        TIMEOUT,
+        "the ConfigMap settings pruned, x Applied at generation 3",
+        || async {
+            let x = api.get("x").await.unwrap();
+            let ready = condition(&x, "Ready").cloned().unwrap_or_default();
+            config_maps.get_opt("settings").await.unwrap().is_none()
+                && ready["reason"] == "Applied"
+                && ready["status"] == "True"
+                && x.data["status"]["observedGeneration"] == 3
+                && x.data["status"]["inventory"]["count"] == 0
+        },
+    )
+    .await;
+    api.delete("x", &DeleteParams::default()).await.unwrap();
+    common::wait_until(TIMEOUT, "the Optional x gone", || async {
+        api.get_opt("x").await.unwrap().is_none()
+    })
+    .await;
+    operator.stop().await;
+}
+
+const WIDGETS_CRD: &str = "apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: widgets.inert.example.com}
+spec:
+  group: inert.example.com
+  names: {kind: Widget, plural: widgets, singular: widget, listKind: WidgetList}
+  scope: Namespaced
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      subresources: {status: {}}
+      schema:
+        openAPIV3Schema:
+          type: object
+          x-kubernetes-preserve-unknown-fields: true
+";
+
+const OUTER: &str = "apiVersion: kustomize-operator.io/v1alpha1
+kind: KindDefinition
+metadata: {name: outer}
+spec:
+  group: outer.example.com
+  version: v1
+  names: {kind: Outer, plural: outers}
+  schema: {type: object}
+";
+
+/// A child that is a custom resource (here of a kind no controller
+/// serves) counts as ready only when it says so, not because it has no
+/// status yet: the parent waits, naming it, until its Ready condition is
+/// true.
+#[tokio::test]
+async fn a_custom_resource_child_is_ready_only_when_it_says_so() {
+    let client = common::cluster().await;
+    let (ok, _, err) = common::kubectl_stdin(&["apply", "--server-side", "-f", "-"], WIDGETS_CRD);
+    assert!(ok, "{err}");
+    common::wait_established(None, &["crd/widgets.inert.example.com"]).unwrap();
+    let folder = kind_folder(
+        "outer",
+        OUTER,
+        &[
+            ("kustomization.yaml", "resources: [widget.yaml]\n"),
+            (
+                "widget.yaml",
+                "apiVersion: inert.example.com/v1\nkind: Widget\nmetadata: {name: part}\nspec: {size: 1}\n",
+            ),
+        ],
+    );
+    let dir = kustomize_operator::kind::KustomizeDir::load(folder.path()).unwrap();
+    let registry = Registry::load(&dir).unwrap();
+    let outer = select(&registry, "outer");
+    install_crd(&client, &outer).await;
+    let ns = common::TestNamespace::new(&client, "outer").await;
+    let path = folder.path().display().to_string();
+    let operator =
+        common::start_operator(&ns.name, &["--kustomize-dir", &path, "--kinds", "outer"]).await;
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &ns.name, &api_resource(&outer));
+    let resource: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "outer.example.com/v1", "kind": "Outer",
+        "metadata": {"name": "x"}, "spec": {},
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &resource).await.unwrap();
+    let waiting = wait_reason(&api, "x", "Progressing").await;
+    let message = condition(&waiting, "Ready").unwrap()["message"].to_string();
+    assert!(message.contains("widget/part"), "{message}");
+
+    let widgets: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns.name,
+        &ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk("inert.example.com", "v1", "Widget"),
+            "widgets",
+        ),
+    );
+    let ready = json!({"status": {"conditions": [{
+        "type": "Ready", "status": "True", "reason": "Done", "message": "",
+        "lastTransitionTime": "2026-11-26T00:00:00Z",
+    }]}});
+    widgets
+        .patch_status("part", &PatchParams::default(), &Patch::Merge(&ready))
+        .await
+        .unwrap();
+    let applied = wait_reason(&api, "x", "Applied").await;
+    assert_eq!(condition(&applied, "Ready").unwrap()["status"], "True");
+    api.delete("x", &DeleteParams::default()).await.unwrap();
+    common::wait_until(TIMEOUT, "the Outer x gone", || async {
+        api.get_opt("x").await.unwrap().is_none()
+    })
+    .await;
+    assert!(widgets.get_opt("part").await.unwrap().is_none());
+    operator.stop().await;
+}
+
 const LEAKY: &str = "apiVersion: kustomize-operator.io/v1alpha1
 kind: KindDefinition
 metadata: {name: leaky}

@@ -43,8 +43,32 @@ pub(crate) fn assess(id: &ObjectId, state: Option<&Value>) -> Health {
         ("", "PersistentVolumeClaim") => claim(object),
         ("", "Service") => service(object),
         ("apiextensions.k8s.io", "CustomResourceDefinition") => crd(object),
+        (group, _) if is_custom(group) => custom(object),
         _ => generic(object),
     }
+}
+
+/// True for a group of custom resources: not the core group, not one of
+/// the built-in single-word groups (`apps`, `batch`, `policy`), not one of
+/// Kubernetes' own (`*.k8s.io`).
+fn is_custom(group: &str) -> bool {
+    group.contains('.') && !group.ends_with(".k8s.io") && group != "k8s.io"
+}
+
+/// A custom resource is current only when it says so: its `Ready`
+/// condition is true, or (without one) its controller reports having seen
+/// its generation (checked before, in [`generation_not_observed`]). One
+/// with no status yet is in progress: its controller has not looked.
+fn custom(o: &Value) -> Health {
+    if condition(o, "Ready").is_some() || condition(o, "Stalled").is_some() {
+        return generic(o);
+    }
+    if o["status"]["observedGeneration"].is_i64() {
+        return generic(o);
+    }
+    Health::InProgress(
+        "no Ready condition and no observed generation yet: waiting for its controller".into(),
+    )
 }
 
 fn int(v: &Value) -> i64 {
@@ -308,13 +332,21 @@ mod tests {
                 "{kind}"
             );
         }
-        // A kind whose controller may never report a generation is judged
-        // by its other fields.
-        let custom = json!({"metadata": {"generation": 1}, "status": {}});
+        // A built-in kind whose controller never reports a generation is
+        // judged by its other fields; a custom resource must say it is
+        // ready (it has no rule of its own).
+        let unreported = json!({"metadata": {"generation": 1}, "status": {}});
         assert_eq!(
-            assess(&id("example.com/v1", "Widget"), Some(&custom)),
+            assess(
+                &id("networking.k8s.io/v1", "NetworkPolicy"),
+                Some(&unreported)
+            ),
             Health::Current
         );
+        assert!(matches!(
+            assess(&id("example.com/v1", "Widget"), Some(&unreported)),
+            Health::InProgress(_)
+        ));
     }
 
     #[test]
@@ -386,9 +418,32 @@ mod tests {
             assess(&id("example.com/v1", "Widget"), Some(&stalled)),
             Health::Failed(_)
         ));
+        assert!(
+            matches!(
+                assess(&id("example.com/v1", "Widget"), Some(&json!({}))),
+                Health::InProgress(_)
+            ),
+            "a custom resource with no status yet is not ready"
+        );
+        let ready = json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}});
         assert_eq!(
-            assess(&id("example.com/v1", "Widget"), Some(&json!({}))),
+            assess(&id("example.com/v1", "Widget"), Some(&ready)),
             Health::Current
+        );
+        let observed = json!({"metadata": {"generation": 2}, "status": {"observedGeneration": 2}});
+        assert_eq!(
+            assess(&id("example.com/v1", "Widget"), Some(&observed)),
+            Health::Current
+        );
+        let behind = json!({"metadata": {"generation": 3}, "status": {"observedGeneration": 2}});
+        assert_eq!(
+            assess(&id("example.com/v1", "Widget"), Some(&behind)),
+            Health::Unobserved(3)
+        );
+        assert_eq!(
+            assess(&id("networking.k8s.io/v1", "Ingress"), Some(&json!({}))),
+            Health::Current,
+            "Kubernetes' own kinds without a rule are current once they exist"
         );
         assert_eq!(
             assess(&id("v1", "ConfigMap"), None),
