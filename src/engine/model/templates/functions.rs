@@ -1,19 +1,35 @@
-//! The functions templates get, as this operator registers them: `range`
-//! capped at [`RANGE_LIMIT`] values (Tera's own would make a list of any
-//! length: `range(end=30000000)` took a gigabyte), and the functions that
-//! read the world refused at render time too, behind the parse-time check
-//! of `checks.rs`.
+//! The functions and filters templates get, as this operator registers
+//! them: `range` capped at [`RANGE_LIMIT`] values (Tera's own would make a
+//! list of any length: `range(end=30000000)` took a gigabyte); the
+//! functions that read the world refused at render time too, behind the
+//! parse-time check of `checks.rs`; and what kinds need that Tera lacks
+//! (kro's CEL library has them): base64, SHA-256, JSON parsing and a
+//! random string that a seed fixes (so a resource renders the same at
+//! every reconcile, and the no-op skip holds).
 
 use std::collections::HashMap;
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use sha2::{Digest, Sha256};
 use tera::{Tera, Value};
 
 /// The most values one `range` call gives.
 pub const RANGE_LIMIT: usize = 10_000;
+/// The longest string one `seeded_string` call makes.
+pub const SEEDED_STRING_LIMIT: u64 = 256;
+/// The characters of a `seeded_string`: lower-case letters and digits,
+/// valid in any Kubernetes name and any password field.
+const SEEDED_ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
 
-/// Registers the functions on `tera`, over Tera's own.
+/// Registers the functions and filters on `tera`, over Tera's own.
 pub fn register(tera: &mut Tera) {
     tera.register_function("range", range);
+    tera.register_function("seeded_string", seeded_string);
+    tera.register_filter("b64encode", b64encode);
+    tera.register_filter("b64decode", b64decode);
+    tera.register_filter("sha256", sha256);
+    tera.register_filter("from_json", from_json);
     for name in ["get_env", "now", "get_random"] {
         tera.register_function(name, move |_: &HashMap<String, Value>| {
             Err(tera::Error::msg(format!(
@@ -58,6 +74,88 @@ fn range(args: &HashMap<String, Value>) -> tera::Result<Value> {
     Ok(Value::Array(values))
 }
 
+/// The text a filter was given, or an error naming the filter.
+fn text<'a>(value: &'a Value, filter: &str) -> tera::Result<&'a str> {
+    value
+        .as_str()
+        .ok_or_else(|| tera::Error::msg(format!("{filter}: {value} is not a string")))
+}
+
+/// `{{ s | b64encode }}`: the UTF-8 bytes of `s` in standard base64.
+fn b64encode(value: &Value, _: &HashMap<String, Value>) -> tera::Result<Value> {
+    Ok(Value::String(BASE64.encode(text(value, "b64encode")?)))
+}
+
+/// `{{ s | b64decode }}`: standard base64 decoded; the result must be text.
+fn b64decode(value: &Value, _: &HashMap<String, Value>) -> tera::Result<Value> {
+    let bytes = BASE64
+        .decode(text(value, "b64decode")?.trim())
+        .map_err(|e| tera::Error::msg(format!("b64decode: not base64 ({e})")))?;
+    String::from_utf8(bytes)
+        .map(Value::String)
+        .map_err(|_| tera::Error::msg("b64decode: the decoded bytes are not UTF-8 text"))
+}
+
+/// `{{ s | sha256 }}`: the SHA-256 of the UTF-8 bytes of `s`, in hex.
+fn sha256(value: &Value, _: &HashMap<String, Value>) -> tera::Result<Value> {
+    let digest = Sha256::digest(text(value, "sha256")?.as_bytes());
+    Ok(Value::String(hex::encode(digest)))
+}
+
+/// `{{ s | from_json }}`: the value `s` holds as JSON (an object, a list,
+/// a scalar), to read fields from. serde_json refuses nesting deeper than
+/// 128 levels.
+fn from_json(value: &Value, _: &HashMap<String, Value>) -> tera::Result<Value> {
+    serde_json::from_str(text(value, "from_json")?)
+        .map_err(|e| tera::Error::msg(format!("from_json: not JSON ({e})")))
+}
+
+/// `seeded_string(seed, length)`: `length` letters and digits that look
+/// random but depend on `seed` alone (`seed=metadata.uid` gives each
+/// resource its own, the same at every reconcile): SHA-256 in counter mode,
+/// bytes outside a multiple of the alphabet's size dropped (no bias).
+fn seeded_string(args: &HashMap<String, Value>) -> tera::Result<Value> {
+    let seed = match args.get("seed") {
+        Some(Value::String(seed)) => seed.as_str(),
+        Some(other) => {
+            return Err(tera::Error::msg(format!(
+                "seeded_string(): seed={other} is not a string"
+            )));
+        }
+        None => return Err(tera::Error::msg("seeded_string(): seed is missing")),
+    };
+    let length = args
+        .get("length")
+        .and_then(Value::as_u64)
+        .ok_or_else(|| tera::Error::msg("seeded_string(): length must be a whole number"))?;
+    if length == 0 || length > SEEDED_STRING_LIMIT {
+        return Err(tera::Error::msg(format!(
+            "seeded_string(): length={length} is not between 1 and {SEEDED_STRING_LIMIT}"
+        )));
+    }
+    Ok(Value::String(seeded(seed, length as usize)))
+}
+
+fn seeded(seed: &str, length: usize) -> String {
+    let alphabet = SEEDED_ALPHABET.len();
+    let unbiased = 256 - 256 % alphabet;
+    let mut out = String::with_capacity(length);
+    let mut block: u64 = 0;
+    while out.len() < length {
+        let digest = Sha256::new()
+            .chain_update(seed.as_bytes())
+            .chain_update(block.to_be_bytes())
+            .finalize();
+        for byte in digest.iter().map(|b| usize::from(*b)) {
+            if byte < unbiased && out.len() < length {
+                out.push(char::from(SEEDED_ALPHABET[byte % alphabet]));
+            }
+        }
+        block += 1;
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -93,5 +191,68 @@ mod tests {
     fn the_environment_is_refused_at_render_time_too() {
         let refused = render("{{ get_env(name='HOME') }}").unwrap_err();
         assert!(refused.contains("get_env() is not available"), "{refused}");
+    }
+
+    #[test]
+    fn base64_both_ways() {
+        assert_eq!(
+            render("{{ 'admin:s3cret' | b64encode }}").unwrap(),
+            "YWRtaW46czNjcmV0"
+        );
+        assert_eq!(
+            render("{{ 'YWRtaW46czNjcmV0' | b64decode }}").unwrap(),
+            "admin:s3cret"
+        );
+        let refused = render("{{ '%%%' | b64decode }}").unwrap_err();
+        assert!(refused.contains("not base64"), "{refused}");
+        let binary = render("{{ '/w==' | b64decode }}").unwrap_err();
+        assert!(binary.contains("not UTF-8"), "{binary}");
+        assert!(
+            render("{{ 3 | b64encode }}")
+                .unwrap_err()
+                .contains("not a string")
+        );
+        // As docs/kind-file.md writes it: the filter takes the whole concatenation.
+        assert_eq!(render("{{ 'a' ~ ':' ~ 'b' | b64encode }}").unwrap(), "YTpi");
+    }
+
+    #[test]
+    fn sha256_in_hex() {
+        assert_eq!(
+            render("{{ 'abc' | sha256 }}").unwrap(),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+
+    #[test]
+    fn json_parsed_and_read() {
+        let template =
+            r#"{% set v = '{"a": [1, {"b": "x"}]}' | from_json %}{{ v.a.1.b }}{{ v.a | length }}"#;
+        assert_eq!(render(template).unwrap(), "x2");
+        assert!(
+            render("{{ '{' | from_json }}")
+                .unwrap_err()
+                .contains("not JSON")
+        );
+        let deep = "[".repeat(200) + &"]".repeat(200);
+        let refused = render(&format!("{{{{ '{deep}' | from_json }}}}")).unwrap_err();
+        assert!(refused.contains("recursion limit"), "{refused}");
+    }
+
+    #[test]
+    fn a_seeded_string_depends_on_its_seed_alone() {
+        let one = render("{{ seeded_string(seed='uid-1', length=40) }}").unwrap();
+        assert_eq!(one.len(), 40);
+        assert!(one.bytes().all(|b| SEEDED_ALPHABET.contains(&b)), "{one}");
+        assert_eq!(
+            render("{{ seeded_string(seed='uid-1', length=40) }}").unwrap(),
+            one
+        );
+        let other = render("{{ seeded_string(seed='uid-2', length=40) }}").unwrap();
+        assert_ne!(other, one);
+        let short = render("{{ seeded_string(seed='uid-1', length=8) }}").unwrap();
+        assert!(one.starts_with(&short), "a prefix of the longer one");
+        let refused = render("{{ seeded_string(seed='x', length=100000) }}").unwrap_err();
+        assert!(refused.contains("between 1 and 256"), "{refused}");
     }
 }
