@@ -750,6 +750,137 @@ async fn a_custom_resource_child_is_ready_only_when_it_says_so() {
     operator.stop().await;
 }
 
+const STACK: &str = r#"apiVersion: kustomize-operator.io/v1alpha1
+kind: KindDefinition
+metadata: {name: stack}
+spec:
+  group: stack.example.com
+  version: v1
+  names: {kind: Stack, plural: stacks}
+  schema:
+    type: object
+    properties:
+      replicas: {type: integer, default: 2}
+  overlay:
+    namePrefix: "{{ metadata.name }}-"
+  children:
+    web: {kind: Deployment, name: "{{ metadata.name }}-web"}
+    deployments:
+      kind: Deployment
+      readyWhen: has(self.status.readyReplicas) && self.status.readyReplicas == self.spec.replicas
+  status:
+    - {field: available, type: integer, expression: "has(web.status.availableReplicas) ? web.status.availableReplicas : 0"}
+    - {field: webConditions, type: array, expression: web.status.conditions}
+    - {field: readyDeployments, type: integer, expression: "deployments.filter(d, has(d.status.readyReplicas) && d.status.readyReplicas == d.spec.replicas).size()"}
+    - {field: summary, type: string, expression: "metadata.name + ' runs ' + string(size(deployments)) + ' deployments'"}
+  readiness:
+    - expression: has(web.status.availableReplicas) && web.status.availableReplicas >= spec.replicas
+"#;
+
+fn deployment(name: &str, replicas: u32) -> String {
+    format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: {name}}}\nspec:\n  replicas: {replicas}\n  selector: {{matchLabels: {{app: {name}}}}}\n  template:\n    metadata: {{labels: {{app: {name}}}}}\n    spec: {{containers: [{{name: c, image: busybox}}]}}\n"
+    )
+}
+
+/// kro's status and readiness, in CEL over named children: a value with
+/// a default, a list copied whole, an aggregate over every Deployment,
+/// string arithmetic; Ready when the expression holds and every
+/// Deployment's `readyWhen` does.
+#[tokio::test]
+async fn status_and_readiness_are_cel_over_the_children() {
+    let client = common::cluster().await;
+    let (web, worker) = (deployment("web", 2), deployment("worker", 1));
+    let folder = kind_folder(
+        "stack",
+        STACK,
+        &[
+            ("kustomization.yaml", "resources: [web.yaml, worker.yaml]\n"),
+            ("web.yaml", &web),
+            ("worker.yaml", &worker),
+        ],
+    );
+    let dir = kustomize_operator::kind::KustomizeDir::load(folder.path()).unwrap();
+    let registry = Registry::load(&dir).unwrap();
+    let stack = select(&registry, "stack");
+    install_crd(&client, &stack).await;
+    let ns = common::TestNamespace::new(&client, "stack").await;
+    let path = folder.path().display().to_string();
+    let operator = common::start_operator(
+        &ns.name,
+        &[
+            "--kustomize-dir",
+            &path,
+            "--kinds",
+            "stack",
+            "--health-timeout",
+            "2m",
+        ],
+    )
+    .await;
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &ns.name, &api_resource(&stack));
+    let resource: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "stack.example.com/v1", "kind": "Stack",
+        "metadata": {"name": "s"}, "spec": {},
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &resource).await.unwrap();
+    let ready = wait_reason(&api, "s", "Applied").await;
+    let status = &ready.data["status"];
+    assert_eq!(status["available"], 2, "{status:#}");
+    assert_eq!(status["readyDeployments"], 2, "{status:#}");
+    assert_eq!(status["summary"], "s runs 2 deployments", "{status:#}");
+    let conditions = status["webConditions"].as_array().expect("a list");
+    assert!(
+        conditions
+            .iter()
+            .any(|c| c["type"] == "Available" && c["status"] == "True"),
+        "{conditions:#?}"
+    );
+    api.delete("s", &DeleteParams::default()).await.unwrap();
+    common::wait_until(TIMEOUT, "the Stack s gone", || async {
+        api.get_opt("s").await.unwrap().is_none()
+    })
+    .await;
+    operator.stop().await;
+}
+
+/// A CEL expression that does not compile, or reads a name the kind file
+/// does not give, is refused when the kind is loaded, naming the field.
+#[test]
+fn a_bad_expression_is_refused_naming_the_kind_file_and_the_field() {
+    for (bad, field, words) in [
+        ("web.status.(", "spec.status[0].expression", "not CEL"),
+        (
+            "db.status.ready",
+            "spec.status[0].expression",
+            "reads \"db\"",
+        ),
+    ] {
+        let kind_file = STACK.replacen(
+            "\"has(web.status.availableReplicas) ? web.status.availableReplicas : 0\"",
+            &format!("{bad:?}"),
+            1,
+        );
+        assert_ne!(kind_file, STACK);
+        let folder = kind_folder(
+            "stack",
+            &kind_file,
+            &[("kustomization.yaml", "resources: []\n")],
+        );
+        let dir = kustomize_operator::kind::KustomizeDir::load(folder.path()).unwrap();
+        let Err(error) = Registry::load(&dir) else {
+            panic!("{bad} was not refused")
+        };
+        let error = error.to_string();
+        assert!(
+            error.contains("kind.yaml") && error.contains(field) && error.contains(words),
+            "{error}"
+        );
+    }
+}
+
 const LEAKY: &str = "apiVersion: kustomize-operator.io/v1alpha1
 kind: KindDefinition
 metadata: {name: leaky}

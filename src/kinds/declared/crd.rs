@@ -107,10 +107,20 @@ impl DeclaredKind {
     fn schema(&self) -> Option<JSONSchemaProps> {
         let mut status = common_status_schema();
         for field in &self.file.spec.status {
-            status["properties"][&field.field] = json!({
-                "type": field.type_,
-                "description": format!("Copied from the {} it applied ({}).", field.from.kind, field.path),
-            });
+            let description = match (&field.from, &field.path, &field.expression) {
+                (Some(from), Some(path), _) => {
+                    format!("Copied from the {} it applied ({path}).", from.kind)
+                }
+                (_, _, Some(expression)) => format!("Computed: {expression}"),
+                _ => String::new(),
+            };
+            let mut schema = json!({"type": field.type_, "description": description});
+            match field.type_.as_str() {
+                "object" => schema["x-kubernetes-preserve-unknown-fields"] = json!(true),
+                "array" => schema["items"] = json!({"x-kubernetes-preserve-unknown-fields": true}),
+                _ => {}
+            }
+            status["properties"][&field.field] = schema;
         }
         let schema = json!({
             "type": "object",

@@ -63,8 +63,8 @@ pub const MAX_PRINTER_COLUMNS: usize = 32;
 pub const MAX_SHORT_NAMES: usize = 16;
 /// A printer column's types.
 pub const COLUMN_TYPES: [&str; 5] = ["string", "integer", "number", "boolean", "date"];
-/// A status field's types.
-pub const STATUS_TYPES: [&str; 4] = ["string", "integer", "number", "boolean"];
+/// A status field's types (a list or an object only from an `expression`).
+pub const STATUS_TYPES: [&str; 6] = ["string", "integer", "number", "boolean", "array", "object"];
 /// A DNS label (a short name).
 const DNS_LABEL_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$";
 /// An API group: a DNS subdomain with a dot.
@@ -130,7 +130,12 @@ pub struct KindSpec {
     /// How each resource's overlay is built.
     #[serde(default)]
     pub overlay: OverlaySpec,
-    /// Status fields copied from the objects a resource applied.
+    /// Names for the objects a resource applies, by which `expression`s
+    /// (CEL) of `status` and `readiness` read them.
+    #[serde(default)]
+    pub children: BTreeMap<String, Child>,
+    /// Status fields copied from the objects a resource applied, or
+    /// computed over them (CEL).
     #[serde(default)]
     pub status: Vec<StatusField>,
     /// What `Ready` waits for besides the engine's health rules.
@@ -301,35 +306,67 @@ pub struct GeneratorSpec {
     pub disable_name_suffix_hash: bool,
 }
 
-/// A status field copied from an object the resource applied.
+/// One of the objects a resource applies, or all of one kind, named for
+/// the CEL `expression`s of the kind file.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Child {
+    /// apiVersion (default: any).
+    #[serde(default)]
+    pub api_version: Option<String>,
+    /// Kind.
+    pub kind: String,
+    /// Name (templated). Without one, the child is every object of the
+    /// kind the resource applied: a list.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// CEL over the object as `self` (and the resource's `spec` and
+    /// `metadata`): `Ready` waits until it is true (for a list, for each).
+    #[serde(default)]
+    pub ready_when: Option<String>,
+}
+
+/// A status field: copied from an object the resource applied (`from` and
+/// `path`), or computed by a CEL `expression` over the resource and its
+/// `children`.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct StatusField {
     /// The field of the resource's status (`available`): lowerCamelCase.
     #[schemars(pattern(r"^[a-z][A-Za-z0-9]*$"))]
     pub field: String,
-    /// Its OpenAPI type: `integer`, `number`, `string` or `boolean`.
+    /// Its OpenAPI type: `integer`, `number`, `string`, `boolean`, or
+    /// (from an expression) `array` or `object`.
     #[serde(rename = "type")]
     #[schemars(extend("enum" = STATUS_TYPES))]
     pub type_: String,
     /// Which applied object (kind and templated name; apiVersion optional).
-    pub from: ObjectSelector,
+    #[serde(default)]
+    pub from: Option<ObjectSelector>,
     /// Where in it: a dotted path (`.status.availableReplicas`).
+    #[serde(default)]
     #[schemars(pattern(STATUS_PATH_PATTERN))]
-    pub path: String,
+    pub path: Option<String>,
+    /// CEL, instead of `from` and `path`: `web.status.availableReplicas`,
+    /// `workers.filter(w, w.status.readyReplicas > 0).size()`.
+    #[serde(default)]
+    pub expression: Option<String>,
 }
 
-/// A condition on an object a resource applied; `Ready` waits until it
-/// holds (and the resource stalls if it does not within the health
-/// timeout). Exactly one of `equals` and `atLeast`.
+/// What `Ready` waits for besides the engine's health rules: a value on an
+/// object the resource applied (`from`, `path` and exactly one of `equals`
+/// and `atLeast`), or a CEL `expression` that must be true. The resource
+/// stalls if it does not hold within the health timeout.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ReadinessRule {
     /// Which applied object (kind and templated name; apiVersion optional).
-    pub from: ObjectSelector,
+    #[serde(default)]
+    pub from: Option<ObjectSelector>,
     /// A dotted path into its status (`.status.readyReplicas`).
+    #[serde(default)]
     #[schemars(pattern(STATUS_PATH_PATTERN))]
-    pub path: String,
+    pub path: Option<String>,
     /// The value must equal this (templated; compared as text).
     #[serde(default)]
     pub equals: Option<String>,
@@ -337,6 +374,10 @@ pub struct ReadinessRule {
     /// field reads as 0 (Kubernetes leaves zero counts out of a status).
     #[serde(default)]
     pub at_least: Option<String>,
+    /// CEL that must be true, instead of the above:
+    /// `web.status.availableReplicas >= spec.replicas`.
+    #[serde(default)]
+    pub expression: Option<String>,
 }
 
 /// One of the objects a resource applied.

@@ -12,6 +12,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::DeclaredKind;
+use super::children::Children;
 use super::file::{ObjectSelector, ReadinessRule, Scope};
 use super::object::DeclaredObject;
 use super::recipe::Wanted;
@@ -126,35 +127,43 @@ impl Handler for DeclaredHandler {
         wanted.iter().all(|(k, v)| labels.get(k) == Some(v))
     }
 
-    /// The kind file's status fields and readiness rules, on the objects
-    /// the resource applied.
+    /// The kind file's status fields, readiness rules and children's
+    /// `readyWhen`, on the objects the resource applied.
     fn read_objects(
         &self,
         resource: &DeclaredObject,
         objects: &BTreeMap<ObjectId, Value>,
     ) -> FromObjects {
         let spec = &self.kind.file.spec;
-        let recipe = &self.kind.recipe;
+        let compiled = &self.kind.expressions;
+        // Built only for a kind with expressions: the others (Sample among
+        // them) pay nothing for CEL at each look at their health.
+        let children = (!compiled.is_empty()).then(|| Children::of(&self.kind, resource, objects));
         let mut read = FromObjects::default();
         if !spec.status.is_empty() {
             let mut fields = serde_json::Map::new();
             for (i, field) in spec.status.iter().enumerate() {
-                let name = recipe.status_source(i, resource).ok();
-                let value = name
-                    .and_then(|n| find(objects, &field.from, &n))
-                    .and_then(|(_, o)| dotted(o, &field.path));
-                match value.map(|v| fit(v, &field.type_)) {
+                let expression = compiled.status.get(i).and_then(Option::as_ref);
+                let value = match expression.zip(children.as_ref()) {
+                    Some((expression, children)) => match children.eval(expression) {
+                        Ok(value) => value,
+                        Err(why) => {
+                            read.not_ready
+                                .push(format!("status.{}: {why}", field.field));
+                            None
+                        }
+                    },
+                    None => self.copied(i, field, resource, objects),
+                };
+                match value.map(|v| fit(&v, &field.type_)) {
                     Some(Ok(value)) => {
                         fields.insert(field.field.clone(), value);
                     }
                     // Written as it is, the API server would refuse the
                     // whole status: the field is left out and Ready says why.
                     Some(Err(what)) => read.not_ready.push(format!(
-                        "status.{}: {} of {} is {what}, not the {} the kind file's status[{i}] declares; left out",
-                        field.field,
-                        field.path,
-                        field.from.kind.to_lowercase(),
-                        field.type_
+                        "status.{}: the kind file's status[{i}] gives {what}, not the {} it declares; left out",
+                        field.field, field.type_
                     )),
                     None => {}
                 }
@@ -162,11 +171,38 @@ impl Handler for DeclaredHandler {
             read.status = Some(fields);
         }
         for (i, rule) in spec.readiness.iter().enumerate() {
-            if let Some(unmet) = readiness(recipe, i, rule, resource, objects) {
-                read.not_ready.push(unmet);
+            let expression = compiled.readiness.get(i).and_then(Option::as_ref);
+            let unmet = match expression.zip(children.as_ref()) {
+                Some((expression, children)) => {
+                    children.holds(expression, &format!("readiness[{i}]"))
+                }
+                None => readiness(&self.kind.recipe, i, rule, resource, objects),
+            };
+            read.not_ready.extend(unmet);
+        }
+        if let Some(children) = &children {
+            for (name, expression) in &compiled.ready_when {
+                read.not_ready.extend(children.ready_when(name, expression));
             }
         }
         read
+    }
+}
+
+impl DeclaredHandler {
+    /// Status field `i`, copied from the object `from` names (by `path`).
+    fn copied(
+        &self,
+        i: usize,
+        field: &super::file::StatusField,
+        resource: &DeclaredObject,
+        objects: &BTreeMap<ObjectId, Value>,
+    ) -> Option<Value> {
+        let (from, path) = (field.from.as_ref()?, field.path.as_deref()?);
+        let name = self.kind.recipe.status_source(i, resource).ok()?;
+        find(objects, from, &name)
+            .and_then(|(_, o)| dotted(o, path))
+            .cloned()
     }
 }
 
@@ -188,6 +224,7 @@ fn fit(value: &Value, type_: &str) -> Result<Value, &'static str> {
         | ("boolean", Value::Bool(_))
         | ("string", Value::String(_)) => Ok(value.clone()),
         ("string", Value::Number(_) | Value::Bool(_)) => Ok(Value::String(value.to_string())),
+        ("array", Value::Array(_)) | ("object", Value::Object(_)) => Ok(value.clone()),
         _ => Err(what),
     }
 }
@@ -216,21 +253,22 @@ fn readiness(
     resource: &DeclaredObject,
     objects: &BTreeMap<ObjectId, Value>,
 ) -> Option<String> {
+    let (from, path) = (rule.from.as_ref()?, rule.path.as_deref()?);
     let rendered = match recipe.readiness(i, rule, resource) {
         Ok(r) => r,
         Err(e) => return Some(format!("readiness rule {i}: {e}")),
     };
-    let label = format!("{}/{}", rule.from.kind.to_lowercase(), rendered.name);
-    let Some((_, object)) = find(objects, &rule.from, &rendered.name) else {
+    let label = format!("{}/{}", from.kind.to_lowercase(), rendered.name);
+    let Some((_, object)) = find(objects, from, &rendered.name) else {
         return Some(format!("{label}: not found"));
     };
-    let value = dotted(object, &rule.path);
+    let value = dotted(object, path);
     let shown = value.map_or_else(|| "unset".to_string(), Value::to_string);
     match rendered.wanted {
         Wanted::Equals(want) => {
             let text = value.map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string));
             (text.as_deref() != Some(want.as_str()))
-                .then(|| format!("{label}: {} is {shown}, waiting for {want}", rule.path))
+                .then(|| format!("{label}: {path} is {shown}, waiting for {want}"))
         }
         Wanted::AtLeast(want) => {
             // Kubernetes leaves zero counts out of a status: unset reads as 0.
@@ -238,12 +276,8 @@ fn readiness(
             let Ok(min) = want.trim().parse::<f64>() else {
                 return Some(format!("{label}: atLeast {want:?} is not a number"));
             };
-            (have.is_none_or(|h| h < min)).then(|| {
-                format!(
-                    "{label}: {} is {shown}, waiting for at least {want}",
-                    rule.path
-                )
-            })
+            (have.is_none_or(|h| h < min))
+                .then(|| format!("{label}: {path} is {shown}, waiting for at least {want}"))
         }
     }
 }

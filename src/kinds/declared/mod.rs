@@ -15,8 +15,10 @@
 //! - [`rbac`]: the rules the operator needs for it.
 
 pub mod breaking;
+mod children;
 pub mod crd;
 mod example;
+pub mod expressions;
 pub mod file;
 mod handler;
 mod object;
@@ -80,6 +82,8 @@ pub struct DeclaredKind {
     pub templates: Option<Arc<KustomizeDir>>,
     /// Its templated strings, parsed.
     recipe: recipe::Recipe,
+    /// Its CEL expressions, compiled.
+    expressions: Arc<expressions::Compiled>,
 }
 
 impl DeclaredKind {
@@ -105,6 +109,14 @@ impl DeclaredKind {
                 reason,
             }
         })?;
+        let expressions = expressions::Compiled::of(&file.spec).map_err(|(field, reason)| {
+            KindFileError::Invalid {
+                file: path.clone(),
+                field,
+                reason,
+            }
+        })?;
+        let expressions = Arc::new(expressions);
         let resource = api_resource(&file);
         let resource_types = resource_types(dir, &path, &file)?;
         let interval = file
@@ -121,6 +133,7 @@ impl DeclaredKind {
             interval,
             templates: None,
             recipe,
+            expressions,
         })
     }
 

@@ -91,22 +91,37 @@ impl Recipe {
                 }
             }
         }
-        for (i, s) in spec.status.iter().enumerate() {
+        for (i, from) in spec
+            .status
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| Some((i, s.from.as_ref()?)))
+        {
             add(
                 key(&["status", &i.to_string()]),
                 format!("spec.status[{i}].from.name"),
-                &s.from.name,
+                &from.name,
             )?;
+        }
+        for (name, child) in &spec.children {
+            if let Some(template) = &child.name {
+                add(
+                    key(&["children", name]),
+                    format!("spec.children.{name}.name"),
+                    template,
+                )?;
+            }
         }
         for (k, v) in &spec.reconcile.adopt {
             add(key(&["adopt", k]), format!("spec.reconcile.adopt.{k}"), v)?;
         }
         for (i, r) in spec.readiness.iter().enumerate() {
+            let Some(from) = &r.from else { continue };
             let at = format!("spec.readiness[{i}]");
             add(
                 key(&["readiness", &i.to_string(), "name"]),
                 format!("{at}.from.name"),
-                &r.from.name,
+                &from.name,
             )?;
             if let Some(v) = r.equals.as_ref().or(r.at_least.as_ref()) {
                 add(
@@ -294,6 +309,17 @@ impl Recipe {
         let context = Context::from_value(self.context(resource))
             .map_err(|e| HandlerError::Invalid(e.to_string()))?;
         self.render(&key(&["status", &i.to_string()]), &context)
+    }
+
+    /// The name of the child `name` (of `spec.children`) for `resource`.
+    pub fn child_name(
+        &self,
+        name: &str,
+        resource: &DeclaredObject,
+    ) -> Result<String, HandlerError> {
+        let context = Context::from_value(self.context(resource))
+            .map_err(|e| HandlerError::Invalid(e.to_string()))?;
+        self.render(&key(&["children", name]), &context)
     }
 
     /// Readiness rule `i` rendered for `resource`.

@@ -67,6 +67,7 @@ pub fn check(path: &Path, file: &KindFile, folder: &str, templates: &[String]) -
     check_recipe(path, file, templates)?;
     check_status(path, file)?;
     check_readiness(path, file)?;
+    check_children(path, file)?;
     check_reconcile(path, file)
 }
 
@@ -286,12 +287,32 @@ fn check_status(path: &Path, file: &KindFile) -> Result<()> {
                 path,
                 format!("{at}.type"),
                 format!(
-                    "{:?} is not one of string, integer, number, boolean",
-                    s.type_
+                    "{:?} is not one of {}",
+                    s.type_,
+                    file::STATUS_TYPES.join(", ")
                 ),
             ));
         }
-        check_source(path, &at, &s.from, &s.path)?;
+        match (&s.expression, &s.from, &s.path) {
+            (Some(_), None, None) => {}
+            (None, Some(from), Some(field_path)) => {
+                if matches!(s.type_.as_str(), "array" | "object") {
+                    return Err(invalid(
+                        path,
+                        format!("{at}.type"),
+                        "a list or an object comes from an expression only",
+                    ));
+                }
+                check_source(path, &at, from, field_path)?;
+            }
+            _ => {
+                return Err(invalid(
+                    path,
+                    at,
+                    "needs either expression, or from and path",
+                ));
+            }
+        }
     }
     Ok(())
 }
@@ -319,16 +340,24 @@ fn check_source(
             ),
         ));
     }
-    let group = from
-        .api_version
-        .as_deref()
+    watched(
+        path,
+        &format!("{at}.from.kind"),
+        from.api_version.as_deref(),
+        &from.kind,
+    )
+}
+
+/// Objects of kinds without a status are not watched: nothing reads them.
+fn watched(path: &Path, at: &str, api_version: Option<&str>, kind: &str) -> Result<()> {
+    let group = api_version
         .and_then(|v| v.rsplit_once('/'))
         .map_or("", |(g, _)| g);
-    if always_current_kind(group, &from.kind) {
+    if always_current_kind(group, kind) {
         return Err(invalid(
             path,
-            format!("{at}.from.kind"),
-            format!("{} objects have no status to read", from.kind),
+            at,
+            format!("{kind} objects have no status to read"),
         ));
     }
     Ok(())
@@ -337,10 +366,74 @@ fn check_source(
 fn check_readiness(path: &Path, file: &KindFile) -> Result<()> {
     for (i, r) in file.spec.readiness.iter().enumerate() {
         let at = format!("spec.readiness[{i}]");
-        if r.equals.is_some() == r.at_least.is_some() {
-            return Err(invalid(path, at, "needs exactly one of equals and atLeast"));
+        match (&r.expression, &r.from, &r.path) {
+            (Some(_), None, None) if r.equals.is_none() && r.at_least.is_none() => {}
+            (None, Some(from), Some(field_path)) => {
+                if r.equals.is_some() == r.at_least.is_some() {
+                    return Err(invalid(path, at, "needs exactly one of equals and atLeast"));
+                }
+                check_source(path, &at, from, field_path)?;
+            }
+            _ => {
+                return Err(invalid(
+                    path,
+                    at,
+                    "needs either expression, or from, path and one of equals and atLeast",
+                ));
+            }
         }
-        check_source(path, &at, &r.from, &r.path)?;
+    }
+    Ok(())
+}
+
+/// Words CEL keeps for itself, which cannot name a child.
+const CEL_RESERVED: [&str; 21] = [
+    "as",
+    "break",
+    "const",
+    "continue",
+    "else",
+    "false",
+    "for",
+    "function",
+    "if",
+    "import",
+    "in",
+    "let",
+    "loop",
+    "namespace",
+    "null",
+    "package",
+    "return",
+    "true",
+    "var",
+    "void",
+    "while",
+];
+
+fn check_children(path: &Path, file: &KindFile) -> Result<()> {
+    for (name, child) in &file.spec.children {
+        let at = format!("spec.children.{name}");
+        let identifier = name.starts_with(|c: char| c.is_ascii_lowercase())
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        let taken = super::expressions::RESOURCE_NAMES.contains(&name.as_str())
+            || name == super::expressions::SELF
+            || CEL_RESERVED.contains(&name.as_str());
+        if !identifier || taken {
+            return Err(invalid(
+                path,
+                at,
+                format!(
+                    "{name:?} must be a name expressions can use: lower case first, letters, digits and _, not spec, metadata, schema, self or a CEL keyword"
+                ),
+            ));
+        }
+        watched(
+            path,
+            &format!("{at}.kind"),
+            child.api_version.as_deref(),
+            &child.kind,
+        )?;
     }
     Ok(())
 }

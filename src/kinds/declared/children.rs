@@ -1,0 +1,153 @@
+//! The objects a resource applied, under the names its kind file gives
+//! them (`spec.children`), as the variables of its CEL expressions: each
+//! as the engine watches it (`metadata` with name, namespace, uid and
+//! generation; `spec.replicas`, `spec.type`; the whole `status`), a child
+//! without a name as the list of every such object; beside them the
+//! resource's `spec` (defaults filled in), `metadata` and `schema` (the
+//! whole resource).
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use super::DeclaredKind;
+use super::expressions::{Expression, SELF};
+use super::file::Child;
+use super::object::DeclaredObject;
+use crate::kind::ObjectId;
+
+/// The variables of one resource's expressions.
+pub struct Children<'a> {
+    variables: BTreeMap<&'a str, Value>,
+    /// Named children not applied (or not seen) yet: what each waits for.
+    missing: BTreeMap<&'a str, String>,
+}
+
+impl<'a> Children<'a> {
+    /// The children of `resource` among `objects` (its applied objects'
+    /// watched state), as `kind`'s file names them.
+    pub fn of(
+        kind: &'a DeclaredKind,
+        resource: &DeclaredObject,
+        objects: &BTreeMap<ObjectId, Value>,
+    ) -> Self {
+        let context = kind.recipe.context(resource);
+        let mut variables = BTreeMap::from([
+            ("spec", context["spec"].clone()),
+            ("metadata", context["metadata"].clone()),
+            ("schema", context),
+        ]);
+        let mut missing = BTreeMap::new();
+        for (name, child) in &kind.file.spec.children {
+            if child.name.is_none() {
+                let all = matching(objects, child).map(|(_, o)| o.clone()).collect();
+                variables.insert(name.as_str(), Value::Array(all));
+                continue;
+            }
+            let wanted = kind.recipe.child_name(name, resource);
+            let found = wanted
+                .as_ref()
+                .ok()
+                .and_then(|wanted| matching(objects, child).find(|(id, _)| id.name == *wanted));
+            match (found, wanted) {
+                (Some((_, object)), _) => {
+                    variables.insert(name.as_str(), object.clone());
+                }
+                (None, Ok(wanted)) => {
+                    let object = format!("{}/{wanted}", child.kind.to_lowercase());
+                    missing.insert(name.as_str(), format!("{object} not found yet"));
+                }
+                (None, Err(e)) => {
+                    missing.insert(name.as_str(), e.to_string());
+                }
+            }
+        }
+        Self { variables, missing }
+    }
+
+    /// What `expression` waits for, if it reads a named child not found.
+    fn waiting(&self, expression: &Expression) -> Option<String> {
+        expression
+            .reads()
+            .find_map(|name| self.missing.get(name).map(|why| format!("{name}: {why}")))
+    }
+
+    /// The value of `expression`: `None` while a child it reads is not
+    /// there; an error in words (the expression quoted).
+    pub fn eval(&self, expression: &Expression) -> Result<Option<Value>, String> {
+        if self.waiting(expression).is_some() {
+            return Ok(None);
+        }
+        expression
+            .eval(&self.variables)
+            .map(Some)
+            .map_err(|e| format!("{} failed: {e}", expression.source()))
+    }
+
+    /// `None` when `expression` (at `at` in the kind file) is true, else
+    /// what `Ready` waits for.
+    pub fn holds(&self, expression: &Expression, at: &str) -> Option<String> {
+        if let Some(waiting) = self.waiting(expression) {
+            return Some(format!("{at}: {waiting}"));
+        }
+        verdict(expression.eval(&self.variables), expression, at)
+    }
+
+    /// What the child `name`'s `readyWhen` waits for: one entry per object
+    /// it does not hold for (each of a list), none when it holds for all.
+    pub fn ready_when(&self, name: &str, expression: &Expression) -> Vec<String> {
+        let at = format!("{name}.readyWhen");
+        if let Some(why) = self.missing.get(name) {
+            return vec![format!("{at}: {name}: {why}")];
+        }
+        if let Some(waiting) = self.waiting(expression) {
+            return vec![format!("{at}: {waiting}")];
+        }
+        let objects = match self.variables.get(name) {
+            Some(Value::Array(all)) => all.clone(),
+            Some(one) => vec![one.clone()],
+            None => Vec::new(),
+        };
+        let mut variables = self.variables.clone();
+        objects
+            .into_iter()
+            .filter_map(|object| {
+                let label = object["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or(name)
+                    .to_string();
+                variables.insert(SELF, object);
+                verdict(
+                    expression.eval(&variables),
+                    expression,
+                    &format!("{at} ({label})"),
+                )
+            })
+            .collect()
+    }
+}
+
+/// The objects of `objects` of the child's kind (and apiVersion, if given).
+fn matching<'o>(
+    objects: &'o BTreeMap<ObjectId, Value>,
+    child: &'o Child,
+) -> impl Iterator<Item = (&'o ObjectId, &'o Value)> {
+    objects.iter().filter(move |(id, _)| {
+        id.kind == child.kind
+            && child
+                .api_version
+                .as_ref()
+                .is_none_or(|v| *v == id.api_version)
+    })
+}
+
+/// `None` for `true`; else what a false, non-boolean or failed result says.
+fn verdict(result: Result<Value, String>, expression: &Expression, at: &str) -> Option<String> {
+    let source = expression.source();
+    match result {
+        Ok(Value::Bool(true)) => None,
+        Ok(Value::Bool(false)) => Some(format!("{at}: waiting for {source}")),
+        Ok(other) => Some(format!("{at}: {source} gives {other}, not true or false")),
+        Err(e) => Some(format!("{at}: {source} failed: {e}")),
+    }
+}

@@ -1,0 +1,479 @@
+//! The kind file's CEL: the `expression`s of status fields and readiness
+//! rules and the children's `readyWhen`, compiled when the kind is loaded
+//! (an error names the kind file's field) and evaluated over the resource
+//! and the live state of the objects it applied.
+//!
+//! A definition is hostile input like any other: an expression is at most
+//! [`MAX_SOURCE`] characters, the parser refuses nesting past its own
+//! recursion limit, and comprehensions (`all`, `exists`, `filter`, `map`)
+//! nest at most [`MAX_NESTED_LOOPS`] deep, so that the work of one
+//! evaluation stays a small power of the number of children.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use cel::common::ast::{EntryExpr, Expr, IdedExpr};
+use cel::{Context, Program};
+use serde_json::Value;
+
+use super::file::KindSpec;
+
+/// The longest expression, in characters.
+pub const MAX_SOURCE: usize = 2048;
+/// How deep comprehensions may nest.
+pub const MAX_NESTED_LOOPS: usize = 2;
+/// How deep an expression's tree may be (a macro counts several levels).
+pub const MAX_DEPTH: usize = 64;
+/// The stack of the thread that parses one expression: enough for the
+/// parser's recursion over [`MAX_SOURCE`] characters of nesting.
+const COMPILE_STACK: usize = 256 * 1024 * 1024;
+/// The names every expression may read besides the children: the
+/// resource's `spec` (defaults filled in) and `metadata`, `schema` (the
+/// whole resource, as kro names it) and, in a `readyWhen`, `self`.
+pub const RESOURCE_NAMES: [&str; 3] = ["spec", "metadata", "schema"];
+/// The child itself, in its `readyWhen`.
+pub const SELF: &str = "self";
+
+/// Why an expression is refused when the kind is loaded.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum ExpressionError {
+    /// Too long.
+    #[error("longer than {MAX_SOURCE} characters")]
+    TooLong,
+    /// Not CEL (or nested past the parser's limit).
+    #[error("not CEL: {0}")]
+    Parse(String),
+    /// Its tree is too deep.
+    #[error("nests more than {MAX_DEPTH} levels deep")]
+    TooDeep,
+    /// Comprehensions nested too deep.
+    #[error("comprehensions (all, exists, filter, map) nest more than {MAX_NESTED_LOOPS} deep")]
+    TooNested,
+    /// A name that is neither the resource's nor a child's.
+    #[error("reads {name:?}, which is not one of {known}")]
+    Unknown {
+        /// The name.
+        name: String,
+        /// What it may read.
+        known: String,
+    },
+}
+
+/// One compiled expression.
+#[derive(Debug)]
+pub struct Expression {
+    source: String,
+    program: Program,
+    /// The names it reads (children, `spec`, ...).
+    reads: BTreeSet<String>,
+}
+
+impl PartialEq for Expression {
+    fn eq(&self, other: &Self) -> bool {
+        self.source == other.source
+    }
+}
+
+impl Expression {
+    /// Compiles `source`, which may read `known` names only. The parser
+    /// recurses as deep as the source nests: it runs on a thread of its
+    /// own with a stack large enough for the longest source, and a tree
+    /// deeper than [`MAX_DEPTH`] is refused, so that evaluating it (on any
+    /// thread) recurses little.
+    pub fn compile(source: &str, known: &BTreeSet<String>) -> Result<Self, ExpressionError> {
+        if source.chars().count() > MAX_SOURCE {
+            return Err(ExpressionError::TooLong);
+        }
+        let owned = source.to_string();
+        let (program, reads) = std::thread::Builder::new()
+            .name("cel-compile".into())
+            .stack_size(COMPILE_STACK)
+            .spawn(move || parse(&owned))
+            .map_err(|e| ExpressionError::Parse(format!("cannot start the parser: {e}")))?
+            .join()
+            .map_err(|_| ExpressionError::Parse("the parser failed".into()))??;
+        if let Some(name) = reads.iter().find(|n| !known.contains(*n)) {
+            return Err(ExpressionError::Unknown {
+                name: name.clone(),
+                known: known.iter().cloned().collect::<Vec<_>>().join(", "),
+            });
+        }
+        Ok(Self {
+            source: source.to_string(),
+            program,
+            reads,
+        })
+    }
+
+    /// The expression as written.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// The names it reads.
+    pub fn reads(&self) -> impl Iterator<Item = &str> {
+        self.reads.iter().map(String::as_str)
+    }
+
+    /// Its value with `variables` bound (each a JSON value), as JSON.
+    pub fn eval(&self, variables: &BTreeMap<&str, Value>) -> Result<Value, String> {
+        let mut context = Context::default();
+        for name in &self.reads {
+            if let Some(value) = variables.get(name.as_str()) {
+                context.add_variable_from_value(name.as_str(), to_cel(value));
+            }
+        }
+        let value = self.program.execute(&context).map_err(|e| e.to_string())?;
+        value.json().map_err(|e| e.to_string())
+    }
+}
+
+/// Every expression of a kind file, compiled: by position in `status` and
+/// `readiness` (`None` where the entry reads a path instead), and by child.
+#[derive(Debug, Default)]
+pub struct Compiled {
+    /// `spec.status[i].expression`.
+    pub status: Vec<Option<Expression>>,
+    /// `spec.readiness[i].expression`.
+    pub readiness: Vec<Option<Expression>>,
+    /// `spec.children.<name>.readyWhen`.
+    pub ready_when: BTreeMap<String, Expression>,
+}
+
+impl Compiled {
+    /// True when the kind file has no expression.
+    pub fn is_empty(&self) -> bool {
+        self.status.iter().all(Option::is_none)
+            && self.readiness.iter().all(Option::is_none)
+            && self.ready_when.is_empty()
+    }
+
+    /// Compiles the expressions of `spec`; an error is the field and why.
+    pub fn of(spec: &KindSpec) -> Result<Self, (String, String)> {
+        let mut known: BTreeSet<String> = RESOURCE_NAMES.iter().map(|n| n.to_string()).collect();
+        known.extend(spec.children.keys().cloned());
+        let compile = |source: &Option<String>, field: String, known: &BTreeSet<String>| {
+            source
+                .as_deref()
+                .map(|s| Expression::compile(s, known).map_err(|e| (field, e.to_string())))
+                .transpose()
+        };
+        let status = (spec.status.iter().enumerate())
+            .map(|(i, s)| {
+                compile(
+                    &s.expression,
+                    format!("spec.status[{i}].expression"),
+                    &known,
+                )
+            })
+            .collect::<Result<_, _>>()?;
+        let readiness = (spec.readiness.iter().enumerate())
+            .map(|(i, r)| {
+                compile(
+                    &r.expression,
+                    format!("spec.readiness[{i}].expression"),
+                    &known,
+                )
+            })
+            .collect::<Result<_, _>>()?;
+        let mut with_self = known.clone();
+        with_self.insert(SELF.to_string());
+        let mut ready_when = BTreeMap::new();
+        for (name, child) in &spec.children {
+            let field = format!("spec.children.{name}.readyWhen");
+            if let Some(e) = compile(&child.ready_when, field, &with_self)? {
+                ready_when.insert(name.clone(), e);
+            }
+        }
+        Ok(Self {
+            status,
+            readiness,
+            ready_when,
+        })
+    }
+}
+
+/// Parses `source` and checks its shape: its depth, its loops; returns
+/// the program and the names it reads.
+fn parse(source: &str) -> Result<(Program, BTreeSet<String>), ExpressionError> {
+    let program = Program::compile(source).map_err(|e| {
+        ExpressionError::Parse(e.to_string().lines().next().unwrap_or_default().into())
+    })?;
+    if depth(program.expression()) > MAX_DEPTH {
+        return Err(ExpressionError::TooDeep);
+    }
+    if loop_depth(program.expression()) > MAX_NESTED_LOOPS {
+        return Err(ExpressionError::TooNested);
+    }
+    let mut reads = BTreeSet::new();
+    free_names(program.expression(), &mut Vec::new(), &mut reads);
+    Ok((program, reads))
+}
+
+/// How deep the tree of `e` is.
+fn depth(e: &IdedExpr) -> usize {
+    1 + parts(e)
+        .into_iter()
+        .map(|(p, _)| depth(p))
+        .max()
+        .unwrap_or(0)
+}
+
+/// A JSON value as CEL's: every whole number that fits is an `int`
+/// (serde would make positive ones `uint`, which CEL does not compare with
+/// an `int` literal).
+fn to_cel(value: &Value) -> cel::Value {
+    match value {
+        Value::Null => cel::Value::Null,
+        Value::Bool(b) => cel::Value::Bool(*b),
+        Value::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => cel::Value::Int(i),
+            (None, Some(u)) => cel::Value::UInt(u),
+            _ => cel::Value::Float(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        Value::String(s) => cel::Value::from(s.as_str()),
+        Value::Array(items) => {
+            cel::Value::List(std::sync::Arc::new(items.iter().map(to_cel).collect()))
+        }
+        Value::Object(map) => {
+            let map: HashMap<String, cel::Value> =
+                map.iter().map(|(k, v)| (k.clone(), to_cel(v))).collect();
+            cel::Value::from(map)
+        }
+    }
+}
+
+/// The sub-expressions of `e`, with the names a comprehension binds in
+/// them (its iteration variables and accumulator).
+fn parts(e: &IdedExpr) -> Vec<(&IdedExpr, Vec<&str>)> {
+    match &e.expr {
+        Expr::Call(call) => call
+            .target
+            .iter()
+            .map(|t| t.as_ref())
+            .chain(call.args.iter())
+            .map(|p| (p, Vec::new()))
+            .collect(),
+        Expr::Comprehension(c) => {
+            let mut bound = vec![c.iter_var.as_str(), c.accu_var.as_str()];
+            bound.extend(c.iter_var2.as_deref());
+            vec![
+                (&c.iter_range, Vec::new()),
+                (&c.accu_init, Vec::new()),
+                (&c.loop_cond, bound.clone()),
+                (&c.loop_step, bound.clone()),
+                (&c.result, bound),
+            ]
+        }
+        Expr::List(list) => list.elements.iter().map(|p| (p, Vec::new())).collect(),
+        Expr::Map(map) => entries(&map.entries),
+        Expr::Struct(st) => entries(&st.entries),
+        Expr::Select(select) => vec![(select.operand.as_ref(), Vec::new())],
+        Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => Vec::new(),
+    }
+}
+
+fn entries(entries: &[cel::common::ast::IdedEntryExpr]) -> Vec<(&IdedExpr, Vec<&str>)> {
+    entries
+        .iter()
+        .flat_map(|entry| match &entry.expr {
+            EntryExpr::MapEntry(m) => vec![(&m.key, Vec::new()), (&m.value, Vec::new())],
+            EntryExpr::StructField(f) => vec![(&f.value, Vec::new())],
+        })
+        .collect()
+}
+
+/// How deep comprehensions nest in `e` (the loop body only: the range of a
+/// comprehension is evaluated once).
+fn loop_depth(e: &IdedExpr) -> usize {
+    let own = usize::from(matches!(e.expr, Expr::Comprehension(_)));
+    let inner = match &e.expr {
+        Expr::Comprehension(c) => [&c.loop_step, &c.loop_cond, &c.result]
+            .into_iter()
+            .map(loop_depth)
+            .max()
+            .unwrap_or(0)
+            .max(loop_depth(&c.iter_range).saturating_sub(own))
+            .max(loop_depth(&c.accu_init).saturating_sub(own)),
+        _ => parts(e)
+            .into_iter()
+            .map(|(p, _)| loop_depth(p))
+            .max()
+            .unwrap_or(0),
+    };
+    own + inner
+}
+
+/// The names `e` reads that no comprehension around them binds.
+fn free_names<'a>(e: &'a IdedExpr, bound: &mut Vec<&'a str>, out: &mut BTreeSet<String>) {
+    if let Expr::Ident(name) = &e.expr
+        && !bound.contains(&name.as_str())
+    {
+        out.insert(name.clone());
+    }
+    for (part, binds) in parts(e) {
+        let before = bound.len();
+        bound.extend(binds);
+        free_names(part, bound, out);
+        bound.truncate(before);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn known(names: &[&str]) -> BTreeSet<String> {
+        names.iter().map(|n| n.to_string()).collect()
+    }
+
+    fn eval(source: &str, variables: &[(&str, Value)]) -> Result<Value, String> {
+        let names: Vec<&str> = variables.iter().map(|(n, _)| *n).collect();
+        let expression = Expression::compile(source, &known(&names)).map_err(|e| e.to_string())?;
+        expression.eval(&variables.iter().cloned().collect())
+    }
+
+    #[test]
+    fn reads_children_lists_indexes_and_arithmetic() {
+        let web = json!({"status": {"availableReplicas": 2, "conditions": [
+            {"type": "Available", "status": "True"},
+            {"type": "Progressing", "status": "True"},
+        ]}});
+        let spec = json!({"replicas": 2});
+        let vars = [("web", web), ("spec", spec)];
+        assert_eq!(
+            eval("web.status.availableReplicas >= spec.replicas", &vars),
+            Ok(json!(true))
+        );
+        assert_eq!(
+            eval("web.status.availableReplicas * 10 + 1", &vars),
+            Ok(json!(21))
+        );
+        assert_eq!(
+            eval("web.status.conditions[1].type", &vars),
+            Ok(json!("Progressing"))
+        );
+        assert_eq!(
+            eval(
+                "web.status.conditions.filter(c, c.status == 'True').size()",
+                &vars
+            ),
+            Ok(json!(2))
+        );
+        assert_eq!(
+            eval("web.status.conditions", &vars)
+                .unwrap()
+                .as_array()
+                .unwrap()
+                .len(),
+            2
+        );
+        assert_eq!(
+            eval(
+                "has(web.status.readyReplicas) ? web.status.readyReplicas : 0",
+                &vars
+            ),
+            Ok(json!(0))
+        );
+    }
+
+    #[test]
+    fn aggregates_over_a_collection() {
+        let workers = json!([
+            {"metadata": {"name": "a"}, "status": {"readyReplicas": 1}},
+            {"metadata": {"name": "b"}, "status": {}},
+        ]);
+        let vars = [("workers", workers)];
+        assert_eq!(
+            eval(
+                "workers.filter(w, has(w.status.readyReplicas) && w.status.readyReplicas > 0).size()",
+                &vars
+            ),
+            Ok(json!(1))
+        );
+        assert_eq!(
+            eval("workers.all(w, has(w.status.readyReplicas))", &vars),
+            Ok(json!(false))
+        );
+        assert_eq!(
+            eval("workers.exists(w, w.metadata.name == 'b')", &vars),
+            Ok(json!(true))
+        );
+        assert_eq!(
+            eval("workers.map(w, w.metadata.name)", &vars),
+            Ok(json!(["a", "b"]))
+        );
+    }
+
+    #[test]
+    fn a_missing_field_is_an_error_not_a_crash() {
+        let vars = [("web", json!({"status": {}}))];
+        let error = eval("web.status.loadBalancer.ingress[0].hostname", &vars).unwrap_err();
+        assert!(error.contains("loadBalancer"), "{error}");
+    }
+
+    #[test]
+    fn refused_when_loaded() {
+        let names = known(&["web", "spec"]);
+        let unknown = Expression::compile("db.status.ready", &names).unwrap_err();
+        assert!(matches!(&unknown, ExpressionError::Unknown { name, .. } if name == "db"));
+        assert!(unknown.to_string().contains("spec, web"), "{unknown}");
+        assert!(matches!(
+            Expression::compile("web.status.(", &names),
+            Err(ExpressionError::Parse(_))
+        ));
+        let long = format!("{} == 1", "1 + ".repeat(MAX_SOURCE));
+        assert_eq!(
+            Expression::compile(&long, &names),
+            Err(ExpressionError::TooLong)
+        );
+        let deep = format!("{}1{}", "(".repeat(1000), ")".repeat(1000));
+        assert!(matches!(
+            Expression::compile(&deep, &names),
+            Err(ExpressionError::Parse(_) | ExpressionError::TooDeep)
+        ));
+        let deep = format!("{}1{}", "[".repeat(80), "]".repeat(80));
+        assert_eq!(
+            Expression::compile(&deep, &names),
+            Err(ExpressionError::TooDeep)
+        );
+        let nested = "[1].all(a, [2].all(b, [3].all(c, a < b)))";
+        assert_eq!(
+            Expression::compile(nested, &names),
+            Err(ExpressionError::TooNested)
+        );
+        let two = "[1].all(a, [2].exists(b, a < b))";
+        assert!(Expression::compile(two, &names).is_ok());
+    }
+
+    #[test]
+    fn comprehension_variables_are_not_names_to_declare() {
+        let names = known(&["web"]);
+        let e = Expression::compile("web.items.exists(i, i.ok)", &names).unwrap();
+        assert_eq!(e.reads().collect::<Vec<_>>(), ["web"]);
+    }
+
+    /// The parser's and the evaluator's recursion stay within a small
+    /// stack for the longest expression allowed.
+    #[test]
+    fn the_longest_expressions_fit_a_small_stack() {
+        let worst = [
+            "!".repeat(MAX_SOURCE - 4) + "true",
+            "-".repeat(MAX_SOURCE - 1) + "1",
+            "1".to_string() + &" + 1".repeat((MAX_SOURCE - 1) / 4),
+            "a".to_string() + &".b".repeat((MAX_SOURCE - 1) / 2),
+            "[".repeat(MAX_SOURCE / 2) + &"]".repeat(MAX_SOURCE / 2),
+        ];
+        let handle = std::thread::Builder::new()
+            .stack_size(2 * 1024 * 1024)
+            .spawn(move || {
+                for source in worst {
+                    if let Ok(e) = Expression::compile(&source, &known(&["a"])) {
+                        let _ = e.eval(&BTreeMap::from([("a", json!({}))]));
+                    }
+                }
+            })
+            .unwrap();
+        handle.join().expect("no stack overflow");
+    }
+}
