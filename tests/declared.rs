@@ -881,6 +881,144 @@ fn a_bad_expression_is_refused_naming_the_kind_file_and_the_field() {
     }
 }
 
+const ORDERED: &str = r#"apiVersion: kustomize-operator.io/v1alpha1
+kind: KindDefinition
+metadata: {name: ordered}
+spec:
+  group: ordered.example.com
+  version: v1
+  names: {kind: Ordered, plural: ordereds}
+  scope: Cluster
+  schema: {type: object}
+  overlay:
+    resources:
+      - template: namespace.yaml
+      - template: gadget.yaml
+"#;
+
+/// The CRD of Gadgets in the API group `group`.
+fn gadgets_crd(group: &str) -> String {
+    format!(
+        "apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {{name: gadgets.{group}}}
+spec:
+  group: {group}
+  names: {{kind: Gadget, plural: gadgets, singular: gadget, listKind: GadgetList}}
+  scope: Namespaced
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      subresources: {{status: {{}}}}
+      schema:
+        openAPIV3Schema:
+          type: object
+          x-kubernetes-preserve-unknown-fields: true
+"
+    )
+}
+
+/// A build holding a CRD, a Namespace and a custom resource of that CRD
+/// in that Namespace converges in one reconcile: the CRD (established)
+/// and the Namespace are applied first. The resource then waits for the
+/// custom resource to say it is ready.
+#[tokio::test]
+async fn namespaces_and_crds_are_applied_before_what_needs_them() {
+    let client = common::cluster().await;
+    // A group of its own: the CRD is cluster-wide, and an earlier run's
+    // resource may still own the last one.
+    let group = format!("g{:06x}.example.com", rand::random::<u32>() & 0xff_ffff);
+    let folder = kind_folder(
+        "ordered",
+        ORDERED,
+        &[
+            ("kustomization.yaml", "resources: [crd.yaml]\n"),
+            ("crd.yaml", &gadgets_crd(&group)),
+        ],
+    );
+    let resources = folder.path().join("ordered/resources");
+    std::fs::create_dir_all(&resources).unwrap();
+    std::fs::write(
+        resources.join("namespace.yaml"),
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {{ \"order-\" ~ metadata.name }}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        resources.join("gadget.yaml"),
+        format!("apiVersion: {group}/v1\nkind: Gadget\nmetadata:\n  name: g\n  namespace: {{{{ \"order-\" ~ metadata.name }}}}\nspec: {{size: 1}}\n"),
+    )
+    .unwrap();
+    let dir = kustomize_operator::kind::KustomizeDir::load(folder.path()).unwrap();
+    let registry = Registry::load(&dir).unwrap();
+    let ordered = select(&registry, "ordered");
+    install_crd(&client, &ordered).await;
+    let ns = common::TestNamespace::new(&client, "ordered").await;
+    let path = folder.path().display().to_string();
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &api_resource(&ordered));
+    // Cluster-scoped: an earlier run's resources (a run that failed) would
+    // be served by this operator too, with this run's kind folder.
+    for stale in api.list(&Default::default()).await.unwrap() {
+        let unhold = json!({"metadata": {"finalizers": null}});
+        let stale = stale.metadata.name.unwrap();
+        api.patch(&stale, &PatchParams::default(), &Patch::Merge(&unhold))
+            .await
+            .unwrap();
+        let _ = api.delete(&stale, &DeleteParams::default()).await;
+    }
+    let operator =
+        common::start_operator(&ns.name, &["--kustomize-dir", &path, "--kinds", "ordered"]).await;
+    let name = format!("o{:06x}", rand::random::<u32>() & 0xff_ffff);
+    let resource: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "ordered.example.com/v1", "kind": "Ordered",
+        "metadata": {"name": name}, "spec": {},
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &resource).await.unwrap();
+    let waiting = wait_reason(&api, &name, "Progressing").await;
+    let message = condition(&waiting, "Ready").unwrap()["message"].to_string();
+    assert!(message.contains("gadget/g"), "{message}");
+    let gadgets: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &format!("order-{name}"),
+        &ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk(&group, "v1", "Gadget"),
+            "gadgets",
+        ),
+    );
+    let ready = json!({"status": {"conditions": [{
+        "type": "Ready", "status": "True", "reason": "Done", "message": "",
+        "lastTransitionTime": "2026-11-26T00:00:00Z",
+    }]}});
+    gadgets
+        .patch_status("g", &PatchParams::default(), &Patch::Merge(&ready))
+        .await
+        .unwrap();
+    let applied = wait_reason(&api, &name, "Applied").await;
+    assert_eq!(applied.data["status"]["inventory"]["count"], 3);
+    // One apply did it: no attempt failed on the way.
+    let (_, events, _) = common::kubectl(&[
+        "get",
+        "events",
+        "-A",
+        "--field-selector",
+        &format!("involvedObject.name={name}"),
+        "-o",
+        "jsonpath={.items[*].reason}",
+    ]);
+    assert!(events.contains("Applied"), "{events}");
+    assert!(
+        !events.contains("Failed") && !events.contains("ApiError"),
+        "{events}"
+    );
+    api.delete(&name, &DeleteParams::default()).await.unwrap();
+    common::wait_until(TIMEOUT, "the Ordered resource gone", || async {
+        api.get_opt(&name).await.unwrap().is_none()
+    })
+    .await;
+    operator.stop().await;
+}
+
 const LEAKY: &str = "apiVersion: kustomize-operator.io/v1alpha1
 kind: KindDefinition
 metadata: {name: leaky}

@@ -80,7 +80,97 @@ impl Done {
 /// Applies the objects an overlay the resource owns built to (see
 /// [`build_owned`]). An empty build is a valid state: nothing is applied,
 /// and the prune that follows removes what the resource owned before.
+///
+/// Namespaces and CustomResourceDefinitions go first, on their own, when
+/// the build holds other objects too: those may live in the namespace or be
+/// of the kind (whose API does not exist until its CRD is established, so
+/// neither the ownership check nor kubectl could map them before).
 pub(crate) async fn apply_owned(
+    engine: &Engine,
+    actor: &Actor<'_>,
+    manifests: &[Value],
+    field_manager: Option<&str>,
+    done: &mut Done,
+) -> Result<(), Failure> {
+    let foundations = manifests.iter().filter(|m| is_foundation(m)).count();
+    if foundations == 0 || foundations == manifests.len() {
+        return apply_stage(engine, actor, manifests, field_manager, done).await;
+    }
+    let (first, then): (Vec<Value>, Vec<Value>) =
+        manifests.iter().cloned().partition(is_foundation);
+    apply_stage(engine, actor, &first, field_manager, done).await?;
+    established(engine, &first).await?;
+    apply_stage(engine, actor, &then, field_manager, done).await
+}
+
+/// A Namespace or a CustomResourceDefinition: what other objects of the
+/// same build may need to exist first.
+fn is_foundation(manifest: &Value) -> bool {
+    matches!(
+        (manifest["apiVersion"].as_str(), manifest["kind"].as_str()),
+        (Some("v1"), Some("Namespace"))
+            | (
+                Some("apiextensions.k8s.io/v1"),
+                Some("CustomResourceDefinition")
+            )
+    )
+}
+
+/// How long the CRDs of one apply may take to be established.
+const ESTABLISH_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Waits until every CRD of `applied` is established (its API served).
+async fn established(engine: &Engine, applied: &[Value]) -> Result<(), Failure> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let crds: kube::Api<CustomResourceDefinition> = kube::Api::all(engine.client.clone());
+    let names = applied
+        .iter()
+        .filter(|m| m["kind"] == "CustomResourceDefinition")
+        .filter_map(|m| m["metadata"]["name"].as_str());
+    for name in names {
+        let deadline = tokio::time::Instant::now() + ESTABLISH_WAIT;
+        loop {
+            let crd = match crds.get_opt(name).await {
+                Ok(crd) => crd,
+                // The operator's own account may not read CRDs (a
+                // locked-down install): go on unwaited; the next stage's
+                // apply says what is missing, and the retry converges.
+                Err(kube::Error::Api(e)) if e.code == 403 => break,
+                Err(e) => {
+                    return Err(Failure::new(
+                        Reason::ApiError,
+                        format!(
+                            "cannot read the CustomResourceDefinition {name}: {}",
+                            api_message(&e)
+                        ),
+                    ));
+                }
+            };
+            let conditions = crd.and_then(|c| c.status).and_then(|s| s.conditions);
+            if conditions
+                .iter()
+                .flatten()
+                .any(|c| c.type_ == "Established" && c.status == "True")
+            {
+                break;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(Failure::new(
+                    Reason::ApplyFailed,
+                    format!(
+                        "the CustomResourceDefinition {name} was not established within {}s",
+                        ESTABLISH_WAIT.as_secs()
+                    ),
+                ));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    }
+    Ok(())
+}
+
+/// Applies one stage of a build (see [`apply_owned`]).
+async fn apply_stage(
     engine: &Engine,
     actor: &Actor<'_>,
     manifests: &[Value],
