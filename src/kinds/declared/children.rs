@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::DeclaredKind;
-use super::expressions::{Expression, SELF};
+use super::expressions::{EvalError, Expression, SELF};
 use super::file::Child;
 use super::object::DeclaredObject;
 use crate::kind::ObjectId;
@@ -72,16 +72,18 @@ impl<'a> Children<'a> {
             .find_map(|name| self.missing.get(name).map(|why| format!("{name}: {why}")))
     }
 
-    /// The value of `expression`: `None` while a child it reads is not
-    /// there; an error in words (the expression quoted).
+    /// The value of `expression`: `None` while a child it reads, or a
+    /// field or index, is not there (kro leaves such a field out too); an
+    /// error in words (the expression quoted).
     pub fn eval(&self, expression: &Expression) -> Result<Option<Value>, String> {
         if self.waiting(expression).is_some() {
             return Ok(None);
         }
-        expression
-            .eval(&self.variables)
-            .map(Some)
-            .map_err(|e| format!("{} failed: {e}", expression.source()))
+        match expression.eval(&self.variables) {
+            Ok(value) => Ok(Some(value)),
+            Err(EvalError::Missing(_)) => Ok(None),
+            Err(EvalError::Failed(e)) => Err(format!("{} failed: {e}", expression.source())),
+        }
     }
 
     /// `None` when `expression` (at `at` in the kind file) is true, else
@@ -142,7 +144,7 @@ fn matching<'o>(
 }
 
 /// `None` for `true`; else what a false, non-boolean or failed result says.
-fn verdict(result: Result<Value, String>, expression: &Expression, at: &str) -> Option<String> {
+fn verdict(result: Result<Value, EvalError>, expression: &Expression, at: &str) -> Option<String> {
     let source = expression.source();
     match result {
         Ok(Value::Bool(true)) => None,

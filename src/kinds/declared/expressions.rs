@@ -115,16 +115,33 @@ impl Expression {
     }
 
     /// Its value with `variables` bound (each a JSON value), as JSON.
-    pub fn eval(&self, variables: &BTreeMap<&str, Value>) -> Result<Value, String> {
+    pub fn eval(&self, variables: &BTreeMap<&str, Value>) -> Result<Value, EvalError> {
         let mut context = Context::default();
         for name in &self.reads {
             if let Some(value) = variables.get(name.as_str()) {
                 context.add_variable_from_value(name.as_str(), to_cel(value));
             }
         }
-        let value = self.program.execute(&context).map_err(|e| e.to_string())?;
-        value.json().map_err(|e| e.to_string())
+        let value = self.program.execute(&context).map_err(|e| match e {
+            cel::ExecutionError::NoSuchKey(_) | cel::ExecutionError::IndexOutOfBounds(_) => {
+                EvalError::Missing(e.to_string())
+            }
+            other => EvalError::Failed(other.to_string()),
+        })?;
+        value.json().map_err(|e| EvalError::Failed(e.to_string()))
     }
+}
+
+/// Why an expression gave no value.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum EvalError {
+    /// It reads a field or an index that is not there (yet): a status
+    /// field a controller has not written, an empty list.
+    #[error("{0}")]
+    Missing(String),
+    /// Anything else: a type mismatch, a division by zero.
+    #[error("{0}")]
+    Failed(String),
 }
 
 /// Every expression of a kind file, compiled: by position in `status` and
@@ -330,7 +347,9 @@ mod tests {
     fn eval(source: &str, variables: &[(&str, Value)]) -> Result<Value, String> {
         let names: Vec<&str> = variables.iter().map(|(n, _)| *n).collect();
         let expression = Expression::compile(source, &known(&names)).map_err(|e| e.to_string())?;
-        expression.eval(&variables.iter().cloned().collect())
+        expression
+            .eval(&variables.iter().cloned().collect())
+            .map_err(|e| e.to_string())
     }
 
     #[test]
@@ -406,10 +425,25 @@ mod tests {
     }
 
     #[test]
-    fn a_missing_field_is_an_error_not_a_crash() {
-        let vars = [("web", json!({"status": {}}))];
-        let error = eval("web.status.loadBalancer.ingress[0].hostname", &vars).unwrap_err();
-        assert!(error.contains("loadBalancer"), "{error}");
+    fn a_missing_field_is_told_from_a_failure() {
+        let names = known(&["web"]);
+        let missing = |source: &str, web: Value| {
+            let e = Expression::compile(source, &names).unwrap();
+            e.eval(&BTreeMap::from([("web", web)]))
+        };
+        let lb = "web.status.loadBalancer.ingress[0].hostname";
+        let no_key = missing(lb, json!({"status": {}})).unwrap_err();
+        assert!(
+            matches!(&no_key, EvalError::Missing(m) if m.contains("loadBalancer")),
+            "{no_key:?}"
+        );
+        let empty = json!({"status": {"loadBalancer": {"ingress": []}}});
+        assert!(matches!(missing(lb, empty), Err(EvalError::Missing(_))));
+        let failed = missing(
+            "web.status.replicas / 0",
+            json!({"status": {"replicas": 1}}),
+        );
+        assert!(matches!(failed, Err(EvalError::Failed(_))), "{failed:?}");
     }
 
     #[test]

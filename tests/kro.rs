@@ -1,0 +1,266 @@
+//! kro's own examples, as kind folders (`tests/fixtures/kro`), on the
+//! local control plane: the objects and the status kro would give.
+
+mod common;
+
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::networking::v1::Ingress;
+use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use kustomize_operator::kind::KustomizeDir;
+use kustomize_operator::kinds::registry::{Kind, Registry};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use tokio::sync::OnceCell;
+
+const TIMEOUT: Duration = Duration::from_secs(90);
+const KINDS: [&str; 3] = ["webapp", "checksumrestart", "something"];
+
+fn folder() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kro")
+}
+
+/// The ported examples, their CRDs installed once per test binary.
+async fn registry() -> Registry {
+    static INSTALLED: OnceCell<()> = OnceCell::const_new();
+    let dir = KustomizeDir::load(&folder()).expect("kro's examples load");
+    let registry = Registry::load(&dir).expect("kro's examples are valid kinds");
+    INSTALLED
+        .get_or_init(|| async {
+            let mut crds = Vec::new();
+            for name in KINDS {
+                let crd = select(&registry, name).crd();
+                crds.push(format!("crd/{}", crd.metadata.name.clone().unwrap()));
+                let crd = serde_json::to_string(&crd).unwrap();
+                let (ok, _, err) =
+                    common::kubectl_stdin(&["apply", "--server-side", "-f", "-"], &crd);
+                assert!(ok, "installing the CRD of {name}: {err}");
+            }
+            let crds: Vec<&str> = crds.iter().map(String::as_str).collect();
+            common::wait_established(None, &crds).unwrap();
+        })
+        .await;
+    registry
+}
+
+fn select(registry: &Registry, name: &str) -> Kind {
+    registry.select(&[name.to_string()]).unwrap().remove(0)
+}
+
+fn api(client: &Client, registry: &Registry, name: &str, ns: &str) -> Api<DynamicObject> {
+    let kind = select(registry, name);
+    let resource: &ApiResource = &kind.declared().expect("declared").resource;
+    Api::namespaced_with(client.clone(), ns, resource)
+}
+
+async fn operator(ns: &str) -> kustomize_operator::Operator {
+    let path = folder().display().to_string();
+    common::start_operator(
+        ns,
+        &[
+            "--kustomize-dir",
+            &path,
+            "--kinds",
+            &KINDS.join(","),
+            "--health-timeout",
+            "2m",
+        ],
+    )
+    .await
+}
+
+fn instance(kind: &str, name: &str, spec: Value) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "kro.run/v1alpha1", "kind": kind,
+        "metadata": {"name": name}, "spec": spec,
+    }))
+    .unwrap()
+}
+
+/// Waits until `name`'s Ready condition is true at its current generation.
+async fn ready(api: &Api<DynamicObject>, name: &str) -> DynamicObject {
+    common::wait_until(TIMEOUT, format!("{name} Ready"), || async {
+        let object = api.get(name).await.unwrap();
+        let status = &object.data["status"];
+        status["observedGeneration"].as_i64() == object.metadata.generation
+            && status["conditions"].as_array().is_some_and(|c| {
+                c.iter()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            })
+    })
+    .await;
+    api.get(name).await.unwrap()
+}
+
+async fn delete(api: &Api<DynamicObject>, name: &str) {
+    api.delete(name, &DeleteParams::default()).await.unwrap();
+    common::wait_until(TIMEOUT, format!("{name} gone"), || async {
+        api.get_opt(name).await.unwrap().is_none()
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn kros_webapp_serves_its_status_and_its_optional_objects() {
+    let client = common::cluster().await;
+    let registry = registry().await;
+    let ns = common::TestNamespace::new(&client, "kro-webapp").await;
+    let apps = api(&client, &registry, "webapp", &ns.name);
+    let operator = operator(&ns.name).await;
+    let spec = json!({"name": "shop", "replicas": 2});
+    apps.create(&PostParams::default(), &instance("WebApp", "shop", spec))
+        .await
+        .unwrap();
+    let shop = ready(&apps, "shop").await;
+    let status = &shop.data["status"];
+    assert_eq!(status["availableReplicas"], 2, "{status:#}");
+    let conditions = status["deploymentConditions"].as_array().expect("a list");
+    assert!(
+        conditions
+            .iter()
+            .any(|c| c["type"] == "Available" && c["status"] == "True"),
+        "{conditions:#?}"
+    );
+    assert!(
+        status.get("url").is_none(),
+        "no Ingress, no url: {status:#}"
+    );
+    let deployment = Api::<Deployment>::namespaced(client.clone(), &ns.name)
+        .get("shop")
+        .await
+        .unwrap();
+    let container = &deployment.spec.unwrap().template.spec.unwrap().containers[0];
+    assert_eq!(container.image.as_deref(), Some("nginx"), "the default");
+    let services = Api::<Service>::namespaced(client.clone(), &ns.name);
+    assert!(services.get_opt("shop").await.unwrap().is_some());
+    let ingresses = Api::<Ingress>::namespaced(client.clone(), &ns.name);
+    assert!(ingresses.get_opt("shop").await.unwrap().is_none());
+
+    // includeWhen, both ways: the Ingress comes, the Service goes.
+    let change = json!({"spec": {"ingress": {"enabled": true}, "service": {"enabled": false}}});
+    apps.patch("shop", &PatchParams::default(), &Patch::Merge(&change))
+        .await
+        .unwrap();
+    let shop = ready(&apps, "shop").await;
+    assert!(ingresses.get_opt("shop").await.unwrap().is_some());
+    assert!(services.get_opt("shop").await.unwrap().is_none());
+    assert!(
+        shop.data["status"].get("url").is_none(),
+        "no load balancer here: left out, as kro leaves it"
+    );
+    delete(&apps, "shop").await;
+    operator.stop().await;
+}
+
+#[tokio::test]
+async fn kros_checksum_restart_rolls_the_deployment_when_the_config_changes() {
+    let client = common::cluster().await;
+    let registry = registry().await;
+    let ns = common::TestNamespace::new(&client, "kro-checksum").await;
+    let apps = api(&client, &registry, "checksumrestart", &ns.name);
+    let deployments = Api::<Deployment>::namespaced(client.clone(), &ns.name);
+    let operator = operator(&ns.name).await;
+    let checksum = |config: &Value| hex::encode(Sha256::digest(config.to_string()));
+    let annotation = |d: Deployment| {
+        d.spec
+            .unwrap()
+            .template
+            .metadata
+            .unwrap()
+            .annotations
+            .unwrap()["checksum/config"]
+            .clone()
+    };
+    let config = json!({"LOG_LEVEL": "info", "MODE": "a"});
+    let spec = json!({"name": "app", "config": config});
+    apps.create(
+        &PostParams::default(),
+        &instance("ConfigMapChecksumRestart", "app", spec),
+    )
+    .await
+    .unwrap();
+    let app = ready(&apps, "app").await;
+    assert!(app.data["status"]["deploymentConditions"].is_array());
+    let data = Api::<ConfigMap>::namespaced(client.clone(), &ns.name)
+        .get("app-config")
+        .await
+        .unwrap()
+        .data
+        .unwrap();
+    assert_eq!(data["MODE"], "a");
+    let first = annotation(deployments.get("app").await.unwrap());
+    assert_eq!(first, checksum(&config));
+
+    let config = json!({"LOG_LEVEL": "info", "MODE": "b"});
+    let change = json!({"spec": {"config": config}});
+    apps.patch("app", &PatchParams::default(), &Patch::Merge(&change))
+        .await
+        .unwrap();
+    ready(&apps, "app").await;
+    let second = annotation(deployments.get("app").await.unwrap());
+    assert_eq!(second, checksum(&config));
+    assert_ne!(second, first, "a new Pod template: the Deployment rolls");
+    delete(&apps, "app").await;
+    operator.stop().await;
+}
+
+#[tokio::test]
+async fn kros_cel_functions_have_their_equivalents() {
+    let client = common::cluster().await;
+    let registry = registry().await;
+    let ns = common::TestNamespace::new(&client, "kro-functions").await;
+    let apps = api(&client, &registry, "something", &ns.name);
+    let operator = operator(&ns.name).await;
+    apps.create(
+        &PostParams::default(),
+        &instance("Something", "thing", json!({"name": "thing"})),
+    )
+    .await
+    .unwrap();
+    let thing = ready(&apps, "thing").await;
+    assert_eq!(thing.data["status"]["availableReplicas"], 10, "1 × 10");
+    let deployment = Api::<Deployment>::namespaced(client.clone(), &ns.name)
+        .get("thing")
+        .await
+        .unwrap();
+    let env: Vec<(String, String)> = deployment.spec.unwrap().template.spec.unwrap().containers[0]
+        .env
+        .clone()
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.name, e.value.unwrap_or_default()))
+        .collect();
+    let value = |name: &str| {
+        env.iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| panic!("{name} in {env:?}"))
+    };
+    assert_eq!(value("FULL_DNS_NAME"), "a.b.c.d.example.com");
+    assert_eq!(value("DNS_FIRST_PART"), "a");
+    assert_eq!(value("DNS_PARTIALS"), "a");
+    assert_eq!(value("JSON_UNMARSHAL_EXAMPLE"), "exampleJSONValue");
+    assert_eq!(value("JSON_MARSHAL_EXAMPLE"), r#"{"name":"thing"}"#);
+    assert_eq!(value("HASH_SHA256"), hex::encode(Sha256::digest("thing")));
+    let seeded = value("RANDOM_SEEDED_STRING");
+    assert_eq!(
+        seeded.len(),
+        10,
+        "seeded by the UID: the same at every apply"
+    );
+    let labels = Api::<Service>::namespaced(client.clone(), &ns.name)
+        .get("thing")
+        .await
+        .unwrap()
+        .metadata
+        .labels
+        .unwrap();
+    assert_eq!(labels["partials"], "a.b.c");
+    assert_eq!(labels["first_part"], "a");
+
+    delete(&apps, "thing").await;
+    operator.stop().await;
+}
