@@ -5,9 +5,11 @@
 //!
 //! A definition is hostile input like any other: an expression is at most
 //! [`MAX_SOURCE`] characters, the parser refuses nesting past its own
-//! recursion limit, and comprehensions (`all`, `exists`, `filter`, `map`)
-//! nest at most [`MAX_NESTED_LOOPS`] deep, so that the work of one
-//! evaluation stays a small power of the number of children.
+//! recursion limit, comprehensions (`all`, `exists`, `filter`, `map`) do
+//! not nest (a tenant decides how many children there are: a loop in a loop
+//! over ten thousand would be a hundred million steps), and a value is
+//! converted back to JSON within [`MAX_VALUE_NODES`] nodes (a list of lists
+//! shares its parts in CEL, and would multiply them in JSON).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -19,8 +21,11 @@ use super::file::KindSpec;
 
 /// The longest expression, in characters.
 pub const MAX_SOURCE: usize = 2048;
-/// How deep comprehensions may nest.
-pub const MAX_NESTED_LOOPS: usize = 2;
+/// How deep comprehensions may nest: one loop, never a loop in a loop.
+pub const MAX_NESTED_LOOPS: usize = 1;
+/// The most JSON nodes (values, list items, map entries) a value may
+/// convert to.
+pub const MAX_VALUE_NODES: usize = 100_000;
 /// How deep an expression's tree may be (a macro counts several levels).
 pub const MAX_DEPTH: usize = 64;
 /// The stack of the thread that parses one expression: enough for the
@@ -46,7 +51,7 @@ pub enum ExpressionError {
     #[error("nests more than {MAX_DEPTH} levels deep")]
     TooDeep,
     /// Comprehensions nested too deep.
-    #[error("comprehensions (all, exists, filter, map) nest more than {MAX_NESTED_LOOPS} deep")]
+    #[error("comprehensions (all, exists, filter, map) may not nest")]
     TooNested,
     /// A name that is neither the resource's nor a child's.
     #[error("reads {name:?}, which is not one of {known}")]
@@ -128,7 +133,8 @@ impl Expression {
             }
             other => EvalError::Failed(other.to_string()),
         })?;
-        value.json().map_err(|e| EvalError::Failed(e.to_string()))
+        let mut budget = MAX_VALUE_NODES;
+        to_json(&value, &mut budget)
     }
 }
 
@@ -233,6 +239,31 @@ fn depth(e: &IdedExpr) -> usize {
         .map(|(p, _)| depth(p))
         .max()
         .unwrap_or(0)
+}
+
+/// `value` as JSON, spending one of `budget` per node.
+fn to_json(value: &cel::Value, budget: &mut usize) -> Result<Value, EvalError> {
+    *budget = budget.checked_sub(1).ok_or_else(|| {
+        EvalError::Failed(format!("the value has more than {MAX_VALUE_NODES} parts"))
+    })?;
+    Ok(match value {
+        cel::Value::List(items) => Value::Array(
+            items
+                .iter()
+                .map(|v| to_json(v, budget))
+                .collect::<Result<_, _>>()?,
+        ),
+        cel::Value::Map(map) => {
+            let mut object = serde_json::Map::new();
+            for (k, v) in map.map.iter() {
+                object.insert(k.to_string(), to_json(v, budget)?);
+            }
+            Value::Object(object)
+        }
+        scalar => scalar
+            .json()
+            .map_err(|e| EvalError::Failed(e.to_string()))?,
+    })
 }
 
 /// A JSON value as CEL's: every whole number that fits is an `int`
@@ -471,13 +502,27 @@ mod tests {
             Expression::compile(&deep, &names),
             Err(ExpressionError::TooDeep)
         );
-        let nested = "[1].all(a, [2].all(b, [3].all(c, a < b)))";
+        let nested = "[1].all(a, [2].exists(b, a < b))";
         assert_eq!(
             Expression::compile(nested, &names),
             Err(ExpressionError::TooNested)
         );
-        let two = "[1].all(a, [2].exists(b, a < b))";
-        assert!(Expression::compile(two, &names).is_ok());
+        let in_a_row = "[1, 2].filter(a, a > 1).all(b, b > 0)";
+        assert!(
+            Expression::compile(in_a_row, &names).is_ok(),
+            "one after the other"
+        );
+    }
+
+    #[test]
+    fn a_value_that_multiplies_its_parts_is_refused() {
+        let list: Vec<Value> = (0..400).map(|i| json!({"i": i})).collect();
+        let e = Expression::compile("web.map(w, web)", &known(&["web"])).unwrap();
+        let refused = e.eval(&BTreeMap::from([("web", Value::Array(list))]));
+        assert!(
+            matches!(&refused, Err(EvalError::Failed(m)) if m.contains("more than 100000 parts")),
+            "{refused:?}"
+        );
     }
 
     #[test]
