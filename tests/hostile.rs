@@ -268,6 +268,43 @@ async fn a_definitions_template_may_not_read_the_environment_recurse_or_throw_va
     let _ = operator;
 }
 
+/// A definition's CEL is refused when it is accepted, naming the field:
+/// a loop in a loop (a tenant sets the number of children), a name the
+/// kind file does not give.
+#[tokio::test]
+async fn a_definitions_cel_may_not_nest_loops_or_read_unknown_names() {
+    let client = common::cluster().await;
+    let ns = TestNamespace::new(&client, "hostile-cel").await;
+    let cases = [
+        (
+            "  children:\n    maps: {kind: Deployment}\n  status:\n    - {field: pairs, type: integer, expression: \"maps.filter(a, maps.exists(b, a == b)).size()\"}\n",
+            "spec.status[0].expression: comprehensions (all, exists, filter, map) may not nest",
+        ),
+        (
+            "  readiness:\n    - expression: environment.HOME == ''\n",
+            "spec.readiness[0].expression: reads \"environment\"",
+        ),
+    ];
+    let kinds: Vec<GreetingKind> = cases
+        .iter()
+        .enumerate()
+        .map(|(i, (extra, _))| {
+            let kind = GreetingKind::tagged(&ns, &format!("c{i}"));
+            kind.edit("kind.yaml", |text| text + extra);
+            kind
+        })
+        .collect();
+    let flags = kinds[0].flags(&[]);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let operator = OperatorProcess::spawn(&ns.name, &[], &flags);
+    for (kind, (_, refusal)) in kinds.iter().zip(cases) {
+        kind.apply();
+        kind.wait_message("Accepted", "False", "Invalid", refusal)
+            .await;
+    }
+    let _ = operator;
+}
+
 #[tokio::test]
 async fn a_template_that_loops_or_balloons_on_real_input_fails_its_resource_only() {
     let client = common::cluster().await;
