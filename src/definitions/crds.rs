@@ -2,19 +2,13 @@
 //! definition's marker, waited for until established, deleted when the
 //! kind goes. A CRD without the marker is never changed or deleted.
 
-use std::time::Duration;
-
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 
 use super::resource::MARKER_LABEL;
 use crate::engine::host::FIELD_MANAGER;
-
-/// How long a new CRD may take to be established.
-const ESTABLISH_TIMEOUT: Duration = Duration::from_secs(30);
-/// How often it is looked at meanwhile.
-const ESTABLISH_POLL: Duration = Duration::from_millis(200);
+pub(crate) use crate::engine::host::wait_established;
 
 /// Why a CRD could not be applied.
 #[derive(Debug, thiserror::Error)]
@@ -89,30 +83,6 @@ pub async fn apply(
         .await
         .map_err(api_error)?;
     Ok(())
-}
-
-/// True once the CRD `name` is established (within [`ESTABLISH_TIMEOUT`]).
-pub async fn wait_established(client: &Client, name: &str) -> Result<bool, kube::Error> {
-    let deadline = tokio::time::Instant::now() + ESTABLISH_TIMEOUT;
-    loop {
-        let established = live(client, name)
-            .await?
-            .is_some_and(|crd| is_established(&crd));
-        if established || tokio::time::Instant::now() >= deadline {
-            return Ok(established);
-        }
-        tokio::time::sleep(ESTABLISH_POLL).await;
-    }
-}
-
-/// True when the CRD's `Established` condition is `True`.
-pub fn is_established(crd: &CustomResourceDefinition) -> bool {
-    crd.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .into_iter()
-        .flatten()
-        .any(|c| c.type_ == "Established" && c.status == "True")
 }
 
 /// Deletes the CRD `name` if it carries the marker of `definition`.

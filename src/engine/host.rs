@@ -10,6 +10,7 @@ pub use super::reconcile::context::ReconcileError;
 pub(crate) use super::kubectl::{
     Invocation, Kubectl, KubectlConfig, KubectlError, in_cluster_kubeconfig,
 };
+pub(crate) use super::live::crds::wait_established;
 pub(crate) use super::live::ownership::{self, Discovery, Inspected, Verdict};
 pub(crate) use super::model::identity::{Identity, parse_cluster_account};
 pub(crate) use super::model::inventory::{ObjectId, Owner};

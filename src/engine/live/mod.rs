@@ -1,8 +1,10 @@
 //! The live state of owned objects: watches kept per served kind
 //! ([`watch`]) in a compact form ([`observed`]), the reconciles waiting for
 //! a first look ([`waiters`]), health rules ([`health`]) and who owns a
-//! live object ([`ownership`]). Uses the model, nothing of the reconcile.
+//! live object ([`ownership`]), whether a CRD is established ([`crds`]).
+//! Uses the model, nothing of the reconcile.
 
+pub(crate) mod crds;
 pub(in crate::engine) mod health;
 pub(in crate::engine) mod observed;
 pub(crate) mod ownership;

@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use crate::engine::contract::{FieldConflicts, api_message};
 use crate::engine::kubectl::{CommandRecord, Invocation};
+use crate::engine::live::crds::{ESTABLISH_TIMEOUT, wait_established};
 use crate::engine::live::ownership::{self, Inspected, Served, Verdict};
 use crate::engine::model::identity::Identity;
 use crate::engine::model::inventory::{MAX_INVENTORY, ObjectId, Owner};
@@ -116,54 +117,37 @@ fn is_foundation(manifest: &Value) -> bool {
     )
 }
 
-/// How long the CRDs of one apply may take to be established.
-const ESTABLISH_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
-
 /// Waits until every CRD of `applied` is established (its API served).
 async fn established(engine: &Engine, applied: &[Value]) -> Result<(), Failure> {
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-    let crds: kube::Api<CustomResourceDefinition> = kube::Api::all(engine.client.clone());
     let names = applied
         .iter()
         .filter(|m| m["kind"] == "CustomResourceDefinition")
         .filter_map(|m| m["metadata"]["name"].as_str());
     for name in names {
-        let deadline = tokio::time::Instant::now() + ESTABLISH_WAIT;
-        loop {
-            let crd = match crds.get_opt(name).await {
-                Ok(crd) => crd,
-                // The operator's own account may not read CRDs (a
-                // locked-down install): go on unwaited; the next stage's
-                // apply says what is missing, and the retry converges.
-                Err(kube::Error::Api(e)) if e.code == 403 => break,
-                Err(e) => {
-                    return Err(Failure::new(
-                        Reason::ApiError,
-                        format!(
-                            "cannot read the CustomResourceDefinition {name}: {}",
-                            api_message(&e)
-                        ),
-                    ));
-                }
-            };
-            let conditions = crd.and_then(|c| c.status).and_then(|s| s.conditions);
-            if conditions
-                .iter()
-                .flatten()
-                .any(|c| c.type_ == "Established" && c.status == "True")
-            {
-                break;
-            }
-            if tokio::time::Instant::now() >= deadline {
+        match wait_established(&engine.client, name).await {
+            Ok(true) => {}
+            Ok(false) => {
                 return Err(Failure::new(
                     Reason::ApplyFailed,
                     format!(
                         "the CustomResourceDefinition {name} was not established within {}s",
-                        ESTABLISH_WAIT.as_secs()
+                        ESTABLISH_TIMEOUT.as_secs()
                     ),
                 ));
             }
-            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            // The operator's own account may not read CRDs (a
+            // locked-down install): go on unwaited; the next stage's
+            // apply says what is missing, and the retry converges.
+            Err(kube::Error::Api(e)) if e.code == 403 => break,
+            Err(e) => {
+                return Err(Failure::new(
+                    Reason::ApiError,
+                    format!(
+                        "cannot read the CustomResourceDefinition {name}: {}",
+                        api_message(&e)
+                    ),
+                ));
+            }
         }
     }
     Ok(())
