@@ -105,12 +105,16 @@ impl<'a> Children<'a> {
         if let Some(waiting) = self.waiting(expression) {
             return vec![format!("{at}: {waiting}")];
         }
-        let objects = match self.variables.get(name) {
-            Some(Value::Array(all)) => all.clone(),
-            Some(one) => vec![one.clone()],
+        let objects: Vec<&Value> = match self.variables.get(name) {
+            Some(Value::Array(all)) => all.iter().collect(),
+            Some(one) => vec![one],
             None => Vec::new(),
         };
-        let mut variables = self.variables.clone();
+        // Only what the expression reads, not every child of the resource.
+        let mut variables: BTreeMap<&str, Value> = (self.variables.iter())
+            .filter(|(n, _)| expression.reads().any(|r| r == **n))
+            .map(|(n, v)| (*n, v.clone()))
+            .collect();
         objects
             .into_iter()
             .filter_map(|object| {
@@ -118,7 +122,7 @@ impl<'a> Children<'a> {
                     .as_str()
                     .unwrap_or(name)
                     .to_string();
-                variables.insert(SELF, object);
+                variables.insert(SELF, object.clone());
                 verdict(
                     expression.eval(&variables),
                     expression,
