@@ -544,6 +544,28 @@ async fn a_cluster_scoped_tenant_makes_its_namespace_and_takes_it_away() {
 }
 
 /// A kind folder written for one test, in a directory of its own.
+/// The kind `name` of the kind folders under `folder`, its CRD installed.
+async fn folder_kind(client: &Client, folder: &tempfile::TempDir, name: &str) -> Kind {
+    let dir = kustomize_operator::kind::KustomizeDir::load(folder.path()).unwrap();
+    let kind = select(&Registry::load(&dir).unwrap(), name);
+    install_crd(client, &kind).await;
+    kind
+}
+
+/// An operator for `ns` serving the kind `name` of `folder`, with `extra`
+/// flags.
+async fn folder_operator(
+    ns: &str,
+    folder: &tempfile::TempDir,
+    name: &str,
+    extra: &[&str],
+) -> kustomize_operator::Operator {
+    let path = folder.path().display().to_string();
+    let mut flags = vec!["--kustomize-dir", &path, "--kinds", name];
+    flags.extend(extra);
+    common::start_operator(ns, &flags).await
+}
+
 fn kind_folder(name: &str, kind_file: &str, base: &[(&str, &str)]) -> tempfile::TempDir {
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join(name);
@@ -588,14 +610,9 @@ async fn an_empty_render_is_ready_and_prunes_what_was_owned() {
         "{% if spec.enabled %}\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\ndata: {on: \"yes\"}\n{% endif %}\n",
     )
     .unwrap();
-    let dir = kustomize_operator::kind::KustomizeDir::load(folder.path()).unwrap();
-    let registry = Registry::load(&dir).unwrap();
-    let optional = select(&registry, "optional");
-    install_crd(&client, &optional).await;
+    let optional = folder_kind(&client, &folder, "optional").await;
     let ns = common::TestNamespace::new(&client, "optional").await;
-    let path = folder.path().display().to_string();
-    let operator =
-        common::start_operator(&ns.name, &["--kustomize-dir", &path, "--kinds", "optional"]).await;
+    let operator = folder_operator(&ns.name, &folder, "optional", &[]).await;
     let api: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), &ns.name, &api_resource(&optional));
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
@@ -703,14 +720,9 @@ async fn a_custom_resource_child_is_ready_only_when_it_says_so() {
             ),
         ],
     );
-    let dir = kustomize_operator::kind::KustomizeDir::load(folder.path()).unwrap();
-    let registry = Registry::load(&dir).unwrap();
-    let outer = select(&registry, "outer");
-    install_crd(&client, &outer).await;
+    let outer = folder_kind(&client, &folder, "outer").await;
     let ns = common::TestNamespace::new(&client, "outer").await;
-    let path = folder.path().display().to_string();
-    let operator =
-        common::start_operator(&ns.name, &["--kustomize-dir", &path, "--kinds", "outer"]).await;
+    let operator = folder_operator(&ns.name, &folder, "outer", &[]).await;
     let api: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), &ns.name, &api_resource(&outer));
     let resource: DynamicObject = serde_json::from_value(json!({
@@ -800,24 +812,9 @@ async fn status_and_readiness_are_cel_over_the_children() {
             ("worker.yaml", &worker),
         ],
     );
-    let dir = kustomize_operator::kind::KustomizeDir::load(folder.path()).unwrap();
-    let registry = Registry::load(&dir).unwrap();
-    let stack = select(&registry, "stack");
-    install_crd(&client, &stack).await;
+    let stack = folder_kind(&client, &folder, "stack").await;
     let ns = common::TestNamespace::new(&client, "stack").await;
-    let path = folder.path().display().to_string();
-    let operator = common::start_operator(
-        &ns.name,
-        &[
-            "--kustomize-dir",
-            &path,
-            "--kinds",
-            "stack",
-            "--health-timeout",
-            "2m",
-        ],
-    )
-    .await;
+    let operator = folder_operator(&ns.name, &folder, "stack", &["--health-timeout", "2m"]).await;
     let api: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), &ns.name, &api_resource(&stack));
     let resource: DynamicObject = serde_json::from_value(json!({
@@ -949,12 +946,8 @@ async fn namespaces_and_crds_are_applied_before_what_needs_them() {
         format!("apiVersion: {group}/v1\nkind: Gadget\nmetadata:\n  name: g\n  namespace: {{{{ \"order-\" ~ metadata.name }}}}\nspec: {{size: 1}}\n"),
     )
     .unwrap();
-    let dir = kustomize_operator::kind::KustomizeDir::load(folder.path()).unwrap();
-    let registry = Registry::load(&dir).unwrap();
-    let ordered = select(&registry, "ordered");
-    install_crd(&client, &ordered).await;
+    let ordered = folder_kind(&client, &folder, "ordered").await;
     let ns = common::TestNamespace::new(&client, "ordered").await;
-    let path = folder.path().display().to_string();
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &api_resource(&ordered));
     // Cluster-scoped: an earlier run's resources (a run that failed) would
     // be served by this operator too, with this run's kind folder.
@@ -966,8 +959,7 @@ async fn namespaces_and_crds_are_applied_before_what_needs_them() {
             .unwrap();
         let _ = api.delete(&stale, &DeleteParams::default()).await;
     }
-    let operator =
-        common::start_operator(&ns.name, &["--kustomize-dir", &path, "--kinds", "ordered"]).await;
+    let operator = folder_operator(&ns.name, &folder, "ordered", &[]).await;
     let name = format!("o{:06x}", rand::random::<u32>() & 0xff_ffff);
     let resource: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "ordered.example.com/v1", "kind": "Ordered",
@@ -1043,14 +1035,9 @@ async fn a_namespaced_kind_cannot_create_objects_outside_its_namespace() {
             ),
         ],
     );
-    let dir = kustomize_operator::kind::KustomizeDir::load(folder.path()).unwrap();
-    let registry = Registry::load(&dir).unwrap();
-    let leaky = select(&registry, "leaky");
-    install_crd(&client, &leaky).await;
+    let leaky = folder_kind(&client, &folder, "leaky").await;
     let ns = common::TestNamespace::new(&client, "leaky").await;
-    let path = folder.path().display().to_string();
-    let operator =
-        common::start_operator(&ns.name, &["--kustomize-dir", &path, "--kinds", "leaky"]).await;
+    let operator = folder_operator(&ns.name, &folder, "leaky", &[]).await;
     let api: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), &ns.name, &api_resource(&leaky));
     let resource: DynamicObject = serde_json::from_value(json!({
