@@ -12,8 +12,9 @@
 //! names an engine path.
 
 pub use crate::engine::contract::{
-    Deletion, DynType, EventType, FieldConflicts, FromObjects, Handler, HandlerError, KindInfo,
-    Object, OnFailure, Plan, PlannedEvent, Policy, Step, api_message, namespaced_api,
+    Beyond, Deletion, DynType, EventType, FieldConflicts, FromObjects, Handler, HandlerError,
+    KindInfo, Object, OnFailure, Plan, PlannedEvent, Policy, Reach, Step, api_message,
+    namespaced_api,
 };
 pub use crate::engine::kubectl::CommandRecord;
 pub use crate::engine::model::identity::check_account_name;

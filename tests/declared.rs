@@ -1062,6 +1062,118 @@ async fn a_namespaced_kind_cannot_create_objects_outside_its_namespace() {
     operator.stop().await;
 }
 
+const REACHING: &str = "apiVersion: kustomize-operator.io/v1alpha1
+kind: KindDefinition
+metadata: {name: reaching}
+spec:
+  group: reaching.example.com
+  version: v1
+  names: {kind: Reaching, plural: reachings}
+  schema:
+    type: object
+    properties:
+      leak: {type: boolean}
+  overlay:
+    resources:
+      - template: objects.yaml
+  reach:
+    - {apiVersion: v1, kind: Namespace}
+    - {apiVersion: v1, kind: ConfigMap, namespaces: [\"tenant-*\"]}
+";
+
+const REACHING_OBJECTS: &str = "apiVersion: v1
+kind: Namespace
+metadata: {name: {{ \"tenant-\" ~ metadata.name }}}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: settings, namespace: {{ \"tenant-\" ~ metadata.name }}}
+data: {owner: {{ metadata.namespace }}}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: {{ metadata.name ~ \"-home\" }}}
+{% if spec.leak %}---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: {{ metadata.name }}, namespace: kube-public}
+{% endif %}";
+
+/// A namespaced kind whose kind file declares `reach` makes a Namespace and
+/// an object in it (marked, pruned and deleted like the rest), and nothing
+/// beyond what it declares.
+#[tokio::test]
+async fn a_namespaced_kind_reaches_only_what_it_declares() {
+    let client = common::cluster().await;
+    let folder = kind_folder(
+        "reaching",
+        REACHING,
+        &[("kustomization.yaml", "resources: []\n")],
+    );
+    let resources = folder.path().join("reaching/resources");
+    std::fs::create_dir_all(&resources).unwrap();
+    std::fs::write(resources.join("objects.yaml"), REACHING_OBJECTS).unwrap();
+    let reaching = folder_kind(&client, &folder, "reaching").await;
+    let ns = common::TestNamespace::new(&client, "reaching").await;
+    let operator = folder_operator(&ns.name, &folder, "reaching", &[]).await;
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &ns.name, &api_resource(&reaching));
+    let name = format!("r{:06x}", rand::random::<u32>() & 0xff_ffff);
+    let tenant = format!("tenant-{name}");
+    let resource: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "reaching.example.com/v1", "kind": "Reaching",
+        "metadata": {"name": name}, "spec": {"leak": false},
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &resource).await.unwrap();
+    let applied = wait_reason(&api, &name, "Applied").await;
+    assert_eq!(applied.data["status"]["inventory"]["count"], 3);
+    let settings: Api<ConfigMap> = Api::namespaced(client.clone(), &tenant);
+    let there = settings.get("settings").await.unwrap();
+    assert_eq!(there.data.unwrap()["owner"], ns.name);
+    let marker = there.metadata.annotations.unwrap_or_default();
+    assert!(
+        marker
+            .values()
+            .any(|v| v.ends_with(&format!("/{}/{name}", ns.name))),
+        "the object in another namespace carries its owner's marker: {marker:?}"
+    );
+    let home: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    assert!(
+        home.get_opt(&format!("{name}-home"))
+            .await
+            .unwrap()
+            .is_some()
+    );
+
+    // A ConfigMap in a namespace the kind does not declare: refused whole.
+    let leak = json!({"spec": {"leak": true}});
+    api.patch(&name, &PatchParams::default(), &Patch::Merge(&leak))
+        .await
+        .unwrap();
+    let refused = wait_reason(&api, &name, "RenderFailed").await;
+    let message = condition(&refused, "Ready").unwrap()["message"].to_string();
+    assert!(
+        message.contains("reach") && message.contains(&format!("configmap/{name} in kube-public")),
+        "{message}"
+    );
+    let public: Api<ConfigMap> = Api::namespaced(client.clone(), "kube-public");
+    assert!(public.get_opt(&name).await.unwrap().is_none());
+
+    api.delete(&name, &DeleteParams::default()).await.unwrap();
+    common::wait_until(TIMEOUT, "the Reaching resource gone", || async {
+        api.get_opt(&name).await.unwrap().is_none()
+    })
+    .await;
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let gone = namespaces.get_opt(&tenant).await.unwrap();
+    assert!(
+        gone.is_none_or(|n| n.metadata.deletion_timestamp.is_some()),
+        "the tenant's namespace is deleted with its resource"
+    );
+    operator.stop().await;
+}
+
 #[tokio::test]
 async fn run_refuses_to_start_naming_the_file_and_the_field() {
     let client = common::cluster().await;

@@ -396,10 +396,11 @@ async fn rights_condition(ctx: &DefinitionContext, generation: &Generation, stat
         writer.cluster_user(),
         kind.namespaced(),
         &generation.object_types,
+        &kind.file.spec.reach,
     )
     .await
     .unwrap_or_else(|e| vec![format!("cannot review the reach: {e}")]);
-    let beyond = if kind.namespaced() {
+    let beyond = if kind.namespaced() && kind.file.spec.reach.is_empty() {
         String::new()
     } else {
         format!("; it reaches: {}", reach.join("; "))

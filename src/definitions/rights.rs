@@ -15,6 +15,7 @@ use std::collections::BTreeSet;
 use kube::core::GroupVersionKind;
 use kube::discovery::Scope;
 
+use crate::kinds::declared::file::ReachRule;
 use crate::kinds::declared::rbac::{KindRules, ObjectType, Rule};
 
 /// The verbs the operator itself needs on the objects of a kind whose
@@ -95,19 +96,24 @@ pub async fn missing(
 /// What the identity writing a kind's objects could reach beyond a
 /// resource's own namespace, asked of discovery and of access reviews.
 /// A namespaced kind's objects stay in its resource's namespace (the
-/// engine refuses any other); a cluster-scoped kind's may go anywhere its
-/// writer may write: each object type says where that is.
+/// engine refuses any other) unless its kind file declares more
+/// (`declared`, each said here); a cluster-scoped kind's may go anywhere
+/// its writer may write: each object type says where that is.
 pub async fn reach(
     client: &Client,
     user: Option<&str>,
     namespaced_kind: bool,
     types: &BTreeSet<ObjectType>,
+    declared: &[ReachRule],
 ) -> Result<Vec<String>, kube::Error> {
     if namespaced_kind {
-        return Ok(vec![
-            "nothing beyond each resource's own namespace (a namespaced kind's objects stay there)"
-                .into(),
-        ]);
+        if declared.is_empty() {
+            return Ok(vec![
+                "nothing beyond each resource's own namespace (a namespaced kind's objects stay there)"
+                    .into(),
+            ]);
+        }
+        return Ok(declared.iter().map(declared_line).collect());
     }
     let mut lines = Vec::new();
     for (api_version, kind) in types {
@@ -154,6 +160,18 @@ pub async fn reach(
         lines.push(line);
     }
     Ok(lines)
+}
+
+/// What one declared `reach` entry allows, as the definition's status says it.
+fn declared_line(rule: &ReachRule) -> String {
+    let what = format!("{} ({})", rule.kind, rule.api_version);
+    match &rule.namespaces {
+        None => format!("{what}: cluster-scoped, declared in spec.reach"),
+        Some(patterns) => format!(
+            "{what}: in namespaces {}, declared in spec.reach",
+            patterns.join(", ")
+        ),
+    }
 }
 
 /// `resource.group`, or `resource` in the core group; a subresource

@@ -22,7 +22,7 @@ use serde::de::DeserializeOwned;
 pub use error::{HandlerError, api_message};
 pub use handler::{DynType, Handler, namespaced_api};
 pub use plan::{EventType, FromObjects, OnFailure, Plan, PlannedEvent, Step};
-pub use policy::{Deletion, FieldConflicts, KindInfo, Policy};
+pub use policy::{Beyond, Deletion, FieldConflicts, KindInfo, Policy, Reach};
 
 /// A custom resource type the engine can serve: a typed one (derived with
 /// `kube::CustomResource`) or `kube::api::DynamicObject` for declared kinds.

@@ -316,7 +316,7 @@ async fn run_steps<H: Handler>(
         owner,
         conflicts: ctx.handler.info().policy.conflicts,
         adopts: &adopts,
-        confined: ctx.handler.info().policy.confined_to_namespace,
+        reach: &ctx.handler.info().policy.reach,
         identity: &identity,
     };
     let before = current

@@ -47,7 +47,7 @@ pub(crate) async fn cleanup<H: Handler>(
         owner: &owner,
         conflicts: ctx.handler.info().policy.conflicts,
         adopts: &never,
-        confined: ctx.handler.info().policy.confined_to_namespace,
+        reach: &ctx.handler.info().policy.reach,
         identity: &identity,
     };
     let mut done = Done::default();

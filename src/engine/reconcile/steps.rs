@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 
-use crate::engine::contract::{FieldConflicts, api_message};
+use crate::engine::contract::{FieldConflicts, Reach, api_message};
 use crate::engine::kubectl::{CommandRecord, Invocation};
 use crate::engine::live::crds::{ESTABLISH_TIMEOUT, wait_established};
 use crate::engine::live::ownership::{self, Inspected, Served, Verdict};
@@ -40,8 +40,8 @@ pub(crate) struct Actor<'a> {
     pub conflicts: FieldConflicts,
     /// The kind's adoption rule for the resource.
     pub adopts: &'a (dyn Fn(&ObjectMeta) -> bool + Sync),
-    /// Every object must be namespaced and in the owner's namespace.
-    pub confined: bool,
+    /// Where the owner's objects may be.
+    pub reach: &'a Reach,
     /// Whose rights the writes use.
     pub identity: &'a Identity,
 }
@@ -179,9 +179,7 @@ async fn apply_stage(
             format!("cannot read the objects to apply: {}", api_message(&e)),
         )
     })?;
-    if actor.confined {
-        confinement(actor.owner, &inspected)?;
-    }
+    confinement(actor, &inspected)?;
     if let Some(message) = ownership::conflicts(&inspected, &actor.owner.kind) {
         return Err(Failure::new(Reason::OwnershipConflict, message));
     }
@@ -206,12 +204,14 @@ async fn apply_stage(
     Ok(())
 }
 
-/// Refuses objects outside the owner's namespace (for kinds whose
-/// resources may be created by anyone who may write in a namespace).
-fn confinement(owner: &Owner, inspected: &[Inspected]) -> Result<(), Failure> {
+/// Refuses objects outside the owner's reach (for kinds whose resources
+/// may be created by anyone who may write in a namespace): its namespace,
+/// and what the kind declares beyond it.
+fn confinement(actor: &Actor<'_>, inspected: &[Inspected]) -> Result<(), Failure> {
+    let home = actor.owner.namespace.as_deref();
     let outside: Vec<String> = inspected
         .iter()
-        .filter(|i| !i.served.namespaced || i.id.namespace != owner.namespace)
+        .filter(|i| !within(actor.reach, home, &i.id, i.served.namespaced))
         .map(|i| i.id.to_string())
         .collect();
     if outside.is_empty() {
@@ -220,10 +220,20 @@ fn confinement(owner: &Owner, inspected: &[Inspected]) -> Result<(), Failure> {
     Err(Failure::new(
         Reason::RenderFailed,
         format!(
-            "the overlay builds objects outside the resource's namespace, which a namespaced kind may not create: {}",
+            "the overlay builds objects outside the resource's namespace that its kind does not declare in `reach`: {}",
             outside.join(", ")
         ),
     ))
+}
+
+/// True when the object `id` (namespaced or not, as the API serves its
+/// kind) is within `reach` of a resource in `home`.
+fn within(reach: &Reach, home: Option<&str>, id: &ObjectId, namespaced: bool) -> bool {
+    let namespace = id.namespace.as_deref().filter(|_| namespaced);
+    if namespaced && namespace.is_none() {
+        return false;
+    }
+    reach.allows(home, &id.api_version, &id.kind, namespace)
 }
 
 /// The overlay's manifests: built in memory when it needs no kustomize
@@ -554,15 +564,15 @@ pub(crate) fn dropped_entries(report: &Deleted) -> Option<String> {
 /// kubectl slot as well).
 const DELETE_CONCURRENCY: usize = 4;
 
-/// The entries worth looking at: valid names, in the owner's namespace
-/// when the kind is confined to it, of a kind the API serves (and a
-/// namespaced one when confined). The rest are counted as invalid.
+/// The entries worth looking at: valid names, within the owner's reach,
+/// of a kind the API serves. The rest are counted as invalid.
 async fn candidates(
     engine: &Engine,
     actor: &Actor<'_>,
     ids: Vec<ObjectId>,
     report: &mut Deleted,
 ) -> Result<Vec<ObjectId>, Failure> {
+    let home = actor.owner.namespace.as_deref();
     let mut kept = Vec::with_capacity(ids.len());
     for id in ids {
         if !plausible(actor, &id) {
@@ -570,7 +580,9 @@ async fn candidates(
             continue;
         }
         match engine.discovery.resolve(&engine.client, &id).await {
-            Ok(served) if actor.confined && !served.namespaced => report.invalid += 1,
+            Ok(served) if !within(actor.reach, home, &id, served.namespaced) => {
+                report.invalid += 1;
+            }
             Ok(_) => kept.push(id),
             Err(e) if unknown_kind(&e) => report.invalid += 1,
             Err(e) => {
@@ -585,17 +597,16 @@ async fn candidates(
 }
 
 /// True when an inventory entry names an object the owner could own: a
-/// name and namespace an object can have (they become an API path), and,
-/// for a kind confined to its namespace, that namespace.
+/// name and namespace an object can have (they become an API path), and
+/// within the owner's reach as far as the entry tells.
 fn plausible(actor: &Actor<'_>, id: &ObjectId) -> bool {
     let home = actor.owner.namespace.as_deref();
-    let namespace_ok = match (id.namespace.as_deref(), actor.confined) {
-        (Some(ns), true) => Some(ns) == home,
-        (None, true) => false,
-        (Some(ns), false) => is_namespace_name(ns),
-        (None, false) => true,
-    };
-    namespace_ok && is_object_name(&id.name)
+    let namespace = id.namespace.as_deref();
+    namespace.is_none_or(is_namespace_name)
+        && actor
+            .reach
+            .allows(home, &id.api_version, &id.kind, namespace)
+        && is_object_name(&id.name)
 }
 
 /// A name an object can have: 1 to 253 of `[A-Za-z0-9._:@-]`, not `.` or
@@ -848,12 +859,12 @@ mod tests {
         }
     }
 
-    fn actor<'a>(owner: &'a Owner, confined: bool, identity: &'a Identity) -> Actor<'a> {
+    fn actor<'a>(owner: &'a Owner, reach: &'a Reach, identity: &'a Identity) -> Actor<'a> {
         Actor {
             owner,
             conflicts: FieldConflicts::Report,
             adopts: &|_| false,
-            confined,
+            reach,
             identity,
         }
     }
@@ -861,11 +872,20 @@ mod tests {
     #[test]
     fn an_entry_outside_a_confined_owners_namespace_is_never_looked_at() {
         let (o, id) = (owner(Some("attacker")), Identity::Operator);
-        let confined = actor(&o, true, &id);
+        let reach = Reach::Confined(vec![]);
+        let confined = actor(&o, &reach, &id);
         assert!(plausible(&confined, &deployment(Some("attacker"), "web")));
         assert!(!plausible(&confined, &deployment(Some("victim"), "web")));
         assert!(!plausible(&confined, &deployment(None, "web")));
-        let free = actor(&o, false, &id);
+        let declared = Reach::Confined(vec![crate::engine::contract::Beyond {
+            group: "apps".into(),
+            kind: "Deployment".into(),
+            namespaces: Some(vec!["victim".into()]),
+        }]);
+        let reaching = actor(&o, &declared, &id);
+        assert!(plausible(&reaching, &deployment(Some("victim"), "web")));
+        assert!(!plausible(&reaching, &deployment(Some("other"), "web")));
+        let free = actor(&o, &Reach::Anywhere, &id);
         assert!(plausible(&free, &deployment(Some("victim"), "web")));
         assert!(plausible(&free, &deployment(None, "web")));
     }
@@ -873,7 +893,7 @@ mod tests {
     #[test]
     fn names_that_would_change_an_api_path_are_invalid() {
         let (o, id) = (owner(Some("a")), Identity::Operator);
-        let free = actor(&o, false, &id);
+        let free = actor(&o, &Reach::Anywhere, &id);
         for bad in ["", ".", "..", "web/../x", "web?x", "web#x", "we b", "%2e"] {
             assert!(!plausible(&free, &deployment(Some("a"), bad)), "{bad:?}");
         }

@@ -144,6 +144,12 @@ pub struct KindSpec {
     /// How the engine treats the kind's objects.
     #[serde(default)]
     pub reconcile: ReconcileSpec,
+    /// What a namespaced kind's resources may make beyond their own
+    /// namespace: cluster-scoped objects of a kind, or objects of a kind in
+    /// other namespaces. Default: nothing (every object in the resource's
+    /// namespace).
+    #[serde(default)]
+    pub reach: Vec<ReachRule>,
     /// What deleting a `KindDefinition` in the cluster does while
     /// resources of its kind exist: wait until they are gone (`Refuse`,
     /// the default), or leave them, their objects and the CRD in place
@@ -392,6 +398,27 @@ pub struct ObjectSelector {
     /// Name (templated).
     pub name: String,
 }
+
+/// Objects of one kind a namespaced kind's resources may make outside
+/// their own namespace.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReachRule {
+    /// apiVersion (`v1`, `rbac.authorization.k8s.io/v1`): its group is
+    /// what counts.
+    pub api_version: String,
+    /// Kind.
+    pub kind: String,
+    /// Absent: the kind is cluster-scoped (Namespace, ClusterRole). Else
+    /// the namespaces its objects may be in: a name, `prefix-*`, or `*`.
+    #[serde(default)]
+    #[schemars(length(min = 1, max = 32), inner(pattern(NAMESPACE_PATTERN)))]
+    pub namespaces: Option<Vec<String>>,
+}
+
+/// A namespace name, a prefix ending in `*`, or `*`.
+const NAMESPACE_PATTERN: &str =
+    r"^(\*|[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?|[a-z0-9][-a-z0-9]{0,61}\*)$";
 
 /// How the engine treats the kind's objects.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]

@@ -17,8 +17,8 @@ use super::file::{ObjectSelector, ReadinessRule, Scope};
 use super::object::DeclaredObject;
 use super::recipe::Wanted;
 use crate::kind::{
-    CommonStatus, Deletion, FromObjects, Handler, HandlerError, Inventory, KindInfo, ObjectId,
-    Plan, Policy,
+    Beyond, CommonStatus, Deletion, FromObjects, Handler, HandlerError, Inventory, KindInfo,
+    ObjectId, Plan, Policy, Reach,
 };
 
 /// The finalizer the resources of a declared kind of API group `group`
@@ -46,7 +46,7 @@ impl DeclaredHandler {
                 conflicts: reconcile.field_conflicts,
                 owner_references: reconcile.owner_references,
                 health: true,
-                confined_to_namespace: kind.namespaced(),
+                reach: reach(&kind),
                 tenant_writes: kind.namespaced(),
                 service_account: reconcile.service_account_name.clone(),
             },
@@ -59,6 +59,24 @@ impl DeclaredHandler {
     pub fn kind(&self) -> &DeclaredKind {
         &self.kind
     }
+}
+
+/// Where a declared kind's objects may be: a namespaced kind's in each
+/// resource's namespace and what its `reach` declares; a cluster-scoped
+/// kind's wherever its writer may write.
+fn reach(kind: &DeclaredKind) -> Reach {
+    if !kind.namespaced() {
+        return Reach::Anywhere;
+    }
+    let beyond = kind.file.spec.reach.iter().map(|rule| Beyond {
+        group: rule
+            .api_version
+            .rsplit_once('/')
+            .map_or_else(String::new, |(g, _)| g.to_string()),
+        kind: rule.kind.clone(),
+        namespaces: rule.namespaces.clone(),
+    });
+    Reach::Confined(beyond.collect())
 }
 
 impl Handler for DeclaredHandler {

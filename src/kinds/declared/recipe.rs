@@ -209,6 +209,9 @@ impl Recipe {
         Ok(Overlay {
             base: Some(folder.to_string()),
             namespace,
+            // A kind that reaches beyond the resource's namespace keeps the
+            // namespaces its objects name (the engine checks them).
+            namespace_unset_only: !spec.reach.is_empty(),
             name_prefix: optional("namePrefix", o.name_prefix.is_some())?,
             name_suffix: optional("nameSuffix", o.name_suffix.is_some())?,
             labels: self.labels(spec, &context)?,

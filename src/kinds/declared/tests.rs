@@ -229,6 +229,21 @@ fn every_error_names_the_file_and_the_field() {
             "reconcile: {deletionPolicy: Keep}",
             "spec.reconcile.deletionPolicy",
         ),
+        (
+            "reconcile: {interval: 5m}",
+            "reach: [{apiVersion: v1, kind: ConfigMap, namespaces: [Kube-System]}]",
+            "spec.reach[0].namespaces[0]",
+        ),
+        (
+            "reconcile: {interval: 5m}",
+            "reach: [{apiVersion: v1, kind: configmap}]",
+            "spec.reach[0].kind",
+        ),
+        (
+            "group: hello.example.com",
+            "group: hello.example.com\n  scope: Cluster\n  reach: [{apiVersion: v1, kind: Namespace}]",
+            "spec.reach[0]",
+        ),
     ];
     for (from, to, field) in cases {
         assert!(VALID.contains(from), "the case {from:?} does not apply");
@@ -345,7 +360,38 @@ fn the_plan_is_the_recipe_for_the_resource() {
     assert_eq!(overlay.config_map_generators[0].data["message"], "hey");
     assert_eq!(overlay.patches[0].values["spec"]["replicas"], 2);
     assert_eq!(overlay.resource_templates[0].template, "service.yaml");
-    assert!(handler.info().policy.confined_to_namespace);
+    assert_eq!(
+        handler.info().policy.reach,
+        crate::kind::Reach::Confined(vec![])
+    );
+    assert!(!overlay.namespace_unset_only);
+}
+
+#[test]
+fn a_declared_reach_becomes_the_kinds_policy_and_keeps_named_namespaces() {
+    let reaching = VALID.replace(
+        "reconcile: {interval: 5m}",
+        "reach:\n    - {apiVersion: rbac.authorization.k8s.io/v1, kind: ClusterRole}\n    - {apiVersion: v1, kind: ConfigMap, namespaces: [\"tenant-*\", shared]}",
+    );
+    let handler = DeclaredHandler::new(std::sync::Arc::new(load(&reaching).unwrap()));
+    let reach = &handler.info().policy.reach;
+    assert!(reach.allows(
+        Some("ns"),
+        "rbac.authorization.k8s.io/v1",
+        "ClusterRole",
+        None
+    ));
+    assert!(reach.allows(Some("ns"), "v1", "ConfigMap", Some("tenant-a")));
+    assert!(!reach.allows(Some("ns"), "v1", "ConfigMap", Some("kube-system")));
+    assert!(!reach.allows(Some("ns"), "v1", "Secret", Some("shared")));
+    let plan = handler
+        .plan(&resource(json!({"message": "hey"})), &())
+        .unwrap();
+    let [Step::Apply { overlay, .. }] = plan.steps.as_slice() else {
+        panic!("{plan:?}")
+    };
+    assert!(overlay.namespace_unset_only);
+    assert_eq!(overlay.namespace.as_deref(), Some("ns"));
 }
 
 #[test]

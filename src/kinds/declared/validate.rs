@@ -68,6 +68,7 @@ pub fn check(path: &Path, file: &KindFile, folder: &str, templates: &[String]) -
     check_status(path, file)?;
     check_readiness(path, file)?;
     check_children(path, file)?;
+    check_reach(path, file)?;
     check_reconcile(path, file)
 }
 
@@ -436,6 +437,47 @@ fn check_children(path: &Path, file: &KindFile) -> Result<()> {
         )?;
     }
     Ok(())
+}
+
+fn check_reach(path: &Path, file: &KindFile) -> Result<()> {
+    for (i, rule) in file.spec.reach.iter().enumerate() {
+        let at = format!("spec.reach[{i}]");
+        if file.spec.scope == file::Scope::Cluster {
+            return Err(invalid(
+                path,
+                at,
+                "a cluster-scoped kind is not confined to a namespace: reach is for namespaced kinds",
+            ));
+        }
+        if !rule.kind.starts_with(|c: char| c.is_ascii_uppercase())
+            || !rule.kind.chars().all(|c| c.is_ascii_alphanumeric())
+        {
+            return Err(invalid(
+                path,
+                format!("{at}.kind"),
+                "must be a kind (`ClusterRole`)",
+            ));
+        }
+        for (j, pattern) in rule.namespaces.iter().flatten().enumerate() {
+            if !is_namespace_pattern(pattern) {
+                return Err(invalid(
+                    path,
+                    format!("{at}.namespaces[{j}]"),
+                    format!("{pattern:?} is not a namespace name, a prefix ending in *, or *"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A namespace name, a prefix of one followed by `*`, or `*`.
+fn is_namespace_pattern(pattern: &str) -> bool {
+    match pattern.strip_suffix('*') {
+        Some("") => true,
+        Some(prefix) => is_dns_label(&format!("{prefix}x")),
+        None => is_dns_label(pattern),
+    }
 }
 
 fn check_reconcile(path: &Path, file: &KindFile) -> Result<()> {

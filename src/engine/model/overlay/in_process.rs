@@ -68,6 +68,13 @@ pub(super) fn build(
             object["metadata"]["namespace"] = Value::String(namespace.clone());
         }
     }
+    if let Some(namespace) = &k.namespace_if_unset {
+        for object in &mut objects {
+            if object["metadata"]["namespace"].as_str().is_none() {
+                object["metadata"]["namespace"] = Value::String(namespace.clone());
+            }
+        }
+    }
     for labels in &k.labels {
         for object in &mut objects {
             add_labels(labels, object)?;
@@ -357,6 +364,25 @@ mod tests {
         assert!(unplaced.render(&dir, None).unwrap().prebuilt().is_some());
         let marked = unplaced.render(&dir, Some(&marking())).unwrap();
         assert!(marked.prebuilt().is_none());
+    }
+
+    #[test]
+    fn a_namespace_set_only_where_unset_keeps_the_ones_objects_name() {
+        let placed = DEPLOYMENT.replace("  name: nginx\n", "  name: nginx\n  namespace: other\n");
+        for (deployment, expected) in [(DEPLOYMENT, "team"), (placed.as_str(), "other")] {
+            let (_root, dir) = kustomize_dir(RENAME, deployment);
+            let mut keeping = overlay();
+            keeping.namespace_unset_only = true;
+            let rendered = keeping.render(&dir, None).unwrap();
+            let built = rendered.prebuilt().expect("in the subset");
+            assert_eq!(built[0]["metadata"]["namespace"], expected);
+            let kustomization = String::from_utf8_lossy(&rendered.files()["kustomization.yaml"]);
+            assert!(kustomization.contains("unsetOnly: true"), "{kustomization}");
+            assert!(
+                !kustomization.contains("\nnamespace: team"),
+                "{kustomization}"
+            );
+        }
     }
 
     #[test]

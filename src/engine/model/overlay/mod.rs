@@ -68,6 +68,9 @@ pub struct Overlay {
     pub base: Option<String>,
     /// kustomize `namespace`: sets the namespace of every object.
     pub namespace: Option<String>,
+    /// Sets [`Overlay::namespace`] only on objects that name none (a
+    /// `NamespaceTransformer` with `unsetOnly`), instead of on all.
+    pub namespace_unset_only: bool,
     /// kustomize `labels` entries.
     pub labels: Vec<Labels>,
     /// Patches rendered from templates.
@@ -248,6 +251,21 @@ struct Kustomization {
     generator_options: Option<GeneratorOptions>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     transformers: Vec<String>,
+    /// The namespace set on objects that name none (as the transformer in
+    /// `transformers` does), for the in-process build.
+    #[serde(skip)]
+    namespace_if_unset: Option<String>,
+}
+
+/// kustomize's builtin `NamespaceTransformer`, setting `namespace` only on
+/// objects without one.
+fn namespace_if_unset(namespace: &str) -> Value {
+    json!({
+        "apiVersion": "builtin",
+        "kind": "NamespaceTransformer",
+        "metadata": {"name": "namespace-if-unset", "namespace": namespace},
+        "unsetOnly": true,
+    })
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -380,13 +398,25 @@ impl Overlay {
         let mut k = Kustomization {
             api_version: "kustomize.config.k8s.io/v1beta1",
             kind: "Kustomization",
-            namespace: self.namespace.clone(),
+            namespace: self
+                .namespace
+                .clone()
+                .filter(|_| !self.namespace_unset_only),
             name_prefix: self.name_prefix.clone(),
             name_suffix: self.name_suffix.clone(),
             labels: self.labels.clone(),
             generator_options: self.generator_options.clone(),
             ..Default::default()
         };
+        if let Some(namespace) = self
+            .namespace
+            .as_ref()
+            .filter(|_| self.namespace_unset_only)
+        {
+            let transformer = namespace_if_unset(namespace);
+            k.transformers.push(to_yaml(&transformer, "transformers")?);
+            k.namespace_if_unset = Some(namespace.clone());
+        }
         self.render_base(dir, &mut files, &mut k)?;
         for (i, resource) in self.resources.iter().enumerate() {
             let path = format!("resources/{i:03}.yaml");
