@@ -13,7 +13,7 @@
 
 pub use crate::engine::contract::{
     Beyond, Deletion, DynType, EventType, FieldConflicts, FromObjects, Handler, HandlerError,
-    KindInfo, Object, OnFailure, Plan, PlannedEvent, Policy, Reach, Step, api_message,
+    KindInfo, Object, OnFailure, Plan, PlannedEvent, Policy, Reach, ReadAs, Step, api_message,
     namespaced_api,
 };
 pub use crate::engine::kubectl::CommandRecord;

@@ -1174,6 +1174,145 @@ async fn a_namespaced_kind_reaches_only_what_it_declares() {
     operator.stop().await;
 }
 
+const THEMED: &str = "apiVersion: kustomize-operator.io/v1alpha1
+kind: KindDefinition
+metadata: {name: themed}
+spec:
+  group: themed.example.com
+  version: v1
+  names: {kind: Themed, plural: themeds}
+  schema:
+    type: object
+    properties:
+      palette: {type: string}
+  references:
+    colors: {apiVersion: v1, kind: ConfigMap, name: \"{{ spec.palette }}\"}
+  overlay:
+    resources:
+      - template: theme.yaml
+  status:
+    - {field: color, type: string, expression: colors.data.color}
+";
+
+const THEME: &str = "apiVersion: v1
+kind: ConfigMap
+metadata: {name: {{ metadata.name ~ \"-theme\" }}}
+data: {color: {{ colors.data.color | default(value=\"none\") }}}
+";
+
+/// `kubectl apply -f -` of `text` as the admin.
+fn apply_text(text: &str) {
+    let (ok, _, err) = common::kubectl_stdin(&["apply", "-f", "-"], text);
+    assert!(ok, "kubectl apply: {err}");
+}
+
+/// The ConfigMap `name` of `ns` with `color`, as the admin.
+fn palette(ns: &str, name: &str, color: &str) {
+    apply_text(&format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: {ns}}}\ndata: {{color: {color}}}\n"
+    ));
+}
+
+/// A kind's references are read with the rights of the account its writes
+/// use (a refusal names the reference and the right), their data reaches
+/// templates and CEL, a missing one waits, and a change to one re-renders
+/// the resources that read it.
+#[tokio::test]
+async fn references_are_read_as_the_writer_and_a_change_re_renders() {
+    let client = common::cluster().await;
+    let folder = kind_folder(
+        "themed",
+        THEMED,
+        &[("kustomization.yaml", "resources: []\n")],
+    );
+    let resources = folder.path().join("themed/resources");
+    std::fs::create_dir_all(&resources).unwrap();
+    std::fs::write(resources.join("theme.yaml"), THEME).unwrap();
+    let themed = folder_kind(&client, &folder, "themed").await;
+    let ns = common::TestNamespace::new(&client, "themed").await;
+    apply_text(&format!(
+        "apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: painter, namespace: {}}}\n",
+        ns.name
+    ));
+    let operator = folder_operator(
+        &ns.name,
+        &folder,
+        "themed",
+        &["--default-service-account", "painter"],
+    )
+    .await;
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &ns.name, &api_resource(&themed));
+    let themed_resource = |name: &str, palette: &str| -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "themed.example.com/v1", "kind": "Themed",
+            "metadata": {"name": name}, "spec": {"palette": palette},
+        }))
+        .unwrap()
+    };
+    palette(&ns.name, "sea", "blue");
+    api.create(&PostParams::default(), &themed_resource("boat", "sea"))
+        .await
+        .unwrap();
+
+    // The account may not read ConfigMaps: refused, naming the reference.
+    let refused = wait_reason(&api, "boat", "Forbidden").await;
+    let message = condition(&refused, "Ready").unwrap()["message"].to_string();
+    assert!(
+        message.contains("reference colors")
+            && message.contains(&format!("system:serviceaccount:{}:painter", ns.name))
+            && message.contains("configmap/sea"),
+        "{message}"
+    );
+    apply_text(&format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {{name: painter, namespace: {ns}}}\nrules: [{{apiGroups: [\"\"], resources: [configmaps], verbs: [get, list, watch, create, patch, delete]}}]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: painter, namespace: {ns}}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: painter}}\nsubjects: [{{kind: ServiceAccount, name: painter, namespace: {ns}}}]\n",
+        ns = ns.name
+    ));
+    // A change to the reference reconciles its reader at once.
+    palette(&ns.name, "sea", "teal");
+    let applied = wait_reason(&api, "boat", "Applied").await;
+    assert_eq!(applied.data["status"]["color"], "teal");
+    assert_eq!(
+        common::greeting::config_map_field(&ns.name, "boat-theme", "color"),
+        "teal"
+    );
+    palette(&ns.name, "sea", "navy");
+    common::wait_until(TIMEOUT, "the theme re-rendered navy", || async {
+        common::greeting::config_map_field(&ns.name, "boat-theme", "color") == "navy"
+    })
+    .await;
+    common::wait_until(TIMEOUT, "the status color navy", || async {
+        api.get("boat").await.unwrap().data["status"]["color"] == "navy"
+    })
+    .await;
+
+    // A reference not there yet: the resource waits, and goes on when it comes.
+    api.create(&PostParams::default(), &themed_resource("raft", "lake"))
+        .await
+        .unwrap();
+    let waiting = wait_reason(&api, "raft", "ReferenceNotFound").await;
+    let message = condition(&waiting, "Ready").unwrap()["message"].to_string();
+    assert!(message.contains("configmap/lake"), "{message}");
+    palette(&ns.name, "lake", "green");
+    wait_reason(&api, "raft", "Applied").await;
+    assert_eq!(
+        common::greeting::config_map_field(&ns.name, "raft-theme", "color"),
+        "green"
+    );
+    for name in ["boat", "raft"] {
+        api.delete(name, &DeleteParams::default()).await.unwrap();
+    }
+    common::wait_until(TIMEOUT, "the Themed resources gone", || async {
+        api.list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    })
+    .await;
+    operator.stop().await;
+}
+
 #[tokio::test]
 async fn run_refuses_to_start_naming_the_file_and_the_field() {
     let client = common::cluster().await;

@@ -408,7 +408,7 @@ async fn rights_condition(ctx: &DefinitionContext, generation: &Generation, stat
     status.reach = Some(reach);
     let found = match rights::missing(&ctx.client, &needed, None).await {
         Ok(mut missing) => match writer.cluster_user() {
-            Some(user) => rights::missing(&ctx.client, &rules.objects, Some(user))
+            Some(user) => rights::missing(&ctx.client, &rules.writer(), Some(user))
                 .await
                 .map(|theirs| {
                     missing.extend(theirs.into_iter().map(|m| m.as_user(user)));

@@ -50,7 +50,8 @@ impl std::fmt::Display for Missing {
 
 /// The rules the operator's own account must hold: all of them, or, when
 /// a tenant's account writes the objects, those on the kind's own
-/// resources, reading the objects, and impersonating ServiceAccounts.
+/// resources, reading the objects, watching what the references read, and
+/// impersonating ServiceAccounts.
 pub fn operator_rules(rules: &KindRules, tenant_writes: bool) -> Vec<Rule> {
     if !tenant_writes {
         return rules.all();
@@ -58,6 +59,11 @@ pub fn operator_rules(rules: &KindRules, tenant_writes: bool) -> Vec<Rule> {
     let mut needed = rules.own.clone();
     needed.extend(rules.objects.iter().map(|r| Rule {
         verbs: READ_VERBS.iter().map(|v| v.to_string()).collect(),
+        ..r.clone()
+    }));
+    // The references are read as the tenant; the operator only watches.
+    needed.extend(rules.reads.iter().map(|r| Rule {
+        verbs: vec!["list".into(), "watch".into()],
         ..r.clone()
     }));
     needed.push(Rule {
@@ -259,6 +265,7 @@ mod tests {
         let rules = KindRules {
             own: vec![rule("hello.io", "greetings", &["get", "patch"])],
             objects: vec![rule("", "configmaps", &["get", "create", "delete"])],
+            reads: vec![rule("", "secrets", &["get", "list", "watch"])],
         };
         assert_eq!(operator_rules(&rules, false), rules.all());
         let tenant = operator_rules(&rules, true);
@@ -267,6 +274,7 @@ mod tests {
             [
                 rules.own[0].clone(),
                 rule("", "configmaps", &["get", "list", "watch"]),
+                rule("", "secrets", &["list", "watch"]),
                 rule("", "serviceaccounts", &["impersonate"]),
             ]
         );

@@ -63,6 +63,18 @@ pub trait Handler: Send + Sync + 'static {
         client: &kube::Client,
     ) -> impl Future<Output = Result<Self::Observed, HandlerError>> + Send;
 
+    /// [`Handler::observe`], for a kind that reads objects it does not own:
+    /// those reads use `reader`, the identity the resource's writes use
+    /// (never more than its rights). Default: [`Handler::observe`].
+    fn observe_as(
+        &self,
+        resource: &Self::Resource,
+        client: &kube::Client,
+        _reader: &ReadAs,
+    ) -> impl Future<Output = Result<Self::Observed, HandlerError>> + Send {
+        self.observe(resource, client)
+    }
+
     /// The same inputs for `diff` and `render KIND/NAME`, read from the
     /// cluster without side effects: no write, no external fetch, no timer
     /// (what `run` would plan if it looked now). Default: [`Handler::observe`],
@@ -113,6 +125,26 @@ pub trait Handler: Send + Sync + 'static {
         FromObjects::default()
     }
 
+    /// Types of objects the kind's resources read without owning them
+    /// (a declared kind's references): a change to one of them reconciles
+    /// the resources that read it ([`Handler::readers`]). Default: none.
+    fn referenced(&self) -> Vec<kube::api::ApiResource> {
+        Vec::new()
+    }
+
+    /// The resources (namespace, name) that read the object `meta` of the
+    /// type `resource`, as their last reconcile found. Default: none.
+    fn readers(
+        &self,
+        _resource: &kube::api::ApiResource,
+        _meta: &ObjectMeta,
+    ) -> Vec<(Option<String>, String)> {
+        Vec::new()
+    }
+
+    /// Forgets what the kind remembers of a resource that is gone.
+    fn forget(&self, _resource: &Self::Resource) {}
+
     /// Adds watches that should trigger a reconcile (default: none).
     fn configure(
         &self,
@@ -122,6 +154,17 @@ pub trait Handler: Send + Sync + 'static {
     ) -> Controller<Self::Resource> {
         controller
     }
+}
+
+/// Whose rights a kind's reads of objects it does not own use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReadAs {
+    /// The operator's own account (its writes use it too).
+    Operator,
+    /// This user, impersonated (`system:serviceaccount:NS:NAME`).
+    User(String),
+    /// None: the resource's writes are refused, and so are its reads (why).
+    Refused(String),
 }
 
 /// [`Handler::api`] for a typed namespaced kind.

@@ -342,6 +342,7 @@ mod tests {
             Reason::FetchFailed,
             Reason::ListFailed,
             Reason::NamespaceNotServed,
+            Reason::ReferenceNotFound,
             Reason::Forbidden,
         ] {
             for before in [&CommonStatus::default(), &good] {

@@ -128,6 +128,9 @@ pub enum Reason {
     ListFailed,
     /// The operator does not serve the resource's namespace (CopyratorRule).
     NamespaceNotServed,
+    /// An object the resource reads without owning it (a declared kind's
+    /// reference) does not exist (yet).
+    ReferenceNotFound,
     /// The identity the resource's writes run as may not make them (a
     /// tenant's ServiceAccount without the right, a missing account, a
     /// namespace the operator never acts in, or a cluster-scoped resource
@@ -188,6 +191,7 @@ impl Reason {
             Self::FetchFailed => "FetchFailed",
             Self::ListFailed => "ListFailed",
             Self::NamespaceNotServed => "NamespaceNotServed",
+            Self::ReferenceNotFound => "ReferenceNotFound",
             Self::Forbidden => "Forbidden",
             Self::Valid => "Valid",
             Self::Invalid => "Invalid",

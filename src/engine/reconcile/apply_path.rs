@@ -165,7 +165,11 @@ async fn planned<H: Handler>(
     ctx: &Context<H>,
     obj: &H::Resource,
 ) -> Result<Plan<H::Status>, crate::engine::contract::HandlerError> {
-    let observed = ctx.handler.observe(obj, &ctx.engine.client).await?;
+    let reader = ctx.read_as(obj);
+    let observed = ctx
+        .handler
+        .observe_as(obj, &ctx.engine.client, &reader)
+        .await?;
     ctx.handler.plan(obj, &observed)
 }
 

@@ -72,6 +72,7 @@ pub(crate) async fn cleanup<H: Handler>(
 /// Forgets a resource that is gone: its status memo, a parked status and
 /// its kept overlay.
 fn forget<H: Handler>(ctx: &Context<H>, obj: &H::Resource) {
+    ctx.handler.forget(obj);
     if let Some(uid) = obj.uid() {
         ctx.engine.memo.forget(&uid);
         ctx.engine.parked.release(&uid);
@@ -129,9 +130,10 @@ async fn rendered_objects<H: Handler>(
     current: &Current<'_, H::Resource>,
     owner: &Owner,
 ) -> Result<BTreeSet<ObjectId>, Unrendered> {
+    let reader = ctx.read_as(&current.object);
     let observed = ctx
         .handler
-        .observe(&current.object, &ctx.engine.client)
+        .observe_as(&current.object, &ctx.engine.client, &reader)
         .await?;
     let plan = ctx.handler.plan(&current.object, &observed)?;
     let owned = crate::engine::contract::Plan::<H::Status> {

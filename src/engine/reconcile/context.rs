@@ -10,7 +10,7 @@ use kube::{Resource, ResourceExt};
 
 use super::triggers::Triggers;
 use crate::engine::Engine;
-use crate::engine::contract::Handler;
+use crate::engine::contract::{Handler, ReadAs};
 use crate::engine::model::identity::{self, Identity};
 use crate::engine::model::inventory::Owner;
 use crate::engine::model::outcome::Failure;
@@ -96,6 +96,18 @@ impl<H: Handler> Context<H> {
         };
         identity::for_owner(owner, &writers)
             .map_err(|e| Failure::new(Reason::Forbidden, e.to_string()))
+    }
+
+    /// Whose rights `obj`'s reads of objects it does not own use: the
+    /// identity its writes use.
+    pub fn read_as(&self, obj: &H::Resource) -> ReadAs {
+        let Some(owner) = self.owner(obj) else {
+            return ReadAs::Refused("the resource has no uid yet".into());
+        };
+        match self.identity(&owner) {
+            Ok(identity) => identity.username().map_or(ReadAs::Operator, ReadAs::User),
+            Err(failure) => ReadAs::Refused(failure.message),
+        }
     }
 
     /// The resource as the owner of what it applies.

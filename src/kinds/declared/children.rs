@@ -25,11 +25,13 @@ pub struct Children<'a> {
 
 impl<'a> Children<'a> {
     /// The children of `resource` among `objects` (its applied objects'
-    /// watched state), as `kind`'s file names them.
+    /// watched state), as `kind`'s file names them, beside what its
+    /// references read (`read`, by reference name).
     pub fn of(
         kind: &'a DeclaredKind,
         resource: &DeclaredObject,
         objects: &BTreeMap<ObjectId, Value>,
+        mut read: BTreeMap<String, Value>,
     ) -> Self {
         let context = kind.recipe.context(resource);
         let mut variables = BTreeMap::from([
@@ -38,6 +40,16 @@ impl<'a> Children<'a> {
             ("schema", context),
         ]);
         let mut missing = BTreeMap::new();
+        for name in kind.file.spec.references.keys() {
+            match read.remove(name) {
+                Some(value) => {
+                    variables.insert(name.as_str(), value);
+                }
+                None => {
+                    missing.insert(name.as_str(), "not read yet".to_string());
+                }
+            }
+        }
         for (name, child) in &kind.file.spec.children {
             if child.name.is_none() {
                 let all = matching(objects, child).map(|(_, o)| o.clone()).collect();

@@ -76,14 +76,32 @@ impl DeclaredKind {
             "spec": example(&self.file.spec.schema),
         }))
         .map_err(|e| e.to_string())?;
+        let read = (self.file.spec.references.iter())
+            .map(|(name, r)| (name.clone(), example_reference(r)))
+            .collect();
         let overlay = self
             .recipe
-            .overlay(self.name(), &self.file.spec, &resource)
+            .overlay(self.name(), &self.file.spec, &resource, &read)
             .map_err(|e| e.to_string())?;
         overlay
             .render(templates, None)
             .map(|_| ())
             .map_err(|e| e.to_string())
+    }
+}
+
+/// What a reference reads in the example: an object of its type with
+/// nothing in it (a list for a selector), so a template must give each
+/// field it reads of it a default.
+fn example_reference(reference: &super::file::Reference) -> Value {
+    let object = json!({
+        "apiVersion": reference.api_version,
+        "kind": reference.kind,
+        "metadata": {"name": "example", "namespace": "default", "labels": {}, "annotations": {}},
+    });
+    match reference.name {
+        Some(_) => object,
+        None => Value::Array(vec![object]),
     }
 }
 

@@ -174,6 +174,7 @@ impl Compiled {
     pub fn of(spec: &KindSpec) -> Result<Self, (String, String)> {
         let mut known: BTreeSet<String> = RESOURCE_NAMES.iter().map(|n| n.to_string()).collect();
         known.extend(spec.children.keys().cloned());
+        known.extend(spec.references.keys().cloned());
         let compile = |source: &Option<String>, field: String, known: &BTreeSet<String>| {
             source
                 .as_deref()

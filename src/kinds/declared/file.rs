@@ -134,6 +134,13 @@ pub struct KindSpec {
     /// (CEL) of `status` and `readiness` read them.
     #[serde(default)]
     pub children: BTreeMap<String, Child>,
+    /// Objects a resource reads without owning them (a ConfigMap of
+    /// settings, a Secret), by the name templates and expressions use:
+    /// read with the rights of the identity its writes use, and a change
+    /// to one reconciles the resources that read it.
+    #[serde(default)]
+    #[schemars(length(max = MAX_REFERENCES))]
+    pub references: BTreeMap<String, Reference>,
     /// Status fields copied from the objects a resource applied, or
     /// computed over them (CEL).
     #[serde(default)]
@@ -397,6 +404,34 @@ pub struct ObjectSelector {
     pub kind: String,
     /// Name (templated).
     pub name: String,
+}
+
+/// The most references a kind file may declare.
+pub const MAX_REFERENCES: usize = 16;
+
+/// An object, or the objects of a label selector, a resource reads without
+/// owning: in the resource's namespace (a cluster-scoped kind names one).
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Reference {
+    /// apiVersion (`v1`).
+    pub api_version: String,
+    /// Kind of a namespaced object (`ConfigMap`, `Secret`).
+    pub kind: String,
+    /// Name (templated): the object, or, without one, `selector` picks a list.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Labels (values templated) the objects read as a list carry.
+    #[serde(default)]
+    pub selector: Option<BTreeMap<String, String>>,
+    /// Namespace (templated): a cluster-scoped kind's resources have none
+    /// of their own. A namespaced kind reads in the resource's namespace.
+    #[serde(default)]
+    pub namespace: Option<String>,
+    /// The resource waits (`Ready=False`, `ReferenceNotFound`) while the
+    /// named object does not exist; `true`: it reads as `null` instead.
+    #[serde(default)]
+    pub optional: bool,
 }
 
 /// Objects of one kind a namespaced kind's resources may make outside

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::ApiResource;
-use kube::{Api, Client};
+use kube::{Api, Client, ResourceExt};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -16,9 +16,10 @@ use super::children::Children;
 use super::file::{ObjectSelector, ReadinessRule, Scope};
 use super::object::DeclaredObject;
 use super::recipe::Wanted;
+use super::references::{self, Readers};
 use crate::kind::{
     Beyond, CommonStatus, Deletion, FromObjects, Handler, HandlerError, Inventory, KindInfo,
-    ObjectId, Plan, Policy, Reach,
+    ObjectId, Plan, Policy, Reach, ReadAs, Reason,
 };
 
 /// The finalizer the resources of a declared kind of API group `group`
@@ -32,6 +33,8 @@ pub fn finalizer(group: &str) -> String {
 pub struct DeclaredHandler {
     kind: Arc<DeclaredKind>,
     info: KindInfo<ApiResource>,
+    /// Who read which references at their last reconcile.
+    readers: Arc<Readers>,
 }
 
 impl DeclaredHandler {
@@ -52,7 +55,11 @@ impl DeclaredHandler {
             },
             templates: kind.templates.clone(),
         };
-        Self { kind, info }
+        Self {
+            kind,
+            info,
+            readers: Arc::default(),
+        }
     }
 
     /// The kind it serves.
@@ -81,7 +88,8 @@ fn reach(kind: &DeclaredKind) -> Reach {
 
 impl Handler for DeclaredHandler {
     type Resource = DeclaredObject;
-    type Observed = ();
+    /// What the resource's references read, by reference name.
+    type Observed = BTreeMap<String, Value>;
     type Status = ();
 
     fn info(&self) -> &KindInfo<ApiResource> {
@@ -112,23 +120,90 @@ impl Handler for DeclaredHandler {
         resource.status_as()
     }
 
-    async fn observe(&self, _: &DeclaredObject, _: &Client) -> Result<(), HandlerError> {
-        Ok(())
-    }
-
-    fn observe_offline(&self, _: &DeclaredObject, _: &[Value]) -> Result<(), HandlerError> {
-        Ok(())
-    }
-
-    fn plan(&self, resource: &DeclaredObject, _: &()) -> Result<Plan<()>, HandlerError> {
-        let overlay = self
+    /// The references, read with the client's own rights (`diff` and
+    /// `render KIND/NAME`: the requester's).
+    async fn observe(
+        &self,
+        resource: &DeclaredObject,
+        client: &Client,
+    ) -> Result<Read, HandlerError> {
+        let wanted = self
             .kind
             .recipe
-            .overlay(self.kind.name(), &self.kind.file.spec, resource)?;
+            .references(&self.kind.file.spec, resource)?;
+        references::read(client, None, &wanted).await
+    }
+
+    /// The references, read as the identity the resource's writes use;
+    /// remembered, so a change to what was read reconciles the resource.
+    async fn observe_as(
+        &self,
+        resource: &DeclaredObject,
+        client: &Client,
+        reader: &ReadAs,
+    ) -> Result<Read, HandlerError> {
+        if self.kind.file.spec.references.is_empty() {
+            return Ok(Read::new());
+        }
+        let user = match reader {
+            ReadAs::Operator => None,
+            ReadAs::User(user) => Some(user.as_str()),
+            ReadAs::Refused(why) => {
+                return Err(HandlerError::transient(Reason::Forbidden, why));
+            }
+        };
+        let wanted = self
+            .kind
+            .recipe
+            .references(&self.kind.file.spec, resource)?;
+        let key = key(resource);
+        // Remembered before the read: a reference not there yet reconciles
+        // the resource when it comes.
+        self.readers.reads(key.clone(), wanted.clone());
+        let read = references::read(client, user, &wanted).await?;
+        self.readers.saw(&key, references::for_expressions(&read));
+        Ok(read)
+    }
+
+    /// The references, from the documents after the resource in the file.
+    fn observe_offline(
+        &self,
+        resource: &DeclaredObject,
+        documents: &[Value],
+    ) -> Result<Read, HandlerError> {
+        let wanted = self
+            .kind
+            .recipe
+            .references(&self.kind.file.spec, resource)?;
+        Ok(references::from_documents(&wanted, documents))
+    }
+
+    fn plan(&self, resource: &DeclaredObject, read: &Read) -> Result<Plan<()>, HandlerError> {
+        let overlay =
+            self.kind
+                .recipe
+                .overlay(self.kind.name(), &self.kind.file.spec, resource, read)?;
         Ok(Plan {
             requeue_after: self.kind.interval,
             ..Plan::apply(overlay)
         })
+    }
+
+    fn referenced(&self) -> Vec<ApiResource> {
+        let mut types: Vec<ApiResource> = (self.kind.file.spec.references.values())
+            .map(|r| references::api_resource(&r.api_version, &r.kind))
+            .collect();
+        types.sort_by(|a, b| (&a.group, &a.kind).cmp(&(&b.group, &b.kind)));
+        types.dedup_by(|a, b| a.group == b.group && a.kind == b.kind);
+        types
+    }
+
+    fn readers(&self, resource: &ApiResource, meta: &ObjectMeta) -> Vec<(Option<String>, String)> {
+        self.readers.of(resource, meta)
+    }
+
+    fn forget(&self, resource: &DeclaredObject) {
+        self.readers.forget(&key(resource));
     }
 
     fn deletion(&self, _: &DeclaredObject) -> Deletion {
@@ -156,7 +231,10 @@ impl Handler for DeclaredHandler {
         let compiled = &self.kind.expressions;
         // Built only for a kind with expressions: the others (Sample among
         // them) pay nothing for CEL at each look at their health.
-        let children = (!compiled.is_empty()).then(|| Children::of(&self.kind, resource, objects));
+        let children = (!compiled.is_empty()).then(|| {
+            let read = self.readers.seen(&key(resource));
+            Children::of(&self.kind, resource, objects, read)
+        });
         let mut read = FromObjects::default();
         if !spec.status.is_empty() {
             let mut fields = serde_json::Map::new();
@@ -205,6 +283,14 @@ impl Handler for DeclaredHandler {
         }
         read
     }
+}
+
+/// What a resource's references read, by reference name.
+type Read = BTreeMap<String, Value>;
+
+/// A resource's key among the readers.
+fn key(resource: &DeclaredObject) -> references::Key {
+    (resource.namespace(), resource.name_any())
 }
 
 impl DeclaredHandler {

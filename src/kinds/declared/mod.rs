@@ -25,6 +25,7 @@ mod object;
 pub mod pack;
 pub mod rbac;
 mod recipe;
+pub mod references;
 mod validate;
 
 use std::path::{Path, PathBuf};

@@ -21,6 +21,9 @@ const RESOURCE_VERBS: [&str; 4] = ["get", "list", "watch", "patch"];
 /// health watch (list, watch), server-side apply (create, patch), prune
 /// and cleanup (delete).
 const OBJECT_VERBS: [&str; 6] = ["get", "list", "watch", "create", "patch", "delete"];
+/// Verbs on the objects its references read: reads (get, list) as the
+/// writing identity, the operator's watch (list, watch).
+const READ_VERBS: [&str; 3] = ["get", "list", "watch"];
 
 /// The label (value `"true"`) that aggregates a ClusterRole's rules into
 /// [`AGGREGATING_ROLE`], and so grants them to the operator.
@@ -77,12 +80,26 @@ pub struct KindRules {
     /// On the objects its overlays produce, one rule per API group: what
     /// the identity writing them needs.
     pub objects: Vec<Rule>,
+    /// On the objects its references read: the identity writing reads
+    /// them (get, list), the operator watches them (list, watch).
+    pub reads: Vec<Rule>,
 }
 
 impl KindRules {
+    /// The rules the identity writing the objects needs: on them, and on
+    /// what the references read.
+    pub fn writer(&self) -> Vec<Rule> {
+        self.objects.iter().chain(&self.reads).cloned().collect()
+    }
+
     /// Every rule, the kind's own first: the ClusterRole's.
     pub fn all(&self) -> Vec<Rule> {
-        self.own.iter().chain(&self.objects).cloned().collect()
+        self.own
+            .iter()
+            .chain(&self.objects)
+            .chain(&self.reads)
+            .cloned()
+            .collect()
     }
 }
 
@@ -102,24 +119,35 @@ pub fn rules(kind: &DeclaredKind, types: &BTreeSet<ObjectType>) -> KindRules {
             verbs: strings(&["patch"]),
         },
     ];
-    let mut by_group: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let read_types: BTreeSet<ObjectType> = (kind.file.spec.references.values())
+        .map(|r| (r.api_version.clone(), r.kind.clone()))
+        .collect();
+    KindRules {
+        own,
+        objects: by_group(types, &OBJECT_VERBS),
+        reads: by_group(&read_types, &READ_VERBS),
+    }
+}
+
+/// One rule per API group of `types`, with `verbs`.
+fn by_group(types: &BTreeSet<ObjectType>, verbs: &[&str]) -> Vec<Rule> {
+    let mut plurals: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for (api_version, object_kind) in types {
         let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
         let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, object_kind));
-        by_group
+        plurals
             .entry(group.to_string())
             .or_default()
             .insert(resource.plural);
     }
-    let objects = by_group
+    plurals
         .into_iter()
         .map(|(group, plurals)| Rule {
             api_groups: vec![group],
             resources: plurals.into_iter().collect(),
-            verbs: strings(&OBJECT_VERBS),
+            verbs: verbs.iter().map(|v| v.to_string()).collect(),
         })
-        .collect();
-    KindRules { own, objects }
+        .collect()
 }
 
 /// The ClusterRole, labelled [`AGGREGATE_LABEL`], as a YAML document with

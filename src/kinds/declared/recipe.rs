@@ -12,6 +12,7 @@ use tera::{Context, Tera};
 
 use super::file::{GeneratorSpec, KindSpec, ReadinessRule, Scope};
 use super::object::DeclaredObject;
+use super::references::{By, Lookup, api_resource};
 use crate::kind::{
     ConfigMapGenerator, HandlerError, Isolation, Labels, Overlay, PatchTemplate, ResourceTemplate,
     Target, TemplateError, TemplateFlavor, TemplateSources, checked, kustomize_refuses, plain_tera,
@@ -112,6 +113,25 @@ impl Recipe {
                 )?;
             }
         }
+        for (name, r) in &spec.references {
+            let at = format!("spec.references.{name}");
+            for (part, text) in [("name", &r.name), ("namespace", &r.namespace)] {
+                if let Some(text) = text {
+                    add(
+                        key(&["references", name, part]),
+                        format!("{at}.{part}"),
+                        text,
+                    )?;
+                }
+            }
+            for (k, v) in r.selector.iter().flatten() {
+                add(
+                    key(&["references", name, "selector", k]),
+                    format!("{at}.selector.{k}"),
+                    v,
+                )?;
+            }
+        }
         for (k, v) in &spec.reconcile.adopt {
             add(key(&["adopt", k]), format!("spec.reconcile.adopt.{k}"), v)?;
         }
@@ -179,14 +199,60 @@ impl Recipe {
         })
     }
 
-    /// The overlay of `resource`, for a kind folder named `folder`.
+    /// What `resource` reads (`spec.references`), rendered for it.
+    pub fn references(
+        &self,
+        spec: &KindSpec,
+        resource: &DeclaredObject,
+    ) -> Result<Vec<Lookup>, HandlerError> {
+        let context = Context::from_value(self.context(resource))
+            .map_err(|e| HandlerError::Invalid(e.to_string()))?;
+        let mut wanted = Vec::with_capacity(spec.references.len());
+        for (name, r) in &spec.references {
+            let namespace = match (&r.namespace, resource.namespace()) {
+                (Some(_), _) => self.render(&key(&["references", name, "namespace"]), &context)?,
+                (None, Some(own)) => own,
+                (None, None) => {
+                    return Err(HandlerError::Invalid(format!(
+                        "spec.references.{name} names no namespace, and the resource has none"
+                    )));
+                }
+            };
+            let by = match &r.name {
+                Some(_) => By::Name(self.render(&key(&["references", name, "name"]), &context)?),
+                None => {
+                    let mut labels = BTreeMap::new();
+                    for k in r.selector.iter().flat_map(BTreeMap::keys) {
+                        let at = key(&["references", name, "selector", k]);
+                        labels.insert(k.clone(), self.render(&at, &context)?);
+                    }
+                    By::Labels(labels)
+                }
+            };
+            wanted.push(Lookup {
+                name: name.clone(),
+                resource: api_resource(&r.api_version, &r.kind),
+                namespace,
+                by,
+                optional: r.optional,
+            });
+        }
+        Ok(wanted)
+    }
+
+    /// The overlay of `resource`, for a kind folder named `folder`, with
+    /// what its references read (by reference name).
     pub fn overlay(
         &self,
         folder: &str,
         spec: &KindSpec,
         resource: &DeclaredObject,
+        read: &BTreeMap<String, Value>,
     ) -> Result<Overlay, HandlerError> {
-        let values = self.context(resource);
+        let mut values = self.context(resource);
+        for (name, value) in read {
+            values[name.as_str()] = value.clone();
+        }
         if let Some((at, c)) = refused_text(&values, "") {
             return Err(HandlerError::Invalid(format!(
                 "{at} contains U+{:04X}, a character kustomize cannot carry in a value",

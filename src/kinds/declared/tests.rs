@@ -244,6 +244,26 @@ fn every_error_names_the_file_and_the_field() {
             "group: hello.example.com\n  scope: Cluster\n  reach: [{apiVersion: v1, kind: Namespace}]",
             "spec.reach[0]",
         ),
+        (
+            "reconcile: {interval: 5m}",
+            "references: {spec: {apiVersion: v1, kind: ConfigMap, name: x}}",
+            "spec.references.spec",
+        ),
+        (
+            "reconcile: {interval: 5m}",
+            "references: {colors: {apiVersion: v1, kind: ConfigMap}}",
+            "spec.references.colors",
+        ),
+        (
+            "reconcile: {interval: 5m}",
+            "references: {colors: {apiVersion: v1, kind: ConfigMap, name: x, namespace: other}}",
+            "spec.references.colors.namespace",
+        ),
+        (
+            "reconcile: {interval: 5m}",
+            "references: {colors: {apiVersion: v1, kind: ConfigMap, name: \"{{ spec.\"}}",
+            "spec.references.colors.name",
+        ),
     ];
     for (from, to, field) in cases {
         assert!(VALID.contains(from), "the case {from:?} does not apply");
@@ -344,7 +364,7 @@ fn templates_see_the_resource_with_the_schemas_defaults() {
 fn the_plan_is_the_recipe_for_the_resource() {
     let handler = DeclaredHandler::new(std::sync::Arc::new(load(VALID).unwrap()));
     let plan = handler
-        .plan(&resource(json!({"message": "hey"})), &())
+        .plan(&resource(json!({"message": "hey"})), &BTreeMap::new())
         .unwrap();
     assert_eq!(
         plan.requeue_after,
@@ -368,6 +388,47 @@ fn the_plan_is_the_recipe_for_the_resource() {
 }
 
 #[test]
+fn references_render_for_the_resource_and_reach_templates_and_expressions() {
+    let reading = VALID.replace(
+        "reconcile: {interval: 5m}",
+        "references:\n    colors: {apiVersion: v1, kind: ConfigMap, name: \"{{ metadata.name }}-colors\"}\n    tokens: {apiVersion: v1, kind: Secret, selector: {team: \"{{ spec.message }}\"}}",
+    );
+    let kind = load(&reading).unwrap();
+    let handler = DeclaredHandler::new(std::sync::Arc::new(kind));
+    let hi = resource(json!({"message": "hey"}));
+    let wanted = handler
+        .kind()
+        .recipe
+        .references(&handler.kind().file.spec, &hi)
+        .unwrap();
+    assert_eq!(wanted.len(), 2);
+    assert_eq!(
+        wanted[0].by,
+        super::references::By::Name("hi-colors".into())
+    );
+    assert_eq!(wanted[0].namespace, "ns");
+    assert_eq!(
+        wanted[1].by,
+        super::references::By::Labels(BTreeMap::from([("team".into(), "hey".into())]))
+    );
+    let referenced = handler.referenced();
+    let kinds: Vec<&str> = referenced.iter().map(|r| r.kind.as_str()).collect();
+    assert_eq!(kinds, ["ConfigMap", "Secret"]);
+    // Offline (`render -f`): from the documents after the resource.
+    let documents = [
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "hi-colors"}, "data": {"c": "blue"}}),
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "t", "labels": {"team": "hey"}}}),
+    ];
+    let read = handler.observe_offline(&hi, &documents).unwrap();
+    assert_eq!(read["colors"]["data"]["c"], "blue");
+    assert_eq!(read["tokens"].as_array().unwrap().len(), 1);
+    // The rbac: the references are read, never written.
+    let rules = super::rbac::rules(handler.kind(), &Default::default());
+    assert_eq!(rules.reads[0].resources, ["configmaps", "secrets"]);
+    assert_eq!(rules.reads[0].verbs, ["get", "list", "watch"]);
+}
+
+#[test]
 fn a_declared_reach_becomes_the_kinds_policy_and_keeps_named_namespaces() {
     let reaching = VALID.replace(
         "reconcile: {interval: 5m}",
@@ -385,7 +446,7 @@ fn a_declared_reach_becomes_the_kinds_policy_and_keeps_named_namespaces() {
     assert!(!reach.allows(Some("ns"), "v1", "ConfigMap", Some("kube-system")));
     assert!(!reach.allows(Some("ns"), "v1", "Secret", Some("shared")));
     let plan = handler
-        .plan(&resource(json!({"message": "hey"})), &())
+        .plan(&resource(json!({"message": "hey"})), &BTreeMap::new())
         .unwrap();
     let [Step::Apply { overlay, .. }] = plan.steps.as_slice() else {
         panic!("{plan:?}")
@@ -398,7 +459,10 @@ fn a_declared_reach_becomes_the_kinds_policy_and_keeps_named_namespaces() {
 fn text_kustomize_cannot_carry_is_an_invalid_spec_naming_the_field() {
     let handler = DeclaredHandler::new(std::sync::Arc::new(load(VALID).unwrap()));
     let err = handler
-        .plan(&resource(json!({"message": "bell\u{7f}"})), &())
+        .plan(
+            &resource(json!({"message": "bell\u{7f}"})),
+            &BTreeMap::new(),
+        )
         .unwrap_err();
     assert!(err.is_permanent());
     assert!(
@@ -410,7 +474,7 @@ fn text_kustomize_cannot_carry_is_an_invalid_spec_naming_the_field() {
         handler
             .plan(
                 &resource(json!({"message": "tab\t nul\u{0} esc\u{1b}"})),
-                &()
+                &BTreeMap::new()
             )
             .is_ok()
     );
@@ -421,7 +485,7 @@ fn a_label_value_kubernetes_would_refuse_is_an_invalid_spec() {
     let handler = DeclaredHandler::new(std::sync::Arc::new(load(VALID).unwrap()));
     let mut long = resource(json!({"message": "x"}));
     long.metadata.name = Some("a".repeat(64));
-    let err = handler.plan(&long, &()).unwrap_err();
+    let err = handler.plan(&long, &BTreeMap::new()).unwrap_err();
     assert!(err.is_permanent());
     assert!(err.to_string().contains("at most 63"), "{err}");
 }

@@ -69,6 +69,7 @@ pub fn check(path: &Path, file: &KindFile, folder: &str, templates: &[String]) -
     check_readiness(path, file)?;
     check_children(path, file)?;
     check_reach(path, file)?;
+    check_references(path, file)?;
     check_reconcile(path, file)
 }
 
@@ -415,12 +416,7 @@ const CEL_RESERVED: [&str; 21] = [
 fn check_children(path: &Path, file: &KindFile) -> Result<()> {
     for (name, child) in &file.spec.children {
         let at = format!("spec.children.{name}");
-        let identifier = name.starts_with(|c: char| c.is_ascii_lowercase())
-            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-        let taken = super::expressions::RESOURCE_NAMES.contains(&name.as_str())
-            || name == super::expressions::SELF
-            || CEL_RESERVED.contains(&name.as_str());
-        if !identifier || taken {
+        if !is_free_name(name) {
             return Err(invalid(
                 path,
                 at,
@@ -439,6 +435,81 @@ fn check_children(path: &Path, file: &KindFile) -> Result<()> {
     Ok(())
 }
 
+/// A name expressions and templates can use for a child or a reference:
+/// lower case first, letters, digits and `_`, and none the resource, CEL
+/// or another entry takes.
+fn is_free_name(name: &str) -> bool {
+    let identifier = name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    let taken = super::expressions::RESOURCE_NAMES.contains(&name)
+        || name == super::expressions::SELF
+        || name == "kind"
+        || CEL_RESERVED.contains(&name);
+    identifier && !taken
+}
+
+fn check_references(path: &Path, file: &KindFile) -> Result<()> {
+    let spec = &file.spec;
+    if spec.references.len() > file::MAX_REFERENCES {
+        return Err(invalid(
+            path,
+            "spec.references",
+            format!("at most {} references", file::MAX_REFERENCES),
+        ));
+    }
+    for (name, r) in &spec.references {
+        let at = format!("spec.references.{name}");
+        if !is_free_name(name) || spec.children.contains_key(name) {
+            return Err(invalid(
+                path,
+                at,
+                format!(
+                    "{name:?} must be a name templates and expressions can use: lower case first, letters, digits and _, not spec, metadata, kind, schema, self, a CEL keyword or a child's name"
+                ),
+            ));
+        }
+        let selects = r.selector.as_ref().is_some_and(|s| !s.is_empty());
+        if r.name.is_some() == selects {
+            return Err(invalid(
+                path,
+                at,
+                "needs exactly one of name and a non-empty selector",
+            ));
+        }
+        if !is_kind_name(&r.kind) || r.api_version.is_empty() {
+            return Err(invalid(
+                path,
+                format!("{at}.kind"),
+                "needs an apiVersion and a kind (`ConfigMap`)",
+            ));
+        }
+        match (spec.scope, &r.namespace) {
+            (file::Scope::Namespaced, Some(_)) => {
+                return Err(invalid(
+                    path,
+                    format!("{at}.namespace"),
+                    "a namespaced kind reads in each resource's own namespace",
+                ));
+            }
+            (file::Scope::Cluster, None) => {
+                return Err(invalid(
+                    path,
+                    format!("{at}.namespace"),
+                    "a cluster-scoped kind's resources have no namespace: name the one to read in",
+                ));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// A kind's name: an upper-case letter, then letters and digits.
+fn is_kind_name(kind: &str) -> bool {
+    kind.starts_with(|c: char| c.is_ascii_uppercase())
+        && kind.chars().all(|c| c.is_ascii_alphanumeric())
+}
+
 fn check_reach(path: &Path, file: &KindFile) -> Result<()> {
     for (i, rule) in file.spec.reach.iter().enumerate() {
         let at = format!("spec.reach[{i}]");
@@ -449,9 +520,7 @@ fn check_reach(path: &Path, file: &KindFile) -> Result<()> {
                 "a cluster-scoped kind is not confined to a namespace: reach is for namespaced kinds",
             ));
         }
-        if !rule.kind.starts_with(|c: char| c.is_ascii_uppercase())
-            || !rule.kind.chars().all(|c| c.is_ascii_alphanumeric())
-        {
+        if !is_kind_name(&rule.kind) {
             return Err(invalid(
                 path,
                 format!("{at}.kind"),

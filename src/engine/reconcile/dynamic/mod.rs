@@ -84,6 +84,8 @@ pub(super) struct Served<H: DynamicHandler> {
     watch: Mutex<Option<JoinHandle<Held<H::Resource>>>>,
     /// The watch counting them.
     counting: Mutex<Option<JoinHandle<()>>>,
+    /// The watches of the objects they read without owning them.
+    references: Mutex<Vec<JoinHandle<()>>>,
     in_flight: AtomicUsize,
     idle: Notify,
     count: Option<Arc<Count>>,
@@ -135,6 +137,7 @@ impl<H: DynamicHandler> Dynamic<H> {
             stop: CancellationToken::new(),
             watch: Mutex::default(),
             counting: Mutex::default(),
+            references: Mutex::default(),
             in_flight: AtomicUsize::new(0),
             idle: Notify::new(),
             count: on_count.as_ref().map(|_| Arc::new(Count::default())),
@@ -145,6 +148,17 @@ impl<H: DynamicHandler> Dynamic<H> {
             served.stop.clone(),
         ));
         *crate::sync::lock(&served.watch) = Some(watching);
+        let references = (served.ctx.handler.referenced().into_iter())
+            .map(|resource| {
+                tokio::spawn(watch::references(
+                    self.shared.clone(),
+                    served.clone(),
+                    resource,
+                    served.stop.clone(),
+                ))
+            })
+            .collect();
+        *crate::sync::lock(&served.references) = references;
         if let (Some(count), Some(on_count)) = (&served.count, on_count) {
             let counting = tokio::spawn(watch::count(
                 engine.client.clone(),
@@ -257,6 +271,10 @@ impl<H: DynamicHandler> Shared<H> {
 /// watch held.
 async fn stop_tasks<H: DynamicHandler>(served: &Served<H>) -> Held<H::Resource> {
     served.stop.cancel();
+    let references = std::mem::take(&mut *crate::sync::lock(&served.references));
+    for watch in references {
+        let _ = watch.await;
+    }
     let counting = crate::sync::lock(&served.counting).take();
     if let Some(counting) = counting {
         let _ = counting.await;

@@ -88,6 +88,45 @@ pub(super) async fn resources<H: super::DynamicHandler>(
     held
 }
 
+/// Watches the metadata of the objects of type `resource` that the
+/// resources of `served`'s kind read without owning them (in the watched
+/// namespace, or all), and queues a reconcile of each resource that read
+/// one that changed or went, until `stop` is cancelled.
+pub(super) async fn references<H: super::DynamicHandler>(
+    shared: Arc<Shared<H>>,
+    served: Arc<super::Served<H>>,
+    resource: ApiResource,
+    stop: CancellationToken,
+) {
+    let engine = &served.ctx.engine;
+    let client = engine.client.clone();
+    let api: kube::Api<PartialObjectMeta<DynamicObject>> =
+        match engine.settings.namespace.as_deref() {
+            Some(ns) => kube::Api::namespaced_with(client, ns, &resource),
+            None => kube::Api::all_with(client, &resource),
+        };
+    let mut events = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .touched_objects()
+        .boxed();
+    loop {
+        let meta = tokio::select! {
+            () = stop.cancelled() => break,
+            event = events.next() => match event {
+                Some(Ok(meta)) => meta,
+                // The watch retries (after a backoff); kube-runtime logs it.
+                Some(Err(_)) => continue,
+                None => break,
+            },
+        };
+        for (namespace, name) in served.ctx.handler.readers(&resource, &meta.metadata) {
+            shared
+                .queue
+                .push(super::keyed::key(&served.kind, namespace.as_deref(), &name));
+        }
+    }
+}
+
 impl<K> Queue<K> {
     /// Asks for a reconcile of `key` (dropped once the controller stopped).
     pub(super) fn push(&self, key: ObjectRef<Keyed<K>>) {
