@@ -179,10 +179,12 @@ impl Handler for DeclaredHandler {
     }
 
     fn plan(&self, resource: &DeclaredObject, read: &Read) -> Result<Plan<()>, HandlerError> {
-        let overlay =
+        let mut overlay =
             self.kind
                 .recipe
                 .overlay(self.kind.name(), &self.kind.file.spec, resource, read)?;
+        // A Secret's data may be anywhere in it now: never kept on disk.
+        overlay.sensitive |= (self.kind.file.spec.references.values()).any(|r| r.kind == "Secret");
         Ok(Plan {
             requeue_after: self.kind.interval,
             ..Plan::apply(overlay)
