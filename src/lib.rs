@@ -19,6 +19,7 @@ pub mod definitions;
 pub mod diff;
 pub mod duration;
 mod engine;
+mod functions;
 pub mod guard;
 pub mod kind;
 pub mod kinds;

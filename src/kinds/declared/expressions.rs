@@ -122,6 +122,7 @@ impl Expression {
     /// Its value with `variables` bound (each a JSON value), as JSON.
     pub fn eval(&self, variables: &BTreeMap<&str, Value>) -> Result<Value, EvalError> {
         let mut context = Context::default();
+        add_functions(&mut context);
         for name in &self.reads {
             if let Some(value) = variables.get(name.as_str()) {
                 context.add_variable_from_value(name.as_str(), to_cel(value));
@@ -136,6 +137,53 @@ impl Expression {
         let mut budget = MAX_VALUE_NODES;
         to_json(&value, &mut budget)
     }
+}
+
+/// The functions templates have too (`crate::functions`), under the same
+/// names: `b64encode(s)`, `b64decode(s)`, `sha256(s)`, `from_json(s)`,
+/// `seeded_string(seed, length)`, `quantity(s)`.
+pub const FUNCTIONS: [&str; 6] = [
+    "b64encode",
+    "b64decode",
+    "sha256",
+    "from_json",
+    "seeded_string",
+    "quantity",
+];
+
+/// Registers [`FUNCTIONS`] on `context`.
+fn add_functions(context: &mut Context) {
+    use crate::functions as f;
+    use std::sync::Arc;
+    type Answer = Result<cel::Value, cel::ExecutionError>;
+    let failed = |name: &str, e: f::FunctionError| cel::ExecutionError::function_error(name, e);
+    // The names are not CEL's own: registering them cannot conflict.
+    let _ = context.add_function("b64encode", |s: Arc<String>| f::b64encode(&s));
+    let _ = context.add_function("b64decode", move |s: Arc<String>| -> Answer {
+        f::b64decode(&s)
+            .map(cel::Value::from)
+            .map_err(|e| failed("b64decode", e))
+    });
+    let _ = context.add_function("sha256", |s: Arc<String>| f::sha256(&s));
+    let _ = context.add_function("from_json", move |s: Arc<String>| -> Answer {
+        f::from_json(&s)
+            .map(|v| to_cel(&v))
+            .map_err(|e| failed("from_json", e))
+    });
+    let _ = context.add_function(
+        "seeded_string",
+        move |seed: Arc<String>, length: i64| -> Answer {
+            let length = u64::try_from(length).unwrap_or(0);
+            f::seeded_string(&seed, length)
+                .map(cel::Value::from)
+                .map_err(|e| failed("seeded_string", e))
+        },
+    );
+    let _ = context.add_function("quantity", move |s: Arc<String>| -> Answer {
+        f::quantity(&s)
+            .map(cel::Value::Float)
+            .map_err(|e| failed("quantity", e))
+    });
 }
 
 /// Why an expression gave no value.
@@ -453,6 +501,42 @@ mod tests {
         assert_eq!(
             eval("workers.map(w, w.metadata.name)", &vars),
             Ok(json!(["a", "b"]))
+        );
+    }
+
+    #[test]
+    fn the_templates_functions_are_cel_functions_too() {
+        let vars = [
+            ("metadata", json!({"uid": "u-1"})),
+            (
+                "spec",
+                json!({"memory": "1Gi", "config": "{\"port\": 8080}"}),
+            ),
+        ];
+        assert_eq!(
+            eval("b64encode(\"user:pw\")", &vars),
+            Ok(json!("dXNlcjpwdw=="))
+        );
+        assert_eq!(
+            eval("b64decode(\"dXNlcjpwdw==\")", &vars),
+            Ok(json!("user:pw"))
+        );
+        assert_eq!(eval("sha256(\"abc\").size()", &vars), Ok(json!(64)));
+        assert_eq!(eval("from_json(spec.config).port", &vars), Ok(json!(8080)));
+        assert_eq!(
+            eval("quantity(spec.memory) / 2.0", &vars),
+            Ok(json!(536_870_912.0))
+        );
+        assert_eq!(
+            eval("seeded_string(metadata.uid, 12)", &vars),
+            Ok(json!(crate::functions::seeded_string("u-1", 12).unwrap()))
+        );
+        let names = known(&["spec"]);
+        let bad = Expression::compile("b64decode(\"***\")", &names).unwrap();
+        let err = bad.eval(&BTreeMap::new()).unwrap_err();
+        assert!(
+            matches!(&err, EvalError::Failed(m) if m.contains("b64decode")),
+            "{err:?}"
         );
     }
 

@@ -3,24 +3,18 @@
 //! list of any length: `range(end=30000000)` took a gigabyte); the
 //! functions that read the world refused at render time too, behind the
 //! parse-time check of `checks.rs`; and what kinds need that Tera lacks
-//! (kro's CEL library has them): base64, SHA-256, JSON parsing and a
-//! random string that a seed fixes (so a resource renders the same at
-//! every reconcile, and the no-op skip holds).
+//! (kro's CEL library has them): base64, SHA-256, JSON parsing, a random
+//! string that a seed fixes and Kubernetes quantities, the same functions
+//! CEL expressions get (`crate::functions`).
 
 use std::collections::HashMap;
 
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD as BASE64;
-use sha2::{Digest, Sha256};
 use tera::{Tera, Value};
+
+use crate::functions;
 
 /// The most values one `range` call gives.
 pub const RANGE_LIMIT: usize = 10_000;
-/// The longest string one `seeded_string` call makes.
-pub const SEEDED_STRING_LIMIT: u64 = 256;
-/// The characters of a `seeded_string`: lower-case letters and digits,
-/// valid in any Kubernetes name and any password field.
-const SEEDED_ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
 
 /// Registers the functions and filters on `tera`, over Tera's own.
 pub fn register(tera: &mut Tera) {
@@ -30,6 +24,7 @@ pub fn register(tera: &mut Tera) {
     tera.register_filter("b64decode", b64decode);
     tera.register_filter("sha256", sha256);
     tera.register_filter("from_json", from_json);
+    tera.register_filter("quantity", quantity);
     for name in ["get_env", "now", "get_random"] {
         tera.register_function(name, move |_: &HashMap<String, Value>| {
             Err(tera::Error::msg(format!(
@@ -81,39 +76,56 @@ fn text<'a>(value: &'a Value, filter: &str) -> tera::Result<&'a str> {
         .ok_or_else(|| tera::Error::msg(format!("{filter}: {value} is not a string")))
 }
 
+/// A filter's value, or its error as Tera's.
+fn filtered<T: Into<Value>>(result: Result<T, functions::FunctionError>) -> tera::Result<Value> {
+    result
+        .map(Into::into)
+        .map_err(|e| tera::Error::msg(e.to_string()))
+}
+
 /// `{{ s | b64encode }}`: the UTF-8 bytes of `s` in standard base64.
 fn b64encode(value: &Value, _: &HashMap<String, Value>) -> tera::Result<Value> {
-    Ok(Value::String(BASE64.encode(text(value, "b64encode")?)))
+    Ok(Value::String(functions::b64encode(text(
+        value,
+        "b64encode",
+    )?)))
 }
 
 /// `{{ s | b64decode }}`: standard base64 decoded; the result must be text.
 fn b64decode(value: &Value, _: &HashMap<String, Value>) -> tera::Result<Value> {
-    let bytes = BASE64
-        .decode(text(value, "b64decode")?.trim())
-        .map_err(|e| tera::Error::msg(format!("b64decode: not base64 ({e})")))?;
-    String::from_utf8(bytes)
-        .map(Value::String)
-        .map_err(|_| tera::Error::msg("b64decode: the decoded bytes are not UTF-8 text"))
+    filtered(functions::b64decode(text(value, "b64decode")?))
 }
 
 /// `{{ s | sha256 }}`: the SHA-256 of the UTF-8 bytes of `s`, in hex.
 fn sha256(value: &Value, _: &HashMap<String, Value>) -> tera::Result<Value> {
-    let digest = Sha256::digest(text(value, "sha256")?.as_bytes());
-    Ok(Value::String(hex::encode(digest)))
+    Ok(Value::String(functions::sha256(text(value, "sha256")?)))
 }
 
 /// `{{ s | from_json }}`: the value `s` holds as JSON (an object, a list,
-/// a scalar), to read fields from. serde_json refuses nesting deeper than
-/// 128 levels.
+/// a scalar), to read fields from.
 fn from_json(value: &Value, _: &HashMap<String, Value>) -> tera::Result<Value> {
-    serde_json::from_str(text(value, "from_json")?)
-        .map_err(|e| tera::Error::msg(format!("from_json: not JSON ({e})")))
+    filtered(functions::from_json(text(value, "from_json")?))
+}
+
+/// `{{ s | quantity }}`: a Kubernetes quantity as a number of base units
+/// (a whole one as an integer, so it writes back as a quantity).
+fn quantity(value: &Value, _: &HashMap<String, Value>) -> tera::Result<Value> {
+    if let Value::Number(_) = value {
+        return Ok(value.clone());
+    }
+    let number = functions::quantity(text(value, "quantity")?)
+        .map_err(|e| tera::Error::msg(e.to_string()))?;
+    let whole = number.fract() == 0.0 && number.abs() < 9e15;
+    Ok(if whole {
+        Value::from(number as i64)
+    } else {
+        Value::from(number)
+    })
 }
 
 /// `seeded_string(seed, length)`: `length` letters and digits that look
 /// random but depend on `seed` alone (`seed=metadata.uid` gives each
-/// resource its own, the same at every reconcile): SHA-256 in counter mode,
-/// bytes outside a multiple of the alphabet's size dropped (no bias).
+/// resource its own, the same at every reconcile).
 fn seeded_string(args: &HashMap<String, Value>) -> tera::Result<Value> {
     let seed = match args.get("seed") {
         Some(Value::String(seed)) => seed.as_str(),
@@ -128,32 +140,7 @@ fn seeded_string(args: &HashMap<String, Value>) -> tera::Result<Value> {
         .get("length")
         .and_then(Value::as_u64)
         .ok_or_else(|| tera::Error::msg("seeded_string(): length must be a whole number"))?;
-    if length == 0 || length > SEEDED_STRING_LIMIT {
-        return Err(tera::Error::msg(format!(
-            "seeded_string(): length={length} is not between 1 and {SEEDED_STRING_LIMIT}"
-        )));
-    }
-    Ok(Value::String(seeded(seed, length as usize)))
-}
-
-fn seeded(seed: &str, length: usize) -> String {
-    let alphabet = SEEDED_ALPHABET.len();
-    let unbiased = 256 - 256 % alphabet;
-    let mut out = String::with_capacity(length);
-    let mut block: u64 = 0;
-    while out.len() < length {
-        let digest = Sha256::new()
-            .chain_update(seed.as_bytes())
-            .chain_update(block.to_be_bytes())
-            .finalize();
-        for byte in digest.iter().map(|b| usize::from(*b)) {
-            if byte < unbiased && out.len() < length {
-                out.push(char::from(SEEDED_ALPHABET[byte % alphabet]));
-            }
-        }
-        block += 1;
-    }
-    out
+    filtered(functions::seeded_string(seed, length))
 }
 
 #[cfg(test)]
@@ -165,6 +152,16 @@ mod tests {
         register(&mut tera);
         tera.render_str(template, &tera::Context::new())
             .map_err(|e| format!("{e:?}"))
+    }
+
+    #[test]
+    fn quantities_are_numbers_to_compute_with() {
+        assert_eq!(
+            render("{% set m = \"1Gi\" | quantity %}{{ m * 2 }}").unwrap(),
+            "2147483648"
+        );
+        assert_eq!(render("{{ \"250m\" | quantity }}").unwrap(), "0.25");
+        assert!(render("{{ \"1Gb\" | quantity }}").is_err());
     }
 
     #[test]
@@ -243,7 +240,11 @@ mod tests {
     fn a_seeded_string_depends_on_its_seed_alone() {
         let one = render("{{ seeded_string(seed='uid-1', length=40) }}").unwrap();
         assert_eq!(one.len(), 40);
-        assert!(one.bytes().all(|b| SEEDED_ALPHABET.contains(&b)), "{one}");
+        assert!(
+            one.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()),
+            "{one}"
+        );
         assert_eq!(
             render("{{ seeded_string(seed='uid-1', length=40) }}").unwrap(),
             one
