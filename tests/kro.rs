@@ -6,8 +6,11 @@ mod common;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ResourceQuota, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use kustomize_operator::kind::KustomizeDir;
@@ -17,7 +20,16 @@ use sha2::{Digest, Sha256};
 use tokio::sync::OnceCell;
 
 const TIMEOUT: Duration = Duration::from_secs(90);
-const KINDS: [&str; 3] = ["webapp", "checksumrestart", "something"];
+const KINDS: [&str; 8] = [
+    "webapp",
+    "checksumrestart",
+    "something",
+    "job",
+    "simpledeployment",
+    "defaults",
+    "tenantenv",
+    "coredns",
+];
 
 fn folder() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kro")
@@ -262,5 +274,210 @@ async fn kros_cel_functions_have_their_equivalents() {
     assert_eq!(labels["first_part"], "a");
 
     delete(&apps, "thing").await;
+    operator.stop().await;
+}
+
+#[tokio::test]
+async fn kros_job_example_is_ready_once_its_job_completes() {
+    let client = common::cluster().await;
+    let registry = registry().await;
+    let ns = common::TestNamespace::new(&client, "kro-job").await;
+    let apps = api(&client, &registry, "job", &ns.name);
+    let operator = operator(&ns.name).await;
+    let spec = json!({"replicas": 2, "delayInSeconds": 1});
+    apps.create(
+        &PostParams::default(),
+        &instance("JobDeployment", "batch", spec),
+    )
+    .await
+    .unwrap();
+    ready(&apps, "batch").await;
+    let job = Api::<Job>::namespaced(client.clone(), &ns.name)
+        .get("batch-job")
+        .await
+        .unwrap();
+    assert!(
+        job.status.unwrap().completion_time.is_some(),
+        "Ready only once the Job completed"
+    );
+    let command = job.spec.unwrap().template.spec.unwrap().containers[0]
+        .command
+        .clone()
+        .unwrap();
+    assert_eq!(command, ["sleep", "1"]);
+    let deployment = Api::<Deployment>::namespaced(client.clone(), &ns.name)
+        .get("batch")
+        .await
+        .unwrap();
+    assert_eq!(deployment.spec.unwrap().replicas, Some(2));
+    delete(&apps, "batch").await;
+    operator.stop().await;
+}
+
+#[tokio::test]
+async fn kros_simple_deployment_includes_its_service_when_enabled() {
+    let client = common::cluster().await;
+    let registry = registry().await;
+    let ns = common::TestNamespace::new(&client, "kro-simple").await;
+    let apps = api(&client, &registry, "simpledeployment", &ns.name);
+    let operator = operator(&ns.name).await;
+    apps.create(
+        &PostParams::default(),
+        &instance("SimpleDeployment", "simple", json!({"name": "simple"})),
+    )
+    .await
+    .unwrap();
+    let simple = ready(&apps, "simple").await;
+    assert_eq!(simple.data["status"]["availableReplicas"], 1);
+    assert!(simple.data["status"]["deploymentConditions"].is_array());
+    let services = Api::<Service>::namespaced(client.clone(), &ns.name);
+    let service = services.get("simple").await.unwrap();
+    let port = &service.spec.unwrap().ports.unwrap()[0];
+    assert_eq!(
+        port.target_port,
+        Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(8080))
+    );
+    let off = json!({"spec": {"service": {"enabled": false}}});
+    apps.patch("simple", &PatchParams::default(), &Patch::Merge(&off))
+        .await
+        .unwrap();
+    ready(&apps, "simple").await;
+    assert!(
+        services.get_opt("simple").await.unwrap().is_none(),
+        "pruned"
+    );
+    delete(&apps, "simple").await;
+    operator.stop().await;
+}
+
+#[tokio::test]
+async fn kros_defaults_example_has_no_resource_and_its_defaults() {
+    let client = common::cluster().await;
+    let registry = registry().await;
+    let ns = common::TestNamespace::new(&client, "kro-defaults").await;
+    let apps = api(&client, &registry, "defaults", &ns.name);
+    let operator = operator(&ns.name).await;
+    let spec = json!({"required": 1, "config": {"field": "x"}});
+    apps.create(&PostParams::default(), &instance("Defaulted", "d", spec))
+        .await
+        .unwrap();
+    let d = ready(&apps, "d").await;
+    let spec = &d.data["spec"];
+    assert_eq!(spec["elements"], json!(["a", "b", "c", "d"]));
+    assert_eq!(
+        (
+            spec["element"].clone(),
+            spec["enabled"].clone(),
+            spec["number"].clone()
+        ),
+        (json!("e"), json!(true), json!(100))
+    );
+    assert_eq!(
+        (
+            spec["config"]["field2"].clone(),
+            spec["config"]["field3"].clone()
+        ),
+        (json!(200), json!(2002))
+    );
+    let count = &d.data["status"]["inventory"]["count"];
+    assert!(count.is_null() || *count == 0, "nothing applied: {count}");
+    let missing = json!({"apiVersion": "kro.run/v1alpha1", "kind": "Defaulted",
+        "metadata": {"name": "e"}, "spec": {}});
+    let refused = apps
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(missing).unwrap(),
+        )
+        .await;
+    assert!(refused.is_err(), "`required` is required");
+    delete(&apps, "d").await;
+    operator.stop().await;
+}
+
+#[tokio::test]
+async fn kros_tenant_environment_makes_a_namespace_and_what_goes_in_it() {
+    let client = common::cluster().await;
+    let registry = registry().await;
+    let ns = common::TestNamespace::new(&client, "kro-tenant").await;
+    let apps = api(&client, &registry, "tenantenv", &ns.name);
+    let operator = operator(&ns.name).await;
+    let tenant = format!("tenant-{:06x}", rand::random::<u32>() & 0xff_ffff);
+    apps.create(
+        &PostParams::default(),
+        &instance("TenantEnvironment", "acme", json!({"tenantId": tenant})),
+    )
+    .await
+    .unwrap();
+    let acme = ready(&apps, "acme").await;
+    assert_eq!(acme.data["status"]["inventory"]["count"], 3);
+    let namespace = Api::<Namespace>::all(client.clone())
+        .get(&tenant)
+        .await
+        .unwrap();
+    assert_eq!(namespace.metadata.labels.unwrap()["name"], tenant);
+    let quota = Api::<ResourceQuota>::namespaced(client.clone(), &tenant)
+        .get(&format!("{tenant}-quota"))
+        .await
+        .unwrap();
+    let hard = quota.spec.unwrap().hard.unwrap();
+    assert_eq!(hard["limits.memory"].0, "2Gi");
+    Api::<NetworkPolicy>::namespaced(client.clone(), &tenant)
+        .get(&format!("{tenant}-isolation"))
+        .await
+        .unwrap();
+    // kro takes any tenantId; here the schema and `reach` keep it to tenant-*.
+    let system = instance(
+        "TenantEnvironment",
+        "sys",
+        json!({"tenantId": "kube-system"}),
+    );
+    assert!(apps.create(&PostParams::default(), &system).await.is_err());
+    delete(&apps, "acme").await;
+    let gone = Api::<Namespace>::all(client.clone())
+        .get_opt(&tenant)
+        .await
+        .unwrap();
+    assert!(gone.is_none_or(|n| n.metadata.deletion_timestamp.is_some()));
+    operator.stop().await;
+}
+
+#[tokio::test]
+async fn kros_coredns_makes_its_cluster_role_and_binding_and_takes_them_away() {
+    let client = common::cluster().await;
+    let registry = registry().await;
+    let ns = common::TestNamespace::new(&client, "kro-coredns").await;
+    let apps = api(&client, &registry, "coredns", &ns.name);
+    let operator = operator(&ns.name).await;
+    let name = format!("kro-dns-{:06x}", rand::random::<u32>() & 0xff_ffff);
+    apps.create(
+        &PostParams::default(),
+        &instance("CoreDNSDeployment", "dns", json!({"name": name})),
+    )
+    .await
+    .unwrap();
+    let dns = ready(&apps, "dns").await;
+    assert_eq!(dns.data["status"]["availableReplicas"], 2);
+    assert_eq!(dns.data["status"]["inventory"]["count"], 6);
+    let roles = Api::<ClusterRole>::all(client.clone());
+    let role = roles.get(&name).await.unwrap();
+    assert_eq!(role.metadata.labels.unwrap()["k8s-app"], "kube-dns");
+    let bindings = Api::<ClusterRoleBinding>::all(client.clone());
+    let subject = &bindings.get(&name).await.unwrap().subjects.unwrap()[0];
+    assert_eq!(subject.namespace.as_deref(), Some(ns.name.as_str()));
+    Api::<ServiceAccount>::namespaced(client.clone(), &ns.name)
+        .get(&name)
+        .await
+        .unwrap();
+    let corefile = Api::<ConfigMap>::namespaced(client.clone(), &ns.name)
+        .get(&name)
+        .await
+        .unwrap()
+        .data
+        .unwrap()["Corefile"]
+        .clone();
+    assert!(corefile.starts_with(".:53 {"), "{corefile}");
+    delete(&apps, "dns").await;
+    assert!(roles.get_opt(&name).await.unwrap().is_none());
+    assert!(bindings.get_opt(&name).await.unwrap().is_none());
     operator.stop().await;
 }
