@@ -255,6 +255,8 @@ async fn kros_cel_functions_have_their_equivalents() {
     assert_eq!(value("DNS_FIRST_PART"), "a");
     assert_eq!(value("DNS_PARTIALS"), "a");
     assert_eq!(value("JSON_UNMARSHAL_EXAMPLE"), "exampleJSONValue");
+    assert_eq!(value("LISTS_SUM"), "600");
+    assert_eq!(value("QUANTITY_COMPARISON"), "small");
     assert_eq!(value("JSON_MARSHAL_EXAMPLE"), r#"{"name":"thing"}"#);
     assert_eq!(value("HASH_SHA256"), hex::encode(Sha256::digest("thing")));
     let seeded = value("RANDOM_SEEDED_STRING");
