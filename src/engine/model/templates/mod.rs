@@ -476,7 +476,8 @@ fn as_data(nodes: &mut [tera::ast::Node]) {
                 }
             }
             Node::If(branches, _) => {
-                for (_, _, body) in &mut branches.conditions {
+                for (_, condition, body) in &mut branches.conditions {
+                    tested_unescaped(condition);
                     as_data(body);
                 }
                 if let Some((_, body)) = &mut branches.otherwise {
@@ -485,6 +486,33 @@ fn as_data(nodes: &mut [tera::ast::Node]) {
             }
             _ => {}
         }
+    }
+}
+
+/// Makes a condition test values, not their escaped text: with escaping
+/// on, Tera escapes a string before it tests it, and an empty string
+/// escapes to `""`, which is true. Every operand tested for truth ends in
+/// `safe`, which only says "do not escape" (a condition writes nothing).
+fn tested_unescaped(expr: &mut tera::ast::Expr) {
+    use tera::ast::{ExprVal, LogicExpr, LogicOperator};
+    match &mut expr.val {
+        ExprVal::Logic(LogicExpr {
+            lhs,
+            rhs,
+            operator: LogicOperator::And | LogicOperator::Or,
+        }) => {
+            tested_unescaped(lhs);
+            tested_unescaped(rhs);
+        }
+        ExprVal::Ident(_) | ExprVal::StringConcat(_) => {
+            if !expr.filters.last().is_some_and(|f| f.name == "safe") {
+                expr.filters.push(tera::ast::FunctionCall {
+                    name: "safe".to_string(),
+                    args: HashMap::new(),
+                });
+            }
+        }
+        _ => {}
     }
 }
 
@@ -781,6 +809,26 @@ mod tests {
         let out = k.render("k/patches/p.yaml", &values).unwrap();
         let parsed: Vec<String> = serde_saphyr::from_str(&out).unwrap();
         assert_eq!(parsed, ["a\n- b", "c: d", "a\n- b"], "{out}");
+    }
+
+    #[test]
+    fn a_condition_tests_a_strings_value_not_its_escaped_text() {
+        let template = "- {% if s %}T{% else %}F{% endif %}\n\
+            - {% if not s %}T{% else %}F{% endif %}\n\
+            - {% if s and t %}T{% else %}F{% endif %}\n\
+            - {% if s or t %}T{% else %}F{% endif %}\n\
+            - {% if s ~ '' %}T{% else %}F{% endif %}\n\
+            - {% if l | first %}T{% elif t %}E{% else %}F{% endif %}\n";
+        let dir = dir_with(template);
+        let k = KustomizeDir::load(dir.path()).unwrap();
+        let render = |values: serde_json::Value| -> Vec<String> {
+            let out = k.render("k/patches/p.yaml", &values).unwrap();
+            serde_saphyr::from_str(&out).unwrap()
+        };
+        let empty = render(json!({"s": "", "t": "x", "l": [""]}));
+        assert_eq!(empty, ["F", "T", "F", "T", "F", "E"]);
+        let full = render(json!({"s": "a", "t": "", "l": ["a"]}));
+        assert_eq!(full, ["T", "F", "F", "T", "T", "T"]);
     }
 
     #[test]
