@@ -505,7 +505,7 @@ fn tested_unescaped(expr: &mut tera::ast::Expr) {
             tested_unescaped(rhs);
         }
         ExprVal::Ident(_) | ExprVal::StringConcat(_) => {
-            if !expr.filters.last().is_some_and(|f| f.name == "safe") {
+            if expr.filters.last().is_none_or(|f| f.name != "safe") {
                 expr.filters.push(tera::ast::FunctionCall {
                     name: "safe".to_string(),
                     args: HashMap::new(),
