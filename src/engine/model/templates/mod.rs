@@ -504,13 +504,13 @@ fn tested_unescaped(expr: &mut tera::ast::Expr) {
             tested_unescaped(lhs);
             tested_unescaped(rhs);
         }
-        ExprVal::Ident(_) | ExprVal::StringConcat(_) => {
-            if expr.filters.last().is_none_or(|f| f.name != "safe") {
-                expr.filters.push(tera::ast::FunctionCall {
-                    name: "safe".to_string(),
-                    args: HashMap::new(),
-                });
-            }
+        ExprVal::Ident(_) | ExprVal::StringConcat(_)
+            if expr.filters.last().is_none_or(|f| f.name != "safe") =>
+        {
+            expr.filters.push(tera::ast::FunctionCall {
+                name: "safe".to_string(),
+                args: HashMap::new(),
+            });
         }
         _ => {}
     }
