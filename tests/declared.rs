@@ -1187,11 +1187,13 @@ spec:
       palette: {type: string}
   references:
     colors: {apiVersion: v1, kind: ConfigMap, name: \"{{ spec.palette }}\"}
+    swatches: {apiVersion: v1, kind: ConfigMap, selector: {swatch: \"{{ spec.palette }}\"}}
   overlay:
     resources:
       - template: theme.yaml
   status:
     - {field: color, type: string, expression: colors.data.color}
+    - {field: swatches, type: integer, expression: size(swatches)}
 ";
 
 const THEME: &str = "apiVersion: v1
@@ -1272,6 +1274,21 @@ async fn references_are_read_as_the_writer_and_a_change_re_renders() {
     palette(&ns.name, "sea", "teal");
     let applied = wait_reason(&api, "boat", "Applied").await;
     assert_eq!(applied.data["status"]["color"], "teal");
+    assert_eq!(applied.data["status"]["swatches"], 0);
+    // A selector's objects, read page by page (more than one page).
+    let swatches: String = (0..12)
+        .map(|i| {
+            format!(
+                "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: swatch-{i}, namespace: {}, labels: {{swatch: sea}}}}\n",
+                ns.name
+            )
+        })
+        .collect();
+    apply_text(&swatches);
+    common::wait_until(TIMEOUT, "the 12 swatches counted", || async {
+        api.get("boat").await.unwrap().data["status"]["swatches"] == 12
+    })
+    .await;
     assert_eq!(
         common::greeting::config_map_field(&ns.name, "boat-theme", "color"),
         "teal"

@@ -20,7 +20,7 @@ use crate::kind::{HandlerError, Reason, api_message};
 /// The most bytes (as JSON) one resource's references may read in all.
 pub const MAX_READ_BYTES: usize = 1024 * 1024;
 /// The most objects one selector reference reads.
-pub const MAX_LISTED: u32 = 100;
+pub const MAX_LISTED: usize = 100;
 
 /// One reference, rendered for one resource: what to read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,33 +124,77 @@ async fn read_one(
     w: &Lookup,
 ) -> Result<Value, HandlerError> {
     let path = DynamicObject::url_path(&w.resource, Some(&w.namespace));
-    let request = kube::core::Request::new(path);
-    let built = match &w.by {
-        By::Name(name) => request.get(name, &GetParams::default()),
-        By::Labels(labels) => {
-            let params = ListParams::default()
-                .labels(&selector(labels))
-                .limit(MAX_LISTED);
-            request.list(&params)
+    let labels = match &w.by {
+        By::Name(name) => {
+            let request = kube::core::Request::new(path).get(name, &GetParams::default());
+            return match send(client, user, request).await {
+                Ok(value) => Ok(value),
+                Err(kube::Error::Api(e)) if e.code == 404 && w.optional => Ok(Value::Null),
+                Err(e) => Err(refused(w, user, &e)),
+            };
         }
+        By::Labels(labels) => selector(labels),
     };
-    let mut http = built.map_err(|e| HandlerError::Invalid(e.to_string()))?;
+    // Paged, so that a few large objects cannot make one answer of any size.
+    let mut items = Vec::new();
+    let mut bytes = 0;
+    let mut next: Option<String> = None;
+    loop {
+        let mut params = ListParams::default().labels(&labels).limit(PAGE);
+        if let Some(token) = next.take() {
+            params = params.continue_token(&token);
+        }
+        let request = kube::core::Request::new(&path).list(&params);
+        let page = send(client, user, request)
+            .await
+            .map_err(|e| refused(w, user, &e))?;
+        bytes += serde_json::to_vec(&page).map_or(0, |v| v.len());
+        if bytes > MAX_READ_BYTES {
+            return Err(HandlerError::TooLarge(format!(
+                "reference {}: the objects of {} are more than {MAX_READ_BYTES} bytes",
+                w.name,
+                w.describe()
+            )));
+        }
+        items.extend(page["items"].as_array().into_iter().flatten().cloned());
+        next = page["metadata"]["continue"]
+            .as_str()
+            .filter(|t| !t.is_empty())
+            .map(str::to_string);
+        if next.is_none() || items.len() >= MAX_LISTED {
+            items.truncate(MAX_LISTED);
+            return Ok(Value::Array(items));
+        }
+    }
+}
+
+/// Objects per page of a selector's list.
+const PAGE: u32 = 10;
+
+/// Sends `request` as `user` (the client's own identity when `None`).
+async fn send(
+    client: &kube::Client,
+    user: Option<&str>,
+    request: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
+) -> Result<Value, kube::Error> {
+    let mut http = request.map_err(kube::Error::BuildRequest)?;
     if let Some(user) = user {
-        let header = http::HeaderValue::from_str(user)
-            .map_err(|e| HandlerError::Invalid(format!("{user:?}: {e}")))?;
+        let header = http::HeaderValue::from_str(user).map_err(|e| {
+            kube::Error::BuildRequest(kube::core::request::Error::Validation(e.to_string()))
+        })?;
         http.headers_mut().insert("Impersonate-User", header);
     }
-    match client.request::<Value>(http).await {
-        Ok(value) => Ok(match &w.by {
-            By::Name(_) => value,
-            By::Labels(_) => value.get("items").cloned().unwrap_or(Value::Array(vec![])),
-        }),
-        Err(kube::Error::Api(e)) if e.code == 404 && w.optional => Ok(Value::Null),
-        Err(kube::Error::Api(e)) if e.code == 404 => Err(HandlerError::transient(
+    client.request::<Value>(http).await
+}
+
+/// A failed read in words: missing, refused, or another API error.
+fn refused(w: &Lookup, user: Option<&str>, error: &kube::Error) -> HandlerError {
+    match error {
+        kube::Error::Api(e) if e.code == 404 => HandlerError::transient(
             Reason::ReferenceNotFound,
             format!("reference {}: {} not found", w.name, w.describe()),
-        )),
-        Err(kube::Error::Api(e)) if e.code == 403 => Err(HandlerError::transient(
+        ),
+        kube::Error::Api(e) if e.code == 403 => HandlerError::transient(
             Reason::Forbidden,
             format!(
                 "reference {}: {} may not read {} (grant it get and list on {})",
@@ -159,16 +203,16 @@ async fn read_one(
                 w.describe(),
                 w.resource.plural
             ),
-        )),
-        Err(e) => Err(HandlerError::transient(
+        ),
+        other => HandlerError::transient(
             Reason::ApiError,
             format!(
                 "reference {}: cannot read {}: {}",
                 w.name,
                 w.describe(),
-                api_message(&e)
+                api_message(other)
             ),
-        )),
+        ),
     }
 }
 
