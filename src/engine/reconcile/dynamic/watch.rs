@@ -79,6 +79,9 @@ pub(super) async fn resources<H: super::DynamicHandler>(
                 held = std::mem::take(&mut listing);
             }
             watcher::Event::Delete(object) => {
+                // Whatever the kind remembered of it goes too (a finalizer
+                // removed by someone else skips the engine's cleanup).
+                handler.forget(&object);
                 let key = Keyed::new(served.kind.clone(), object).key();
                 shared.drop_key(&key);
                 held.remove(&key);
