@@ -107,6 +107,16 @@ async fn ready(api: &Api<DynamicObject>, name: &str) -> DynamicObject {
     api.get(name).await.unwrap()
 }
 
+/// A client, a test namespace named after `prefix`, and the API of the
+/// kind `kind` there.
+async fn scene(kind: &str, prefix: &str) -> (Client, common::TestNamespace, Api<DynamicObject>) {
+    let client = common::cluster().await;
+    let registry = registry().await;
+    let ns = common::TestNamespace::new(&client, prefix).await;
+    let apps = api(&client, &registry, kind, &ns.name);
+    (client, ns, apps)
+}
+
 async fn delete(api: &Api<DynamicObject>, name: &str) {
     api.delete(name, &DeleteParams::default()).await.unwrap();
     common::wait_until(TIMEOUT, format!("{name} gone"), || async {
@@ -117,10 +127,7 @@ async fn delete(api: &Api<DynamicObject>, name: &str) {
 
 #[tokio::test]
 async fn kros_webapp_serves_its_status_and_its_optional_objects() {
-    let client = common::cluster().await;
-    let registry = registry().await;
-    let ns = common::TestNamespace::new(&client, "kro-webapp").await;
-    let apps = api(&client, &registry, "webapp", &ns.name);
+    let (client, ns, apps) = scene("webapp", "kro-webapp").await;
     let operator = operator(&ns.name).await;
     let spec = json!({"name": "shop", "replicas": 2});
     apps.create(&PostParams::default(), &instance("WebApp", "shop", spec))
@@ -169,10 +176,7 @@ async fn kros_webapp_serves_its_status_and_its_optional_objects() {
 
 #[tokio::test]
 async fn kros_checksum_restart_rolls_the_deployment_when_the_config_changes() {
-    let client = common::cluster().await;
-    let registry = registry().await;
-    let ns = common::TestNamespace::new(&client, "kro-checksum").await;
-    let apps = api(&client, &registry, "checksumrestart", &ns.name);
+    let (client, ns, apps) = scene("checksumrestart", "kro-checksum").await;
     let deployments = Api::<Deployment>::namespaced(client.clone(), &ns.name);
     let operator = operator(&ns.name).await;
     let checksum = |config: &Value| hex::encode(Sha256::digest(config.to_string()));
@@ -221,10 +225,7 @@ async fn kros_checksum_restart_rolls_the_deployment_when_the_config_changes() {
 
 #[tokio::test]
 async fn kros_cel_functions_have_their_equivalents() {
-    let client = common::cluster().await;
-    let registry = registry().await;
-    let ns = common::TestNamespace::new(&client, "kro-functions").await;
-    let apps = api(&client, &registry, "something", &ns.name);
+    let (client, ns, apps) = scene("something", "kro-functions").await;
     let operator = operator(&ns.name).await;
     apps.create(
         &PostParams::default(),
@@ -281,10 +282,7 @@ async fn kros_cel_functions_have_their_equivalents() {
 
 #[tokio::test]
 async fn kros_job_example_is_ready_once_its_job_completes() {
-    let client = common::cluster().await;
-    let registry = registry().await;
-    let ns = common::TestNamespace::new(&client, "kro-job").await;
-    let apps = api(&client, &registry, "job", &ns.name);
+    let (client, ns, apps) = scene("job", "kro-job").await;
     let operator = operator(&ns.name).await;
     let spec = json!({"replicas": 2, "delayInSeconds": 1});
     apps.create(
@@ -318,10 +316,7 @@ async fn kros_job_example_is_ready_once_its_job_completes() {
 
 #[tokio::test]
 async fn kros_simple_deployment_includes_its_service_when_enabled() {
-    let client = common::cluster().await;
-    let registry = registry().await;
-    let ns = common::TestNamespace::new(&client, "kro-simple").await;
-    let apps = api(&client, &registry, "simpledeployment", &ns.name);
+    let (client, ns, apps) = scene("simpledeployment", "kro-simple").await;
     let operator = operator(&ns.name).await;
     apps.create(
         &PostParams::default(),
@@ -354,10 +349,7 @@ async fn kros_simple_deployment_includes_its_service_when_enabled() {
 
 #[tokio::test]
 async fn kros_defaults_example_has_no_resource_and_its_defaults() {
-    let client = common::cluster().await;
-    let registry = registry().await;
-    let ns = common::TestNamespace::new(&client, "kro-defaults").await;
-    let apps = api(&client, &registry, "defaults", &ns.name);
+    let (_client, ns, apps) = scene("defaults", "kro-defaults").await;
     let operator = operator(&ns.name).await;
     let spec = json!({"required": 1, "config": {"field": "x"}});
     apps.create(&PostParams::default(), &instance("Defaulted", "d", spec))
@@ -398,10 +390,7 @@ async fn kros_defaults_example_has_no_resource_and_its_defaults() {
 
 #[tokio::test]
 async fn kros_tenant_environment_makes_a_namespace_and_what_goes_in_it() {
-    let client = common::cluster().await;
-    let registry = registry().await;
-    let ns = common::TestNamespace::new(&client, "kro-tenant").await;
-    let apps = api(&client, &registry, "tenantenv", &ns.name);
+    let (client, ns, apps) = scene("tenantenv", "kro-tenant").await;
     let operator = operator(&ns.name).await;
     let tenant = format!("tenant-{:06x}", rand::random::<u32>() & 0xff_ffff);
     apps.create(
@@ -445,10 +434,7 @@ async fn kros_tenant_environment_makes_a_namespace_and_what_goes_in_it() {
 
 #[tokio::test]
 async fn kros_coredns_makes_its_cluster_role_and_binding_and_takes_them_away() {
-    let client = common::cluster().await;
-    let registry = registry().await;
-    let ns = common::TestNamespace::new(&client, "kro-coredns").await;
-    let apps = api(&client, &registry, "coredns", &ns.name);
+    let (client, ns, apps) = scene("coredns", "kro-coredns").await;
     let operator = operator(&ns.name).await;
     let name = format!("kro-dns-{:06x}", rand::random::<u32>() & 0xff_ffff);
     apps.create(
