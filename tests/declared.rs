@@ -577,6 +577,13 @@ fn kind_folder(name: &str, kind_file: &str, base: &[(&str, &str)]) -> tempfile::
     root
 }
 
+/// Writes `text` as the resource template `file` of the kind `kind` in `folder`.
+fn resource_template(folder: &tempfile::TempDir, kind: &str, file: &str, text: &str) {
+    let resources = folder.path().join(kind).join("resources");
+    std::fs::create_dir_all(&resources).unwrap();
+    std::fs::write(resources.join(file), text).unwrap();
+}
+
 const OPTIONAL: &str = "apiVersion: kustomize-operator.io/v1alpha1
 kind: KindDefinition
 metadata: {name: optional}
@@ -934,18 +941,20 @@ async fn namespaces_and_crds_are_applied_before_what_needs_them() {
             ("crd.yaml", &gadgets_crd(&group)),
         ],
     );
-    let resources = folder.path().join("ordered/resources");
-    std::fs::create_dir_all(&resources).unwrap();
-    std::fs::write(
-        resources.join("namespace.yaml"),
+    resource_template(
+        &folder,
+        "ordered",
+        "namespace.yaml",
         "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {{ \"order-\" ~ metadata.name }}\n",
-    )
-    .unwrap();
-    std::fs::write(
-        resources.join("gadget.yaml"),
-        format!("apiVersion: {group}/v1\nkind: Gadget\nmetadata:\n  name: g\n  namespace: {{{{ \"order-\" ~ metadata.name }}}}\nspec: {{size: 1}}\n"),
-    )
-    .unwrap();
+    );
+    resource_template(
+        &folder,
+        "ordered",
+        "gadget.yaml",
+        &format!(
+            "apiVersion: {group}/v1\nkind: Gadget\nmetadata:\n  name: g\n  namespace: {{{{ \"order-\" ~ metadata.name }}}}\nspec: {{size: 1}}\n"
+        ),
+    );
     let ordered = folder_kind(&client, &folder, "ordered").await;
     let ns = common::TestNamespace::new(&client, "ordered").await;
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &api_resource(&ordered));
@@ -1110,9 +1119,7 @@ async fn a_namespaced_kind_reaches_only_what_it_declares() {
         REACHING,
         &[("kustomization.yaml", "resources: []\n")],
     );
-    let resources = folder.path().join("reaching/resources");
-    std::fs::create_dir_all(&resources).unwrap();
-    std::fs::write(resources.join("objects.yaml"), REACHING_OBJECTS).unwrap();
+    resource_template(&folder, "reaching", "objects.yaml", REACHING_OBJECTS);
     let reaching = folder_kind(&client, &folder, "reaching").await;
     let ns = common::TestNamespace::new(&client, "reaching").await;
     let operator = folder_operator(&ns.name, &folder, "reaching", &[]).await;
@@ -1227,9 +1234,7 @@ async fn references_are_read_as_the_writer_and_a_change_re_renders() {
         THEMED,
         &[("kustomization.yaml", "resources: []\n")],
     );
-    let resources = folder.path().join("themed/resources");
-    std::fs::create_dir_all(&resources).unwrap();
-    std::fs::write(resources.join("theme.yaml"), THEME).unwrap();
+    resource_template(&folder, "themed", "theme.yaml", THEME);
     let themed = folder_kind(&client, &folder, "themed").await;
     let ns = common::TestNamespace::new(&client, "themed").await;
     apply_text(&format!(
