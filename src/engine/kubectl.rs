@@ -727,13 +727,24 @@ fn shell_quote(s: &str) -> String {
 #[cfg(test)]
 pub(crate) mod testing {
     use super::*;
-    use std::os::unix::fs::PermissionsExt;
 
     /// Writes `dir/kubectl`, a shell script running `body`.
+    ///
+    /// The executable is written by a child process (`install`), not by this
+    /// one: a file this process held open for writing could be inherited by
+    /// a process another test forks at that moment, and executing it would
+    /// then fail with "text file busy" (ETXTBSY).
     pub(crate) fn script(dir: &Path, body: &str) -> PathBuf {
+        let source = dir.join("kubectl.sh");
+        std::fs::write(&source, format!("#!/bin/sh\n{body}\n")).unwrap();
         let path = dir.join("kubectl");
-        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let installed = std::process::Command::new("install")
+            .args(["-m", "755"])
+            .arg(&source)
+            .arg(&path)
+            .status()
+            .unwrap();
+        assert!(installed.success(), "install {}", path.display());
         path
     }
 

@@ -346,10 +346,20 @@ pub async fn start_operator(namespace: &str, extra: &[&str]) -> Operator {
 }
 
 /// Writes an executable script.
+///
+/// A child process (`install`) writes the executable: a file this process
+/// held open for writing could be inherited by a process another test forks
+/// at that moment, and running it would then fail with "text file busy".
 pub fn write_script(path: &Path, body: &str) {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::write(path, format!("#!/bin/sh\n{body}\n")).unwrap();
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let source = path.with_extension("source");
+    std::fs::write(&source, format!("#!/bin/sh\n{body}\n")).unwrap();
+    let installed = std::process::Command::new("install")
+        .args(["-m", "755"])
+        .arg(&source)
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(installed.success(), "install {}", path.display());
 }
 
 /// Runs kubectl with `input` on stdin; returns (success, stdout, stderr).
