@@ -18,6 +18,7 @@ use cel::{Context, Program};
 use serde_json::Value;
 
 use super::file::KindSpec;
+use super::typing::{self, Wanted};
 
 /// The longest expression, in characters.
 pub const MAX_SOURCE: usize = 2048;
@@ -112,6 +113,11 @@ impl Expression {
     /// The expression as written.
     pub fn source(&self) -> &str {
         &self.source
+    }
+
+    /// Its syntax tree.
+    pub fn tree(&self) -> &IdedExpr {
+        self.program.expression()
     }
 
     /// The names it reads.
@@ -218,33 +224,37 @@ impl Compiled {
             && self.ready_when.is_empty()
     }
 
-    /// Compiles the expressions of `spec`; an error is the field and why.
+    /// Compiles the expressions of `spec` and checks them against its
+    /// schema and the fields they fill (`typing`); an error is the field
+    /// and why.
     pub fn of(spec: &KindSpec) -> Result<Self, (String, String)> {
         let mut known: BTreeSet<String> = RESOURCE_NAMES.iter().map(|n| n.to_string()).collect();
         known.extend(spec.children.keys().cloned());
         known.extend(spec.references.keys().cloned());
-        let compile = |source: &Option<String>, field: String, known: &BTreeSet<String>| {
-            source
-                .as_deref()
-                .map(|s| Expression::compile(s, known).map_err(|e| (field, e.to_string())))
-                .transpose()
+        let compile = |source: &Option<String>,
+                       field: String,
+                       known: &BTreeSet<String>,
+                       wanted: Wanted|
+         -> Result<Option<Expression>, (String, String)> {
+            let Some(source) = source.as_deref() else {
+                return Ok(None);
+            };
+            let expression =
+                Expression::compile(source, known).map_err(|e| (field.clone(), e.to_string()))?;
+            typing::check(expression.tree(), &spec.schema, wanted)
+                .map_err(|e| (field, e.to_string()))?;
+            Ok(Some(expression))
         };
         let status = (spec.status.iter().enumerate())
             .map(|(i, s)| {
-                compile(
-                    &s.expression,
-                    format!("spec.status[{i}].expression"),
-                    &known,
-                )
+                let field = format!("spec.status[{i}].expression");
+                compile(&s.expression, field, &known, Wanted::Field(&s.type_))
             })
             .collect::<Result<_, _>>()?;
         let readiness = (spec.readiness.iter().enumerate())
             .map(|(i, r)| {
-                compile(
-                    &r.expression,
-                    format!("spec.readiness[{i}].expression"),
-                    &known,
-                )
+                let field = format!("spec.readiness[{i}].expression");
+                compile(&r.expression, field, &known, Wanted::Boolean)
             })
             .collect::<Result<_, _>>()?;
         let mut with_self = known.clone();
@@ -252,7 +262,7 @@ impl Compiled {
         let mut ready_when = BTreeMap::new();
         for (name, child) in &spec.children {
             let field = format!("spec.children.{name}.readyWhen");
-            if let Some(e) = compile(&child.ready_when, field, &with_self)? {
+            if let Some(e) = compile(&child.ready_when, field, &with_self, Wanted::Boolean)? {
                 ready_when.insert(name.clone(), e);
             }
         }

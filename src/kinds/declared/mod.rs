@@ -26,6 +26,7 @@ pub mod pack;
 pub mod rbac;
 mod recipe;
 pub mod references;
+pub mod typing;
 mod validate;
 
 use std::path::{Path, PathBuf};

@@ -622,3 +622,39 @@ fn the_inventory_is_read_from_the_status_alone() {
     assert_eq!(inventory.objects[0].kind, "Service");
     assert_eq!(inventory.objects[0].names, ["hi"]);
 }
+
+/// The kind folders the project keeps load offline, their expressions
+/// checked against their schemas: a check too strict would refuse them.
+#[test]
+fn the_projects_kind_folders_load() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    for folder in ["tests/fixtures/kro", "kustomize"] {
+        let dir = KustomizeDir::load(&root.join(folder)).unwrap();
+        let kinds = super::load(&dir).unwrap_or_else(|e| panic!("{folder}: {e}"));
+        assert!(!kinds.is_empty(), "{folder}");
+    }
+}
+
+#[test]
+fn an_expression_is_checked_against_the_schema_and_its_field() {
+    let with = |expression: &str| {
+        let file = VALID.replace(
+            "  readiness:\n",
+            &format!(
+                "    - {{field: length, type: integer, expression: {expression:?}}}\n  readiness:\n"
+            ),
+        );
+        load(&file).map(drop).map_err(|e| e.to_string())
+    };
+    assert_eq!(with("size(spec.message) + spec.style.color.size()"), Ok(()));
+    let misspelt = with("size(spec.mesage)").unwrap_err();
+    assert!(misspelt.contains("spec.status[1].expression"), "{misspelt}");
+    assert!(misspelt.contains("reads spec.mesage,"), "{misspelt}");
+    let nested = with("size(spec.style.colour)").unwrap_err();
+    assert!(nested.contains("(it declares: color)"), "{nested}");
+    let wrong = with("spec.message").unwrap_err();
+    assert!(
+        wrong.contains("gives a string, where a value of type integer is wanted"),
+        "{wrong}"
+    );
+}
