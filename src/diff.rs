@@ -9,7 +9,7 @@
 //! After the overlays, `diff` lists what a run would prune (objects that
 //! leave the resource and still carry its marker) and what it would leave
 //! (no longer marked), as `# would prune ...` / `# would leave ...` lines;
-//! see [`crate::kinds::pruning`].
+//! the engine's preview (`engine::host::preview`) knows the candidates.
 //!
 //! Exit codes as `kubectl diff`: 0 nothing would change, 1 something
 //! would (a prune included), above 1 an error.
@@ -18,12 +18,12 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use crate::cli::CommonArgs;
+use crate::engine::host::Fate;
 use crate::engine::host::{
     FIELD_MANAGER, Invocation, Kubectl, KubectlConfig, ObjectId, RenderedOverlay, build_one,
 };
 use crate::kind::Step;
-use crate::kinds::pruning::Fate;
-use crate::kinds::{OwnedObjects, RenderOutput};
+use crate::kinds::{OwnedObjects, Preview};
 use crate::render::{RenderCommandError, Source, prepare};
 
 /// Why `diff` could not compare.
@@ -114,7 +114,7 @@ struct Unchecked(String);
 
 /// What a run would do with the objects leaving the resource. The
 /// overlays are built only when a candidate exists in the cluster.
-async fn prune_preview(kubectl: &Kubectl, output: &RenderOutput) -> Result<Vec<Fate>, Unchecked> {
+async fn prune_preview(kubectl: &Kubectl, output: &Preview) -> Result<Vec<Fate>, Unchecked> {
     let pruning = &output.pruning;
     match &pruning.looked {
         _ if !pruning.prunes || pruning.candidates.is_empty() => return Ok(Vec::new()),

@@ -8,8 +8,8 @@
 //!
 //! Kinds are written against the facade in [`kind`]; the engine behind it
 //! is private to the crate. The code that hosts the engine (the operator,
-//! `render`, `diff`, the manifests, the metrics, the kind registry and
-//! pruning) reaches it through its second facade, `engine::host`, and
+//! `render`, `diff`, the manifests, the metrics and the kind registry)
+//! reaches it through its second facade, `engine::host`, and
 //! through nothing else: outside `src/engine/`, only `kind.rs` and
 //! `engine::host` name engine paths (`hack/check-imports` checks it, and
 //! that no modules import each other in a circle).

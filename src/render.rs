@@ -10,7 +10,7 @@ use kube::api::{Api, DynamicObject};
 
 use crate::cli::{CommonArgs, KindsError};
 use crate::kind::Step;
-use crate::kinds::{OwnedObjects, RenderError, RenderOutput};
+use crate::kinds::{OwnedObjects, Preview, RenderError};
 pub use crate::source::{BadReference, ResourceRef, Source};
 
 /// Why `render` (or `diff`) could not render the resource.
@@ -66,7 +66,7 @@ pub enum RenderCommandError {
 #[derive(Debug)]
 pub struct Prepared {
     /// The steps and their rendered overlays.
-    pub output: RenderOutput,
+    pub output: Preview,
     /// The resource had no `metadata.uid` (a file written by hand): the
     /// ownership marker holds a placeholder instead of the UID the live
     /// resource has.

@@ -1,20 +1,20 @@
 //! The engine as host code sees it: the one way into the engine for the
 //! code that hosts it (the operator, `render`, `diff`, the manifests, the
-//! metrics, the kind registry and pruning). Kinds use [`crate::kind`]
+//! metrics, the kind registry). Kinds use [`crate::kind`]
 //! instead. Everything here is a re-export; nothing outside the engine
 //! names another engine path (`hack/check-imports` checks it).
 
 pub use super::kubectl::KubectlStats;
 pub use super::reconcile::context::ReconcileError;
+pub use super::reconcile::preview::{PLACEHOLDER_UID, Preview, PreviewError};
 
 pub(crate) use super::kubectl::{
     Invocation, Kubectl, KubectlConfig, KubectlError, in_cluster_kubeconfig,
 };
 pub(crate) use super::live::crds::wait_established;
-pub(crate) use super::live::ownership::{self, Discovery, Inspected, Verdict};
 pub(crate) use super::model::identity::{Identity, parse_cluster_account};
-pub(crate) use super::model::inventory::{ObjectId, Owner};
-pub(crate) use super::model::overlay::{Marking, OverlayError, RenderedOverlay, private_dir};
+pub(crate) use super::model::inventory::ObjectId;
+pub(crate) use super::model::overlay::{OverlayError, RenderedOverlay, private_dir};
 pub(crate) use super::model::shard;
 pub(crate) use super::model::status::{
     ConditionStatus, ConditionUpdate, OUTPUT_LIMIT, set_condition,
@@ -22,15 +22,12 @@ pub(crate) use super::model::status::{
 pub(crate) use super::model::templates::{
     CompiledTemplates, Isolation, TemplateError, TemplateFlavor, TemplateSources, compile_templates,
 };
-pub(crate) use super::reconcile::apply_path::{Rendered, render as render_plan};
 pub(crate) use super::reconcile::controller::{run as run_controller, stopped_before_first_list};
 pub(crate) use super::reconcile::dynamic::{Dynamic, OnCount};
 pub(crate) use super::reconcile::events::{Events, Publish};
 pub(crate) use super::reconcile::finalizing::guarded;
+pub(crate) use super::reconcile::preview::{Fate, preview};
 pub(crate) use super::reconcile::status_writer::apply_status;
 pub(crate) use super::run::batch::BatchSettings;
 pub(crate) use super::run::build::{build_base, build_one};
 pub(crate) use super::{Engine, FIELD_MANAGER, FORGET_EVERY, Settings};
-
-#[cfg(test)]
-pub(crate) use super::live::ownership::Served;

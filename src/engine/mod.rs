@@ -3,7 +3,7 @@
 //! an engine path (`hack/check-imports` fails the build's checks if it
 //! does): kinds use [`crate::kind`], which re-exports the engine's
 //! vocabulary; the code that hosts the engine (the operator, `render`,
-//! `diff`, the manifests, the metrics, the kind registry, pruning) uses
+//! `diff`, the manifests, the metrics, the kind registry) uses
 //! [`host`].
 //!
 //! Four folders, named after the stages, with imports pointing one way
@@ -12,7 +12,8 @@
 //! - [`reconcile`]: the controller of a kind (the watch, the finalizer,
 //!   backoff, which changes start a reconcile), the apply and deletion
 //!   paths, a plan's steps, the health checkup, the one status writer,
-//!   parked statuses, events; `reconcile::context` (what a reconcile
+//!   parked statuses, events, and the preview (the same path offline, for
+//!   `render` and `diff`); `reconcile::context` (what a reconcile
 //!   shares, and why one failed) is a leaf they all use;
 //! - [`run`]: building and applying (`kubectl kustomize`, `kubectl apply`),
 //!   coalesced into batched kubectl runs; kept overlays;

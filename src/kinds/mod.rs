@@ -32,10 +32,8 @@ pub mod chaos_agent;
 pub mod copyrator;
 pub mod declared;
 pub mod exchange_rate;
-pub(crate) mod pruning;
 pub mod registry;
 
-use std::collections::BTreeSet;
 use std::future::Future;
 use std::sync::Arc;
 
@@ -45,8 +43,9 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::CustomResourceExt;
 use kube::api::ApiResource;
 
-use crate::engine::host::{Engine, Marking, OverlayError, Owner, Rendered, render_plan};
-use crate::kind::{FieldConflicts, Handler, HandlerError, KustomizeDir, Step};
+use crate::engine::host::{Engine, OverlayError, PreviewError, preview};
+pub use crate::engine::host::{PLACEHOLDER_UID, Preview};
+use crate::kind::{Handler, HandlerError, KustomizeDir};
 
 /// What every kind is told about where the operator runs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -73,7 +72,7 @@ pub struct KindOptions {
 pub enum OwnedObjects {
     /// Leave them unread.
     Skip,
-    /// Read them ([`RenderOutput`]'s pruning).
+    /// Read them ([`Preview`]'s pruning).
     Read,
 }
 
@@ -124,6 +123,15 @@ pub enum RenderError {
     /// Rendering failed.
     #[error(transparent)]
     Overlay(#[from] OverlayError),
+}
+
+impl From<PreviewError> for RenderError {
+    fn from(e: PreviewError) -> Self {
+        match e {
+            PreviewError::Handler(e) => Self::Handler(e),
+            PreviewError::Overlay(e) => Self::Overlay(e),
+        }
+    }
 }
 
 macro_rules! kinds {
@@ -337,12 +345,12 @@ pub(crate) struct Render<'a> {
 }
 
 impl WithHandler for Render<'_> {
-    type Output = Result<RenderOutput, RenderError>;
+    type Output = Result<Preview, RenderError>;
 
     fn with<H: Handler>(self, handler: H) -> Self::Output {
         let resource = resource_of(&handler, self.doc)?;
         let observed = handler.observe_offline(&resource, self.rest)?;
-        finish_render(&handler, &resource, &observed, self.dir)
+        Ok(preview(&handler, &resource, &observed, self.dir)?)
     }
 }
 
@@ -360,13 +368,13 @@ pub(crate) struct RenderLive<'a> {
 }
 
 impl<'a> WithHandler for RenderLive<'a> {
-    type Output = BoxFuture<'a, Result<RenderOutput, RenderError>>;
+    type Output = BoxFuture<'a, Result<Preview, RenderError>>;
 
     fn with<H: Handler>(self, handler: H) -> Self::Output {
         Box::pin(async move {
             let resource = resource_of(&handler, self.doc)?;
             let observed = handler.observe_preview(&resource, self.client).await?;
-            let mut output = finish_render(&handler, &resource, &observed, self.dir)?;
+            let mut output = preview(&handler, &resource, &observed, self.dir)?;
             if self.owned == OwnedObjects::Read {
                 let adopts = |meta: &kube::api::ObjectMeta| handler.adopts(&resource, meta);
                 output.pruning.look(self.client, &adopts).await;
@@ -385,26 +393,6 @@ where
         && doc.get("kind").and_then(|v| v.as_str()) == Some(H::Resource::kind(&()).as_ref())
 }
 
-/// A plan's steps and their rendering, as `render` produces them.
-#[derive(Debug)]
-pub struct RenderOutput {
-    /// The steps.
-    pub steps: Vec<Step>,
-    /// Each step's overlay, rendered (`None` for steps without one).
-    pub overlays: Vec<Option<crate::engine::host::RenderedOverlay>>,
-    /// The kind's own status fields the plan writes, as JSON.
-    pub status: Option<serde_json::Value>,
-    /// The engine takes back fields other managers changed on the
-    /// resource's existing objects ([`FieldConflicts::TakeBack`]).
-    pub takes_back: bool,
-    /// What a run would prune from.
-    pub(crate) pruning: pruning::Pruning,
-}
-
-/// The UID `render` uses in the ownership marker of a resource that has
-/// none (a file written by hand rather than read from the cluster).
-pub const PLACEHOLDER_UID: &str = "00000000-0000-0000-0000-000000000000";
-
 fn resource_of<H: Handler>(
     handler: &H,
     doc: &serde_json::Value,
@@ -412,51 +400,5 @@ fn resource_of<H: Handler>(
     serde_json::from_value(doc.clone()).map_err(|e| RenderError::Invalid {
         kind: handler.info().name.clone(),
         reason: e.to_string(),
-    })
-}
-
-fn finish_render<H: Handler>(
-    handler: &H,
-    resource: &H::Resource,
-    observed: &H::Observed,
-    dir: &KustomizeDir,
-) -> Result<RenderOutput, RenderError> {
-    use kube::{Resource, ResourceExt};
-    let dt = &handler.info().dyn_type;
-    let plan = handler.plan(resource, observed)?;
-    let marking = Marking {
-        owner: Owner {
-            api_version: H::Resource::api_version(dt).into_owned(),
-            kind: H::Resource::kind(dt).into_owned(),
-            namespace: resource.namespace(),
-            name: resource.name_any(),
-            uid: resource
-                .uid()
-                .unwrap_or_else(|| PLACEHOLDER_UID.to_string()),
-        },
-        owner_references: handler.info().policy.owner_references,
-    };
-    let Rendered { overlays, .. } = render_plan(&plan, dir, &marking)?;
-    let mut candidates: BTreeSet<_> = handler
-        .inventory(resource)
-        .map(|i| i.ids())
-        .unwrap_or_default();
-    candidates.extend(plan.stale.iter().cloned());
-    let pruning = pruning::Pruning {
-        prunes: plan.prune,
-        owner: Some(marking.owner),
-        declared: plan.inventory.map(|d| d.into_iter().collect()),
-        candidates,
-        looked: None,
-    };
-    Ok(RenderOutput {
-        pruning,
-        status: plan
-            .status
-            .as_ref()
-            .and_then(|s| serde_json::to_value(s).ok()),
-        steps: plan.steps,
-        overlays,
-        takes_back: handler.info().policy.conflicts == FieldConflicts::TakeBack,
     })
 }

@@ -11,7 +11,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 
 use super::declared::{self, DeclaredHandler, DeclaredKind, KindFileError};
 use super::{
-    CheckShape, KindName, KindOptions, OwnedObjects, Render, RenderError, RenderLive, RenderOutput,
+    CheckShape, KindName, KindOptions, OwnedObjects, Preview, Render, RenderError, RenderLive,
     RunController, Served, WithHandler, served,
 };
 use crate::engine::host::Engine;
@@ -131,7 +131,7 @@ impl Kind {
         rest: &[serde_json::Value],
         options: &KindOptions,
         dir: &KustomizeDir,
-    ) -> Result<RenderOutput, RenderError> {
+    ) -> Result<Preview, RenderError> {
         self.with_handler(options, Render { doc, rest, dir })
     }
 
@@ -144,7 +144,7 @@ impl Kind {
         options: &KindOptions,
         dir: &KustomizeDir,
         owned: OwnedObjects,
-    ) -> Result<RenderOutput, RenderError> {
+    ) -> Result<Preview, RenderError> {
         let action = RenderLive {
             doc,
             client,

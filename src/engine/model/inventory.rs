@@ -256,13 +256,6 @@ impl Inventory {
     }
 }
 
-/// What to prune after a successful apply: objects the resource owned
-/// before that it does not own now. (Each is deleted only if it still
-/// carries the resource's marker.)
-pub fn prune_set(before: &BTreeSet<ObjectId>, now: &BTreeSet<ObjectId>) -> Vec<ObjectId> {
-    before.difference(now).cloned().collect()
-}
-
 /// Kinds whose objects are current as soon as they exist: not watched.
 const ALWAYS_CURRENT: [(&str, &str); 14] = [
     ("", "ConfigMap"),
@@ -396,23 +389,5 @@ mod tests {
         assert_eq!(inv.objects[0].names, ["web"]);
         assert_eq!(inv.objects[1].names, ["x", "y"]);
         assert_eq!(inv.ids(), ids);
-    }
-
-    #[test]
-    fn prune_removes_only_what_left() {
-        let before: BTreeSet<_> = [
-            id("ConfigMap", Some("a"), "old"),
-            id("ConfigMap", Some("a"), "kept"),
-        ]
-        .into();
-        let now: BTreeSet<_> = [
-            id("ConfigMap", Some("a"), "kept"),
-            id("ConfigMap", Some("a"), "new"),
-        ]
-        .into();
-        assert_eq!(
-            prune_set(&before, &now),
-            vec![id("ConfigMap", Some("a"), "old")]
-        );
     }
 }

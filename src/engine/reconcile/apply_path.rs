@@ -10,12 +10,12 @@ use kube::{Resource, ResourceExt};
 use sha2::{Digest, Sha256};
 
 use super::checkup::{self, Source};
-use super::context::{Context, ReconcileError};
+use super::context::{Context, ReconcileError, marking};
 use super::parked::{ApplyRecord, Parked};
 use super::status_writer::{self, Current};
 use super::steps::{self, Actor, Done};
 use crate::engine::contract::{EventType, Handler, OnFailure, Plan, PlannedEvent, Step};
-use crate::engine::model::inventory::{Inventory, ObjectId, Owner, prune_set};
+use crate::engine::model::inventory::{Inventory, ObjectId, Owner};
 use crate::engine::model::outcome::{self, Applied, Failure, HealthState, Outcome};
 use crate::engine::model::overlay::{Marking, RenderedOverlay};
 use crate::engine::model::status::{
@@ -122,10 +122,7 @@ pub(crate) async fn apply<H: Handler>(
         let failure = Failure::new(Reason::InvalidSpec, "the resource has no UID yet");
         return fail(ctx, &current, failure, Some(&plan), false).await;
     };
-    let marking = Marking {
-        owner,
-        owner_references: ctx.handler.info().policy.owner_references,
-    };
+    let marking = marking(&*ctx.handler, owner);
     let rendered = match render(&plan, ctx.templates(), &marking) {
         Ok(r) => r,
         Err(e) => {
@@ -367,11 +364,24 @@ async fn run_steps<H: Handler>(
         None => done.applied.clone(),
     };
     if plan.prune {
-        let mut gone: BTreeSet<ObjectId> = prune_set(&before, &after).into_iter().collect();
-        gone.extend(plan.stale.iter().filter(|s| !after.contains(*s)).cloned());
+        let candidates = prune_candidates(current.common.inventory.as_ref(), &plan.stale);
+        let gone: BTreeSet<ObjectId> = candidates.difference(&after).cloned().collect();
         prune(ctx, &actor, gone, &before, &after, &mut done).await?;
     }
     Ok((done, after))
+}
+
+/// What a run may prune: what the resource owned (its recorded
+/// `inventory`) and what its kind says it no longer wants (`stale`). Of
+/// these, what the run does not produce again goes, each only if it still
+/// carries the resource's marker.
+pub(crate) fn prune_candidates(
+    inventory: Option<&Inventory>,
+    stale: &[ObjectId],
+) -> BTreeSet<ObjectId> {
+    let mut candidates = inventory.map(Inventory::ids).unwrap_or_default();
+    candidates.extend(stale.iter().cloned());
+    candidates
 }
 
 /// Deletes what left the inventory (only objects still carrying the marker).

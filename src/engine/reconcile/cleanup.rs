@@ -10,14 +10,14 @@ use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 
 use super::apply_path::{fail, publish, render};
-use super::context::{Context, ReconcileError};
+use super::context::{Context, ReconcileError, marking};
 use super::status_writer::{self, Current};
 use super::steps::{self, Actor, Done};
 use crate::engine::contract::{Deletion, EventType, Handler, HandlerError, Step};
 use crate::engine::model::identity::Identity;
 use crate::engine::model::inventory::{ObjectId, Owner};
 use crate::engine::model::outcome::Failure;
-use crate::engine::model::overlay::{Marking, OverlayError};
+use crate::engine::model::overlay::OverlayError;
 use crate::engine::model::status::Reason;
 
 /// Reconciles a resource being deleted.
@@ -144,10 +144,7 @@ async fn rendered_objects<H: Handler>(
             .collect(),
         ..Default::default()
     };
-    let marking = Marking {
-        owner: owner.clone(),
-        owner_references: ctx.handler.info().policy.owner_references,
-    };
+    let marking = marking(&*ctx.handler, owner.clone());
     let rendered = render(&owned, ctx.templates(), &marking)?;
     let mut ids = BTreeSet::new();
     for overlay in rendered.overlays.iter().flatten() {

@@ -14,6 +14,7 @@ use crate::engine::contract::{Handler, ReadAs};
 use crate::engine::model::identity::{self, Identity};
 use crate::engine::model::inventory::Owner;
 use crate::engine::model::outcome::Failure;
+use crate::engine::model::overlay::Marking;
 use crate::engine::model::status::Reason;
 use crate::engine::model::templates::KustomizeDir;
 
@@ -112,13 +113,27 @@ impl<H: Handler> Context<H> {
 
     /// The resource as the owner of what it applies.
     pub fn owner(&self, obj: &H::Resource) -> Option<Owner> {
-        let dt = &self.handler.info().dyn_type;
-        Some(Owner {
-            api_version: H::Resource::api_version(dt).into_owned(),
-            kind: H::Resource::kind(dt).into_owned(),
-            namespace: obj.namespace(),
-            name: obj.name_any(),
-            uid: obj.uid()?,
-        })
+        Some(owner_with_uid(&*self.handler, obj, obj.uid()?))
+    }
+}
+
+/// `obj` as the owner of what it applies, with `uid` (its own, or a
+/// placeholder for a resource that has none yet: [`super::preview`]).
+pub(crate) fn owner_with_uid<H: Handler>(handler: &H, obj: &H::Resource, uid: String) -> Owner {
+    let dt = &handler.info().dyn_type;
+    Owner {
+        api_version: H::Resource::api_version(dt).into_owned(),
+        kind: H::Resource::kind(dt).into_owned(),
+        namespace: obj.namespace(),
+        name: obj.name_any(),
+        uid,
+    }
+}
+
+/// How `owner`'s objects are marked, by its kind's policy.
+pub(crate) fn marking<H: Handler>(handler: &H, owner: Owner) -> Marking {
+    Marking {
+        owner,
+        owner_references: handler.info().policy.owner_references,
     }
 }

@@ -22,6 +22,7 @@ pub(crate) mod events;
 pub(in crate::engine) mod expiring;
 pub(crate) mod finalizing;
 pub(in crate::engine) mod parked;
+pub(crate) mod preview;
 pub(in crate::engine) mod primer;
 pub(in crate::engine) mod status_writer;
 pub(in crate::engine) mod steps;

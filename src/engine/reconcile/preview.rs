@@ -1,20 +1,92 @@
-//! What a run would prune, seen before it runs (for `diff`).
+//! The one offline path: what a reconcile of a resource would apply and
+//! prune, computed as a reconcile computes it (the same owner, marking,
+//! overlays and prune candidates), with nothing written. `render`, `diff`
+//! and a kind's example render use it.
 //!
 //! A successful run deletes the objects that left the resource: those in
 //! its recorded inventory, or that its kind no longer wants, that the run
 //! did not produce again, each only if it still carries the resource's
-//! marker. Rendering knows the candidates; for
-//! `diff`, rendering a resource read from the cluster looks at them there
-//! too ([`super::OwnedObjects::Read`]); which of them go depends on what
-//! the overlays build, which `diff` learns.
+//! marker. Rendering knows the candidates; for `diff`, a resource read from
+//! the cluster has them looked at there too ([`Pruning::look`]); which of
+//! them go depends on what the overlays build, which `diff` learns.
 
 use std::collections::BTreeSet;
 
 use kube::Client;
 use kube::api::ObjectMeta;
 
-use crate::engine::host::{Discovery, Inspected, ObjectId, Owner, Verdict, ownership};
-use crate::kind::api_message;
+use super::apply_path::{Rendered, prune_candidates, render};
+use super::context::{marking, owner_with_uid};
+use crate::engine::contract::{FieldConflicts, Handler, HandlerError, Step, api_message};
+use crate::engine::live::ownership::{self, Discovery, Inspected, Verdict};
+use crate::engine::model::inventory::{ObjectId, Owner};
+use crate::engine::model::overlay::{OverlayError, RenderedOverlay};
+use crate::engine::model::templates::KustomizeDir;
+
+/// The UID the marker of a resource that has none carries (a file written
+/// by hand rather than read from the cluster).
+pub const PLACEHOLDER_UID: &str = "00000000-0000-0000-0000-000000000000";
+
+/// What a reconcile of a resource would do.
+#[derive(Debug)]
+pub struct Preview {
+    /// The steps.
+    pub steps: Vec<Step>,
+    /// Each step's overlay, rendered (`None` for steps without one).
+    pub overlays: Vec<Option<RenderedOverlay>>,
+    /// The kind's own status fields the plan writes, as JSON.
+    pub status: Option<serde_json::Value>,
+    /// The engine takes back fields other managers changed on the
+    /// resource's existing objects ([`FieldConflicts::TakeBack`]).
+    pub takes_back: bool,
+    /// What a run would prune from.
+    pub(crate) pruning: Pruning,
+}
+
+/// Why there is no preview.
+#[derive(Debug, thiserror::Error)]
+pub enum PreviewError {
+    /// The handler refused the resource.
+    #[error(transparent)]
+    Handler(#[from] HandlerError),
+    /// Rendering failed.
+    #[error(transparent)]
+    Overlay(#[from] OverlayError),
+}
+
+/// What a reconcile of `resource`, with `observed`, would apply and prune.
+pub(crate) fn preview<H: Handler>(
+    handler: &H,
+    resource: &H::Resource,
+    observed: &H::Observed,
+    dir: &KustomizeDir,
+) -> Result<Preview, PreviewError> {
+    use kube::ResourceExt;
+    let plan = handler.plan(resource, observed)?;
+    let uid = resource
+        .uid()
+        .unwrap_or_else(|| PLACEHOLDER_UID.to_string());
+    let marking = marking(handler, owner_with_uid(handler, resource, uid));
+    let Rendered { overlays, .. } = render(&plan, dir, &marking)?;
+    let inventory = handler.inventory(resource);
+    let pruning = Pruning {
+        prunes: plan.prune,
+        owner: Some(marking.owner),
+        declared: plan.inventory.map(|d| d.into_iter().collect()),
+        candidates: prune_candidates(inventory.as_ref(), &plan.stale),
+        looked: None,
+    };
+    Ok(Preview {
+        pruning,
+        status: plan
+            .status
+            .as_ref()
+            .and_then(|s| serde_json::to_value(s).ok()),
+        steps: plan.steps,
+        overlays,
+        takes_back: handler.info().policy.conflicts == FieldConflicts::TakeBack,
+    })
+}
 
 /// What a run prunes from.
 #[derive(Debug, Default)]
@@ -118,7 +190,7 @@ mod tests {
     use kube::api::ApiResource;
 
     use super::*;
-    use crate::engine::host::Served;
+    use crate::engine::live::ownership::Served;
 
     fn id(name: &str) -> ObjectId {
         ObjectId {
