@@ -656,17 +656,23 @@ async fn an_empty_render_is_ready_and_prunes_what_was_owned() {
     api.patch("x", &PatchParams::default(), &Patch::Merge(&disable))
         .await
         .unwrap();
-    common::wait_until(
+    common::wait_for(
         TIMEOUT,
         "the ConfigMap settings pruned, x Applied at generation 3",
         || async {
             let x = api.get("x").await.unwrap();
             let ready = condition(&x, "Ready").cloned().unwrap_or_default();
-            config_maps.get_opt("settings").await.unwrap().is_none()
+            let pruned = config_maps.get_opt("settings").await.unwrap().is_none();
+            let done = pruned
                 && ready["reason"] == "Applied"
                 && ready["status"] == "True"
                 && x.data["status"]["observedGeneration"] == 3
-                && x.data["status"]["inventory"]["count"] == 0
+                && x.data["status"]["inventory"]["count"] == 0;
+            if done {
+                Ok(())
+            } else {
+                Err((pruned, x.metadata.generation, x.data["status"].clone()))
+            }
         },
     )
     .await;

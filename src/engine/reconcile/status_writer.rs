@@ -28,6 +28,10 @@ use crate::engine::{Engine, FIELD_MANAGER};
 
 /// How long a written status is remembered at most.
 const MEMO_TTL: Duration = Duration::from_secs(300);
+/// How long a written status is still remembered once the watch brought
+/// it: longer than a reconcile takes from reading the cache to asking for
+/// its freshest status.
+const SEEN_GRACE: Duration = Duration::from_secs(10);
 
 #[derive(Debug)]
 struct Memo {
@@ -56,18 +60,26 @@ impl StatusMemo {
     }
 
     /// The watch's cache holds the resource `meta` describes at its
-    /// version: a status written at that version is forgotten (it is in
-    /// the cache now). Without this, a status would be held until
+    /// version: a status written at that version is forgotten soon (it is
+    /// in the cache now). Without this, a status would be held until
     /// [`MEMO_TTL`], since its own write starts no reconcile to look.
+    ///
+    /// Soon, not at once: a reconcile may have taken the resource from
+    /// the cache just before the watch brought the written version, and
+    /// has yet to ask [`StatusMemo::fresher`]. Forgotten now, its
+    /// status would be the one before the write (a resource whose spec
+    /// changed during a reconcile would then be reconciled against the
+    /// inventory before the last apply, and prune nothing).
     pub fn cached(&self, meta: &ObjectMeta) {
         let (Some(uid), Some(version)) = (meta.uid.as_deref(), meta.resource_version.as_deref())
         else {
             return;
         };
         let mut entries = self.lock();
-        let written_at = entries.get(uid, Instant::now());
+        let now = Instant::now();
+        let written_at = entries.get(uid, now);
         if written_at.is_some_and(|memo| memo.resource_version.as_deref() == Some(version)) {
-            entries.remove(uid);
+            entries.renew(uid, now + SEEN_GRACE, now);
         }
     }
 
@@ -254,7 +266,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_watch_showing_the_written_version_forgets_it_without_a_reconcile() {
+    fn the_watch_showing_the_written_version_forgets_it_soon_without_a_reconcile() {
         let memo = StatusMemo::default();
         memo.remember("u".into(), Some("5".into()), &json!({"message": "new"}));
         let at = |version: &str| ObjectMeta {
@@ -265,9 +277,15 @@ mod tests {
         memo.cached(&at("4"));
         assert!(memo.lock().get("u", Instant::now()).is_some(), "not yet");
         memo.cached(&at("5"));
+        assert_eq!(
+            memo.fresher("u", Some("4")),
+            Some(json!({"message": "new"})),
+            "a reconcile that read the cache before the watch brought the write still gets it"
+        );
+        let later = Instant::now() + SEEN_GRACE + Duration::from_millis(1);
         assert!(
-            memo.lock().get("u", Instant::now()).is_none(),
-            "in the cache now"
+            memo.lock().get("u", later).is_none(),
+            "forgotten once the grace is over"
         );
     }
 
