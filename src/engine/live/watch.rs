@@ -16,7 +16,7 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::Value;
 use tokio::sync::broadcast;
 
-use super::observed::Observed;
+use super::compact::CompactObject;
 use super::ownership::{Discovery, Served};
 use super::waiters::Waiters;
 use crate::engine::contract::api_message;
@@ -60,7 +60,7 @@ type Place = (Option<String>, String);
 /// One watch: its store, its last error, and the objects it saw deleted.
 #[derive(Clone)]
 struct Watch {
-    store: Store<Observed>,
+    store: Store<CompactObject>,
     resource: ApiResource,
     error: Arc<Mutex<Option<String>>>,
     deleted: Arc<Mutex<HashSet<Place>>>,
@@ -212,7 +212,7 @@ impl ObjectCache {
         if new && let Some(seen) = watch.arrival(id, served.namespaced).await {
             return seen;
         }
-        let api: Api<Observed> = match (&id.namespace, served.namespaced) {
+        let api: Api<CompactObject> = match (&id.namespace, served.namespaced) {
             (Some(ns), true) => Api::namespaced_with(self.client.clone(), ns, &served.resource),
             _ => Api::all_with(self.client.clone(), &served.resource),
         };
@@ -265,7 +265,7 @@ impl ObjectCache {
     }
 
     fn start(&self, resource: &ApiResource, namespace: Option<&str>) -> Watch {
-        let api: Api<Observed> = match namespace {
+        let api: Api<CompactObject> = match namespace {
             Some(ns) => Api::namespaced_with(self.client.clone(), ns, resource),
             None => Api::all_with(self.client.clone(), resource),
         };
@@ -334,7 +334,7 @@ impl Watch {
             return Seen::Unreadable(error);
         }
         let place = self.place(id, namespaced);
-        let mut reference = ObjectRef::<Observed>::new_with(&id.name, self.resource.clone());
+        let mut reference = ObjectRef::<CompactObject>::new_with(&id.name, self.resource.clone());
         if let Some(ns) = &place.0 {
             reference = reference.within(ns);
         }
@@ -348,8 +348,8 @@ impl Watch {
 }
 
 /// Notes an object the watch saw deleted; forgets it when it comes back.
-fn remember_deletions(deleted: &Mutex<HashSet<Place>>, event: &watcher::Event<Observed>) {
-    let place = |o: &Observed| (o.namespace(), o.name_any());
+fn remember_deletions(deleted: &Mutex<HashSet<Place>>, event: &watcher::Event<CompactObject>) {
+    let place = |o: &CompactObject| (o.namespace(), o.name_any());
     let mut deleted = crate::sync::lock(deleted);
     match event {
         watcher::Event::Delete(o) => {
@@ -368,7 +368,7 @@ fn remember_deletions(deleted: &Mutex<HashSet<Place>>, event: &watcher::Event<Ob
 
 /// Wakes the runs waiting for the object an event is about (every run at
 /// the end of a list: the store shows a list once it is done).
-fn wake_arrivals(arrivals: &Waiters<Place>, event: &watcher::Event<Observed>) {
+fn wake_arrivals(arrivals: &Waiters<Place>, event: &watcher::Event<CompactObject>) {
     match event {
         watcher::Event::Apply(o) | watcher::Event::Delete(o) => {
             arrivals.wake(&(o.namespace(), o.name_any()));
@@ -383,10 +383,10 @@ fn wake_arrivals(arrivals: &Waiters<Place>, event: &watcher::Event<Observed>) {
 /// objects it listed (collected in `relisted` until then).
 fn wake_owners(
     changes: &broadcast::Sender<String>,
-    event: &watcher::Event<Observed>,
+    event: &watcher::Event<CompactObject>,
     relisted: &mut BTreeSet<String>,
 ) {
-    let owner = |o: &Observed| o.owner().cloned();
+    let owner = |o: &CompactObject| o.owner().cloned();
     match event {
         watcher::Event::Apply(o) | watcher::Event::Delete(o) => {
             if let Some(owner) = owner(o) {
@@ -410,7 +410,7 @@ mod tests {
 
     use super::*;
 
-    fn deployments() -> (Watch, reflector::store::Writer<Observed>) {
+    fn deployments() -> (Watch, reflector::store::Writer<CompactObject>) {
         let gvk = GroupVersionKind::gvk("apps", "v1", "Deployment");
         let resource = ApiResource::from_gvk_with_plural(&gvk, "deployments");
         let writer = reflector::store::Writer::new(resource.clone());
@@ -436,7 +436,7 @@ mod tests {
         }
     }
 
-    fn arrived(name: &str) -> watcher::Event<Observed> {
+    fn arrived(name: &str) -> watcher::Event<CompactObject> {
         let object = json!({
             "apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": {"name": name, "namespace": "a", "uid": "u", "resourceVersion": "5"},

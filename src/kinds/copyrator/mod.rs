@@ -13,7 +13,7 @@
 //! cap) are in [`plan::Rails`].
 //!
 //! - [`resource`]: the CRD type (spec and the article's top-level form);
-//! - [`observe`]: the cluster reads, page by page ([`paging`]) within a
+//! - [`reads`]: the cluster reads, page by page ([`paging`]) within a
 //!   process-wide read budget ([`budget`]);
 //! - [`plan`]: resource + observations → plan (pure);
 //! - [`marker`]: the labels and annotations copies carry;
@@ -22,11 +22,11 @@
 
 pub mod budget;
 mod flags;
+pub mod inputs;
 pub mod marker;
-pub mod observe;
-pub mod observed;
 pub mod paging;
 pub mod plan;
+pub mod reads;
 pub mod resource;
 pub mod scope;
 mod watch;
@@ -126,7 +126,7 @@ impl RustKind for CopyratorHandler {
 
 impl Handler for CopyratorHandler {
     type Resource = CopyratorRule;
-    type Observed = observed::Observed;
+    type Observed = inputs::Observed;
     type Status = CopiesStatus;
 
     fn info(&self) -> &KindInfo<()> {
@@ -145,10 +145,10 @@ impl Handler for CopyratorHandler {
         &self,
         rule: &CopyratorRule,
         client: &kube::Client,
-    ) -> Result<observed::Observed, HandlerError> {
+    ) -> Result<inputs::Observed, HandlerError> {
         let resolved = rule.resolve()?;
         self.rails.scope.check_rule_namespace(&resolved.namespace)?;
-        observe::observe(
+        reads::observe(
             client,
             &resolved,
             self.namespace_selector.as_deref(),
@@ -162,14 +162,14 @@ impl Handler for CopyratorHandler {
         &self,
         rule: &CopyratorRule,
         documents: &[serde_json::Value],
-    ) -> Result<observed::Observed, HandlerError> {
-        observe::observe_offline(&rule.resolve()?, documents)
+    ) -> Result<inputs::Observed, HandlerError> {
+        reads::observe_offline(&rule.resolve()?, documents)
     }
 
     fn plan(
         &self,
         rule: &CopyratorRule,
-        observed: &observed::Observed,
+        observed: &inputs::Observed,
     ) -> Result<Plan<CopiesStatus>, HandlerError> {
         let last_digest = rule
             .status

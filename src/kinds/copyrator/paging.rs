@@ -18,7 +18,7 @@ use std::future::Future;
 use std::ops::ControlFlow;
 
 use super::budget::{Budget, BudgetError, Hold, PAGE_BYTES, PAGE_COST};
-use super::observed::Object;
+use super::inputs::Object;
 use crate::kind::HandlerError;
 
 /// Objects the first page of a list asks for.
@@ -286,7 +286,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kinds::copyrator::observed::Content;
+    use crate::kinds::copyrator::inputs::Content;
     use crate::kinds::copyrator::resource::RuleType;
     use std::collections::BTreeMap;
     use std::sync::Mutex;

@@ -29,8 +29,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
+use super::inputs::{NamespaceState, Object, Observed};
 use super::marker;
-use super::observed::{NamespaceState, Object, Observed};
 use super::resource::{CopiesStatus, DeletionPolicy, ResolvedRule, RuleType, TargetStatus};
 use super::scope::Scope;
 use crate::kind::{
@@ -708,7 +708,7 @@ fn name_list(names: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kinds::copyrator::observed::Content;
+    use crate::kinds::copyrator::inputs::Content;
 
     type P = Plan<CopiesStatus>;
 

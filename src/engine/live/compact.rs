@@ -17,13 +17,13 @@ use crate::engine::model::inventory::OWNER_ANNOTATION;
 
 /// One watched object: its kind is the watch's [`ApiResource`].
 #[derive(Clone, Debug)]
-pub(crate) struct Observed {
+pub(crate) struct CompactObject {
     metadata: ObjectMeta,
     /// `{"spec": {...}, "status": ...}`, serialized.
     state: Box<str>,
 }
 
-/// The parts of an object the API sends that an [`Observed`] keeps.
+/// The parts of an object the API sends that a [`CompactObject`] keeps.
 #[derive(Deserialize)]
 struct Wire {
     #[serde(default)]
@@ -43,14 +43,14 @@ struct Spec {
     type_: Value,
 }
 
-/// What [`Observed::state`] holds.
+/// What [`CompactObject::state`] holds.
 #[derive(Serialize)]
 struct State<'a> {
     spec: &'a Spec,
     status: &'a Value,
 }
 
-impl<'de> Deserialize<'de> for Observed {
+impl<'de> Deserialize<'de> for CompactObject {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let wire = Wire::deserialize(deserializer)?;
         let state = serde_json::to_string(&State {
@@ -84,7 +84,7 @@ fn kept_metadata(meta: ObjectMeta) -> ObjectMeta {
     }
 }
 
-impl Observed {
+impl CompactObject {
     /// The object as JSON: `metadata`, `spec` (what was kept of it) and
     /// `status`.
     pub fn to_value(&self) -> Value {
@@ -99,7 +99,7 @@ impl Observed {
     }
 }
 
-dynamic_kind!(Observed);
+dynamic_kind!(CompactObject);
 
 #[cfg(test)]
 mod tests {
@@ -124,7 +124,7 @@ mod tests {
 
     #[test]
     fn keeps_what_health_and_status_fields_read_and_nothing_else() {
-        let observed: Observed = serde_json::from_value(deployment()).unwrap();
+        let observed: CompactObject = serde_json::from_value(deployment()).unwrap();
         assert_eq!(
             observed.to_value(),
             json!({
@@ -145,7 +145,7 @@ mod tests {
 
     #[test]
     fn an_object_without_spec_or_status_has_empty_ones() {
-        let observed: Observed =
+        let observed: CompactObject =
             serde_json::from_value(json!({"metadata": {"name": "c"}})).unwrap();
         let value = observed.to_value();
         assert_eq!(value["spec"], json!({}));
@@ -162,8 +162,8 @@ mod tests {
             kind: "Deployment".into(),
             plural: "deployments".into(),
         };
-        assert_eq!(Observed::kind(&resource), "Deployment");
-        assert_eq!(Observed::plural(&resource), "deployments");
-        assert_eq!(Observed::api_version(&resource), "apps/v1");
+        assert_eq!(CompactObject::kind(&resource), "Deployment");
+        assert_eq!(CompactObject::plural(&resource), "deployments");
+        assert_eq!(CompactObject::api_version(&resource), "apps/v1");
     }
 }

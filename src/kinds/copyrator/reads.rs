@@ -21,7 +21,7 @@
 //!
 //! Secret data is read only from the sources and from the rule's own copies
 //! (and of those, only digests are kept). The types it fills
-//! ([`observed`](super::observed)) keep it out of `Debug` output.
+//! ([`inputs`](super::inputs)) keep it out of `Debug` output.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -32,8 +32,8 @@ use kube::core::{ObjectList, PartialObjectMeta};
 use kube::{Api, Client};
 
 use super::budget::{Budget, PAGE_BYTES};
+use super::inputs::{NamespaceState, Object, Observed, object};
 use super::marker;
-use super::observed::{NamespaceState, Object, Observed, object};
 use super::paging::{self, Page, PageError, ReadError};
 use super::plan;
 use super::resource::{ResolvedRule, RuleType};
@@ -465,7 +465,7 @@ pub fn observe_offline(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kinds::copyrator::observed::{Content, Fingerprint};
+    use crate::kinds::copyrator::inputs::{Content, Fingerprint};
 
     #[test]
     fn source_selector_excludes_copies() {

@@ -1,6 +1,6 @@
 //! What a rule's plan depends on, as data: the objects observed (reduced to
 //! what the plan needs, Secret data kept out of `Debug`) and the namespaces.
-//! A leaf: [`observe`](super::observe) fills it, [`plan`](super::plan) and
+//! A leaf: [`reads`](super::reads) fills it, [`plan`](super::plan) and
 //! [`paging`](super::paging) read it.
 
 use std::collections::{BTreeMap, BTreeSet};
