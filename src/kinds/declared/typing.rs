@@ -233,10 +233,7 @@ impl<'s> Checker<'s> {
                             declared: properties.keys().cloned().collect::<Vec<_>>().join(", "),
                         }
                     }),
-                    None => Ok(node
-                        .get("additionalProperties")
-                        .filter(|a| a.is_object())
-                        .map_or(Shape::Any, Shape::Schema)),
+                    None => Ok(map_value(node)),
                 }
             }
             _ => Ok(Shape::Any),
@@ -283,6 +280,13 @@ fn element(range: Shape<'_>) -> Shape<'_> {
         Shape::Schema(node) => node.get("items").map_or(Shape::Any, Shape::Schema),
         _ => Shape::Any,
     }
+}
+
+/// What one value of a map node (`additionalProperties`) is.
+fn map_value(node: &Value) -> Shape<'_> {
+    node.get("additionalProperties")
+        .filter(|a| a.is_object())
+        .map_or(Shape::Any, Shape::Schema)
 }
 
 /// The dotted path an expression reads (`spec.ports`), for messages.
@@ -347,10 +351,7 @@ fn call_shape<'s>(function: &str, args: &[Shape<'s>]) -> Shape<'s> {
         "_[_]" => match args {
             [Shape::Schema(node), _] => match schema_type(node) {
                 Some(Type::List) => element(args[0]),
-                Some(Type::Map) => node
-                    .get("additionalProperties")
-                    .filter(|a| a.is_object())
-                    .map_or(Shape::Any, Shape::Schema),
+                Some(Type::Map) => map_value(node),
                 _ => Shape::Any,
             },
             _ => Shape::Any,
