@@ -208,6 +208,14 @@ impl Registry {
     pub fn load(dir: &KustomizeDir) -> Result<Self, RegistryError> {
         let mut kinds: Vec<Kind> = KindName::ALL.iter().copied().map(Kind::Builtin).collect();
         for declared in declared::load(dir)? {
+            if !declared.file.spec.versions.is_empty() {
+                return Err(KindFileError::Invalid {
+                    file: declared.path.clone(),
+                    field: "spec.versions".into(),
+                    reason: "a kind folder serves one version; older versions are served for a KindDefinition in the cluster, whose CRD the operator applies with its conversion webhook".into(),
+                }
+                .into());
+            }
             check_clash(&kinds, &declared)?;
             kinds.push(Kind::Declared(Arc::new(declared)));
         }

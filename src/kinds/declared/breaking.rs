@@ -3,8 +3,11 @@
 //! resources stored under the old schema, or the clients of the API.
 //!
 //! One pure function, [`breaking_changes`]. It compares the API's identity
-//! (group, version, kind, plural, scope) and the schema of `spec` in the
-//! storage version (the first version when none is marked), recursively
+//! (group, kind, plural, scope), the versions served (each one served
+//! before must still be: a version kept with its declared conversion is
+//! not a change, so a new storage version breaks nothing), and the schema
+//! of `spec` in each version served before with the same version now,
+//! recursively
 //! through `properties`, `items` and `additionalProperties`. What cannot
 //! break anything is not reported: descriptions, defaults added, new
 //! optional fields, enums widened, bounds loosened, printer columns and the
@@ -33,9 +36,13 @@ use serde_json::Value;
 /// What kind of breaking change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Breaking {
-    /// The group, version, kind, plural or scope changed: the resources
-    /// stored, and the clients, are under another API.
+    /// The group, kind, plural or scope changed: the resources stored,
+    /// and the clients, are under another API.
     IdentityChanged,
+    /// A version served before is not served: what is stored at it, and
+    /// its clients, would break (a version kept with a declared conversion
+    /// is not a change).
+    VersionRemoved,
     /// A field is no longer declared: the API server drops its values.
     FieldRemoved,
     /// A field's type changed: the values stored no longer validate.
@@ -62,6 +69,7 @@ impl fmt::Display for Breaking {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Self::IdentityChanged => "identity changed",
+            Self::VersionRemoved => "version removed",
             Self::FieldRemoved => "field removed",
             Self::TypeChanged => "type changed",
             Self::RequiredWithoutDefault => "required without default",
@@ -103,12 +111,47 @@ pub fn breaking_changes(
 ) -> Vec<BreakingChange> {
     let mut found = Found::default();
     identity(old, new, &mut found);
-    match (spec_schema(old), spec_schema(new)) {
-        (Some(before), Some(after)) => compare("spec", before, after, &mut found),
-        (Some(_), None) => found.push("spec", Breaking::FieldRemoved, "its schema is gone"),
-        (None, _) => {}
+    let stored = storage_version(new).map(|v| v.name.as_str());
+    for before in old.spec.versions.iter().filter(|v| v.served) {
+        let Some(after) = new.spec.versions.iter().find(|v| v.name == before.name) else {
+            version_removed(old, new, &before.name, &mut found);
+            continue;
+        };
+        let mut here = Found::default();
+        match (spec_schema(before), spec_schema(after)) {
+            (Some(before), Some(after)) => compare("spec", before, after, &mut here),
+            (Some(_), None) => here.push("spec", Breaking::FieldRemoved, "its schema is gone"),
+            (None, _) => {}
+        }
+        for mut change in here.0 {
+            if stored != Some(after.name.as_str()) {
+                change.detail = format!("{} (in {})", change.detail, after.name);
+            }
+            found.0.push(change);
+        }
     }
     found.0
+}
+
+/// The version `name` of `old` is not in `new`: what it stored, or its
+/// clients, would break. The message says what would keep it.
+fn version_removed(
+    old: &CustomResourceDefinition,
+    new: &CustomResourceDefinition,
+    name: &str,
+    found: &mut Found,
+) {
+    let was_stored = storage_version(old).is_some_and(|v| v.name == name);
+    let stored = storage_version(new).map_or("", |v| v.name.as_str());
+    if was_stored {
+        let detail = format!(
+            "was {name:?}, is now {stored:?}: the resources are stored at {name}; keep {name} under spec.versions with its conversion to {stored}"
+        );
+        found.push("spec.version", Breaking::VersionRemoved, detail);
+    } else {
+        let detail = format!("{name} is no longer served; keep it under spec.versions");
+        found.push("spec.versions", Breaking::VersionRemoved, detail);
+    }
 }
 
 /// The changes found so far, in order.
@@ -131,9 +174,9 @@ fn storage_version(crd: &CustomResourceDefinition) -> Option<&CustomResourceDefi
     versions.iter().find(|v| v.storage).or(versions.first())
 }
 
-/// The schema of `spec` in the storage version.
-fn spec_schema(crd: &CustomResourceDefinition) -> Option<&JSONSchemaProps> {
-    let schema = storage_version(crd)?.schema.as_ref()?;
+/// The schema of `spec` in `version`.
+fn spec_schema(version: &CustomResourceDefinitionVersion) -> Option<&JSONSchemaProps> {
+    let schema = version.schema.as_ref()?;
     schema
         .open_api_v3_schema
         .as_ref()?
@@ -142,13 +185,11 @@ fn spec_schema(crd: &CustomResourceDefinition) -> Option<&JSONSchemaProps> {
         .get("spec")
 }
 
-/// The group, version, kind, plural and scope, each compared.
+/// The group, kind, plural and scope, each compared.
 fn identity(old: &CustomResourceDefinition, new: &CustomResourceDefinition, found: &mut Found) {
-    let version = |crd| storage_version(crd).map_or("", |v| v.name.as_str());
     let (before, after) = (&old.spec, &new.spec);
     let pairs = [
         ("spec.group", before.group.as_str(), after.group.as_str()),
-        ("spec.version", version(old), version(new)),
         ("spec.names.kind", &before.names.kind, &after.names.kind),
         (
             "spec.names.plural",

@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 
 use super::DeclaredKind;
 use super::file::{PrinterColumn, Scope};
+use super::versions::Versions;
 use crate::kind::CommonStatus;
 
 /// A CRD type whose only purpose is to lend its status schema (the shared
@@ -56,7 +57,13 @@ fn default_columns() -> Vec<PrinterColumn> {
 }
 
 impl DeclaredKind {
-    /// The CRD.
+    /// Its versions and their conversions.
+    pub fn versions(&self) -> Versions {
+        Versions::of(&self.file.spec)
+    }
+
+    /// The CRD (without a conversion webhook: whoever applies a CRD of
+    /// several versions adds its own).
     pub fn crd(&self) -> CustomResourceDefinition {
         let spec = &self.file.spec;
         let names = &spec.names;
@@ -83,28 +90,41 @@ impl DeclaredKind {
                     Scope::Namespaced => "Namespaced".into(),
                     Scope::Cluster => "Cluster".into(),
                 },
-                versions: vec![CustomResourceDefinitionVersion {
-                    name: spec.version.clone(),
-                    served: true,
-                    storage: true,
-                    schema: Some(CustomResourceValidation {
-                        open_api_v3_schema: self.schema(),
-                    }),
-                    subresources: Some(CustomResourceSubresources {
-                        status: Some(CustomResourceSubresourceStatus(json!({}))),
-                        ..Default::default()
-                    }),
-                    additional_printer_columns: Some(self.columns()),
-                    ..Default::default()
-                }],
+                versions: self.crd_versions(),
                 ..Default::default()
             },
             status: None,
         }
     }
 
-    /// The whole object's schema: spec from the kind file, the status.
-    fn schema(&self) -> Option<JSONSchemaProps> {
+    /// Every version the CRD serves: the stored one first, then the older.
+    fn crd_versions(&self) -> Vec<CustomResourceDefinitionVersion> {
+        let spec = &self.file.spec;
+        let version = |name: &str, schema: &Value, storage: bool| CustomResourceDefinitionVersion {
+            name: name.to_string(),
+            served: true,
+            storage,
+            schema: Some(CustomResourceValidation {
+                open_api_v3_schema: self.schema(schema),
+            }),
+            subresources: Some(CustomResourceSubresources {
+                status: Some(CustomResourceSubresourceStatus(json!({}))),
+                ..Default::default()
+            }),
+            additional_printer_columns: Some(self.columns()),
+            ..Default::default()
+        };
+        let older = spec
+            .versions
+            .iter()
+            .map(|v| version(&v.name, &v.schema, false));
+        std::iter::once(version(&spec.version, &spec.schema, true))
+            .chain(older)
+            .collect()
+    }
+
+    /// The whole object's schema: `spec` as given, the status.
+    fn schema(&self, spec: &Value) -> Option<JSONSchemaProps> {
         let mut status = common_status_schema();
         for field in &self.file.spec.status {
             let description = match (&field.from, &field.path, &field.expression) {
@@ -127,7 +147,7 @@ impl DeclaredKind {
             "description": format!("{} (declared by the kustomize folder {}).", self.file.spec.names.kind, self.name()),
             "required": ["spec"],
             "properties": {
-                "spec": self.file.spec.schema,
+                "spec": spec,
                 "status": status,
             },
         });

@@ -65,6 +65,14 @@ pub const MAX_SHORT_NAMES: usize = 16;
 pub const COLUMN_TYPES: [&str; 5] = ["string", "integer", "number", "boolean", "date"];
 /// A status field's types (a list or an object only from an `expression`).
 pub const STATUS_TYPES: [&str; 6] = ["string", "integer", "number", "boolean", "array", "object"];
+/// The most older versions a kind may serve.
+pub const MAX_OLDER_VERSIONS: usize = 8;
+/// The most moves, defaults or lossy fields one conversion may list.
+pub const MAX_CONVERSION_FIELDS: usize = 64;
+/// A Kubernetes API version name.
+const VERSION_PATTERN: &str = r"^v[0-9]+((alpha|beta)[0-9]+)?$";
+/// A dotted path to a field of `spec`.
+const FIELD_PATH_PATTERN: &str = r"^spec(\.[A-Za-z0-9_-]+)+$";
 /// A DNS label (a short name).
 const DNS_LABEL_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$";
 /// An API group: a DNS subdomain with a dot.
@@ -112,9 +120,16 @@ pub struct KindSpec {
     /// API group: a DNS subdomain with a dot (`apps.example.com`).
     #[schemars(length(min = 1, max = 253), pattern(GROUP_PATTERN))]
     pub group: String,
-    /// The served and stored version.
-    #[schemars(pattern(r"^v[0-9]+((alpha|beta)[0-9]+)?$"))]
+    /// The stored version, the one templates and expressions read.
+    #[schemars(pattern(VERSION_PATTERN))]
     pub version: String,
+    /// Versions older than `version`, still served: each with its schema
+    /// and how its resources convert to and from `version`, which stores
+    /// them and which templates and expressions read (the operator's
+    /// conversion webhook answers for them; a kind definition only).
+    #[serde(default)]
+    #[schemars(length(max = MAX_OLDER_VERSIONS))]
+    pub versions: Vec<OlderVersion>,
     /// Names, as in a CRD.
     pub names: Names,
     /// Namespaced (default) or Cluster.
@@ -163,6 +178,59 @@ pub struct KindSpec {
     /// (`Orphan`). A kind folder ignores it.
     #[serde(default)]
     pub on_delete: OnDelete,
+}
+
+/// A version older than the kind's `version`, still served.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OlderVersion {
+    /// `v1`, `v1beta1`.
+    #[schemars(pattern(VERSION_PATTERN))]
+    pub name: String,
+    /// OpenAPI v3 schema of `.spec` in this version.
+    #[schemars(schema_with = "any_object")]
+    pub schema: Value,
+    /// How a resource of this version becomes one of the kind's `version`,
+    /// and back.
+    #[serde(default)]
+    pub conversion: Conversion,
+}
+
+/// How a resource converts between an older version and the kind's
+/// `version` (up), and back (down). Fields are dotted paths from the
+/// resource: `spec.replicas`, `spec.database.name`.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Conversion {
+    /// Fields of the older version that are another field in `version`
+    /// (renamed or moved, a whole object at once); converting down moves
+    /// them back.
+    #[serde(default)]
+    #[schemars(length(max = MAX_CONVERSION_FIELDS))]
+    pub moves: Vec<Move>,
+    /// Values for fields of `version` the older version lacks, set when one
+    /// of its resources converts up without them.
+    #[serde(default)]
+    #[schemars(length(max = MAX_CONVERSION_FIELDS))]
+    pub defaults: BTreeMap<String, Value>,
+    /// Fields (of either version) that one direction drops, accepted as
+    /// lost: without it, a field with no place in the other version is
+    /// refused when the kind is checked.
+    #[serde(default)]
+    #[schemars(length(max = MAX_CONVERSION_FIELDS))]
+    pub lossy: Vec<String>,
+}
+
+/// A field of the older version that is another field in `version`.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Move {
+    /// In the older version: `spec.message`.
+    #[schemars(pattern(FIELD_PATH_PATTERN))]
+    pub from: String,
+    /// In `version`: `spec.greeting.text`.
+    #[schemars(pattern(FIELD_PATH_PATTERN))]
+    pub to: String,
 }
 
 /// What deleting a kind's definition does while resources of the kind exist.

@@ -28,6 +28,7 @@ mod recipe;
 pub mod references;
 pub mod typing;
 mod validate;
+pub mod versions;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use super::KindFileError;
 use super::file::{self, KindFile};
+use super::versions::round_trip;
 
 use crate::kind::COMMON_STATUS_KEYS as ENGINE_STATUS_FIELDS;
 use crate::kind::always_current_kind;
@@ -63,6 +64,7 @@ pub fn check(path: &Path, file: &KindFile, folder: &str, templates: &[String]) -
     }
     check_names(path, file)?;
     check_schema(path, &file.spec.schema, "spec.schema")?;
+    check_versions(path, file)?;
     check_columns(path, file)?;
     check_recipe(path, file, templates)?;
     check_status(path, file)?;
@@ -71,6 +73,32 @@ pub fn check(path: &Path, file: &KindFile, folder: &str, templates: &[String]) -
     check_reach(path, file)?;
     check_references(path, file)?;
     check_reconcile(path, file)
+}
+
+/// The older versions: each named once and not the stored version, each
+/// schema structural, each conversion a lossless round trip but for what
+/// it declares lossy.
+fn check_versions(path: &Path, file: &KindFile) -> Result<()> {
+    let spec = &file.spec;
+    let mut seen = vec![spec.version.as_str()];
+    for (i, older) in spec.versions.iter().enumerate() {
+        if seen.contains(&older.name.as_str()) {
+            return Err(invalid(
+                path,
+                format!("spec.versions[{i}].name"),
+                format!("{:?} is listed twice (or is spec.version)", older.name),
+            ));
+        }
+        seen.push(&older.name);
+        check_schema(path, &older.schema, &format!("spec.versions[{i}].schema"))?;
+        round_trip::check(&spec.schema, &spec.version, older, i).map_err(|message| {
+            let (field, reason) = message
+                .split_once(": ")
+                .unwrap_or(("spec.versions", &message));
+            invalid(path, field, reason)
+        })?;
+    }
+    Ok(())
 }
 
 fn is_dns_label(s: &str) -> bool {
@@ -153,7 +181,7 @@ fn check_names(path: &Path, file: &KindFile) -> Result<()> {
 fn check_schema(path: &Path, schema: &Value, at: &str) -> Result<()> {
     serde_json::from_value::<JSONSchemaProps>(schema.clone())
         .map_err(|e| invalid(path, at, format!("not an OpenAPI v3 schema: {e}")))?;
-    if at == "spec.schema" && schema["type"] != "object" {
+    if at.ends_with(".schema") && schema["type"] != "object" {
         return Err(invalid(
             path,
             at,

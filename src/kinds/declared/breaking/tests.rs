@@ -69,7 +69,7 @@ fn the_same_crd_breaks_nothing() {
 }
 
 #[test]
-fn a_new_group_version_kind_plural_or_scope_changes_the_identity() {
+fn a_new_group_kind_plural_or_scope_changes_the_identity_and_a_version_gone_is_named() {
     let old = crd(object(json!({})));
     let mut new = old.clone();
     new.spec.group = "hi.example.com".into();
@@ -86,10 +86,10 @@ fn a_new_group_version_kind_plural_or_scope_changes_the_identity() {
         found,
         [
             r#"spec.group: identity changed: was "hello.example.com", is now "hi.example.com""#,
-            r#"spec.version: identity changed: was "v1", is now "v2""#,
             r#"spec.names.kind: identity changed: was "Greeting", is now "Hello""#,
             r#"spec.names.plural: identity changed: was "greetings", is now "hellos""#,
             r#"spec.scope: identity changed: was "Namespaced", is now "Cluster""#,
+            r#"spec.version: version removed: was "v1", is now "v2": the resources are stored at v1; keep v1 under spec.versions with its conversion to v2"#,
         ]
     );
 }
@@ -104,6 +104,57 @@ fn the_storage_version_is_the_one_compared() {
     served_only.schema = None;
     new.spec.versions.insert(0, served_only);
     assert_eq!(breaking_changes(&old, &new), []);
+}
+
+#[test]
+fn a_new_storage_version_that_keeps_the_old_one_breaks_nothing_but_its_schema_is_compared() {
+    let old = crd(object(json!({"size": {"type": "integer"}})));
+    let mut new = old.clone();
+    let mut v2 = new.spec.versions[0].clone();
+    v2.name = "v2".into();
+    new.spec.versions[0].storage = false;
+    new.spec.versions.insert(0, v2);
+    assert_eq!(breaking_changes(&old, &new), []);
+    let v1 = &mut new.spec.versions[1];
+    let schema = v1
+        .schema
+        .as_mut()
+        .unwrap()
+        .open_api_v3_schema
+        .as_mut()
+        .unwrap();
+    let spec = schema.properties.as_mut().unwrap().get_mut("spec").unwrap();
+    spec.properties = Some(Default::default());
+    let found: Vec<String> = breaking_changes(&old, &new)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        found,
+        [
+            "spec.size: field removed: it is no longer declared: the API server drops its values (in v1)"
+        ]
+    );
+}
+
+#[test]
+fn an_older_version_no_longer_served_is_named() {
+    let mut old = crd(object(json!({})));
+    let mut v1beta1 = old.spec.versions[0].clone();
+    v1beta1.name = "v1beta1".into();
+    v1beta1.storage = false;
+    old.spec.versions.push(v1beta1);
+    let new = crd(object(json!({})));
+    let found: Vec<String> = breaking_changes(&old, &new)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        found,
+        [
+            "spec.versions: version removed: v1beta1 is no longer served; keep it under spec.versions"
+        ]
+    );
 }
 
 #[test]

@@ -1,0 +1,192 @@
+//! A kind's versions: the one it stores (`spec.version`, the hub, which
+//! templates and expressions read) and the older ones it still serves,
+//! each converted to and from the hub as its kind file declares
+//! (hub-and-spoke: one older version converts to another through the hub).
+//!
+//! [`Versions::convert`] is what the operator's conversion webhook runs
+//! for every object the API server sends it; [`round_trip::check`] is what
+//! a kind is checked with when it is loaded: a field that one direction
+//! would drop is refused unless the kind file says it is lossy.
+
+pub mod round_trip;
+
+use serde_json::{Map, Value};
+
+use super::file::{KindSpec, OlderVersion};
+
+/// Why an object could not be converted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConversionError {
+    /// The object is not one of the kind's.
+    #[error("{api_version} {kind} is not a version of {group} {expected}")]
+    NotThisKind {
+        /// The object's `apiVersion`.
+        api_version: String,
+        /// The object's `kind`.
+        kind: String,
+        /// The kind's group.
+        group: String,
+        /// The kind's kind.
+        expected: String,
+    },
+    /// A version the kind does not serve.
+    #[error("{group} serves no version {version} of {kind}")]
+    UnknownVersion {
+        /// The kind's group.
+        group: String,
+        /// The kind.
+        kind: String,
+        /// The version asked for.
+        version: String,
+    },
+}
+
+/// A kind's versions and their conversions.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Versions {
+    /// The API group.
+    pub group: String,
+    /// The kind (`Greeting`).
+    pub kind: String,
+    /// The stored version.
+    pub hub: String,
+    /// The older versions, as declared.
+    pub older: Vec<OlderVersion>,
+}
+
+impl Versions {
+    /// The versions `spec` declares.
+    pub fn of(spec: &KindSpec) -> Self {
+        Self {
+            group: spec.group.clone(),
+            kind: spec.names.kind.clone(),
+            hub: spec.version.clone(),
+            older: spec.versions.clone(),
+        }
+    }
+
+    /// True when the kind serves more than one version.
+    pub fn several(&self) -> bool {
+        !self.older.is_empty()
+    }
+
+    /// Every version served, the hub first.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(self.hub.as_str()).chain(self.older.iter().map(|v| v.name.as_str()))
+    }
+
+    fn older(&self, version: &str) -> Result<&OlderVersion, ConversionError> {
+        self.older
+            .iter()
+            .find(|v| v.name == version)
+            .ok_or_else(|| ConversionError::UnknownVersion {
+                group: self.group.clone(),
+                kind: self.kind.clone(),
+                version: version.to_string(),
+            })
+    }
+
+    /// `object` (one of the kind's, at any version it serves) at `to`:
+    /// up to the hub through its version's conversion, then down to `to`
+    /// through that version's. Fields the target version does not declare
+    /// are left for the API server to prune.
+    pub fn convert(&self, mut object: Value, to: &str) -> Result<Value, ConversionError> {
+        let from = self.version_of(&object)?;
+        if from != to {
+            let target = (to != self.hub).then(|| self.older(to)).transpose()?;
+            if from != self.hub {
+                up(&mut object, self.older(&from)?);
+            }
+            if let Some(target) = target {
+                down(&mut object, target);
+            }
+        }
+        object["apiVersion"] = format!("{}/{to}", self.group).into();
+        Ok(object)
+    }
+
+    /// The version `object` is at, if it is one of the kind's.
+    fn version_of(&self, object: &Value) -> Result<String, ConversionError> {
+        let api_version = object["apiVersion"].as_str().unwrap_or_default();
+        let kind = object["kind"].as_str().unwrap_or_default();
+        match api_version.split_once('/') {
+            Some((group, version)) if group == self.group && kind == self.kind => {
+                Ok(version.to_string())
+            }
+            _ => Err(ConversionError::NotThisKind {
+                api_version: api_version.to_string(),
+                kind: kind.to_string(),
+                group: self.group.clone(),
+                expected: self.kind.clone(),
+            }),
+        }
+    }
+}
+
+/// An older version's object, made the hub's: its moves, then the hub's
+/// defaults for what it lacks.
+fn up(object: &mut Value, version: &OlderVersion) {
+    let moves = &version.conversion.moves;
+    let taken: Vec<_> = moves.iter().map(|m| take(object, &m.from)).collect();
+    for (m, value) in moves.iter().zip(taken) {
+        if let Some(value) = value {
+            put(object, &m.to, value);
+        }
+    }
+    for (field, value) in &version.conversion.defaults {
+        if get(object, field).is_none() {
+            put(object, field, value.clone());
+        }
+    }
+}
+
+/// A hub object, made an older version's: its moves back.
+fn down(object: &mut Value, version: &OlderVersion) {
+    let moves = &version.conversion.moves;
+    let taken: Vec<_> = moves.iter().map(|m| take(object, &m.to)).collect();
+    for (m, value) in moves.iter().zip(taken) {
+        if let Some(value) = value {
+            put(object, &m.from, value);
+        }
+    }
+}
+
+/// The value at the dotted `path`, if there is one.
+fn get<'a>(object: &'a Value, path: &str) -> Option<&'a Value> {
+    path.split('.')
+        .try_fold(object, |node, key| node.as_object()?.get(key))
+}
+
+/// Removes and returns the value at the dotted `path`.
+fn take(object: &mut Value, path: &str) -> Option<Value> {
+    let (parent, last) = path.rsplit_once('.')?;
+    let node = parent
+        .split('.')
+        .try_fold(object, |node, key| node.as_object_mut()?.get_mut(key))?;
+    node.as_object_mut()?.remove(last)
+}
+
+/// Sets the value at the dotted `path`, making the objects on the way (a
+/// value on the way that is not an object is replaced by one).
+fn put(object: &mut Value, path: &str, value: Value) {
+    let mut node = object;
+    let mut keys = path.split('.').peekable();
+    while let Some(key) = keys.next() {
+        if !node.is_object() {
+            *node = Value::Object(Map::new());
+        }
+        let Some(map) = node.as_object_mut() else {
+            return;
+        };
+        if keys.peek().is_none() {
+            map.insert(key.to_string(), value);
+            return;
+        }
+        node = map
+            .entry(key.to_string())
+            .or_insert_with(|| Value::Object(Map::new()));
+    }
+}
+
+#[cfg(test)]
+mod tests;
