@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::conversion::Endpoint;
 use crate::duration::parse_duration;
 use crate::engine::host::{Identity, parse_cluster_account, shard};
 use crate::kind::{KustomizeDir, TemplateError};
@@ -253,6 +254,30 @@ pub struct RunArgs {
     /// Address for /metrics, /healthz and /readyz ("" turns it off).
     #[arg(long, env = "METRICS_ADDR", default_value = "127.0.0.1:8080", value_parser = parse_addr)]
     pub metrics_addr: MetricsAddr,
+    /// Address the conversion webhook listens on (HTTPS), which serves the
+    /// older versions of kind definitions; off when not given, and a
+    /// definition of several versions is then refused.
+    #[arg(long, env = "CONVERSION_WEBHOOK_ADDR")]
+    pub conversion_webhook_addr: Option<SocketAddr>,
+    /// The URL the API server calls the webhook at, for an operator
+    /// outside the cluster (`https://127.0.0.1:9443`).
+    #[arg(
+        long,
+        env = "CONVERSION_WEBHOOK_URL",
+        requires = "conversion_webhook_addr",
+        conflicts_with = "conversion_webhook_service",
+        value_parser = parse_webhook_url
+    )]
+    pub conversion_webhook_url: Option<Endpoint>,
+    /// The Service the API server calls the webhook through, in front of
+    /// the operator's Pods (`namespace/name:port`).
+    #[arg(
+        long,
+        env = "CONVERSION_WEBHOOK_SERVICE",
+        requires = "conversion_webhook_addr",
+        value_parser = parse_webhook_service
+    )]
+    pub conversion_webhook_service: Option<Endpoint>,
     /// Serve the `KindDefinition`s of the cluster (kinds added, changed and
     /// removed with kubectl while the operator runs), when their CRD is
     /// installed. `--kinds` selects among the folder kinds only.
@@ -409,6 +434,29 @@ fn parse_addr(s: &str) -> Result<MetricsAddr, String> {
         .map_err(|e| format!("invalid address {s:?}: {e}"))
 }
 
+/// `--conversion-webhook-url`: an https URL.
+fn parse_webhook_url(s: &str) -> Result<Endpoint, String> {
+    match s.strip_prefix("https://") {
+        Some(rest) if !rest.is_empty() => Ok(Endpoint::Url(s.to_string())),
+        _ => Err(format!("{s:?} is not an https:// URL")),
+    }
+}
+
+/// `--conversion-webhook-service`: `namespace/name:port`.
+fn parse_webhook_service(s: &str) -> Result<Endpoint, String> {
+    let parsed = s.split_once('/').and_then(|(namespace, rest)| {
+        let (name, port) = rest.split_once(':')?;
+        let port = port.parse().ok().filter(|p| (1..=65535).contains(p))?;
+        let named = !namespace.is_empty() && !name.is_empty();
+        named.then(|| Endpoint::Service {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            port,
+        })
+    });
+    parsed.ok_or_else(|| format!("{s:?} is not namespace/name:port"))
+}
+
 /// A ServiceAccount name (`--default-service-account`).
 pub fn parse_account_name(name: &str) -> Result<String, String> {
     crate::kind::check_account_name(name).map(|()| name.to_string())
@@ -537,6 +585,28 @@ mod tests {
         for bad in ["", "Deployer", "a/b", "-a", "a:b"] {
             assert!(parse_account_name(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn the_webhook_is_reached_at_a_url_or_through_a_service() {
+        assert_eq!(
+            parse_webhook_service("ops/webhook:443"),
+            Ok(Endpoint::Service {
+                namespace: "ops".into(),
+                name: "webhook".into(),
+                port: 443
+            })
+        );
+        assert!(parse_webhook_service("webhook:443").is_err());
+        assert!(parse_webhook_service("ops/webhook:0").is_err());
+        assert!(parse_webhook_url("http://127.0.0.1:9443").is_err());
+        let cli = Cli::try_parse_from([
+            "kustomize-operator",
+            "run",
+            "--conversion-webhook-url",
+            "https://127.0.0.1:9443",
+        ]);
+        assert!(cli.is_err(), "the URL needs an address to listen on");
     }
 
     #[test]

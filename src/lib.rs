@@ -15,6 +15,7 @@
 //! that no modules import each other in a circle).
 
 pub mod cli;
+pub mod conversion;
 pub mod definitions;
 pub mod diff;
 pub mod duration;

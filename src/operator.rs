@@ -1,6 +1,7 @@
 //! Starting and stopping the operator: checks, the engine, one controller per
 //! kind, the metrics endpoint. Used by `run` and by the integration tests.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -10,6 +11,8 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::{KindsError, RunArgs};
+use crate::conversion::Webhook;
+use crate::conversion::certificate::Certificate;
 use crate::engine::host::Dynamic;
 use crate::engine::host::{
     BatchSettings, Engine, Kubectl, KubectlConfig, KubectlError, KubectlStats, OUTPUT_LIMIT,
@@ -74,6 +77,9 @@ pub enum StartError {
         "--leader-elect needs a namespace for its Lease: set NAMESPACE (the downward API does in the Deployment) or --leader-elect-namespace"
     )]
     LeaseNamespace,
+    /// The conversion webhook cannot be set up.
+    #[error("conversion webhook: {0}")]
+    Webhook(String),
     /// The work directory cannot be prepared.
     #[error("cannot prepare work directory {path}: {source}")]
     WorkDir {
@@ -142,7 +148,14 @@ impl Operator {
         let metrics = Arc::new(Metrics::new());
         let (client, guard, unreadable) = connect(args.max_api_requests, &metrics).await?;
         check_crds(&client, &guard, &kinds, args.namespace.as_deref()).await?;
-        let definitions = definitions_config(args, &client, registry.all()).await;
+        let webhook = conversion_webhook(args)?;
+        let definitions = definitions_config(
+            args,
+            &client,
+            registry.all(),
+            webhook.as_ref().map(|(w, _)| w.clone()),
+        )
+        .await;
         let base_dir = args
             .work_dir
             .clone()
@@ -178,6 +191,10 @@ impl Operator {
             .spawn(crate::guard::report::run(client, unreadable, stop));
         operator.spawn_controllers(controllers, leader);
         operator.spawn_services(args);
+        if let (Some(addr), Some((webhook, certificate))) = (args.conversion_webhook_addr, webhook)
+        {
+            operator.spawn_webhook(addr, webhook, certificate);
+        }
         metrics.set_ready(true);
         Ok(operator)
     }
@@ -202,6 +219,23 @@ impl Operator {
                 ));
             }
         }
+    }
+
+    /// Starts the conversion webhook's endpoint on `addr`.
+    fn spawn_webhook(&mut self, addr: SocketAddr, webhook: Arc<Webhook>, certificate: Certificate) {
+        let token = self.shutdown.clone();
+        let conversions = webhook.conversions.clone();
+        tracing::info!(%addr, endpoint = ?webhook.endpoint, "conversion webhook: serving");
+        self.tasks.spawn(async move {
+            tokio::select! {
+                result = crate::conversion::server::serve(addr, certificate, conversions) => {
+                    if let Err(e) = result {
+                        tracing::error!(%addr, error = %e, "conversion webhook failed");
+                    }
+                }
+                () = token.cancelled() => {}
+            }
+        });
     }
 
     /// Starts the metrics endpoint, the forgetting of expired entries and
@@ -459,6 +493,29 @@ async fn connect(
     Ok((client, guard, reports))
 }
 
+/// The conversion webhook the command line asks for, with the
+/// certificate it serves (made now, for the host the API server calls).
+fn conversion_webhook(args: &RunArgs) -> Result<Option<(Arc<Webhook>, Certificate)>, StartError> {
+    if args.conversion_webhook_addr.is_none() {
+        return Ok(None);
+    }
+    let endpoint = (args.conversion_webhook_url.clone())
+        .or_else(|| args.conversion_webhook_service.clone())
+        .ok_or_else(|| {
+            StartError::Webhook(
+                "--conversion-webhook-addr needs --conversion-webhook-url or --conversion-webhook-service: where the API server calls it".into(),
+            )
+        })?;
+    let certificate = crate::conversion::certificate::make(&endpoint.hosts())
+        .map_err(|e| StartError::Webhook(e.to_string()))?;
+    let webhook = Webhook {
+        endpoint,
+        ca: certificate.ca_pem.clone(),
+        conversions: Arc::default(),
+    };
+    Ok(Some((Arc::new(webhook), certificate)))
+}
+
 /// How `KindDefinition`s are served: `None` when turned off, or when their
 /// CRD is not installed (said in the log: the operator serves its folder
 /// kinds as before).
@@ -466,6 +523,7 @@ async fn definitions_config(
     args: &RunArgs,
     client: &kube::Client,
     static_kinds: &[Kind],
+    webhook: Option<Arc<Webhook>>,
 ) -> Option<crate::definitions::Config> {
     if !args.serve_kind_definitions {
         return None;
@@ -477,6 +535,7 @@ async fn definitions_config(
             default_service_account: args.default_service_account.clone(),
             isolation: sandbox(args),
             budget: usize::try_from(args.kind_definitions_budget_kib << 10).unwrap_or(usize::MAX),
+            webhook,
         }),
         Ok(Served::NotInstalled) => {
             tracing::warn!(

@@ -81,6 +81,173 @@ async fn a_definition_is_served_without_a_restart_and_a_template_change_rolls_ou
     assert!(!crd_left, "the CRD is removed with the last resource gone");
 }
 
+/// The Greeting kind at v2: `message` is `text`, and v1 is still served,
+/// converted by the operator's webhook as the kind file declares.
+fn to_v2(kind: &GreetingKind) {
+    kind.edit("kind.yaml", |t| {
+        let hub = t
+            .replace(
+                "    required: [message]\n    properties:\n      message:",
+                "    required: [text]\n    properties:\n      text:",
+            )
+            .replace("jsonPath: .spec.message", "jsonPath: .spec.text");
+        hub.replace(
+            "  version: v1\n",
+            "  version: v2\n  versions:\n  - name: v1\n    schema:\n      type: object\n      required: [message]\n      properties:\n        message: {type: string, minLength: 1, maxLength: 200}\n        language: {type: string, enum: [en, it], default: en}\n    conversion:\n      moves:\n      - {from: spec.message, to: spec.text}\n",
+        )
+    });
+    kind.edit("resources/configmap.yaml", |t| {
+        t.replace(
+            "  message: {{ spec.message }}",
+            "  message: {{ spec.text }}\n  version: v2",
+        )
+    });
+}
+
+/// The Greeting `name` read at `version`.
+fn greeting_at(kind: &GreetingKind, ns: &str, version: &str, name: &str) -> Value {
+    let resource = format!("greetings.{version}.{}", kind.group);
+    let (ok, out, err) = common::kubectl(&["get", &resource, name, "-n", ns, "-o", "json"]);
+    assert!(ok, "get {resource} {name}: {err}");
+    serde_json::from_str(&out).unwrap()
+}
+
+/// Creates the Greeting `name` at `version` with `spec`.
+fn write_at(kind: &GreetingKind, ns: &str, version: &str, name: &str, spec: Value) {
+    let greeting = json!({
+        "apiVersion": format!("{}/{version}", kind.group),
+        "kind": "Greeting",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": spec,
+    });
+    let (ok, _, err) = common::kubectl_stdin(&["apply", "-f", "-"], &greeting.to_string());
+    assert!(ok, "applying the Greeting at {version}: {err}");
+}
+
+/// A kind at v1 with resources gains v2, which renames a field: the API
+/// serves both versions through the operator's conversion webhook, each
+/// in its own shape; the operator reads v2 and renders from it; a write at
+/// either version reads back the same at the other.
+#[tokio::test]
+async fn a_kind_gains_a_version_with_a_rename_converted_by_the_operators_webhook() {
+    let client = common::cluster().await;
+    let ns = TestNamespace::new(&client, "kd-versions").await;
+    let kind = GreetingKind::new(&ns);
+    let port = common::free_port();
+    let (addr, url) = (
+        format!("127.0.0.1:{port}"),
+        format!("https://127.0.0.1:{port}"),
+    );
+    let webhook = [
+        "--conversion-webhook-addr",
+        &addr,
+        "--conversion-webhook-url",
+        &url,
+    ];
+    let flags = kind.flags(&webhook);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let mut operator = OperatorProcess::spawn(&ns.name, &[], &flags);
+    kind.apply();
+    kind.wait_condition("Serving", "True", "Running").await;
+    let names = ["one", "two", "three"];
+    for name in names {
+        kind.greet(&ns.name, name, &format!("hello {name}"), json!({}));
+    }
+    for name in names {
+        wait_ready(&kind, &ns.name, name).await;
+    }
+
+    to_v2(&kind);
+    kind.apply();
+    kind.wait_message("Serving", "True", "Running", "generation 2")
+        .await;
+    for name in names {
+        common::wait_until(TIMEOUT, format!("{name} rendered from v2"), async || {
+            config_map_field(&ns.name, name, "version") == "v2"
+                && config_map_field(&ns.name, name, "message") == format!("hello {name}")
+        })
+        .await;
+        let v2 = greeting_at(&kind, &ns.name, "v2", name);
+        assert_eq!(v2["apiVersion"], format!("{}/v2", kind.group));
+        assert_eq!(
+            v2["spec"],
+            json!({"text": format!("hello {name}"), "language": "en"})
+        );
+        let v1 = greeting_at(&kind, &ns.name, "v1", name);
+        assert_eq!(
+            v1["spec"],
+            json!({"message": format!("hello {name}"), "language": "en"})
+        );
+    }
+    let crd: Value =
+        serde_json::from_str(&common::kubectl(&["get", "crd", &kind.crd(), "-o", "json"]).1)
+            .unwrap();
+    assert_eq!(crd["spec"]["conversion"]["strategy"], "Webhook");
+    let versions: Vec<(&str, bool)> = (crd["spec"]["versions"].as_array().unwrap().iter())
+        .map(|v| (v["name"].as_str().unwrap(), v["storage"] == true))
+        .collect();
+    assert_eq!(versions, [("v2", true), ("v1", false)]);
+
+    write_at(
+        &kind,
+        &ns.name,
+        "v1",
+        "four",
+        json!({"message": "written at v1"}),
+    );
+    assert_eq!(
+        greeting_at(&kind, &ns.name, "v2", "four")["spec"]["text"],
+        "written at v1"
+    );
+    assert_eq!(
+        greeting_at(&kind, &ns.name, "v1", "four")["spec"]["message"],
+        "written at v1"
+    );
+    write_at(
+        &kind,
+        &ns.name,
+        "v2",
+        "five",
+        json!({"text": "written at v2"}),
+    );
+    assert_eq!(
+        greeting_at(&kind, &ns.name, "v1", "five")["spec"]["message"],
+        "written at v2"
+    );
+    common::wait_until(TIMEOUT, "four and five rendered", async || {
+        config_map_field(&ns.name, "four", "message") == "written at v1"
+            && config_map_field(&ns.name, "five", "message") == "written at v2"
+    })
+    .await;
+    let (ok, listed, err) = common::kubectl(&[
+        "get",
+        &format!("greetings.v1.{}", kind.group),
+        "-n",
+        &ns.name,
+        "-o",
+        "name",
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(listed.lines().count(), 5, "{listed}");
+
+    let (ok, _, err) = common::kubectl(&[
+        "delete",
+        &kind.crd(),
+        "--all",
+        "-n",
+        &ns.name,
+        "--wait=true",
+        "--timeout=60s",
+    ]);
+    assert!(ok, "{err}");
+    kind.delete().await;
+    assert!(
+        operator.running(),
+        "the operator exited:\n{}",
+        operator.log_tail()
+    );
+}
+
 /// Every kind folder of the repository with a kind file, packed.
 fn packed_kind_folders() -> Vec<(String, Value)> {
     let repo = common::repo();

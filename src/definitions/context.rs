@@ -11,6 +11,7 @@ use kube::api::DynamicObject;
 
 use super::generation::{self, Rejection, Taken};
 use super::serving::Serving;
+use crate::conversion::Webhook;
 use crate::engine::host::{Engine, Isolation};
 
 /// How many names a message lists.
@@ -43,6 +44,8 @@ pub(super) struct DefinitionContext {
     pub budget: usize,
     /// Where the definitions' templates render.
     pub isolation: Option<Arc<dyn Isolation>>,
+    /// The operator's conversion webhook, if it serves one.
+    pub webhook: Option<Arc<Webhook>>,
     /// The last rejection of each definition that only a change of the
     /// definition can lift, with what it was made for.
     pub rejected: Mutex<HashMap<String, (Checked, Rejection)>>,

@@ -247,6 +247,7 @@ async fn check(
 ) -> Result<Generation, Rejection> {
     let name = def.name_any();
     let mut generation = generation::load(def, &ctx.work_dir, ctx.isolation.clone())?;
+    generation::attach_webhook(&mut generation, ctx.webhook.as_deref())?;
     let mut taken = ctx.taken.clone();
     taken.extend(ctx.serving.taken_by_others(&name));
     generation::check_clash(&generation, &taken)?;
@@ -278,6 +279,11 @@ async fn ensure_crd(
     let crd = generation.crd_name();
     status.crd = Some(crd.clone());
     let number = Some(generation.number);
+    if let Some(webhook) = ctx.webhook.as_ref() {
+        // Before the CRD: the API server calls the webhook as soon as it
+        // serves the versions.
+        webhook.conversions.set(generation.kind.versions());
+    }
     let reason = match crds::apply(&ctx.client, &generation.crd, name).await {
         Err(e @ CrdError::NotOwned { .. }) => Err((Reason::CrdNotOwned, e.to_string())),
         Err(e) => Err((Reason::CrdApplyFailed, e.to_string())),

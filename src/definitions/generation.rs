@@ -13,6 +13,7 @@ use kube::ResourceExt;
 use kube::api::DynamicObject;
 
 use super::resource::{self, Reason};
+use crate::conversion::Webhook;
 use crate::engine::host::{Engine, Isolation};
 use crate::kind::KustomizeDir;
 use crate::kinds::declared::breaking::{self, BreakingChange};
@@ -135,6 +136,25 @@ pub fn load(
         object_types: BTreeSet::new(),
         bytes: text.len(),
     })
+}
+
+/// Gives the CRD of a kind of several versions the operator's conversion
+/// webhook, or refuses it when the operator serves none.
+pub fn attach_webhook(
+    generation: &mut Generation,
+    webhook: Option<&Webhook>,
+) -> Result<(), Rejection> {
+    if !generation.kind.versions().several() {
+        return Ok(());
+    }
+    let Some(webhook) = webhook else {
+        return Err(Rejection::Invalid(format!(
+            "{}/kind.yaml: spec.versions: the kind serves older versions, and this operator serves no conversion webhook to convert them (run it with --conversion-webhook-addr and --conversion-webhook-url or --conversion-webhook-service)",
+            generation.kind.name()
+        )));
+    };
+    generation.crd.spec.conversion = Some(webhook.conversion());
+    Ok(())
 }
 
 /// Builds the kind's base (`kubectl kustomize`), and notes the object
@@ -267,6 +287,47 @@ mod tests {
         let err = load(&object, work.path(), None).unwrap_err().to_string();
         assert!(err.contains("sample/patches/deployment.yaml"), "{err}");
         assert!(err.contains("nosuchfilter"), "{err}");
+    }
+
+    #[test]
+    fn a_kind_of_several_versions_needs_the_webhook_which_its_crd_then_names() {
+        let work = tempfile::tempdir().unwrap();
+        let mut object = definition("kustomize/sample");
+        let schema = object.data["spec"]["schema"].clone();
+        object.data["spec"]["version"] = "v2".into();
+        object.data["spec"]["versions"] = serde_json::json!([{"name": "v1", "schema": schema}]);
+        let mut generation = load(&object, work.path(), None).unwrap();
+        let refused = attach_webhook(&mut generation, None).unwrap_err();
+        assert_eq!(refused.reason(), Reason::Invalid);
+        assert!(refused.to_string().contains("spec.versions"), "{refused}");
+        let webhook = Webhook {
+            endpoint: crate::conversion::Endpoint::Url("https://127.0.0.1:9443".into()),
+            ca: "CA".into(),
+            conversions: Default::default(),
+        };
+        attach_webhook(&mut generation, Some(&webhook)).unwrap();
+        let conversion = generation.crd.spec.conversion.as_ref().unwrap();
+        assert_eq!(conversion.strategy, "Webhook");
+        let config = conversion
+            .webhook
+            .as_ref()
+            .unwrap()
+            .client_config
+            .as_ref()
+            .unwrap();
+        assert_eq!(
+            config.url.as_deref(),
+            Some("https://127.0.0.1:9443/convert")
+        );
+        assert_eq!(config.ca_bundle.as_ref().unwrap().0, b"CA");
+        let versions: Vec<_> = generation
+            .crd
+            .spec
+            .versions
+            .iter()
+            .map(|v| (v.name.as_str(), v.storage))
+            .collect();
+        assert_eq!(versions, [("v2", true), ("v1", false)]);
     }
 
     #[test]

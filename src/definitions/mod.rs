@@ -35,6 +35,7 @@ use tokio_util::sync::CancellationToken;
 pub use context::DefinitionError;
 use generation::Taken;
 
+use crate::conversion::Webhook;
 use crate::engine::host::Dynamic;
 use crate::engine::host::{Engine, Isolation};
 use crate::kinds::declared::DeclaredHandler;
@@ -55,6 +56,9 @@ pub struct Config {
     /// Where the definitions' templates render (`None`: in process, for
     /// tests without a worker binary).
     pub isolation: Option<Arc<dyn Isolation>>,
+    /// The operator's conversion webhook, if it serves one: a kind of
+    /// several versions needs it.
+    pub webhook: Option<Arc<Webhook>>,
 }
 
 /// Whether the `KindDefinition` CRD is installed and the operator may list
@@ -91,6 +95,7 @@ pub(crate) async fn serve(
         work_dir,
         default_service_account: config.default_service_account,
         isolation: config.isolation,
+        webhook: config.webhook,
         budget: config.budget,
         rejected: std::sync::Mutex::default(),
     });

@@ -429,6 +429,9 @@ impl OperatorProcess {
             "LEADER_ELECT_NAMESPACE",
             "COPYRATOR_NAMESPACES",
             "COPYRATOR_NAMESPACE_SELECTOR",
+            "CONVERSION_WEBHOOK_ADDR",
+            "CONVERSION_WEBHOOK_URL",
+            "CONVERSION_WEBHOOK_SERVICE",
             // The roots an HTTPS client trusts instead of the system's: a
             // test gives them when it means to (tests/exchange_rate.rs).
             "SSL_CERT_FILE",

@@ -1,0 +1,133 @@
+//! The operator's own conversion webhook: the API server sends it every
+//! object of a kind definition's kind that must change version (read at
+//! one version, stored at another), and it answers with what the kind
+//! file declares ([`Versions::convert`]). One endpoint answers for every
+//! kind served; a kind with one version never calls it.
+//!
+//! It serves HTTPS with a certificate it makes at start (a CA of its own,
+//! [`certificate`]); the CA goes into the `caBundle` of each CRD of
+//! several versions it applies ([`Webhook::client_config`]).
+
+pub mod certificate;
+mod review;
+pub mod server;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use k8s_openapi::ByteString;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceConversion, ServiceReference, WebhookClientConfig, WebhookConversion,
+};
+
+use crate::kinds::declared::versions::Versions;
+
+/// The path the webhook answers on.
+pub const PATH: &str = "/convert";
+
+/// Where the API server reaches the webhook.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    /// A URL (`https://127.0.0.1:9443`), for an operator outside the cluster.
+    Url(String),
+    /// A Service in front of the operator's Pods.
+    Service {
+        /// Its namespace.
+        namespace: String,
+        /// Its name.
+        name: String,
+        /// Its port.
+        port: i32,
+    },
+}
+
+impl Endpoint {
+    /// The host names the serving certificate must carry.
+    pub fn hosts(&self) -> Vec<String> {
+        match self {
+            Self::Url(url) => {
+                let rest = url.split_once("://").map_or(url.as_str(), |(_, r)| r);
+                let authority = rest.split('/').next().unwrap_or_default();
+                let host = match authority.strip_prefix('[') {
+                    Some(v6) => v6.split(']').next().unwrap_or_default(),
+                    None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
+                };
+                vec![host.to_string()]
+            }
+            Self::Service {
+                namespace, name, ..
+            } => vec![
+                format!("{name}.{namespace}.svc"),
+                format!("{name}.{namespace}.svc.cluster.local"),
+            ],
+        }
+    }
+}
+
+/// The conversions of every kind served, by group and kind.
+#[derive(Debug, Default)]
+pub struct Conversions(Mutex<HashMap<(String, String), Arc<Versions>>>);
+
+impl Conversions {
+    /// Answers for `versions`' kind with them from now on.
+    pub fn set(&self, versions: Versions) {
+        let key = (versions.group.clone(), versions.kind.clone());
+        crate::sync::lock(&self.0).insert(key, Arc::new(versions));
+    }
+
+    /// The versions of the kind `kind` of `group`, if it is served.
+    pub fn get(&self, group: &str, kind: &str) -> Option<Arc<Versions>> {
+        let key = (group.to_string(), kind.to_string());
+        crate::sync::lock(&self.0).get(&key).cloned()
+    }
+}
+
+/// The webhook as the CRDs name it, and the conversions it answers with.
+#[derive(Debug)]
+pub struct Webhook {
+    /// Where the API server reaches it.
+    pub endpoint: Endpoint,
+    /// The CA its certificate is signed by (PEM).
+    pub ca: String,
+    /// What it converts with.
+    pub conversions: Arc<Conversions>,
+}
+
+impl Webhook {
+    /// The `spec.conversion` of a CRD whose versions it converts.
+    pub fn conversion(&self) -> CustomResourceConversion {
+        CustomResourceConversion {
+            strategy: "Webhook".into(),
+            webhook: Some(WebhookConversion {
+                client_config: Some(self.client_config()),
+                conversion_review_versions: vec!["v1".into()],
+            }),
+        }
+    }
+
+    /// How the API server calls it.
+    fn client_config(&self) -> WebhookClientConfig {
+        let ca_bundle = Some(ByteString(self.ca.as_bytes().to_vec()));
+        match &self.endpoint {
+            Endpoint::Url(url) => WebhookClientConfig {
+                url: Some(format!("{}{PATH}", url.trim_end_matches('/'))),
+                ca_bundle,
+                service: None,
+            },
+            Endpoint::Service {
+                namespace,
+                name,
+                port,
+            } => WebhookClientConfig {
+                url: None,
+                ca_bundle,
+                service: Some(ServiceReference {
+                    namespace: namespace.clone(),
+                    name: name.clone(),
+                    path: Some(PATH.into()),
+                    port: Some(*port),
+                }),
+            },
+        }
+    }
+}

@@ -1,0 +1,133 @@
+//! One `ConversionReview` answered: every object converted to the version
+//! asked for, in order, or a failure naming the first that could not be
+//! (the API server then fails the request that needed it, and nothing is
+//! written). Never the objects' content in a message.
+
+use kube::core::Status;
+use kube::core::conversion::{ConversionRequest, ConversionResponse, ConversionReview};
+use serde_json::Value;
+
+use super::Conversions;
+
+/// The answer to `review`.
+pub fn answer(review: ConversionReview, conversions: &Conversions) -> ConversionReview {
+    let request = match ConversionRequest::from_review(review) {
+        Ok(request) => request,
+        Err(e) => {
+            let status = Status::failure(&e.to_string(), "BadRequest").with_code(400);
+            return ConversionResponse::invalid(status).into_review();
+        }
+    };
+    let desired = request.desired_api_version.clone();
+    let objects = request.objects.clone();
+    let response = ConversionResponse::for_request(request);
+    match convert_all(objects, &desired, conversions) {
+        Ok(converted) => response.success(converted),
+        Err(message) => response.failure(Status::failure(&message, "Invalid").with_code(422)),
+    }
+    .into_review()
+}
+
+/// `objects` at `desired` (`group/version`), or why one could not be.
+fn convert_all(
+    objects: Vec<Value>,
+    desired: &str,
+    conversions: &Conversions,
+) -> Result<Vec<Value>, String> {
+    let Some((group, version)) = desired.split_once('/') else {
+        return Err(format!("desiredAPIVersion {desired:?} has no group"));
+    };
+    objects
+        .into_iter()
+        .map(|object| {
+            let kind = object["kind"].as_str().unwrap_or_default().to_string();
+            let versions = conversions
+                .get(group, &kind)
+                .ok_or_else(|| format!("the operator serves no kind {kind} in {group}"))?;
+            versions.convert(object, version).map_err(|e| e.to_string())
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::kinds::declared::versions::Versions;
+
+    fn conversions() -> Conversions {
+        let conversions = Conversions::default();
+        conversions.set(Versions {
+            group: "hello.example.com".into(),
+            kind: "Greeting".into(),
+            hub: "v2".into(),
+            older: vec![
+                serde_json::from_value(json!({
+                    "name": "v1",
+                    "schema": {"type": "object"},
+                    "conversion": {"moves": [{"from": "spec.message", "to": "spec.text"}]},
+                }))
+                .unwrap(),
+            ],
+        });
+        conversions
+    }
+
+    fn review(desired: &str, objects: Value) -> ConversionReview {
+        serde_json::from_value(json!({
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "ConversionReview",
+            "request": {"uid": "u-1", "desiredAPIVersion": desired, "objects": objects},
+        }))
+        .unwrap()
+    }
+
+    fn greeting(version: &str, spec: Value) -> Value {
+        json!({"apiVersion": format!("hello.example.com/{version}"), "kind": "Greeting",
+               "metadata": {"name": "a"}, "spec": spec})
+    }
+
+    #[test]
+    fn every_object_is_converted_in_order_and_the_uid_kept() {
+        let objects = json!([
+            greeting("v1", json!({"message": "one"})),
+            greeting("v2", json!({"text": "two"})),
+        ]);
+        let answer = answer(review("hello.example.com/v2", objects), &conversions());
+        let response = answer.response.unwrap();
+        assert_eq!(response.uid, "u-1");
+        assert!(response.result.is_success(), "{:?}", response.result);
+        assert_eq!(
+            response.converted_objects,
+            [
+                greeting("v2", json!({"text": "one"})),
+                greeting("v2", json!({"text": "two"}))
+            ]
+        );
+        let wire = serde_json::to_value(answer_types()).unwrap();
+        assert_eq!(wire["kind"], "ConversionReview");
+    }
+
+    fn answer_types() -> ConversionReview {
+        answer(review("hello.example.com/v1", json!([])), &conversions())
+    }
+
+    #[test]
+    fn an_unknown_kind_or_version_fails_the_whole_review_without_the_objects() {
+        let objects = json!([greeting("v1", json!({"message": "secret words"}))]);
+        let answer = answer(review("hello.example.com/v9", objects), &conversions());
+        let response = answer.response.unwrap();
+        assert!(response.result.is_failure());
+        assert!(response.converted_objects.is_empty());
+        assert!(!response.result.message.contains("secret"));
+        let other = json!([{"apiVersion": "x.io/v1", "kind": "Other"}]);
+        let response = super::answer(review("x.io/v2", other), &conversions())
+            .response
+            .unwrap();
+        assert_eq!(
+            response.result.message,
+            "the operator serves no kind Other in x.io"
+        );
+    }
+}
