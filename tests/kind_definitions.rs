@@ -127,9 +127,10 @@ fn write_at(kind: &GreetingKind, ns: &str, version: &str, name: &str, spec: Valu
 /// A kind at v1 with resources gains v2, which renames a field: the API
 /// serves both versions through the operator's conversion webhook, each
 /// in its own shape; the operator reads v2 and renders from it; a write at
-/// either version reads back the same at the other.
+/// either version reads back the same at the other. The operator then
+/// migrates the storage to v2, after which v1 can be removed.
 #[tokio::test]
-async fn a_kind_gains_a_version_with_a_rename_converted_by_the_operators_webhook() {
+async fn a_kind_gains_a_version_with_a_rename_converted_by_the_operators_webhook_and_migrated() {
     let client = common::cluster().await;
     let ns = TestNamespace::new(&client, "kd-versions").await;
     let kind = GreetingKind::new(&ns);
@@ -156,6 +157,10 @@ async fn a_kind_gains_a_version_with_a_rename_converted_by_the_operators_webhook
     for name in names {
         wait_ready(&kind, &ns.name, name).await;
     }
+    // Of a shard no operator serves: nobody writes it again but the
+    // storage migration.
+    let idle = json!({"kustomize-operator.io/shard": "elsewhere"});
+    kind.greet(&ns.name, "idle", "hello idle", idle);
 
     to_v2(&kind);
     kind.apply();
@@ -228,7 +233,49 @@ async fn a_kind_gains_a_version_with_a_rename_converted_by_the_operators_webhook
         "name",
     ]);
     assert!(ok, "{err}");
-    assert_eq!(listed.lines().count(), 5, "{listed}");
+    assert_eq!(listed.lines().count(), 6, "{listed}");
+
+    // Storage migration: every Greeting written again at v2, then v1 no
+    // longer listed as stored, so it can go.
+    let migrated = kind
+        .wait_condition("StorageMigrated", "True", "Migrated")
+        .await;
+    assert!(migrated.contains("stored at v2"), "{migrated}");
+    let stored = common::kubectl(&[
+        "get",
+        "crd",
+        &kind.crd(),
+        "-o",
+        "jsonpath={.status.storedVersions}",
+    ]);
+    assert_eq!(stored.1, r#"["v2"]"#);
+    kind.edit("kind.yaml", |t| {
+        let start = t.find("  versions:\n").unwrap();
+        let end = t.find("  names:").unwrap();
+        format!("{}{}", &t[..start], &t[end..])
+    });
+    kind.apply_with(|d| {
+        d["metadata"]["annotations"]["kustomize-operator.io/allow-breaking-changes"] =
+            "true".into();
+    });
+    kind.wait_message("Serving", "True", "Running", "generation 3")
+        .await;
+    kind.wait_condition("CRDEstablished", "True", "Established")
+        .await;
+    let crd: Value =
+        serde_json::from_str(&common::kubectl(&["get", "crd", &kind.crd(), "-o", "json"]).1)
+            .unwrap();
+    assert_eq!(
+        crd["spec"]["versions"].as_array().unwrap().len(),
+        1,
+        "{crd}"
+    );
+    // Without v1 and without a webhook, a Greeting still stored at v1
+    // would be read with v1's fields: each was written again at v2.
+    for name in names.into_iter().chain(["idle"]) {
+        let v2 = greeting_at(&kind, &ns.name, "v2", name);
+        assert_eq!(v2["spec"]["text"], format!("hello {name}"), "{v2}");
+    }
 
     let (ok, _, err) = common::kubectl(&[
         "delete",

@@ -10,6 +10,7 @@ use kube::Client;
 use kube::api::DynamicObject;
 
 use super::generation::{self, Rejection, Taken};
+use super::migration::Walks;
 use super::serving::Serving;
 use crate::conversion::Webhook;
 use crate::engine::host::{Engine, Isolation};
@@ -46,6 +47,8 @@ pub(super) struct DefinitionContext {
     pub isolation: Option<Arc<dyn Isolation>>,
     /// The operator's conversion webhook, if it serves one.
     pub webhook: Option<Arc<Webhook>>,
+    /// Where each kind's storage migration is.
+    pub walks: Walks,
     /// The last rejection of each definition that only a change of the
     /// definition can lift, with what it was made for.
     pub rejected: Mutex<HashMap<String, (Checked, Rejection)>>,

@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 use super::context::{Checked, DefinitionContext, DefinitionError, NAMES_SHOWN};
 use super::crds::{self, CrdError};
 use super::generation::{self, Generation, Rejection};
+use super::migration::{self, Storage};
 use super::resource::{self, ConditionType, Reason, Status};
 use super::writes::{count, event, status_of, write_status};
 use super::{deletion, rights};
@@ -40,6 +41,8 @@ use kube::runtime::finalizer::Event as FinalizerEvent;
 const RECHECK: Duration = Duration::from_secs(120);
 /// … and when something is not right yet.
 const RECHECK_SOON: Duration = Duration::from_secs(10);
+/// How soon the next page of a storage migration is written.
+const MIGRATION_STEP: Duration = Duration::from_millis(200);
 
 /// Runs the controller of definitions matching `selector` until `shutdown`
 /// is cancelled; then stops the kinds' controllers. A name received on
@@ -118,8 +121,12 @@ async fn serve(def: &DynamicObject, ctx: &DefinitionContext) -> Result<Action, D
     accept(def, ctx, &mut status).await;
     let served = ctx.serving.current(&def.name_any());
     serving_condition(ctx, def, served.as_ref(), &mut status);
+    let mut migrating = false;
     if let Some(generation) = &served {
         rights_condition(ctx, generation, &mut status).await;
+        if status.is_true(ConditionType::CrdEstablished) {
+            migrating = storage_condition(ctx, generation, &mut status).await;
+        }
         status.resources = match ctx.serving.resources(&def.name_any()) {
             Some(counted) => Some(counted),
             None => count(&ctx.client, &generation.kind.resource)
@@ -137,6 +144,9 @@ async fn serve(def: &DynamicObject, ctx: &DefinitionContext) -> Result<Action, D
     .iter()
     .all(|&c| status.is_true(c));
     write_status(&ctx.client, def, &before, &status).await?;
+    if migrating {
+        return Ok(Action::requeue(MIGRATION_STEP));
+    }
     Ok(Action::requeue(if all_well {
         RECHECK
     } else {
@@ -319,6 +329,50 @@ async fn ensure_crd(
             false
         }
     }
+}
+
+/// `StorageMigrated`: one step of the walk that writes the kind's
+/// resources again at its storage version. True while steps remain.
+async fn storage_condition(
+    ctx: &DefinitionContext,
+    generation: &Generation,
+    status: &mut Status,
+) -> bool {
+    let number = Some(generation.number);
+    let crd = generation.crd_name();
+    let storage = &generation.kind.file.spec.version;
+    let step = migration::step(
+        &ctx.client,
+        &ctx.walks,
+        &crd,
+        &generation.kind.resource,
+        storage,
+    );
+    let (ok, reason, message, more) = match step.await {
+        Ok(Storage::Migrated { version, written }) => {
+            let message = format!(
+                "every resource is stored at {version}{}",
+                match written {
+                    0 => String::new(),
+                    n => format!(" ({n} written again)"),
+                }
+            );
+            (true, Reason::Migrated, message, false)
+        }
+        Ok(Storage::Migrating { from, to, written }) => {
+            let message = format!(
+                "writing the resources stored at {} again at {to}: {written} so far",
+                from.join(", ")
+            );
+            (false, Reason::Migrating, message, true)
+        }
+        Err(e) => {
+            let message = format!("writing the resources again at {storage}: {e}");
+            (false, Reason::MigrationFailed, message, false)
+        }
+    };
+    status.set(ConditionType::StorageMigrated, ok, reason, &message, number);
+    more
 }
 
 /// `Serving`: which generation's controller runs.

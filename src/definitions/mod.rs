@@ -21,6 +21,7 @@ mod controller;
 pub mod crds;
 mod deletion;
 pub mod generation;
+mod migration;
 pub mod resource;
 pub mod rights;
 mod serving;
@@ -97,6 +98,7 @@ pub(crate) async fn serve(
         isolation: config.isolation,
         webhook: config.webhook,
         budget: config.budget,
+        walks: migration::Walks::default(),
         rejected: std::sync::Mutex::default(),
     });
     controller::run(ctx, config.selector, nudged, shutdown).await;

@@ -54,6 +54,9 @@ pub enum ConditionType {
     RightsGranted,
     /// A defined kind is served.
     Serving,
+    /// Every resource of a defined kind is stored at its storage version,
+    /// and the CRD lists no other as stored.
+    StorageMigrated,
     /// A condition this version does not maintain (written by another version).
     #[serde(other)]
     Other,
@@ -65,9 +68,11 @@ impl ConditionType {
     /// wrong in full.
     pub fn message_limit(self) -> usize {
         match self {
-            Self::Accepted | Self::CrdEstablished | Self::RightsGranted | Self::Serving => {
-                DEFINITION_MESSAGE_LIMIT
-            }
+            Self::Accepted
+            | Self::CrdEstablished
+            | Self::RightsGranted
+            | Self::Serving
+            | Self::StorageMigrated => DEFINITION_MESSAGE_LIMIT,
             Self::Ready | Self::Reconciling | Self::Stalled | Self::Other => MESSAGE_LIMIT,
         }
     }
@@ -166,6 +171,13 @@ pub enum Reason {
     NoValidGeneration,
     /// A definition is being deleted and resources of its kind remain.
     WaitingForResources,
+    /// Resources of a defined kind are being written again at its new
+    /// storage version.
+    Migrating,
+    /// Every resource of a defined kind is stored at its storage version.
+    Migrated,
+    /// Writing a defined kind's resources again failed (retried).
+    MigrationFailed,
     /// A reason this version does not know (written by another version).
     #[serde(other)]
     Unknown,
@@ -208,6 +220,9 @@ impl Reason {
             Self::Running => "Running",
             Self::NoValidGeneration => "NoValidGeneration",
             Self::WaitingForResources => "WaitingForResources",
+            Self::Migrating => "Migrating",
+            Self::Migrated => "Migrated",
+            Self::MigrationFailed => "MigrationFailed",
             Self::Unknown => "Unknown",
         }
     }
