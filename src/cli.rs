@@ -278,6 +278,14 @@ pub struct RunArgs {
         value_parser = parse_webhook_service
     )]
     pub conversion_webhook_service: Option<Endpoint>,
+    /// The Secret of the operator's namespace (`NAMESPACE`) holding the
+    /// webhook's certificate, shared by every replica.
+    #[arg(
+        long,
+        env = "CONVERSION_WEBHOOK_SECRET",
+        default_value = "kustomize-operator-webhook"
+    )]
+    pub conversion_webhook_secret: String,
     /// Serve the `KindDefinition`s of the cluster (kinds added, changed and
     /// removed with kubectl while the operator runs), when their CRD is
     /// installed. `--kinds` selects among the folder kinds only.

@@ -148,7 +148,7 @@ impl Operator {
         let metrics = Arc::new(Metrics::new());
         let (client, guard, unreadable) = connect(args.max_api_requests, &metrics).await?;
         check_crds(&client, &guard, &kinds, args.namespace.as_deref()).await?;
-        let webhook = conversion_webhook(args)?;
+        let webhook = conversion_webhook(args, &client).await?;
         let definitions = definitions_config(
             args,
             &client,
@@ -226,6 +226,16 @@ impl Operator {
         let token = self.shutdown.clone();
         let conversions = webhook.conversions.clone();
         tracing::info!(%addr, endpoint = ?webhook.endpoint, "conversion webhook: serving");
+        let client = self.engine.client().clone();
+        let following = conversions.clone();
+        let stop = self.shutdown.clone();
+        self.tasks.spawn(async move {
+            let label = crate::definitions::resource::MARKER_LABEL;
+            tokio::select! {
+                () = crate::conversion::follow(client, following, label) => {}
+                () = stop.cancelled() => {}
+            }
+        });
         self.tasks.spawn(async move {
             tokio::select! {
                 result = crate::conversion::server::serve(addr, certificate, conversions) => {
@@ -494,8 +504,13 @@ async fn connect(
 }
 
 /// The conversion webhook the command line asks for, with the
-/// certificate it serves (made now, for the host the API server calls).
-fn conversion_webhook(args: &RunArgs) -> Result<Option<(Arc<Webhook>, Certificate)>, StartError> {
+/// certificate it serves for the host the API server calls: the one every
+/// replica shares (a Secret of the operator's namespace), or, for an
+/// operator run without a namespace of its own, one made now.
+async fn conversion_webhook(
+    args: &RunArgs,
+    client: &kube::Client,
+) -> Result<Option<(Arc<Webhook>, Certificate)>, StartError> {
     if args.conversion_webhook_addr.is_none() {
         return Ok(None);
     }
@@ -506,8 +521,15 @@ fn conversion_webhook(args: &RunArgs) -> Result<Option<(Arc<Webhook>, Certificat
                 "--conversion-webhook-addr needs --conversion-webhook-url or --conversion-webhook-service: where the API server calls it".into(),
             )
         })?;
-    let certificate = crate::conversion::certificate::make(&endpoint.hosts())
-        .map_err(|e| StartError::Webhook(e.to_string()))?;
+    let hosts = endpoint.hosts();
+    let certificate = match args.common.operator_namespace.as_deref() {
+        Some(namespace) => {
+            let secret = &args.conversion_webhook_secret;
+            crate::conversion::certificate::shared(client, namespace, secret, &hosts).await
+        }
+        None => crate::conversion::certificate::make(&hosts),
+    }
+    .map_err(|e| StartError::Webhook(e.to_string()))?;
     let webhook = Webhook {
         endpoint,
         ca: certificate.ca_pem.clone(),

@@ -147,7 +147,9 @@ async fn a_kind_gains_a_version_with_a_rename_converted_by_the_operators_webhook
     ];
     let flags = kind.flags(&webhook);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let mut operator = OperatorProcess::spawn(&ns.name, &[], &flags);
+    // Its own namespace: where the webhook's certificate is kept.
+    let env = [("NAMESPACE", ns.name.as_str())];
+    let mut operator = OperatorProcess::spawn(&ns.name, &env, &flags);
     kind.apply();
     kind.wait_condition("Serving", "True", "Running").await;
     let names = ["one", "two", "three"];
@@ -192,6 +194,32 @@ async fn a_kind_gains_a_version_with_a_rename_converted_by_the_operators_webhook
         .map(|v| (v["name"].as_str().unwrap(), v["storage"] == true))
         .collect();
     assert_eq!(versions, [("v2", true), ("v1", false)]);
+
+    // A restart keeps the CA the CRD trusts (kept in a Secret), and the new
+    // process answers for v1 at once.
+    let ca = |crd: &Value| crd["spec"]["conversion"]["webhook"]["clientConfig"]["caBundle"].clone();
+    let secret = common::kubectl(&[
+        "get",
+        "secret",
+        "kustomize-operator-webhook",
+        "-n",
+        &ns.name,
+        "-o",
+        "jsonpath={.data.ca\\.crt}",
+    ]);
+    assert_eq!(ca(&crd), secret.1, "the CRD trusts the Secret's CA");
+    operator.signal(libc::SIGTERM);
+    assert!(operator.wait_exit(Duration::from_secs(30)).await.is_some());
+    operator = OperatorProcess::spawn(&ns.name, &env, &flags);
+    common::wait_until(TIMEOUT, "one read at v1 after the restart", async || {
+        let resource = format!("greetings.v1.{}", kind.group);
+        common::kubectl(&["get", &resource, "one", "-n", &ns.name]).0
+    })
+    .await;
+    let after: Value =
+        serde_json::from_str(&common::kubectl(&["get", "crd", &kind.crd(), "-o", "json"]).1)
+            .unwrap();
+    assert_eq!(ca(&after), ca(&crd), "the same CA after the restart");
 
     write_at(
         &kind,

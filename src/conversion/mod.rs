@@ -9,21 +9,28 @@
 //! several versions it applies ([`Webhook::client_config`]).
 
 pub mod certificate;
+mod follow;
 mod review;
 pub mod server;
+
+pub use follow::follow;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::ByteString;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
-    CustomResourceConversion, ServiceReference, WebhookClientConfig, WebhookConversion,
+    CustomResourceConversion, CustomResourceDefinition, ServiceReference, WebhookClientConfig,
+    WebhookConversion,
 };
 
 use crate::kinds::declared::versions::Versions;
 
 /// The path the webhook answers on.
 pub const PATH: &str = "/convert";
+/// The annotation on a CRD the operator applied that holds its kind's
+/// conversions (JSON): what every replica's webhook answers with.
+pub const ANNOTATION: &str = "kustomize-operator.io/conversions";
 
 /// Where the API server reaches the webhook.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,6 +82,12 @@ impl Conversions {
         crate::sync::lock(&self.0).insert(key, Arc::new(versions));
     }
 
+    /// No longer answers for the kind `kind` of `group`.
+    pub fn remove(&self, group: &str, kind: &str) {
+        let key = (group.to_string(), kind.to_string());
+        crate::sync::lock(&self.0).remove(&key);
+    }
+
     /// The versions of the kind `kind` of `group`, if it is served.
     pub fn get(&self, group: &str, kind: &str) -> Option<Arc<Versions>> {
         let key = (group.to_string(), kind.to_string());
@@ -94,8 +107,16 @@ pub struct Webhook {
 }
 
 impl Webhook {
+    /// Makes `crd` (of `versions`) call the webhook, which then answers
+    /// for it: its `spec.conversion`, and its conversions in [`ANNOTATION`].
+    pub fn attach(&self, crd: &mut CustomResourceDefinition, versions: &Versions) {
+        crd.spec.conversion = Some(self.conversion());
+        let declared = serde_json::to_string(versions).unwrap_or_default();
+        (crd.metadata.annotations.get_or_insert_default()).insert(ANNOTATION.into(), declared);
+    }
+
     /// The `spec.conversion` of a CRD whose versions it converts.
-    pub fn conversion(&self) -> CustomResourceConversion {
+    fn conversion(&self) -> CustomResourceConversion {
         CustomResourceConversion {
             strategy: "Webhook".into(),
             webhook: Some(WebhookConversion {

@@ -39,13 +39,11 @@ pub async fn serve(
 
 /// TLS 1.2 and 1.3 with the serving certificate, HTTP/1.1.
 fn tls_config(certificate: Certificate) -> std::io::Result<rustls::ServerConfig> {
+    let (cert, key) = certificate.server_parts().map_err(std::io::Error::other)?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .and_then(|b| {
-            b.with_no_client_auth()
-                .with_single_cert(vec![certificate.cert], certificate.key)
-        })
+        .and_then(|b| b.with_no_client_auth().with_single_cert(vec![cert], key))
         .map_err(std::io::Error::other)?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(config)

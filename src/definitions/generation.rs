@@ -153,7 +153,8 @@ pub fn attach_webhook(
             generation.kind.name()
         )));
     };
-    generation.crd.spec.conversion = Some(webhook.conversion());
+    let versions = generation.kind.versions();
+    webhook.attach(&mut generation.crd, &versions);
     Ok(())
 }
 

@@ -10,6 +10,7 @@
 
 pub mod round_trip;
 
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::file::{KindSpec, OlderVersion};
@@ -42,7 +43,7 @@ pub enum ConversionError {
 }
 
 /// A kind's versions and their conversions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Versions {
     /// The API group.
     pub group: String,
