@@ -465,6 +465,31 @@ fn a_locked_down_release_serving_definitions_renders_what_the_overlay_installs()
     assert!(refused.contains("writeAs.serviceAccountName"), "{refused}");
 }
 
+/// ... and with the conversion webhook, overlays/conversion-webhook; a
+/// release that serves no KindDefinitions cannot have it.
+#[test]
+fn a_conversion_webhook_release_renders_what_the_overlay_installs() {
+    let helm = helm_or_skip!();
+    let overlay = common::kustomize_documents("overlays/conversion-webhook");
+    let rendered = helm.template(
+        "kustomize-operator",
+        "kustomize-operator-system",
+        &["--set", "conversionWebhook.enabled=true"],
+    );
+    assert_same_objects(
+        &overlay,
+        &rendered,
+        "helm template vs kubectl kustomize overlays/conversion-webhook",
+    );
+    let refused = helm.template_error(&[
+        "--set",
+        "conversionWebhook.enabled=true,writeAs.lockedDown=true",
+        "--set",
+        "writeAs.serviceAccountName=kustomize-writer",
+    ]);
+    assert!(refused.contains("conversionWebhook.enabled"), "{refused}");
+}
+
 /// The NetworkPolicy's values: the API server's CIDRs replace "any address
 /// but link-local", ExchangeRate's provider gets a rule of its own, the
 /// metrics port its sources; off, there is none. And the cluster account

@@ -109,7 +109,10 @@ with a message naming the value.
 {{- if ne (len .Values.copyratorNamespaces) (len (uniq .Values.copyratorNamespaces)) -}}
 {{- fail (printf "copyratorNamespaces lists a namespace twice: %s" (join "," .Values.copyratorNamespaces)) -}}
 {{- end -}}
-{{- $fromValues := dict "DEFAULT_SERVICE_ACCOUNT" "writeAs.serviceAccountName" "KINDS" "kinds" "WATCH_NAMESPACE" "watchNamespace" "COPYRATOR_NAMESPACES" "copyratorNamespaces" "LEADER_ELECT" "leaderElection.enabled" "NAMESPACE" "the release's namespace" "POD_NAME" "the Pod's name" "SHARD" "shard" "SERVE_KIND_DEFINITIONS" "writeAs.lockedDown and writeAs.kindDefinitions" "CLUSTER_SERVICE_ACCOUNT" "writeAs.clusterServiceAccount" -}}
+{{- if and .Values.conversionWebhook.enabled (not (include "kustomize-operator.servesKindDefinitions" .)) -}}
+{{- fail "conversionWebhook.enabled serves KindDefinitions of several versions, and this release serves no KindDefinitions (writeAs.lockedDown without writeAs.kindDefinitions)" -}}
+{{- end -}}
+{{- $fromValues := dict "DEFAULT_SERVICE_ACCOUNT" "writeAs.serviceAccountName" "KINDS" "kinds" "WATCH_NAMESPACE" "watchNamespace" "COPYRATOR_NAMESPACES" "copyratorNamespaces" "LEADER_ELECT" "leaderElection.enabled" "NAMESPACE" "the release's namespace" "POD_NAME" "the Pod's name" "SHARD" "shard" "SERVE_KIND_DEFINITIONS" "writeAs.lockedDown and writeAs.kindDefinitions" "CLUSTER_SERVICE_ACCOUNT" "writeAs.clusterServiceAccount" "CONVERSION_WEBHOOK_ADDR" "conversionWebhook.enabled" "CONVERSION_WEBHOOK_SERVICE" "conversionWebhook.enabled" "CONVERSION_WEBHOOK_SECRET" "conversionWebhook.enabled" -}}
 {{- range .Values.extraEnv -}}
 {{- if hasKey $fromValues .name -}}
 {{- fail (printf "extraEnv: %s is set by the chart from %s" .name (get $fromValues .name)) -}}
@@ -214,4 +217,13 @@ the order of the values' variables, then deploy/operator/deployment.yaml's.
   value: json
 - name: RUST_LOG
   value: info
+{{- if .Values.conversionWebhook.enabled }}
+{{- $webhook := printf "%s-webhook" (include "kustomize-operator.fullname" .) }}
+- name: CONVERSION_WEBHOOK_ADDR
+  value: "0.0.0.0:9443"
+- name: CONVERSION_WEBHOOK_SERVICE
+  value: {{ printf "%s/%s:443" .Release.Namespace $webhook | quote }}
+- name: CONVERSION_WEBHOOK_SECRET
+  value: {{ $webhook }}
+{{- end }}
 {{- end -}}
