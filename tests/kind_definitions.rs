@@ -602,6 +602,20 @@ async fn deleting_a_definition_is_refused_or_waits_while_resources_exist_and_orp
         !ok && err.contains("spec.group"),
         "moving the kind's group: {err}"
     );
+    // A new version is not a new identity while the old one stays served.
+    let schema = kind.definition().unwrap()["spec"]["schema"].clone();
+    let dry_run = |patch: &Value| {
+        let patch = patch.to_string();
+        let args = ["patch", "kinddefinition", &kind.name, "--type", "merge"];
+        let (ok, _, err) =
+            common::kubectl(&[&args[..], &["-p", &patch, "--dry-run=server"]].concat());
+        (ok, err)
+    };
+    let (ok, err) = dry_run(&json!({"spec": {"version": "v2"}}));
+    assert!(!ok && err.contains("spec.version"), "a version gone: {err}");
+    let kept = json!({"spec": {"version": "v2", "versions": [{"name": "v1", "schema": schema}]}});
+    let (ok, err) = dry_run(&kept);
+    assert!(ok, "v1 kept under spec.versions: {err}");
 
     // Without the guard (or counted too late), the finalizer holds it.
     guard(false);

@@ -348,7 +348,15 @@ async fn storage_condition(
         &generation.kind.resource,
         storage,
     );
-    let (ok, reason, message, more) = match step.await {
+    let step = step.await;
+    // A kind of one version that never migrated has nothing to say.
+    let quiet = matches!(step, Ok(Storage::Migrated { written: 0, .. }))
+        && !generation.kind.versions().several()
+        && status.condition(ConditionType::StorageMigrated).is_none();
+    if quiet {
+        return false;
+    }
+    let (ok, reason, message, more) = match step {
         Ok(Storage::Migrated { version, written }) => {
             let message = format!(
                 "every resource is stored at {version}{}",
