@@ -163,6 +163,21 @@ async fn a_kind_gains_a_version_with_a_rename_converted_by_the_operators_webhook
     // storage migration.
     let idle = json!({"kustomize-operator.io/shard": "elsewhere"});
     kind.greet(&ns.name, "idle", "hello idle", idle);
+    // A hundred more (in one apply), so that the migration walks more than
+    // one page, and the idle one is on the second.
+    let bulk: Vec<Value> = (0..100)
+        .map(|i| {
+            json!({
+                "apiVersion": format!("{}/v1", kind.group),
+                "kind": "Greeting",
+                "metadata": {"name": format!("bulk-{i:03}"), "namespace": ns.name},
+                "spec": {"message": format!("bulk {i}")},
+            })
+        })
+        .collect();
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": bulk});
+    let (ok, _, err) = common::kubectl_stdin(&["apply", "-f", "-"], &list.to_string());
+    assert!(ok, "{err}");
 
     to_v2(&kind);
     kind.apply();
@@ -261,7 +276,7 @@ async fn a_kind_gains_a_version_with_a_rename_converted_by_the_operators_webhook
         "name",
     ]);
     assert!(ok, "{err}");
-    assert_eq!(listed.lines().count(), 6, "{listed}");
+    assert_eq!(listed.lines().count(), 106, "{listed}");
 
     // Storage migration: every Greeting written again at v2, then v1 no
     // longer listed as stored, so it can go.
@@ -304,6 +319,12 @@ async fn a_kind_gains_a_version_with_a_rename_converted_by_the_operators_webhook
         let v2 = greeting_at(&kind, &ns.name, "v2", name);
         assert_eq!(v2["spec"]["text"], format!("hello {name}"), "{v2}");
     }
+    let resource = format!("greetings.v2.{}", kind.group);
+    let path = "jsonpath={range .items[*]}{.spec.text}{\"\\n\"}{end}";
+    let (ok, texts, err) = common::kubectl(&["get", &resource, "-n", &ns.name, "-o", path]);
+    assert!(ok, "{err}");
+    let bulk = texts.lines().filter(|t| t.starts_with("bulk ")).count();
+    assert_eq!(bulk, 100, "{texts}");
 
     let (ok, _, err) = common::kubectl(&[
         "delete",
