@@ -162,15 +162,15 @@ async fn a_kind_gains_a_version_with_a_rename_converted_by_the_operators_webhook
     // Of a shard no operator serves: nobody writes it again but the
     // storage migration.
     let idle = json!({"kustomize-operator.io/shard": "elsewhere"});
-    kind.greet(&ns.name, "idle", "hello idle", idle);
-    // A hundred more (in one apply), so that the migration walks more than
-    // one page, and the idle one is on the second.
+    kind.greet(&ns.name, "idle", "hello idle", idle.clone());
+    // A hundred more of that shard (in one apply): the migration walks more
+    // than one page, and they too are written again by it alone.
     let bulk: Vec<Value> = (0..100)
         .map(|i| {
             json!({
                 "apiVersion": format!("{}/v1", kind.group),
                 "kind": "Greeting",
-                "metadata": {"name": format!("bulk-{i:03}"), "namespace": ns.name},
+                "metadata": {"name": format!("bulk-{i:03}"), "namespace": ns.name, "labels": idle},
                 "spec": {"message": format!("bulk {i}")},
             })
         })

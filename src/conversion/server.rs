@@ -12,6 +12,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, mpsc};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
@@ -20,6 +21,8 @@ use super::{Conversions, PATH, review};
 
 /// How long a client may take to finish its TLS handshake.
 const HANDSHAKE: Duration = Duration::from_secs(5);
+/// How many handshakes may be under way at once.
+const HANDSHAKES: usize = 64;
 
 /// Serves the webhook on `addr` until the task is dropped.
 pub async fn serve(
@@ -27,10 +30,8 @@ pub async fn serve(
     certificate: Certificate,
     conversions: Arc<Conversions>,
 ) -> std::io::Result<()> {
-    let listener = TlsListener {
-        tcp: TcpListener::bind(addr).await?,
-        acceptor: TlsAcceptor::from(Arc::new(tls_config(certificate)?)),
-    };
+    let acceptor = TlsAcceptor::from(Arc::new(tls_config(certificate)?));
+    let listener = TlsListener::new(TcpListener::bind(addr).await?, acceptor)?;
     let app = Router::new()
         .route(PATH, post(convert))
         .with_state(conversions);
@@ -49,10 +50,62 @@ fn tls_config(certificate: Certificate) -> std::io::Result<rustls::ServerConfig>
     Ok(config)
 }
 
-/// A TCP listener whose connections are TLS, handshaken as they come.
+/// A TCP listener whose connections are TLS, each handshaken in a task of
+/// its own (at most [`HANDSHAKES`] at once): a client that stalls its
+/// handshake holds up nobody else.
 struct TlsListener {
+    ready: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
+    addr: SocketAddr,
+}
+
+impl TlsListener {
+    /// Accepts on `tcp` until the listener is dropped.
+    fn new(tcp: TcpListener, acceptor: TlsAcceptor) -> std::io::Result<Self> {
+        let addr = tcp.local_addr()?;
+        let (done, ready) = mpsc::channel(HANDSHAKES);
+        tokio::spawn(accept(tcp, acceptor, done));
+        Ok(Self { ready, addr })
+    }
+}
+
+/// Accepts connections and handshakes each in its own task, handing the
+/// TLS streams to `done`; ends when its receiver is gone.
+async fn accept(
     tcp: TcpListener,
     acceptor: TlsAcceptor,
+    done: mpsc::Sender<(TlsStream<TcpStream>, SocketAddr)>,
+) {
+    let slots = Arc::new(Semaphore::new(HANDSHAKES));
+    while !done.is_closed() {
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let accepted = tokio::select! {
+            () = done.closed() => return,
+            accepted = tcp.accept() => accepted,
+        };
+        let (stream, addr) = match accepted {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                tracing::warn!(error = %e, "conversion webhook: cannot accept");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let (acceptor, done) = (acceptor.clone(), done.clone());
+        tokio::spawn(async move {
+            match tokio::time::timeout(HANDSHAKE, acceptor.accept(stream)).await {
+                Ok(Ok(tls)) => {
+                    let _ = done.send((tls, addr)).await;
+                }
+                Ok(Err(e)) => {
+                    tracing::debug!(%addr, error = %e, "conversion webhook: handshake failed");
+                }
+                Err(_) => tracing::debug!(%addr, "conversion webhook: handshake timed out"),
+            }
+            drop(slot);
+        });
+    }
 }
 
 impl axum::serve::Listener for TlsListener {
@@ -60,27 +113,15 @@ impl axum::serve::Listener for TlsListener {
     type Addr = SocketAddr;
 
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        loop {
-            let (stream, addr) = match self.tcp.accept().await {
-                Ok(accepted) => accepted,
-                Err(e) => {
-                    tracing::warn!(error = %e, "conversion webhook: cannot accept");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            };
-            match tokio::time::timeout(HANDSHAKE, self.acceptor.accept(stream)).await {
-                Ok(Ok(tls)) => return (tls, addr),
-                Ok(Err(e)) => {
-                    tracing::debug!(%addr, error = %e, "conversion webhook: handshake failed")
-                }
-                Err(_) => tracing::debug!(%addr, "conversion webhook: handshake timed out"),
-            }
+        match self.ready.recv().await {
+            Some(connection) => connection,
+            // The acceptor never ends while this receiver lives.
+            None => std::future::pending().await,
         }
     }
 
     fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        self.tcp.local_addr()
+        Ok(self.addr)
     }
 }
 
@@ -99,5 +140,68 @@ async fn convert(State(conversions): State<Arc<Conversions>>, body: Bytes) -> Re
     match serde_json::to_vec(&review::answer(review, &conversions)) {
         Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rustls::pki_types::ServerName;
+    use rustls::pki_types::pem::PemObject;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+    use crate::conversion::certificate;
+
+    /// A POST of `body` to the webhook at `port`, trusting `ca`: the
+    /// response's first line.
+    async fn post(port: u16, ca: &str, body: &str) -> String {
+        let mut roots = rustls::RootCertStore::empty();
+        let ca = rustls::pki_types::CertificateDer::from_pem_slice(ca.as_bytes()).unwrap();
+        roots.add(ca).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+        let tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        let name = ServerName::try_from("127.0.0.1").unwrap();
+        let mut tls = connector.connect(name, tcp).await.unwrap();
+        let request = format!(
+            "POST {PATH} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        tls.write_all(request.as_bytes()).await.unwrap();
+        let mut response = String::new();
+        tls.read_to_string(&mut response).await.unwrap_or_default();
+        response.lines().next().unwrap_or_default().to_string()
+    }
+
+    #[tokio::test]
+    async fn a_stalled_handshake_holds_up_no_other_client() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let made = certificate::make(&["127.0.0.1".into()]).unwrap();
+        let ca = made.ca_pem.clone();
+        let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+        tokio::spawn(serve(addr, made, Arc::default()));
+        let mut stalled = None;
+        for _ in 0..50 {
+            match TcpStream::connect(addr).await {
+                Ok(stream) => {
+                    stalled = Some(stream);
+                    break;
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+        assert!(stalled.is_some(), "the webhook listens");
+        let answered = tokio::time::timeout(Duration::from_secs(2), post(port, &ca, "{}"));
+        let status = answered.await.expect("answered while a handshake stalls");
+        assert_eq!(status, "HTTP/1.1 400 Bad Request");
     }
 }

@@ -124,8 +124,13 @@ async fn serve(def: &DynamicObject, ctx: &DefinitionContext) -> Result<Action, D
     let mut migrating = false;
     if let Some(generation) = &served {
         rights_condition(ctx, generation, &mut status).await;
-        if status.is_true(ConditionType::CrdEstablished) {
+        // Not in the reconcile that starts serving a generation: its
+        // status is written first, and the walk goes on from the next.
+        let settled = before.serving_generation == Some(generation.number);
+        if settled && status.is_true(ConditionType::CrdEstablished) {
             migrating = storage_condition(ctx, generation, &mut status).await;
+        } else if !settled {
+            migrating = true;
         }
         status.resources = match ctx.serving.resources(&def.name_any()) {
             Some(counted) => Some(counted),

@@ -6,7 +6,9 @@
 //! storage version), one page per reconcile of the definition, then trims
 //! `storedVersions` to the storage version.
 //!
-//! The walk is bounded (a page of [`PAGE`] names per step) and resumable:
+//! The walk is bounded (a page of [`PAGE`] names per step, a few written at
+//! once; never in the reconcile that starts serving the generation, whose
+//! status is written first) and resumable:
 //! where it is lives in memory, and a walk cut short (a restart, an
 //! expired list) starts over, which writes nothing twice that matters.
 
@@ -15,7 +17,7 @@ use std::sync::Mutex;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams};
-use kube::{Api, Client};
+use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 use super::crds;
@@ -23,6 +25,8 @@ use crate::engine::host::FIELD_MANAGER;
 
 /// How many resources one step writes again.
 pub const PAGE: u32 = 100;
+/// How many of them are written at once.
+const WRITES_AT_ONCE: usize = 8;
 
 /// Where each kind's walk is, by CRD name.
 #[derive(Debug, Default)]
@@ -90,8 +94,14 @@ pub async fn step(
         }
         Err(e) => return Err(e),
     };
-    for item in &page.items {
-        rewrite(client, resource, item.metadata.namespace.as_deref(), item).await?;
+    let names: Vec<_> = (page.items.iter())
+        .map(|item| (item.metadata.namespace.clone(), item.name_any()))
+        .collect();
+    for chunk in names.chunks(WRITES_AT_ONCE) {
+        let writes = chunk
+            .iter()
+            .map(|(ns, name)| rewrite(client.clone(), resource.clone(), ns.clone(), name.clone()));
+        futures::future::try_join_all(writes).await?;
     }
     let written = walk.written + page.items.len() as u64;
     let next = page.metadata.continue_.filter(|t| !t.is_empty());
@@ -144,21 +154,20 @@ fn stores(crd: &CustomResourceDefinition, storage: &str) -> bool {
         .any(|v| v.storage && v.name == storage)
 }
 
-/// Writes the resource `item` again, unchanged: stored anew at the storage
+/// Writes the resource `name` again, unchanged: stored anew at the storage
 /// version. One gone or changed meanwhile needs nothing more.
 async fn rewrite(
-    client: &Client,
-    resource: &ApiResource,
-    namespace: Option<&str>,
-    item: &kube::core::PartialObjectMeta<DynamicObject>,
+    client: Client,
+    resource: ApiResource,
+    namespace: Option<String>,
+    name: String,
 ) -> Result<(), kube::Error> {
     let api = match namespace {
-        Some(ns) => Api::<DynamicObject>::namespaced_with(client.clone(), ns, resource),
-        None => Api::<DynamicObject>::all_with(client.clone(), resource),
+        Some(ns) => Api::<DynamicObject>::namespaced_with(client, &ns, &resource),
+        None => Api::<DynamicObject>::all_with(client, &resource),
     };
-    let name = item.metadata.name.as_deref().unwrap_or_default();
     let patch = Patch::Merge(json!({}));
-    match api.patch(name, &PatchParams::default(), &patch).await {
+    match api.patch(&name, &PatchParams::default(), &patch).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(()),
         Err(e) => Err(e),
