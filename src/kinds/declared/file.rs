@@ -211,7 +211,7 @@ pub struct Conversion {
     /// Values for fields of `version` the older version lacks, set when one
     /// of its resources converts up without them.
     #[serde(default)]
-    #[schemars(length(max = MAX_CONVERSION_FIELDS))]
+    #[schemars(schema_with = "defaults_schema")]
     pub defaults: BTreeMap<String, Value>,
     /// Fields (of either version) that one direction drops, accepted as
     /// lost: without it, a field with no place in the other version is
@@ -570,6 +570,15 @@ fn yes() -> bool {
 
 /// The schema of a field that holds any object: an OpenAPI schema, kept
 /// whole by the API server (`x-kubernetes-preserve-unknown-fields`).
+/// `conversion.defaults`: field paths to values of any shape.
+fn defaults_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "maxProperties": MAX_CONVERSION_FIELDS,
+        "x-kubernetes-preserve-unknown-fields": true,
+    })
+}
+
 fn any_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
         "type": "object",
