@@ -53,13 +53,13 @@ impl Endpoint {
     pub fn hosts(&self) -> Vec<String> {
         match self {
             Self::Url(url) => {
-                let rest = url.split_once("://").map_or(url.as_str(), |(_, r)| r);
-                let authority = rest.split('/').next().unwrap_or_default();
-                let host = match authority.strip_prefix('[') {
-                    Some(v6) => v6.split(']').next().unwrap_or_default(),
-                    None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
-                };
-                vec![host.to_string()]
+                let uri = url.parse::<http::Uri>().ok();
+                let host = uri.as_ref().and_then(http::Uri::host).unwrap_or_default();
+                vec![
+                    host.trim_start_matches('[')
+                        .trim_end_matches(']')
+                        .to_string(),
+                ]
             }
             Self::Service {
                 namespace, name, ..
@@ -150,5 +150,27 @@ impl Webhook {
                 }),
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_certificate_is_for_the_host_the_api_server_calls() {
+        let url = |u: &str| Endpoint::Url(u.into()).hosts();
+        assert_eq!(url("https://127.0.0.1:9443"), ["127.0.0.1"]);
+        assert_eq!(url("https://[::1]:9443/x"), ["::1"]);
+        assert_eq!(url("https://webhook.example.com"), ["webhook.example.com"]);
+        let service = Endpoint::Service {
+            namespace: "ops".into(),
+            name: "webhook".into(),
+            port: 443,
+        };
+        assert_eq!(
+            service.hosts(),
+            ["webhook.ops.svc", "webhook.ops.svc.cluster.local"]
+        );
     }
 }
