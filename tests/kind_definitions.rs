@@ -93,7 +93,7 @@ fn to_v2(kind: &GreetingKind) {
             .replace("jsonPath: .spec.message", "jsonPath: .spec.text");
         hub.replace(
             "  version: v1\n",
-            "  version: v2\n  versions:\n  - name: v1\n    schema:\n      type: object\n      required: [message]\n      properties:\n        message: {type: string, minLength: 1, maxLength: 200}\n        language: {type: string, enum: [en, it], default: en}\n    conversion:\n      moves:\n      - {from: spec.message, to: spec.text}\n",
+            "  version: v2\n  versions:\n  - name: v1\n    schema:\n      type: object\n      required: [message]\n      properties:\n        message: {type: string, minLength: 1, maxLength: 200}\n        language: {type: string, enum: [en, it], default: en}\n        notes: {type: object, x-kubernetes-preserve-unknown-fields: true}\n    conversion:\n      moves:\n      - {from: spec.message, to: spec.text}\n",
         )
     });
     kind.edit("resources/configmap.yaml", |t| {
@@ -102,6 +102,40 @@ fn to_v2(kind: &GreetingKind) {
             "  message: {{ spec.text }}\n  version: v2",
         )
     });
+}
+
+/// Gives the kind's schema a field that keeps whatever it is given.
+fn with_notes(kind: &GreetingKind) {
+    kind.edit("kind.yaml", |t| {
+        t.replace(
+            "      language: {type: string, enum: [en, it], default: en}\n",
+            "      language: {type: string, enum: [en, it], default: en}\n      notes: {type: object, x-kubernetes-preserve-unknown-fields: true}\n",
+        )
+    });
+}
+
+/// Creates the Greeting `deep` at v1, a tenant's: its `spec.notes` nested
+/// 2,000 levels deep (the API server keeps up to 10,000; a decoder's
+/// default stops at 128). Built as text: a `Value` that deep is more than
+/// a test's stack should hold.
+fn create_deep(kind: &GreetingKind, ns: &str) {
+    let notes = format!("{}1{}", r#"{"a":["#.repeat(1_000), "]}".repeat(1_000));
+    let greeting = format!(
+        r#"{{"apiVersion":"{}/v1","kind":"Greeting","metadata":{{"name":"deep","namespace":"{ns}"}},"spec":{{"message":"deep","notes":{notes}}}}}"#,
+        kind.group
+    );
+    let (ok, _, err) = common::kubectl_stdin(&["create", "-f", "-"], &greeting);
+    assert!(ok, "creating the deep Greeting: {err}");
+}
+
+/// The `spec.text` of the Greeting `name` read at `version`, without
+/// decoding the rest of it.
+fn text_of(kind: &GreetingKind, ns: &str, version: &str, name: &str) -> String {
+    let resource = format!("greetings.{version}.{}", kind.group);
+    let path = "jsonpath={.spec.text}";
+    let (ok, out, err) = common::kubectl(&["get", &resource, name, "-n", ns, "-o", path]);
+    assert!(ok, "get {resource} {name}: {err}");
+    out
 }
 
 /// The Greeting `name` read at `version`.
@@ -150,8 +184,10 @@ async fn a_kind_gains_a_version_with_a_rename_converted_by_the_operators_webhook
     // Its own namespace: where the webhook's certificate is kept.
     let env = [("NAMESPACE", ns.name.as_str())];
     let mut operator = OperatorProcess::spawn(&ns.name, &env, &flags);
+    with_notes(&kind);
     kind.apply();
     kind.wait_condition("Serving", "True", "Running").await;
+    create_deep(&kind, &ns.name);
     let names = ["one", "two", "three"];
     for name in names {
         kind.greet(&ns.name, name, &format!("hello {name}"), json!({}));
@@ -201,6 +237,9 @@ async fn a_kind_gains_a_version_with_a_rename_converted_by_the_operators_webhook
             json!({"message": format!("hello {name}"), "language": "en"})
         );
     }
+    // The deep one, stored at v1, converted whole for the lists at v2 (the
+    // operator's own among them, which went on for every other Greeting).
+    assert_eq!(text_of(&kind, &ns.name, "v2", "deep"), "deep");
     let crd: Value =
         serde_json::from_str(&common::kubectl(&["get", "crd", &kind.crd(), "-o", "json"]).1)
             .unwrap();
@@ -276,7 +315,7 @@ async fn a_kind_gains_a_version_with_a_rename_converted_by_the_operators_webhook
         "name",
     ]);
     assert!(ok, "{err}");
-    assert_eq!(listed.lines().count(), 106, "{listed}");
+    assert_eq!(listed.lines().count(), 107, "{listed}");
 
     // Storage migration: every Greeting written again at v2, then v1 no
     // longer listed as stored, so it can go.
@@ -319,6 +358,11 @@ async fn a_kind_gains_a_version_with_a_rename_converted_by_the_operators_webhook
         let v2 = greeting_at(&kind, &ns.name, "v2", name);
         assert_eq!(v2["spec"]["text"], format!("hello {name}"), "{v2}");
     }
+    assert_eq!(
+        text_of(&kind, &ns.name, "v2", "deep"),
+        "deep",
+        "migrated too"
+    );
     let resource = format!("greetings.v2.{}", kind.group);
     let path = "jsonpath={range .items[*]}{.spec.text}{\"\\n\"}{end}";
     let (ok, texts, err) = common::kubectl(&["get", &resource, "-n", &ns.name, "-o", path]);

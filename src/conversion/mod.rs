@@ -12,6 +12,7 @@ pub mod certificate;
 mod follow;
 mod review;
 pub mod server;
+mod worker;
 
 pub use follow::follow;
 

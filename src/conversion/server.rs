@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
@@ -17,12 +17,17 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
 use super::certificate::Certificate;
-use super::{Conversions, PATH, review};
+use super::worker::{Refused, Workers};
+use super::{Conversions, PATH};
 
 /// How long a client may take to finish its TLS handshake.
 const HANDSHAKE: Duration = Duration::from_secs(5);
 /// How many handshakes may be under way at once.
 const HANDSHAKES: usize = 64;
+/// The largest review read. The API server sends every object of a list
+/// that needs converting in one review: a list at a version other than
+/// the stored one fails when its objects take more than this.
+const MAX_BODY: usize = 64 << 20;
 
 /// Serves the webhook on `addr` until the task is dropped.
 pub async fn serve(
@@ -34,7 +39,8 @@ pub async fn serve(
     let listener = TlsListener::new(TcpListener::bind(addr).await?, acceptor)?;
     let app = Router::new()
         .route(PATH, post(convert))
-        .with_state(conversions);
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .with_state(Workers::new(conversions));
     axum::serve(listener, app).await
 }
 
@@ -126,20 +132,14 @@ impl axum::serve::Listener for TlsListener {
 }
 
 /// One `ConversionReview`: 400 when it is not one.
-async fn convert(State(conversions): State<Arc<Conversions>>, body: Bytes) -> Response {
-    let review = match serde_json::from_slice(&body) {
-        Ok(review) => review,
-        Err(e) => {
-            return (
-                StatusCode::BAD_REQUEST,
-                format!("not a ConversionReview: {e}"),
-            )
-                .into_response();
-        }
-    };
-    match serde_json::to_vec(&review::answer(review, &conversions)) {
+async fn convert(State(workers): State<Workers>, body: Bytes) -> Response {
+    match workers.answer(body).await {
         Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
-        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+        Err(e @ (Refused::Encode(_) | Refused::Thread(_))) => {
+            tracing::warn!(error = %e, "conversion webhook: cannot answer");
+            (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response()
+        }
+        Err(e) => (StatusCode::BAD_REQUEST, e.to_string()).into_response(),
     }
 }
 

@@ -155,7 +155,9 @@ fn stores(crd: &CustomResourceDefinition, storage: &str) -> bool {
 }
 
 /// Writes the resource `name` again, unchanged: stored anew at the storage
-/// version. One gone or changed meanwhile needs nothing more.
+/// version. One gone or changed meanwhile needs nothing more. Only its
+/// metadata comes back: a tenant's object nested deeper than the operator
+/// decodes is written again like any other.
 async fn rewrite(
     client: Client,
     resource: ApiResource,
@@ -167,7 +169,10 @@ async fn rewrite(
         None => Api::<DynamicObject>::all_with(client, &resource),
     };
     let patch = Patch::Merge(json!({}));
-    match api.patch(&name, &PatchParams::default(), &patch).await {
+    match api
+        .patch_metadata(&name, &PatchParams::default(), &patch)
+        .await
+    {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(()),
         Err(e) => Err(e),

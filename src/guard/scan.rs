@@ -122,6 +122,20 @@ pub fn scan(doc: &[u8], shape: Shape, check: Option<&ShapeCheck>) -> Scanned {
     }
 }
 
+/// How deeply `doc` (one JSON value) is nested, found without recursion
+/// (a scalar 0, `[]` 1, `[[1]]` 2), so that a caller can size the stack
+/// of what will decode it.
+pub fn depth(doc: &[u8]) -> Result<usize, Malformed> {
+    let mut cur = Cursor { b: doc, i: 0 };
+    let depth = cur.value()?;
+    cur.whitespace();
+    if cur.i == doc.len() {
+        Ok(depth)
+    } else {
+        Err(Malformed)
+    }
+}
+
 /// What a pass decided for a document.
 enum Outcome {
     /// These spans go (sorted, disjoint).

@@ -345,3 +345,13 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn depth_is_found_without_recursion_and_trailing_bytes_are_malformed() {
+    assert_eq!(depth(b" 1 "), Ok(0));
+    assert_eq!(depth(br#"{"a":[1,{"b":[]}]}"#), Ok(4));
+    let deep = format!("{}1{}", "[".repeat(1_000_000), "]".repeat(1_000_000));
+    assert_eq!(depth(deep.as_bytes()), Ok(1_000_000));
+    assert_eq!(depth(b"[1] [2]"), Err(Malformed));
+    assert_eq!(depth(b"[1"), Err(Malformed));
+}
