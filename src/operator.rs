@@ -143,6 +143,7 @@ impl Operator {
         let leader = leader_config(args)?;
         let kubectl_path = KubectlConfig::locate(args.kubectl.as_deref())?;
         let (templates, registry) = args.common.dirs.load()?;
+        registry.refuse_versions().map_err(KindsError::from)?;
         let templates = Arc::new(templates);
         let kinds = registry.select(&args.kinds).map_err(KindsError::from)?;
         let metrics = Arc::new(Metrics::new());
@@ -237,13 +238,22 @@ impl Operator {
             }
         });
         self.tasks.spawn(async move {
+            let drained = token.clone();
+            let stop = async move {
+                drained.cancelled().await;
+                tokio::time::sleep(WEBHOOK_DRAIN).await;
+            };
+            let serving = crate::conversion::server::serve(addr, certificate, conversions, stop);
             tokio::select! {
-                result = crate::conversion::server::serve(addr, certificate, conversions) => {
+                result = serving => {
                     if let Err(e) = result {
                         tracing::error!(%addr, error = %e, "conversion webhook failed");
                     }
                 }
-                () = token.cancelled() => {}
+                () = async {
+                    token.cancelled().await;
+                    tokio::time::sleep(WEBHOOK_DRAIN + WEBHOOK_CLOSE).await;
+                } => tracing::warn!("conversion webhook: connections still open at shutdown, dropped"),
             }
         });
     }
@@ -502,6 +512,16 @@ async fn connect(
         .map_err(StartError::Connect)?;
     Ok((client, guard, reports))
 }
+
+/// How long the conversion webhook goes on answering once the operator
+/// shuts down: the API server may still send reviews to this replica
+/// until its Service's endpoints and every node's routes have dropped it
+/// (a second or two), and every list of a kind at another version would
+/// fail meanwhile.
+const WEBHOOK_DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long the reviews under way may then take before their connections
+/// are dropped.
+const WEBHOOK_CLOSE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The conversion webhook the command line asks for, with the
 /// certificate it serves for the host the API server calls: the one every

@@ -29,11 +29,14 @@ const HANDSHAKES: usize = 64;
 /// the stored one fails when its objects take more than this.
 const MAX_BODY: usize = 64 << 20;
 
-/// Serves the webhook on `addr` until the task is dropped.
+/// Serves the webhook on `addr` until `stop` resolves (or the task is
+/// dropped); then closes idle connections and ends once the reviews under
+/// way are answered.
 pub async fn serve(
     addr: SocketAddr,
     certificate: Certificate,
     conversions: Arc<Conversions>,
+    stop: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let acceptor = TlsAcceptor::from(Arc::new(tls_config(certificate)?));
     let listener = TlsListener::new(TcpListener::bind(addr).await?, acceptor)?;
@@ -41,7 +44,9 @@ pub async fn serve(
         .route(PATH, post(convert))
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(Workers::new(conversions));
-    axum::serve(listener, app).await
+    axum::serve(listener, app)
+        .with_graceful_shutdown(stop)
+        .await
 }
 
 /// TLS 1.2 and 1.3 with the serving certificate, HTTP/1.1.
@@ -188,7 +193,7 @@ mod tests {
         let made = certificate::make(&["127.0.0.1".into()]).unwrap();
         let ca = made.ca_pem.clone();
         let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-        tokio::spawn(serve(addr, made, Arc::default()));
+        tokio::spawn(serve(addr, made, Arc::default(), std::future::pending()));
         let mut stalled = None;
         for _ in 0..50 {
             match TcpStream::connect(addr).await {
@@ -203,5 +208,40 @@ mod tests {
         let answered = tokio::time::timeout(Duration::from_secs(2), post(port, &ca, "{}"));
         let status = answered.await.expect("answered while a handshake stalls");
         assert_eq!(status, "HTTP/1.1 400 Bad Request");
+    }
+
+    #[tokio::test]
+    async fn once_told_to_stop_it_ends_and_listens_no_more() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let made = certificate::make(&["127.0.0.1".into()]).unwrap();
+        let ca = made.ca_pem.clone();
+        let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let serving = tokio::spawn(serve(addr, made, Arc::default(), async move {
+            let _ = stopped.await;
+        }));
+        let mut answered = String::new();
+        for _ in 0..50 {
+            if TcpStream::connect(addr).await.is_ok() {
+                answered = post(port, &ca, "{}").await;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(
+            answered, "HTTP/1.1 400 Bad Request",
+            "answers until stopped"
+        );
+        stop.send(()).unwrap();
+        let ended = tokio::time::timeout(Duration::from_secs(5), serving).await;
+        assert!(matches!(ended, Ok(Ok(Ok(())))), "{ended:?}");
+        assert!(
+            TcpStream::connect(addr).await.is_err(),
+            "no longer listening"
+        );
     }
 }
