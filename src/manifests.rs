@@ -36,6 +36,7 @@ pub enum ManifestError {
 /// Each selected kind's CRD as YAML, with its name.
 pub fn crds_yaml(args: &CrdArgs) -> Result<Vec<(String, String)>, ManifestError> {
     let (_, registry) = args.dirs.load()?;
+    registry.refuse_versions().map_err(KindsError::from)?;
     let kinds = registry.select(&args.kinds).map_err(KindsError::from)?;
     let mut crds: Vec<_> = kinds.iter().map(Kind::crd).collect();
     if args.kinds.is_empty() {

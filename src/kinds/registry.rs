@@ -208,18 +208,28 @@ impl Registry {
     pub fn load(dir: &KustomizeDir) -> Result<Self, RegistryError> {
         let mut kinds: Vec<Kind> = KindName::ALL.iter().copied().map(Kind::Builtin).collect();
         for declared in declared::load(dir)? {
-            if !declared.file.spec.versions.is_empty() {
-                return Err(KindFileError::Invalid {
-                    file: declared.path.clone(),
-                    field: "spec.versions".into(),
-                    reason: "a kind folder serves one version; older versions are served for a KindDefinition in the cluster, whose CRD the operator applies with its conversion webhook".into(),
-                }
-                .into());
-            }
             check_clash(&kinds, &declared)?;
             kinds.push(Kind::Declared(Arc::new(declared)));
         }
         Ok(Self { kinds })
+    }
+
+    /// Refuses a declared kind of several versions, for what serves or
+    /// installs kinds as folders (`run`, `crd`): its CRD would go without
+    /// the conversion webhook that the operator attaches only to the CRD of
+    /// a KindDefinition in the cluster. Offline verbs (`render`, `diff`,
+    /// `rbac`) read such a kind at its stored version.
+    pub fn refuse_versions(&self) -> Result<(), RegistryError> {
+        let several = self.kinds.iter().filter_map(Kind::declared);
+        match several.into_iter().find(|d| !d.file.spec.versions.is_empty()) {
+            None => Ok(()),
+            Some(declared) => Err(KindFileError::Invalid {
+                file: declared.path.clone(),
+                field: "spec.versions".into(),
+                reason: "a kind folder serves one version; older versions are served for a KindDefinition in the cluster, whose CRD the operator applies with its conversion webhook".into(),
+            }
+            .into()),
+        }
     }
 
     /// Every kind: the built-in ones first, then the declared ones by name.
@@ -293,4 +303,51 @@ fn check_clash(kinds: &[Kind], declared: &DeclaredKind) -> Result<(), RegistryEr
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    /// The training's Greeting folder copied under a new root, its kind
+    /// file changed by `change`.
+    fn greeting(change: impl FnOnce(String) -> String) -> tempfile::TempDir {
+        let from = Path::new(env!("CARGO_MANIFEST_DIR")).join("training/06-your-own-kind/greeting");
+        let root = tempfile::tempdir().unwrap();
+        let to = root.path().join("greeting");
+        for file in [
+            "kind.yaml",
+            "base/kustomization.yaml",
+            "resources/configmap.yaml",
+        ] {
+            std::fs::create_dir_all(to.join(file).parent().unwrap()).unwrap();
+            std::fs::copy(from.join(file), to.join(file)).unwrap();
+        }
+        let kind_file = to.join("kind.yaml");
+        let text = std::fs::read_to_string(&kind_file).unwrap();
+        std::fs::write(&kind_file, change(text)).unwrap();
+        root
+    }
+
+    fn registry(root: &Path) -> Registry {
+        let dir = KustomizeDir::load_all(&[root.to_path_buf()]).unwrap();
+        Registry::load(&dir).unwrap()
+    }
+
+    #[test]
+    fn a_kind_of_several_versions_loads_but_is_refused_where_folders_are_served() {
+        let one = greeting(|t| t);
+        assert!(registry(one.path()).refuse_versions().is_ok());
+        let several = greeting(|t| {
+            t.replace("  version: v1\n", "  version: v2\n  versions:\n  - name: v1\n    schema: {type: object, required: [message], properties: {message: {type: string, minLength: 1, maxLength: 200}, language: {type: string, enum: [en, it], default: en}}}\n")
+        });
+        let registry = registry(several.path());
+        let greeting = registry.select(&["greeting".into()]).unwrap();
+        assert_eq!(greeting.len(), 1, "offline verbs read it");
+        let refused = registry.refuse_versions().unwrap_err().to_string();
+        assert!(refused.contains("spec.versions"), "{refused}");
+        assert!(refused.contains("conversion webhook"), "{refused}");
+    }
 }
