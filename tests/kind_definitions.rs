@@ -81,29 +81,6 @@ async fn a_definition_is_served_without_a_restart_and_a_template_change_rolls_ou
     assert!(!crd_left, "the CRD is removed with the last resource gone");
 }
 
-/// The Greeting kind at v2: `message` is `text`, and v1 is still served,
-/// converted by the operator's webhook as the kind file declares.
-fn to_v2(kind: &GreetingKind) {
-    kind.edit("kind.yaml", |t| {
-        let hub = t
-            .replace(
-                "    required: [message]\n    properties:\n      message:",
-                "    required: [text]\n    properties:\n      text:",
-            )
-            .replace("jsonPath: .spec.message", "jsonPath: .spec.text");
-        hub.replace(
-            "  version: v1\n",
-            "  version: v2\n  versions:\n  - name: v1\n    schema:\n      type: object\n      required: [message]\n      properties:\n        message: {type: string, minLength: 1, maxLength: 200}\n        language: {type: string, enum: [en, it], default: en}\n        notes: {type: object, x-kubernetes-preserve-unknown-fields: true}\n    conversion:\n      moves:\n      - {from: spec.message, to: spec.text}\n",
-        )
-    });
-    kind.edit("resources/configmap.yaml", |t| {
-        t.replace(
-            "  message: {{ spec.message }}",
-            "  message: {{ spec.text }}\n  version: v2",
-        )
-    });
-}
-
 /// Gives the kind's schema a field that keeps whatever it is given.
 fn with_notes(kind: &GreetingKind) {
     kind.edit("kind.yaml", |t| {
@@ -138,31 +115,6 @@ fn text_of(kind: &GreetingKind, ns: &str, version: &str, name: &str) -> String {
     out
 }
 
-/// The Greeting `name` read at `version`.
-fn greeting_at(kind: &GreetingKind, ns: &str, version: &str, name: &str) -> Value {
-    let resource = format!("greetings.{version}.{}", kind.group);
-    let (ok, out, err) = common::kubectl(&["get", &resource, name, "-n", ns, "-o", "json"]);
-    assert!(ok, "get {resource} {name}: {err}");
-    serde_json::from_str(&out).unwrap()
-}
-
-/// Creates the Greeting `name` at `version` with `spec`.
-fn write_at(kind: &GreetingKind, ns: &str, version: &str, name: &str, spec: Value) {
-    let greeting = json!({
-        "apiVersion": format!("{}/{version}", kind.group),
-        "kind": "Greeting",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": spec,
-    });
-    let (ok, _, err) = common::kubectl_stdin(&["apply", "-f", "-"], &greeting.to_string());
-    assert!(ok, "applying the Greeting at {version}: {err}");
-}
-
-/// A kind at v1 with resources gains v2, which renames a field: the API
-/// serves both versions through the operator's conversion webhook, each
-/// in its own shape; the operator reads v2 and renders from it; a write at
-/// either version reads back the same at the other. The operator then
-/// migrates the storage to v2, after which v1 can be removed.
 #[tokio::test]
 async fn a_kind_gains_a_version_with_a_rename_converted_by_the_operators_webhook_and_migrated() {
     let client = common::cluster().await;
@@ -215,7 +167,7 @@ async fn a_kind_gains_a_version_with_a_rename_converted_by_the_operators_webhook
     let (ok, _, err) = common::kubectl_stdin(&["apply", "-f", "-"], &list.to_string());
     assert!(ok, "{err}");
 
-    to_v2(&kind);
+    kind.to_v2();
     kind.apply();
     kind.wait_message("Serving", "True", "Running", "generation 2")
         .await;
@@ -225,13 +177,13 @@ async fn a_kind_gains_a_version_with_a_rename_converted_by_the_operators_webhook
                 && config_map_field(&ns.name, name, "message") == format!("hello {name}")
         })
         .await;
-        let v2 = greeting_at(&kind, &ns.name, "v2", name);
+        let v2 = kind.greeting_at(&ns.name, "v2", name);
         assert_eq!(v2["apiVersion"], format!("{}/v2", kind.group));
         assert_eq!(
             v2["spec"],
             json!({"text": format!("hello {name}"), "language": "en"})
         );
-        let v1 = greeting_at(&kind, &ns.name, "v1", name);
+        let v1 = kind.greeting_at(&ns.name, "v1", name);
         assert_eq!(
             v1["spec"],
             json!({"message": format!("hello {name}"), "language": "en"})
@@ -275,30 +227,18 @@ async fn a_kind_gains_a_version_with_a_rename_converted_by_the_operators_webhook
             .unwrap();
     assert_eq!(ca(&after), ca(&crd), "the same CA after the restart");
 
-    write_at(
-        &kind,
-        &ns.name,
-        "v1",
-        "four",
-        json!({"message": "written at v1"}),
-    );
+    kind.write_at(&ns.name, "v1", "four", json!({"message": "written at v1"}));
     assert_eq!(
-        greeting_at(&kind, &ns.name, "v2", "four")["spec"]["text"],
+        kind.greeting_at(&ns.name, "v2", "four")["spec"]["text"],
         "written at v1"
     );
     assert_eq!(
-        greeting_at(&kind, &ns.name, "v1", "four")["spec"]["message"],
+        kind.greeting_at(&ns.name, "v1", "four")["spec"]["message"],
         "written at v1"
     );
-    write_at(
-        &kind,
-        &ns.name,
-        "v2",
-        "five",
-        json!({"text": "written at v2"}),
-    );
+    kind.write_at(&ns.name, "v2", "five", json!({"text": "written at v2"}));
     assert_eq!(
-        greeting_at(&kind, &ns.name, "v1", "five")["spec"]["message"],
+        kind.greeting_at(&ns.name, "v1", "five")["spec"]["message"],
         "written at v2"
     );
     common::wait_until(TIMEOUT, "four and five rendered", async || {
@@ -355,7 +295,7 @@ async fn a_kind_gains_a_version_with_a_rename_converted_by_the_operators_webhook
     // Without v1 and without a webhook, a Greeting still stored at v1
     // would be read with v1's fields: each was written again at v2.
     for name in names.into_iter().chain(["idle"]) {
-        let v2 = greeting_at(&kind, &ns.name, "v2", name);
+        let v2 = kind.greeting_at(&ns.name, "v2", name);
         assert_eq!(v2["spec"]["text"], format!("hello {name}"), "{v2}");
     }
     assert_eq!(

@@ -10,6 +10,9 @@
 //!   deleted, the other carries on where it left off;
 //! - `helm install` of the chart, and the locked-down install
 //!   (`overlays/locked-down`), the same way;
+//! - `overlays/conversion-webhook`: a kind of two versions converted by the
+//!   Pods' webhook through its Service, lists at the older version answered
+//!   all through a leader change;
 //! - bad input: a missing image, a missing RBAC grant and a wrong API
 //!   address each show in the Pod's state, its events or its log, in words;
 //! - `node-down` leaves the machine as it was before `node-up`: processes,
@@ -32,7 +35,8 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use common::deploy::{NAMESPACE, apply_install};
+use common::deploy::{NAMESPACE, apply_install, apply_install_from};
+use common::greeting::{GreetingKind, config_map_field, wait_ready};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, Patch, PatchParams};
@@ -465,6 +469,157 @@ async fn apply_k_deploy_runs_on_the_real_node_and_its_pod_reconciles() {
         "[real-node] deploy/ scenario in {:.1}s",
         started.elapsed().as_secs_f64()
     ));
+}
+
+/// `overlays/conversion-webhook` on the real node: the API server reaches
+/// the Pods' webhook through its Service (a ClusterIP that kube-proxy
+/// routes), with the certificate the first Pod made and put in the CRD. A
+/// kind of two versions reads and writes at either, before and after the
+/// leader's Pod is deleted: every replica answers, leader or not.
+#[tokio::test]
+async fn the_pods_answer_conversions_through_their_service_across_a_leader_change() {
+    let _node = NODE.lock().await;
+    let Some(node) = real_node() else { return };
+    let client = common::cluster().await;
+    if !load_image() {
+        return;
+    }
+    let _route = OnRealNode::new(&client, NAMESPACE).await;
+    let _webhook = WebhookInstall;
+    apply_install_from("overlays/conversion-webhook").await;
+    rollout(NAMESPACE, "kustomize-operator");
+    let leader = one_leader(&client, NAMESPACE, &node, 2).await;
+
+    let ns = common::TestNamespace::new(&client, "realnode-versions").await;
+    let kind = GreetingKind::new(&ns);
+    let _definition = DefinitionOnDrop {
+        definition: kind.name.clone(),
+        crd: kind.crd(),
+        namespace: ns.name.clone(),
+    };
+    kind.to_v2();
+    kind.apply();
+    kind.grant_rights();
+    kind.wait_condition("Serving", "True", "Running").await;
+    kind.wait_condition("RightsGranted", "True", "Granted")
+        .await;
+    let crd: Value = serde_json::from_str(&kubectl_ok(&["get", "crd", &kind.crd(), "-o", "json"]))
+        .expect("the CRD");
+    let service = &crd["spec"]["conversion"]["webhook"]["clientConfig"]["service"];
+    assert_eq!(service["name"], "kustomize-operator-webhook", "{crd}");
+    assert_eq!(service["namespace"], NAMESPACE);
+
+    kind.write_at(&ns.name, "v1", "one", json!({"message": "before"}));
+    let one = kind.greeting_at(&ns.name, "v2", "one");
+    assert_eq!(one["spec"]["text"], "before", "{one}");
+    wait_ready(&kind, &ns.name, "one").await;
+    assert_eq!(config_map_field(&ns.name, "one", "version"), "v2");
+
+    // The leader's Pod deleted, while a client lists at v1 (each list a
+    // review) all along: the Pod goes on answering while the Service drops
+    // it, the other answers meanwhile and takes the lead.
+    let reader = ReadsAt::start(format!("greetings.v1.{}", kind.group), ns.name.clone());
+    kubectl_ok(&["delete", "pod", &leader, "-n", NAMESPACE, "--wait=true"]);
+    let new_leader = common::wait_for(TIMEOUT, "another Pod holding the Lease", || async {
+        match lease_holder(&client, NAMESPACE).await {
+            Some(h) if h != leader => Ok(h),
+            other => Err(other),
+        }
+    })
+    .await;
+    rollout(NAMESPACE, "kustomize-operator");
+    assert_eq!(one_leader(&client, NAMESPACE, &node, 2).await, new_leader);
+    let (reads, failed) = reader.stop().await;
+    say(&format!(
+        "[real-node] {reads} lists at v1 through the leader change, {} failed",
+        failed.len()
+    ));
+    assert!(
+        reads > 0 && failed.is_empty(),
+        "lists at v1 failed: {failed:#?}"
+    );
+    let one = kind.greeting_at(&ns.name, "v1", "one");
+    assert_eq!(one["spec"]["message"], "before", "{one}");
+    kind.write_at(&ns.name, "v1", "two", json!({"message": "after"}));
+    assert_eq!(
+        kind.greeting_at(&ns.name, "v2", "two")["spec"]["text"],
+        "after"
+    );
+    wait_ready(&kind, &ns.name, "two").await;
+    assert_eq!(config_map_field(&ns.name, "two", "message"), "after");
+}
+
+/// Lists a resource in a namespace again and again, until stopped.
+struct ReadsAt {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<(usize, Vec<String>)>,
+}
+
+impl ReadsAt {
+    fn start(resource: String, namespace: String) -> Self {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        let task = tokio::task::spawn_blocking(move || {
+            let (mut reads, mut failed) = (0, Vec::new());
+            while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                let (ok, _, err) =
+                    common::kubectl(&["get", &resource, "-n", &namespace, "-o", "name"]);
+                reads += 1;
+                if !ok {
+                    failed.push(err);
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            (reads, failed)
+        });
+        Self { stop, task }
+    }
+
+    /// How many lists were made, and the errors of those that failed.
+    async fn stop(self) -> (usize, Vec<String>) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.task.await.expect("the reader")
+    }
+}
+
+/// When dropped, deletes the Greetings of a namespace, then their
+/// KindDefinition, and waits for its CRD to go, while the operator still
+/// runs: a CRD whose webhook is gone keeps every namespace that holds its
+/// resources from being deleted.
+struct DefinitionOnDrop {
+    definition: String,
+    crd: String,
+    namespace: String,
+}
+
+impl Drop for DefinitionOnDrop {
+    fn drop(&mut self) {
+        let timeout = "--timeout=120s";
+        let _ = common::kubectl(&["delete", &self.crd, "--all", "-n", &self.namespace, timeout]);
+        let definition = format!("kinddefinition/{}", self.definition);
+        let _ = common::kubectl(&["delete", &definition, "--ignore-not-found", timeout]);
+        let crd = format!("crd/{}", self.crd);
+        let _ = common::kubectl(&["wait", "--for=delete", &crd, timeout]);
+        let role = format!("clusterrole/kustomize-operator-{}", self.definition);
+        let _ = common::kubectl(&["delete", &role, "--ignore-not-found"]);
+    }
+}
+
+/// Removes what `overlays/conversion-webhook` adds to `deploy/` (its
+/// Deployment goes with [`OnRealNode`]).
+struct WebhookInstall;
+
+impl Drop for WebhookInstall {
+    fn drop(&mut self) {
+        for what in [
+            "service/kustomize-operator-webhook",
+            "rolebinding/kustomize-operator-webhook",
+            "role/kustomize-operator-webhook",
+            "secret/kustomize-operator-webhook",
+        ] {
+            let _ = common::kubectl(&["delete", what, "-n", NAMESPACE, "--ignore-not-found"]);
+        }
+    }
 }
 
 #[tokio::test]

@@ -48,7 +48,13 @@ pub async fn install() {
 /// `kubectl apply -k deploy` (as [`install`] does once per test binary),
 /// every time it is called: tests/real_node.rs installs afresh in each test.
 pub async fn apply_install() {
-    let deploy = super::repo().join("deploy").display().to_string();
+    apply_install_from("deploy").await;
+}
+
+/// Like [`apply_install`], of the install in `folder` (`deploy` or an
+/// overlay of it) of the repository.
+pub async fn apply_install_from(folder: &str) {
+    let deploy = super::repo().join(folder).display().to_string();
     // A server-side dry run checks namespaced objects against their
     // namespace, which the same apply would create: create it first.
     let namespace_file = super::repo().join("deploy/namespace.yaml");
@@ -61,7 +67,7 @@ pub async fn apply_install() {
         "{out}"
     );
     let (ok, out, err) = super::kubectl(&["apply", "-k", &deploy]);
-    assert!(ok, "kubectl apply -k deploy failed: {err}");
+    assert!(ok, "kubectl apply -k {folder} failed: {err}");
     assert!(!out.contains("(server dry run)"), "{out}");
     aggregated().await;
 }

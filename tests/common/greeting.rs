@@ -84,17 +84,39 @@ impl GreetingKind {
         self.apply_with(|_| {});
     }
 
-    /// Like [`Self::apply`], changing the packed definition first.
-    pub fn apply_with(&self, change: impl FnOnce(&mut Value)) {
+    /// The folder, packed (`kind pack`).
+    fn packed(&self) -> String {
         let output = std::process::Command::new(env!("CARGO_BIN_EXE_kustomize-operator"))
             .args(["kind", "pack"])
             .arg(&self.folder)
             .output()
             .expect("run kind pack");
-        let packed = String::from_utf8_lossy(&output.stdout);
         let err = String::from_utf8_lossy(&output.stderr);
         assert!(output.status.success(), "kind pack: {err}");
-        let mut definition: Value = serde_saphyr::from_str(&packed).unwrap();
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    /// Grants the operator's account what the kind needs, as an
+    /// administrator does for an operator in the cluster: the ClusterRole
+    /// `kustomize-operator rbac` prints, applied.
+    pub fn grant_rights(&self) {
+        let packed = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(packed.path(), self.packed()).unwrap();
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_kustomize-operator"))
+            .args(["rbac", "--kinds", &self.name, "--kind-definition"])
+            .arg(packed.path())
+            .output()
+            .expect("run rbac");
+        let err = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "rbac: {err}");
+        let role = String::from_utf8_lossy(&output.stdout);
+        let (ok, _, err) = common::kubectl_stdin(&["apply", "-f", "-"], &role);
+        assert!(ok, "applying the kind's ClusterRole: {err}");
+    }
+
+    /// Like [`Self::apply`], changing the packed definition first.
+    pub fn apply_with(&self, change: impl FnOnce(&mut Value)) {
+        let mut definition: Value = serde_saphyr::from_str(&self.packed()).unwrap();
         let (key, value) = self.label.split_once('=').unwrap();
         definition["metadata"]["labels"] = json!({ key: value });
         change(&mut definition);
@@ -103,6 +125,56 @@ impl GreetingKind {
             &definition.to_string(),
         );
         assert!(ok, "applying the definition: {err}");
+    }
+
+    /// The kind at v2: `message` is `text`, and v1 (with `notes` too if
+    /// the kind has them) is still served, converted by the operator's
+    /// webhook as the kind file declares.
+    pub fn to_v2(&self) {
+        self.edit("kind.yaml", |t| {
+            let notes = if t.contains("      notes:") {
+                "        notes: {type: object, x-kubernetes-preserve-unknown-fields: true}\n"
+            } else {
+                ""
+            };
+            let hub = t
+                .replace(
+                    "    required: [message]\n    properties:\n      message:",
+                    "    required: [text]\n    properties:\n      text:",
+                )
+                .replace("jsonPath: .spec.message", "jsonPath: .spec.text");
+            hub.replace(
+                "  version: v1\n",
+                &format!("  version: v2\n  versions:\n  - name: v1\n    schema:\n      type: object\n      required: [message]\n      properties:\n        message: {{type: string, minLength: 1, maxLength: 200}}\n        language: {{type: string, enum: [en, it], default: en}}\n{notes}    conversion:\n      moves:\n      - {{from: spec.message, to: spec.text}}\n"),
+            )
+        });
+        self.edit("resources/configmap.yaml", |t| {
+            t.replace(
+                "  message: {{ spec.message }}",
+                "  message: {{ spec.text }}\n  version: v2",
+            )
+        });
+    }
+
+    /// The Greeting `name` in `ns` read at `version`.
+    pub fn greeting_at(&self, ns: &str, version: &str, name: &str) -> Value {
+        let resource = format!("greetings.{version}.{}", self.group);
+        let (ok, out, err) = common::kubectl(&["get", &resource, name, "-n", ns, "-o", "json"]);
+        assert!(ok, "get {resource} {name}: {err}");
+        serde_json::from_str(&out).unwrap()
+    }
+
+    /// Creates (or changes) the Greeting `name` in `ns` at `version` with
+    /// `spec`.
+    pub fn write_at(&self, ns: &str, version: &str, name: &str, spec: Value) {
+        let greeting = json!({
+            "apiVersion": format!("{}/{version}", self.group),
+            "kind": "Greeting",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": spec,
+        });
+        let (ok, _, err) = common::kubectl_stdin(&["apply", "-f", "-"], &greeting.to_string());
+        assert!(ok, "applying the Greeting at {version}: {err}");
     }
 
     pub fn crd(&self) -> String {
@@ -234,9 +306,14 @@ pub fn config_map_field(ns: &str, name: &str, field: &str) -> String {
 
 pub async fn wait_ready(kind: &GreetingKind, ns: &str, name: &str) {
     let resource = format!("greetings.{}/{name}", kind.group);
-    common::wait_until(TIMEOUT, format!("{resource} Ready"), async || {
-        let path = r#"jsonpath={.status.conditions[?(@.type=="Ready")].status}"#;
-        common::kubectl(&["get", &resource, "-n", ns, "-o", path]).1 == "True"
+    common::wait_for(TIMEOUT, format!("{resource} Ready"), async || {
+        let path = "jsonpath={.status.conditions}";
+        let conditions = common::kubectl(&["get", &resource, "-n", ns, "-o", path]).1;
+        let ready = serde_json::from_str::<Vec<Value>>(&conditions)
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True");
+        if ready { Ok(()) } else { Err(conditions) }
     })
     .await;
 }
