@@ -13,7 +13,7 @@ use kube::CustomResourceExt;
 use serde_json::{Value, json};
 
 use super::DeclaredKind;
-use super::file::{PrinterColumn, Scope};
+use super::file::{Move, PrinterColumn, Scope};
 use super::versions::Versions;
 use crate::kind::CommonStatus;
 
@@ -100,25 +100,25 @@ impl DeclaredKind {
     /// Every version the CRD serves: the stored one first, then the older.
     fn crd_versions(&self) -> Vec<CustomResourceDefinitionVersion> {
         let spec = &self.file.spec;
-        let version = |name: &str, schema: &Value, storage: bool| CustomResourceDefinitionVersion {
-            name: name.to_string(),
-            served: true,
-            storage,
-            schema: Some(CustomResourceValidation {
-                open_api_v3_schema: self.schema(schema),
-            }),
-            subresources: Some(CustomResourceSubresources {
-                status: Some(CustomResourceSubresourceStatus(json!({}))),
+        let version = |name: &str, schema: &Value, storage: bool, moves: &[Move]| {
+            CustomResourceDefinitionVersion {
+                name: name.to_string(),
+                served: true,
+                storage,
+                schema: Some(CustomResourceValidation {
+                    open_api_v3_schema: self.schema(schema),
+                }),
+                subresources: Some(CustomResourceSubresources {
+                    status: Some(CustomResourceSubresourceStatus(json!({}))),
+                    ..Default::default()
+                }),
+                additional_printer_columns: Some(moved_back(self.columns(), moves)),
                 ..Default::default()
-            }),
-            additional_printer_columns: Some(self.columns()),
-            ..Default::default()
+            }
         };
-        let older = spec
-            .versions
-            .iter()
-            .map(|v| version(&v.name, &v.schema, false));
-        std::iter::once(version(&spec.version, &spec.schema, true))
+        let older =
+            (spec.versions.iter()).map(|v| version(&v.name, &v.schema, false, &v.conversion.moves));
+        std::iter::once(version(&spec.version, &spec.schema, true, &[]))
             .chain(older)
             .collect()
     }
@@ -170,5 +170,80 @@ impl DeclaredKind {
                 format: None,
             })
             .collect()
+    }
+}
+
+/// `columns` (written for the stored version) for an older version whose
+/// conversion makes `moves`: a column reading a field a move puts reads it
+/// where the older version has it (`.spec.text` is `.spec.message` at v1).
+fn moved_back(
+    columns: Vec<CustomResourceColumnDefinition>,
+    moves: &[Move],
+) -> Vec<CustomResourceColumnDefinition> {
+    let back = |path: &str| {
+        let deepest = (moves.iter())
+            .filter_map(|m| {
+                let to = format!(".{}", m.to);
+                let rest = path.strip_prefix(&to)?;
+                (rest.is_empty() || rest.starts_with(['.', '[']))
+                    .then(|| (to.len(), format!(".{}{rest}", m.from)))
+            })
+            .max_by_key(|(len, _)| *len);
+        deepest.map_or_else(|| path.to_string(), |(_, moved)| moved)
+    };
+    columns
+        .into_iter()
+        .map(|c| CustomResourceColumnDefinition {
+            json_path: back(&c.json_path),
+            ..c
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn column(path: &str) -> CustomResourceColumnDefinition {
+        CustomResourceColumnDefinition {
+            name: "c".into(),
+            type_: "string".into(),
+            json_path: path.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_column_follows_the_deepest_move_of_its_field_and_no_other() {
+        let moves = [
+            Move {
+                from: "spec.old".into(),
+                to: "spec.new".into(),
+            },
+            Move {
+                from: "spec.inner".into(),
+                to: "spec.new.deep".into(),
+            },
+        ];
+        let paths: Vec<String> = [
+            ".spec.new",
+            ".spec.new.x",
+            ".spec.new.deep.y",
+            ".spec.newer",
+            ".spec.new[0]",
+        ]
+        .into_iter()
+        .map(|p| moved_back(vec![column(p)], &moves).remove(0).json_path)
+        .collect();
+        assert_eq!(
+            paths,
+            [
+                ".spec.old",
+                ".spec.old.x",
+                ".spec.inner.y",
+                ".spec.newer",
+                ".spec.old[0]"
+            ]
+        );
     }
 }

@@ -305,6 +305,27 @@ fn a_resource_template_must_name_its_kind_literally() {
 }
 
 #[test]
+fn an_older_versions_columns_read_its_fields_where_its_moves_left_them() {
+    let v1 = "  version: v2\n  versions:\n  - name: v1\n    schema:\n      type: object\n      required: [msg]\n      properties:\n        msg: {type: string, maxLength: 200}\n        replicas: {type: integer, default: 2}\n        style:\n          type: object\n          default: {}\n          properties:\n            color: {type: string, default: blue}\n    conversion:\n      moves:\n      - {from: spec.msg, to: spec.message}\n";
+    let file = VALID.replace("  version: v1\n", v1).replace(
+        "    - {name: Message, type: string, jsonPath: .spec.message}\n",
+        "    - {name: Message, type: string, jsonPath: .spec.message}\n    - {name: Color, type: string, jsonPath: .spec.style.color}\n",
+    );
+    let crd = serde_json::to_value(load(&file).unwrap().crd()).unwrap();
+    let paths = |i: usize| -> Vec<Value> {
+        let columns = crd["spec"]["versions"][i]["additionalPrinterColumns"].as_array();
+        columns
+            .unwrap()
+            .iter()
+            .map(|c| c["jsonPath"].clone())
+            .collect()
+    };
+    assert_eq!(crd["spec"]["versions"][1]["name"], "v1");
+    assert_eq!(paths(0), [".spec.message", ".spec.style.color"]);
+    assert_eq!(paths(1), [".spec.msg", ".spec.style.color"]);
+}
+
+#[test]
 fn the_crd_has_the_schema_the_status_and_the_columns() {
     let crd = serde_json::to_value(load(VALID).unwrap().crd()).unwrap();
     assert_eq!(crd["metadata"]["name"], "greetings.hello.example.com");
