@@ -347,6 +347,23 @@ async fn one_leader(client: &Client, namespace: &str, node: &str, replicas: usiz
     .await
 }
 
+/// Deletes the leader's Pod `leader` of the install on `node`, waits for
+/// another Pod to take the Lease and for the rollout to replace the Pod;
+/// returns the new leader.
+async fn leader_deleted(client: &Client, node: &str, leader: &str) -> String {
+    kubectl_ok(&["delete", "pod", leader, "-n", NAMESPACE, "--wait=true"]);
+    let new_leader = common::wait_for(TIMEOUT, "another Pod holding the Lease", || async {
+        match lease_holder(client, NAMESPACE).await {
+            Some(h) if h != leader => Ok(h),
+            other => Err(other),
+        }
+    })
+    .await;
+    rollout(NAMESPACE, "kustomize-operator");
+    assert_eq!(one_leader(client, NAMESPACE, node, 2).await, new_leader);
+    new_leader
+}
+
 /// The holder of the operator's Lease in `namespace`.
 async fn lease_holder(client: &Client, namespace: &str) -> Option<String> {
     let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
@@ -424,16 +441,7 @@ async fn apply_k_deploy_runs_on_the_real_node_and_its_pod_reconciles() {
     // it finds unchanged stays as it was (no kubectl run) until it changes.
     let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
     let before = samples.get("web").await.unwrap().status.unwrap_or_default();
-    kubectl_ok(&["delete", "pod", &leader, "-n", NAMESPACE, "--wait=true"]);
-    let new_leader = common::wait_for(TIMEOUT, "another Pod holding the Lease", || async {
-        match lease_holder(&client, NAMESPACE).await {
-            Some(h) if h != leader => Ok(h),
-            other => Err(other),
-        }
-    })
-    .await;
-    rollout(NAMESPACE, "kustomize-operator");
-    assert_eq!(one_leader(&client, NAMESPACE, &node, 2).await, new_leader);
+    let new_leader = leader_deleted(&client, &node, &leader).await;
     let after = samples.get("web").await.unwrap().status.unwrap_or_default();
     assert_eq!(
         before.last_command.as_ref().map(|c| c.started_at),
@@ -519,16 +527,7 @@ async fn the_pods_answer_conversions_through_their_service_across_a_leader_chang
     // review) all along: the Pod goes on answering while the Service drops
     // it, the other answers meanwhile and takes the lead.
     let reader = ReadsAt::start(format!("greetings.v1.{}", kind.group), ns.name.clone());
-    kubectl_ok(&["delete", "pod", &leader, "-n", NAMESPACE, "--wait=true"]);
-    let new_leader = common::wait_for(TIMEOUT, "another Pod holding the Lease", || async {
-        match lease_holder(&client, NAMESPACE).await {
-            Some(h) if h != leader => Ok(h),
-            other => Err(other),
-        }
-    })
-    .await;
-    rollout(NAMESPACE, "kustomize-operator");
-    assert_eq!(one_leader(&client, NAMESPACE, &node, 2).await, new_leader);
+    leader_deleted(&client, &node, &leader).await;
     let (reads, failed) = reader.stop().await;
     say(&format!(
         "[real-node] {reads} lists at v1 through the leader change, {} failed",

@@ -50,13 +50,14 @@ fn convert_all(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use serde_json::json;
 
     use super::*;
     use crate::kinds::declared::versions::Versions;
 
-    fn conversions() -> Conversions {
+    /// Greeting's conversions: v2 the hub, v1's `message` its `text`.
+    pub(in crate::conversion) fn conversions() -> Conversions {
         let conversions = Conversions::default();
         conversions.set(Versions {
             group: "hello.example.com".into(),

@@ -183,16 +183,21 @@ mod tests {
         response.lines().next().unwrap_or_default().to_string()
     }
 
-    #[tokio::test]
-    async fn a_stalled_handshake_holds_up_no_other_client() {
+    /// A free local port, its address, and a certificate for 127.0.0.1.
+    fn free_port_and_certificate() -> (u16, SocketAddr, Certificate) {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
             .unwrap()
             .port();
         let made = certificate::make(&["127.0.0.1".into()]).unwrap();
+        (port, ([127, 0, 0, 1], port).into(), made)
+    }
+
+    #[tokio::test]
+    async fn a_stalled_handshake_holds_up_no_other_client() {
+        let (port, addr, made) = free_port_and_certificate();
         let ca = made.ca_pem.clone();
-        let addr: SocketAddr = ([127, 0, 0, 1], port).into();
         tokio::spawn(serve(addr, made, Arc::default(), std::future::pending()));
         let mut stalled = None;
         for _ in 0..50 {
@@ -212,14 +217,8 @@ mod tests {
 
     #[tokio::test]
     async fn once_told_to_stop_it_ends_and_listens_no_more() {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let made = certificate::make(&["127.0.0.1".into()]).unwrap();
+        let (port, addr, made) = free_port_and_certificate();
         let ca = made.ca_pem.clone();
-        let addr: SocketAddr = ([127, 0, 0, 1], port).into();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let serving = tokio::spawn(serve(addr, made, Arc::default(), async move {
             let _ = stopped.await;

@@ -115,24 +115,9 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::kinds::declared::versions::Versions;
 
     fn workers() -> Workers {
-        let conversions = Conversions::default();
-        conversions.set(Versions {
-            group: "hello.example.com".into(),
-            kind: "Greeting".into(),
-            hub: "v2".into(),
-            older: vec![
-                serde_json::from_value(json!({
-                    "name": "v1",
-                    "schema": {"type": "object"},
-                    "conversion": {"moves": [{"from": "spec.message", "to": "spec.text"}]},
-                }))
-                .unwrap(),
-            ],
-        });
-        Workers::new(Arc::new(conversions))
+        Workers::new(Arc::new(crate::conversion::review::tests::conversions()))
     }
 
     /// `levels` of objects and lists in turn around `1`, as text: a
