@@ -578,6 +578,7 @@ async fn definitions_config(
             isolation: sandbox(args),
             budget: usize::try_from(args.kind_definitions_budget_kib << 10).unwrap_or(usize::MAX),
             webhook,
+            namespace: args.common.operator_namespace.clone(),
         }),
         Ok(Served::NotInstalled) => {
             tracing::warn!(

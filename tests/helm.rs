@@ -608,8 +608,10 @@ fn the_values_shape_the_install() {
         kinds["aggregationRule"]["clusterRoleSelectors"],
         json!([{"matchLabels": {AGGREGATE_LABEL: "true"}}])
     );
-    assert!(names_of(&docs, "Role").is_empty());
-    assert!(names_of(&docs, "RoleBinding").is_empty());
+    // No leader election: only the Role keeping the definitions' revisions.
+    let revisions = BTreeSet::from([format!("{prefix}-revisions")]);
+    assert_eq!(names_of(&docs, "Role"), revisions);
+    assert_eq!(names_of(&docs, "RoleBinding"), revisions);
     let deployment = find(&docs, "Deployment", prefix);
     assert_eq!(deployment["spec"]["replicas"], 1);
     let container = &deployment["spec"]["template"]["spec"]["containers"][0];
@@ -999,8 +1001,8 @@ async fn install_upgrade_uninstall_on_the_control_plane() {
     bindings.sort();
     assert_eq!(
         bindings.len(),
-        3,
-        "leader election + one per Copyrator namespace: {bindings:?}"
+        4,
+        "leader election, the definitions' revisions, one per Copyrator namespace: {bindings:?}"
     );
     for ns in scope {
         get_json(&[

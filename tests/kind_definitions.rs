@@ -1012,3 +1012,154 @@ async fn a_defined_kind_is_served_by_two_shards_and_survives_its_leader() {
     kind.delete().await;
     drop((gone, stays, b1));
 }
+
+/// A field of a Greeting's status (`Null` when it or the Greeting is missing).
+fn greeting_status(kind: &GreetingKind, ns: &str, name: &str, field: &str) -> Value {
+    let resource = format!("greetings.{}/{name}", kind.group);
+    let (_, out, _) = common::kubectl(&["get", &resource, "-n", ns, "-o", "json"]);
+    let greeting: Value = serde_json::from_str(&out).unwrap_or_default();
+    greeting["status"][field].clone()
+}
+
+/// Sets the definition's `spec.rollout` (a merge patch: `null` removes a field).
+fn roll_out(kind: &GreetingKind, rollout: Value) {
+    let patch = json!({"spec": {"rollout": rollout}}).to_string();
+    let (ok, _, err) = common::kubectl(&[
+        "patch",
+        "kinddefinition",
+        &kind.name,
+        "--type",
+        "merge",
+        "-p",
+        &patch,
+    ]);
+    assert!(ok, "patching the rollout: {err}");
+}
+
+/// Waits until each Greeting is served by its revision, its ConfigMap
+/// applied by it (`shout` only from revision 2), and the definition counts
+/// them.
+async fn wait_revisions(kind: &GreetingKind, ns: &str, wanted: &[(&str, u64)], counted: &str) {
+    for (name, revision) in wanted {
+        let shout = if *revision == 2 { "HI" } else { "" };
+        let what = format!("{name} on revision {revision}");
+        common::wait_for(TIMEOUT, what, async || {
+            let on = greeting_status(kind, ns, name, "revision");
+            let field = config_map_field(ns, name, "shout");
+            if on == json!(revision) && field == shout {
+                Ok(())
+            } else {
+                Err((on, field))
+            }
+        })
+        .await;
+    }
+    common::wait_for(
+        TIMEOUT,
+        format!("the definition counting {counted}"),
+        async || {
+            let status = kind.definition().unwrap_or_default()["status"].clone();
+            if status["onRevisions"] == counted {
+                Ok(())
+            } else {
+                Err(status["onRevisions"].clone())
+            }
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_change_reaches_the_canary_first_all_on_promote_and_a_rollback_renders_the_same_bytes() {
+    let client = common::cluster().await;
+    let ns = TestNamespace::new(&client, "kd-rollout").await;
+    let kind = GreetingKind::new(&ns);
+    let flags = kind.flags(&["--operator-namespace", &ns.name]);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let operator = OperatorProcess::spawn(&ns.name, &[], &flags);
+    kind.apply();
+    kind.wait_condition("Serving", "True", "Running").await;
+    kind.greet(&ns.name, "stable", "hi", json!({}));
+    kind.greet(&ns.name, "canary", "hi", json!({"track": "canary"}));
+    let pin = json!({"kustomize-operator.io/revision": "1"});
+    kind.greet(&ns.name, "pinned", "hi", pin);
+    let all_on_1 = [("stable", 1), ("canary", 1), ("pinned", 1)];
+    wait_revisions(&kind, &ns.name, &all_on_1, "1:3").await;
+    let digest = |name: &str| greeting_status(&kind, &ns.name, name, "appliedDigest");
+    let before: Vec<Value> = ["stable", "canary"].map(digest).to_vec();
+
+    // Revision 2 goes to the canary only.
+    roll_out(&kind, json!({"stable": 1, "canary": {"track": "canary"}}));
+    kind.edit("resources/configmap.yaml", |t| {
+        t.replace(
+            "  language: {{ spec.language }}",
+            "  language: {{ spec.language }}\n  shout: {{ spec.message | upper }}",
+        )
+    });
+    kind.apply();
+    let canary = [("canary", 2), ("stable", 1), ("pinned", 1)];
+    wait_revisions(&kind, &ns.name, &canary, "1:2 2:1").await;
+    let status = kind.definition().unwrap()["status"].clone();
+    assert_eq!(
+        (&status["revision"], &status["stableRevision"]),
+        (&json!(2), &json!(1))
+    );
+    let (_, kept, _) = common::kubectl(&[
+        "get",
+        "controllerrevisions",
+        "-n",
+        &ns.name,
+        "-l",
+        &format!("kustomize-operator.io/kind-definition={}", kind.name),
+        "-o",
+        "jsonpath={.items[*].revision}",
+    ]);
+    assert_eq!(
+        kept, "1 2",
+        "each revision kept in the operator's namespace"
+    );
+
+    // A new operator serves the same revisions, restored from the cluster.
+    drop(operator);
+    let operator = OperatorProcess::spawn(&ns.name, &[], &flags);
+    common::wait_until(TIMEOUT, "the revisions restored", async || {
+        operator.log().contains("restored the kept revisions")
+    })
+    .await;
+    assert!(
+        operator.log().contains("revisions=[1, 2]"),
+        "{}",
+        operator.log_tail()
+    );
+
+    // Promoted: all but the pinned one move to revision 2.
+    roll_out(&kind, json!({"stable": 2, "canary": null}));
+    let promoted = [("stable", 2), ("canary", 2), ("pinned", 1)];
+    wait_revisions(&kind, &ns.name, &promoted, "1:1 2:2").await;
+
+    // Rolled back: revision 1 renders what it rendered, byte for byte.
+    roll_out(&kind, json!({"stable": 1}));
+    wait_revisions(&kind, &ns.name, &all_on_1, "1:3").await;
+    assert_eq!(["stable", "canary"].map(digest).to_vec(), before);
+
+    // A revision that is not kept is refused; what served goes on.
+    roll_out(&kind, json!({"stable": 7}));
+    let refused = kind
+        .wait_condition("Accepted", "False", "RevisionNotKept")
+        .await;
+    assert!(
+        refused.contains("stable 7 is not a kept revision (kept: 1, 2)"),
+        "{refused}"
+    );
+    assert_eq!(
+        greeting_status(&kind, &ns.name, "stable", "revision"),
+        json!(1)
+    );
+    roll_out(&kind, Value::Null);
+
+    for name in ["stable", "canary", "pinned"] {
+        common::kubectl(&["delete", &kind.crd(), name, "-n", &ns.name]);
+    }
+    kind.delete().await;
+    drop(operator);
+}

@@ -11,6 +11,7 @@ use kube::api::DynamicObject;
 
 use super::generation::{self, Rejection, Taken};
 use super::migration::Walks;
+use super::revisions::Store;
 use super::serving::Serving;
 use crate::conversion::Webhook;
 use crate::engine::host::{Engine, Isolation};
@@ -49,6 +50,9 @@ pub(super) struct DefinitionContext {
     pub webhook: Option<Arc<Webhook>>,
     /// Where each kind's storage migration is.
     pub walks: Walks,
+    /// Where revisions are kept (`None`: the operator's namespace is not
+    /// known, and they live only as long as the process).
+    pub store: Option<Store>,
     /// The last rejection of each definition that only a change of the
     /// definition can lift, with what it was made for.
     pub rejected: Mutex<HashMap<String, (Checked, Rejection)>>,

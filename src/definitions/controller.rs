@@ -29,10 +29,11 @@ use super::generation::{self, Generation, Rejection};
 use super::migration::{self, Storage};
 use super::resource::{self, ConditionType, Reason, Status};
 use super::writes::{count, event, status_of, write_status};
-use super::{deletion, rights};
+use super::{deletion, rights, rollout};
 use crate::engine::host::{guarded, stopped_before_first_list};
 use crate::kind::EventType;
 use crate::kinds::declared::rbac;
+use crate::kinds::declared::rollout::NotKept;
 use kube::runtime::finalizer::Event as FinalizerEvent;
 
 /// How soon a definition is looked at again when all is well (rights
@@ -132,6 +133,7 @@ async fn serve(def: &DynamicObject, ctx: &DefinitionContext) -> Result<Action, D
         } else if !settled {
             migrating = true;
         }
+        rollout::status(ctx, &def.name_any(), &mut status);
         status.resources = match ctx.serving.resources(&def.name_any()) {
             Some(counted) => Some(counted),
             None => count(&ctx.client, &generation.kind.resource)
@@ -172,7 +174,7 @@ async fn accept(def: &DynamicObject, ctx: &DefinitionContext, status: &mut Statu
         // status written replaces the conditions as a whole.
         accepted(status, generation, number);
         if ensure_crd(ctx, &name, generation, status).await && !ctx.serving.running(&name) {
-            ctx.serving.serve(&name, generation.clone()).await;
+            ctx.serving.serve_again(&name).await;
         }
         return;
     }
@@ -208,10 +210,32 @@ async fn accept(def: &DynamicObject, ctx: &DefinitionContext, status: &mut Statu
                     generation.kind.resource.api_version,
                     generation.number
                 );
-                ctx.serving.serve(&name, generation).await;
-                event(ctx, def, EventType::Normal, "Serving", &note).await;
+                match rollout::serve(ctx, def, generation).await {
+                    Ok(()) => event(ctx, def, EventType::Normal, "Serving", &note).await,
+                    Err(not_kept) => not_served(ctx, def, status, &not_kept, number).await,
+                }
             }
         }
+    }
+}
+
+/// `Accepted=False`: the generation is valid but its rollout names a
+/// revision not kept; what served before goes on serving.
+async fn not_served(
+    ctx: &DefinitionContext,
+    def: &DynamicObject,
+    status: &mut Status,
+    not_kept: &NotKept,
+    number: Option<i64>,
+) {
+    let message = format!("{not_kept}; what served before keeps serving");
+    let told = status
+        .condition(ConditionType::Accepted)
+        .is_some_and(|c| c.message == message && c.observed_generation == number);
+    let reason = Reason::RevisionNotKept;
+    status.set(ConditionType::Accepted, false, reason, &message, number);
+    if !told {
+        event(ctx, def, EventType::Warning, "Rejected", &message).await;
     }
 }
 

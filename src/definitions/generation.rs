@@ -33,6 +33,9 @@ pub struct Generation {
     pub object_types: BTreeSet<ObjectType>,
     /// The size of the definition, in bytes (as JSON).
     pub bytes: usize,
+    /// The sha256 of what makes the kind (the spec but its rollout): two
+    /// generations of the same digest are one revision.
+    pub digest: String,
 }
 
 impl Generation {
@@ -135,7 +138,19 @@ pub fn load(
         crd,
         object_types: BTreeSet::new(),
         bytes: text.len(),
+        digest: digest(&definition.data["spec"]),
     })
+}
+
+/// The sha256 (hex) of a definition's `spec` but its rollout: its kind
+/// and files.
+pub fn digest(spec: &serde_json::Value) -> String {
+    use sha2::{Digest, Sha256};
+    let mut kind = spec.clone();
+    if let Some(fields) = kind.as_object_mut() {
+        fields.remove(pack::ROLLOUT_FIELD);
+    }
+    hex::encode(Sha256::digest(kind.to_string().as_bytes()))
 }
 
 /// Gives the CRD of a kind of several versions the operator's conversion

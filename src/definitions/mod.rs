@@ -14,6 +14,8 @@
 //! - `context`: what every reconcile shares (a leaf);
 //! - `controller`: the reconcile of a definition;
 //! - `deletion`: its deletion;
+//! - [`revisions`]: every accepted change of its files, kept;
+//! - `rollout`: which revision serves whom, and what its status says;
 //! - `writes`: its status, finalizer and events.
 
 mod context;
@@ -23,7 +25,9 @@ mod deletion;
 pub mod generation;
 mod migration;
 pub mod resource;
+pub mod revisions;
 pub mod rights;
+mod rollout;
 mod serving;
 mod writes;
 
@@ -60,6 +64,9 @@ pub struct Config {
     /// The operator's conversion webhook, if it serves one: a kind of
     /// several versions needs it.
     pub webhook: Option<Arc<Webhook>>,
+    /// The operator's namespace, where the definitions' revisions are kept
+    /// (`None`: in memory only).
+    pub namespace: Option<String>,
 }
 
 /// Whether the `KindDefinition` CRD is installed and the operator may list
@@ -88,6 +95,7 @@ pub(crate) async fn serve(
         .collect();
     let work_dir = definitions_dir(&engine);
     let (nudges, nudged) = tokio::sync::mpsc::channel(serving::NUDGES_QUEUED);
+    let engine_client = engine.client().clone();
     let ctx = Arc::new(context::DefinitionContext {
         client: engine.client().clone(),
         serving: serving::Serving::new(dynamic, nudges),
@@ -99,6 +107,8 @@ pub(crate) async fn serve(
         webhook: config.webhook,
         budget: config.budget,
         walks: migration::Walks::default(),
+        store: (config.namespace.as_deref())
+            .map(|ns| revisions::Store::new(engine_client.clone(), ns)),
         rejected: std::sync::Mutex::default(),
     });
     controller::run(ctx, config.selector, nudged, shutdown).await;

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use crate::engine::host::{ConditionStatus, ConditionUpdate, set_condition};
 pub use crate::kind::{Condition, ConditionType, Reason};
 use crate::kinds::declared::file::KindSpec;
+use crate::kinds::declared::rollout::RolloutSpec;
 
 /// The API group.
 pub const GROUP: &str = "kustomize-operator.io";
@@ -72,6 +73,9 @@ pub fn api_resource() -> ApiResource {
     printcolumn = r#"{"name": "RightsGranted", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"RightsGranted\")].status"}"#,
     printcolumn = r#"{"name": "Serving", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Serving\")].status"}"#,
     printcolumn = r#"{"name": "Resources", "type": "integer", "jsonPath": ".status.resources"}"#,
+    printcolumn = r#"{"name": "Revision", "type": "integer", "jsonPath": ".status.revision"}"#,
+    printcolumn = r#"{"name": "Stable", "type": "integer", "jsonPath": ".status.stableRevision"}"#,
+    printcolumn = r#"{"name": "On Revisions", "type": "string", "jsonPath": ".status.onRevisions"}"#,
     printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#
 )]
 #[schemars(transform = without_defaults)]
@@ -83,6 +87,11 @@ pub struct KindDefinitionSpec {
     /// `resources/…`) to text.
     #[schemars(extend("maxProperties" = MAX_FILES))]
     pub files: BTreeMap<String, String>,
+    /// Which revision serves which resources: `stable` (an older one rolls
+    /// back), `canary` labels that try the latest first, how many to `keep`.
+    /// Not part of the kind: changing it makes no revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<RolloutSpec>,
 }
 
 /// The most files a definition may carry.
@@ -125,9 +134,36 @@ pub struct Status {
     /// resource's own namespace, one line per object type.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reach: Option<Vec<String>>,
+    /// The latest revision: the last accepted change of the files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<u32>,
+    /// The revision serving every resource neither pinned nor in the canary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stable_revision: Option<u32>,
+    /// The revisions kept, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub revisions: Vec<RevisionStatus>,
+    /// How many resources each revision serves (`1:99 2:1`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_revisions: Option<String>,
     /// `Accepted`, `CRDEstablished`, `RightsGranted`, `Serving`.
     #[serde(default)]
     pub conditions: Vec<Condition>,
+}
+
+/// One kept revision of a definition.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RevisionStatus {
+    /// Its number, from 1.
+    pub revision: u32,
+    /// The sha256 of its kind and files.
+    pub digest: String,
+    /// The definition's generation it was accepted at.
+    pub generation: i64,
+    /// How many resources it served at their last reconcile.
+    #[serde(default)]
+    pub resources: u64,
 }
 
 impl Status {
@@ -219,6 +255,9 @@ mod tests {
                 "RightsGranted",
                 "Serving",
                 "Resources",
+                "Revision",
+                "Stable",
+                "On Revisions",
                 "Age"
             ]
         );

@@ -14,15 +14,30 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 
 use super::generation::{Generation, Taken};
+use super::revisions::History;
 use crate::engine::host::{Dynamic, OnCount};
 use crate::kinds::declared::DeclaredHandler;
+use crate::kinds::declared::rollout::{NotKept, OnMove, Rollout, RolloutSpec};
 
 /// Every kind served from a definition, by definition name.
 pub struct Serving {
     dynamic: Arc<Dynamic<DeclaredHandler>>,
     served: Mutex<BTreeMap<String, Generation>>,
+    /// Their revisions and the rollout serving them, by definition name.
+    revisions: Mutex<BTreeMap<String, Revisions>>,
     /// Names of definitions whose kind's count changed.
     nudges: mpsc::Sender<String>,
+}
+
+/// A definition's revisions, its rollout, and the rule serving them.
+#[derive(Clone)]
+pub struct Revisions {
+    /// The revisions kept.
+    pub history: History,
+    /// The definition's `spec.rollout`.
+    pub spec: RolloutSpec,
+    /// The rule the kind's handler follows (and its counts).
+    pub rollout: Arc<Rollout>,
 }
 
 /// How many nudges may wait (more are dropped: the periodic look at each
@@ -36,6 +51,7 @@ impl Serving {
         Self {
             dynamic,
             served: Mutex::default(),
+            revisions: Mutex::default(),
             nudges,
         }
     }
@@ -58,13 +74,20 @@ impl Serving {
         self.dynamic.count(&kind)
     }
 
-    /// The bytes of the definitions served, but for `name`'s.
+    /// The bytes of the definitions served (all their revisions), but
+    /// for `name`'s.
     pub fn bytes_of_others(&self, name: &str) -> usize {
+        let revisions = crate::sync::lock(&self.revisions);
         crate::sync::lock(&self.served)
             .iter()
             .filter(|(other, _)| other.as_str() != name)
-            .map(|(_, g)| g.bytes)
+            .map(|(other, g)| revisions.get(other).map_or(g.bytes, |r| r.history.bytes()))
             .sum()
+    }
+
+    /// The revisions of `name` and the rollout serving them, once served.
+    pub fn revisions(&self, name: &str) -> Option<Revisions> {
+        crate::sync::lock(&self.revisions).get(name).cloned()
     }
 
     /// The names and CRDs of the kinds served for other definitions.
@@ -80,13 +103,66 @@ impl Serving {
             .collect()
     }
 
-    /// Serves `generation` for `name`, in place of the generation before.
-    pub async fn serve(&self, name: &str, generation: Generation) {
+    /// Serves `generation` for `name`, the latest of `history`, each
+    /// resource by the revision `spec` chooses, in place of what served
+    /// before. Fails (and changes nothing) when `spec` names a revision
+    /// `history` does not keep.
+    pub async fn serve(
+        &self,
+        name: &str,
+        generation: Generation,
+        history: History,
+        spec: RolloutSpec,
+    ) -> Result<(), NotKept> {
+        let nudge = self.nudge(name);
+        let moved: OnMove = nudge.clone();
+        let rollout = Arc::new(Rollout::new(history.kinds(), &spec, Some(moved))?);
+        let revisions = Revisions {
+            history,
+            spec,
+            rollout: rollout.clone(),
+        };
+        let handler = DeclaredHandler::with_rollout(rollout);
+        let handler = handler.unwrap_or_else(|| DeclaredHandler::new(generation.kind.clone()));
+        self.replace(name, generation, handler, nudge).await;
+        crate::sync::lock(&self.revisions).insert(name.to_string(), revisions);
+        Ok(())
+    }
+
+    /// Serves `name` again as it was (its kind's watch had stopped).
+    pub async fn serve_again(&self, name: &str) {
+        let Some(generation) = self.current(name) else {
+            return;
+        };
+        let Some(revisions) = self.revisions(name) else {
+            return;
+        };
+        let served = self
+            .serve(name, generation, revisions.history, revisions.spec)
+            .await;
+        if let Err(e) = served {
+            tracing::warn!(definition = name, error = %e, "cannot serve again");
+        }
+    }
+
+    /// Tells the definition's controller that `name` changed.
+    fn nudge(&self, name: &str) -> Arc<dyn Fn() + Send + Sync> {
         let nudges = self.nudges.clone();
         let definition = name.to_string();
-        let on_count: OnCount = Arc::new(move || {
+        Arc::new(move || {
             let _ = nudges.try_send(definition.clone());
-        });
+        })
+    }
+
+    /// Serves `handler` for the kind of `generation`, stopping the kind
+    /// served for `name` before if it is another.
+    async fn replace(
+        &self,
+        name: &str,
+        generation: Generation,
+        handler: DeclaredHandler,
+        on_count: OnCount,
+    ) {
         let previous = crate::sync::lock(&self.served).get(name).cloned();
         if let Some(previous) = previous.filter(|p| p.kind.name() != generation.kind.name()) {
             self.dynamic.stop(previous.kind.name()).await;
@@ -97,7 +173,6 @@ impl Serving {
             generation = generation.number,
             "serving"
         );
-        let handler = DeclaredHandler::new(generation.kind.clone());
         self.dynamic.serve(handler, Some(on_count)).await;
         crate::sync::lock(&self.served).insert(name.to_string(), generation);
     }
@@ -106,6 +181,7 @@ impl Serving {
     /// its running reconciles finished.
     pub async fn stop(&self, name: &str) {
         let served = crate::sync::lock(&self.served).remove(name);
+        crate::sync::lock(&self.revisions).remove(name);
         if let Some(generation) = served {
             self.dynamic.stop(generation.kind.name()).await;
             tracing::info!(kind = generation.kind.name(), definition = name, "stopped");
@@ -115,6 +191,7 @@ impl Serving {
     /// Stops every kind served from a definition.
     pub async fn stop_all(&self) {
         let all = std::mem::take(&mut *crate::sync::lock(&self.served));
+        crate::sync::lock(&self.revisions).clear();
         for generation in all.into_values() {
             self.dynamic.stop(generation.kind.name()).await;
         }

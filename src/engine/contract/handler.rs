@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::future::Future;
+use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
@@ -12,6 +13,7 @@ use serde::Serialize;
 use super::{Deletion, FromObjects, HandlerError, KindInfo, Object, Plan};
 use crate::engine::model::inventory::{Inventory, ObjectId};
 use crate::engine::model::status::CommonStatus;
+use crate::engine::model::templates::KustomizeDir;
 
 /// The dynamic type of a kind's resources (`()` for typed kinds).
 pub type DynType<K> = <K as Resource>::DynamicType;
@@ -144,6 +146,13 @@ pub trait Handler: Send + Sync + 'static {
 
     /// Forgets what the kind remembers of a resource that is gone.
     fn forget(&self, _resource: &Self::Resource) {}
+
+    /// The templates the resource's overlay renders from when they are not
+    /// the kind's own (a declared kind's resource served by another
+    /// revision of its definition). Default: the kind's.
+    fn templates_for(&self, _resource: &Self::Resource) -> Option<Arc<KustomizeDir>> {
+        None
+    }
 
     /// Adds watches that should trigger a reconcile (default: none).
     fn configure(

@@ -151,6 +151,8 @@ pub enum Reason {
     BreakingChange,
     /// A kind's base does not build.
     BaseFailed,
+    /// A definition's rollout names a revision it does not keep.
+    RevisionNotKept,
     /// A definition's CRD is established.
     Established,
     /// A definition's CRD is applied but not (yet) established.
@@ -210,6 +212,7 @@ impl Reason {
             Self::Clash => "Clash",
             Self::BreakingChange => "BreakingChange",
             Self::BaseFailed => "BaseFailed",
+            Self::RevisionNotKept => "RevisionNotKept",
             Self::Established => "Established",
             Self::NotEstablished => "NotEstablished",
             Self::CrdNotOwned => "CrdNotOwned",

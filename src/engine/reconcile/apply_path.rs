@@ -123,7 +123,9 @@ pub(crate) async fn apply<H: Handler>(
         return fail(ctx, &current, failure, Some(&plan), false).await;
     };
     let marking = marking(&*ctx.handler, owner);
-    let rendered = match render(&plan, ctx.templates(), &marking) {
+    let revision = ctx.handler.templates_for(&current.object);
+    let templates = revision.as_deref().unwrap_or_else(|| ctx.templates());
+    let rendered = match render(&plan, templates, &marking) {
         Ok(r) => r,
         Err(e) => {
             let failure = Failure::new(Reason::RenderFailed, e.to_string());

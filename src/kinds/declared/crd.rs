@@ -126,6 +126,13 @@ impl DeclaredKind {
     /// The whole object's schema: `spec` as given, the status.
     fn schema(&self, spec: &Value) -> Option<JSONSchemaProps> {
         let mut status = common_status_schema();
+        if self.templates.is_some() {
+            // A kind defined in the cluster: served from revisions.
+            status["properties"][super::REVISION_FIELD] = json!({
+                "type": "integer",
+                "description": "The revision of the kind's definition serving this resource."
+            });
+        }
         for field in &self.file.spec.status {
             let description = match (&field.from, &field.path, &field.expression) {
                 (Some(from), Some(path), _) => {

@@ -17,9 +17,10 @@ use super::file::{ObjectSelector, ReadinessRule, Scope};
 use super::object::DeclaredObject;
 use super::recipe::Wanted;
 use super::references::{self, Readers};
+use super::rollout::Rollout;
 use crate::kind::{
     Beyond, CommonStatus, Deletion, FromObjects, Handler, HandlerError, Inventory, KindInfo,
-    ObjectId, Plan, Policy, Reach, ReadAs, Reason,
+    KustomizeDir, ObjectId, Plan, Policy, Reach, ReadAs, Reason,
 };
 
 /// The finalizer the resources of a declared kind of API group `group`
@@ -35,6 +36,9 @@ pub struct DeclaredHandler {
     info: KindInfo<ApiResource>,
     /// Who read which references at their last reconcile.
     readers: Arc<Readers>,
+    /// The revisions of a kind defined in the cluster, and which serves
+    /// which resource (`None`: `kind` serves every resource).
+    rollout: Option<Arc<Rollout>>,
 }
 
 impl DeclaredHandler {
@@ -59,12 +63,41 @@ impl DeclaredHandler {
             kind,
             info,
             readers: Arc::default(),
+            rollout: None,
         }
+    }
+
+    /// The handler of a kind served from revisions: the latest gives the
+    /// kind's API and policy, `rollout` chooses each resource's revision.
+    pub fn with_rollout(rollout: Arc<Rollout>) -> Option<Self> {
+        let mut handler = Self::new(rollout.latest_kind()?.clone());
+        handler.rollout = Some(rollout);
+        Some(handler)
     }
 
     /// The kind it serves.
     pub fn kind(&self) -> &DeclaredKind {
         &self.kind
+    }
+
+    /// Its revisions, when it is served from several.
+    pub fn rollout(&self) -> Option<&Arc<Rollout>> {
+        self.rollout.as_ref()
+    }
+
+    /// The revision serving `resource` (its number, `None` without
+    /// revisions) and its kind.
+    fn kind_for(
+        &self,
+        resource: &DeclaredObject,
+    ) -> Result<(Option<u32>, &Arc<DeclaredKind>), HandlerError> {
+        let Some(rollout) = &self.rollout else {
+            return Ok((None, &self.kind));
+        };
+        let (number, kind) = rollout
+            .choose(resource.labels())
+            .map_err(|e| HandlerError::Invalid(e.to_string()))?;
+        Ok((Some(number), kind))
     }
 }
 
@@ -127,10 +160,8 @@ impl Handler for DeclaredHandler {
         resource: &DeclaredObject,
         client: &Client,
     ) -> Result<Read, HandlerError> {
-        let wanted = self
-            .kind
-            .recipe
-            .references(&self.kind.file.spec, resource)?;
+        let (_, kind) = self.kind_for(resource)?;
+        let wanted = kind.recipe.references(&kind.file.spec, resource)?;
         references::read(client, None, &wanted).await
     }
 
@@ -142,7 +173,8 @@ impl Handler for DeclaredHandler {
         client: &Client,
         reader: &ReadAs,
     ) -> Result<Read, HandlerError> {
-        if self.kind.file.spec.references.is_empty() {
+        let (_, kind) = self.kind_for(resource)?;
+        if kind.file.spec.references.is_empty() {
             return Ok(Read::new());
         }
         let user = match reader {
@@ -152,10 +184,7 @@ impl Handler for DeclaredHandler {
                 return Err(HandlerError::transient(Reason::Forbidden, why));
             }
         };
-        let wanted = self
-            .kind
-            .recipe
-            .references(&self.kind.file.spec, resource)?;
+        let wanted = kind.recipe.references(&kind.file.spec, resource)?;
         let key = key(resource);
         // Remembered before the read: a reference not there yet reconciles
         // the resource when it comes.
@@ -171,22 +200,21 @@ impl Handler for DeclaredHandler {
         resource: &DeclaredObject,
         documents: &[Value],
     ) -> Result<Read, HandlerError> {
-        let wanted = self
-            .kind
-            .recipe
-            .references(&self.kind.file.spec, resource)?;
+        let (_, kind) = self.kind_for(resource)?;
+        let wanted = kind.recipe.references(&kind.file.spec, resource)?;
         Ok(references::from_documents(&wanted, documents))
     }
 
     fn plan(&self, resource: &DeclaredObject, read: &Read) -> Result<Plan<()>, HandlerError> {
-        let mut overlay =
-            self.kind
-                .recipe
-                .overlay(self.kind.name(), &self.kind.file.spec, resource, read)?;
+        let (revision, kind) = self.kind_for(resource)?;
+        let mut overlay = (kind.recipe).overlay(kind.name(), &kind.file.spec, resource, read)?;
         // A Secret's data may be anywhere in it now: never kept on disk.
-        overlay.sensitive |= (self.kind.file.spec.references.values()).any(|r| r.kind == "Secret");
+        overlay.sensitive |= (kind.file.spec.references.values()).any(|r| r.kind == "Secret");
+        if let (Some(rollout), Some(revision)) = (&self.rollout, revision) {
+            rollout.record(key(resource), revision);
+        }
         Ok(Plan {
-            requeue_after: self.kind.interval,
+            requeue_after: kind.interval,
             ..Plan::apply(overlay)
         })
     }
@@ -206,16 +234,26 @@ impl Handler for DeclaredHandler {
 
     fn forget(&self, resource: &DeclaredObject) {
         self.readers.forget(&key(resource));
+        if let Some(rollout) = &self.rollout {
+            rollout.forget(&key(resource));
+        }
     }
 
-    fn deletion(&self, _: &DeclaredObject) -> Deletion {
-        self.kind.file.spec.reconcile.deletion_policy
+    fn deletion(&self, resource: &DeclaredObject) -> Deletion {
+        let kind = self.kind_for(resource).map_or(&self.kind, |(_, kind)| kind);
+        kind.file.spec.reconcile.deletion_policy
+    }
+
+    fn templates_for(&self, resource: &DeclaredObject) -> Option<Arc<KustomizeDir>> {
+        self.rollout.as_ref()?;
+        self.kind_for(resource).ok()?.1.templates.clone()
     }
 
     /// Objects carrying every `reconcile.adopt` label (values rendered for
     /// the resource) are its own.
     fn adopts(&self, resource: &DeclaredObject, live: &ObjectMeta) -> bool {
-        let Some(wanted) = self.kind.recipe.adoption(&self.kind.file.spec, resource) else {
+        let kind = self.kind_for(resource).map_or(&self.kind, |(_, kind)| kind);
+        let Some(wanted) = kind.recipe.adoption(&kind.file.spec, resource) else {
             return false;
         };
         let labels = live.labels.clone().unwrap_or_default();
@@ -229,44 +267,33 @@ impl Handler for DeclaredHandler {
         resource: &DeclaredObject,
         objects: &BTreeMap<ObjectId, Value>,
     ) -> FromObjects {
-        let spec = &self.kind.file.spec;
-        let compiled = &self.kind.expressions;
+        let (revision, kind) = match self.kind_for(resource) {
+            Ok(chosen) => chosen,
+            Err(_) => (None, &self.kind),
+        };
+        let spec = &kind.file.spec;
+        let compiled = &kind.expressions;
         // Built only for a kind with expressions: the others (Sample among
         // them) pay nothing for CEL at each look at their health.
         let children = (!compiled.is_empty()).then(|| {
             let read = self.readers.seen(&key(resource));
-            Children::of(&self.kind, resource, objects, read)
+            Children::of(kind, resource, objects, read)
         });
         let mut read = FromObjects::default();
         if !spec.status.is_empty() {
-            let mut fields = serde_json::Map::new();
-            for (i, field) in spec.status.iter().enumerate() {
-                let expression = compiled.status.get(i).and_then(Option::as_ref);
-                let value = match expression.zip(children.as_ref()) {
-                    Some((expression, children)) => match children.eval(expression) {
-                        Ok(value) => value,
-                        Err(why) => {
-                            read.not_ready
-                                .push(format!("status.{}: {why}", field.field));
-                            None
-                        }
-                    },
-                    None => self.copied(i, field, resource, objects),
-                };
-                match value.map(|v| fit(&v, &field.type_)) {
-                    Some(Ok(value)) => {
-                        fields.insert(field.field.clone(), value);
-                    }
-                    // Written as it is, the API server would refuse the
-                    // whole status: the field is left out and Ready says why.
-                    Some(Err(what)) => read.not_ready.push(format!(
-                        "status.{}: the kind file's status[{i}] gives {what}, not the {} it declares; left out",
-                        field.field, field.type_
-                    )),
-                    None => {}
-                }
-            }
-            read.status = Some(fields);
+            read.status = Some(status_fields(
+                kind,
+                children.as_ref(),
+                resource,
+                objects,
+                &mut read.not_ready,
+            ));
+        }
+        if let Some(revision) =
+            revision.filter(|_| !spec.status.iter().any(|f| f.field == REVISION_FIELD))
+        {
+            let fields = read.status.get_or_insert_default();
+            fields.insert(REVISION_FIELD.into(), revision.into());
         }
         for (i, rule) in spec.readiness.iter().enumerate() {
             let expression = compiled.readiness.get(i).and_then(Option::as_ref);
@@ -274,7 +301,7 @@ impl Handler for DeclaredHandler {
                 Some((expression, children)) => {
                     children.holds(expression, &format!("readiness[{i}]"))
                 }
-                None => readiness(&self.kind.recipe, i, rule, resource, objects),
+                None => readiness(&kind.recipe, i, rule, resource, objects),
             };
             read.not_ready.extend(unmet);
         }
@@ -295,21 +322,61 @@ fn key(resource: &DeclaredObject) -> references::Key {
     (resource.namespace(), resource.name_any())
 }
 
-impl DeclaredHandler {
-    /// Status field `i`, copied from the object `from` names (by `path`).
-    fn copied(
-        &self,
-        i: usize,
-        field: &super::file::StatusField,
-        resource: &DeclaredObject,
-        objects: &BTreeMap<ObjectId, Value>,
-    ) -> Option<Value> {
-        let (from, path) = (field.from.as_ref()?, field.path.as_deref()?);
-        let name = self.kind.recipe.status_source(i, resource).ok()?;
-        find(objects, from, &name)
-            .and_then(|(_, o)| dotted(o, path))
-            .cloned()
+/// The status field a resource served from revisions shows its revision in.
+pub const REVISION_FIELD: &str = "revision";
+
+/// The kind file's status fields of `resource`, computed (`children`, for a
+/// kind with expressions) or copied from its objects; what cannot be said
+/// goes to `not_ready`.
+fn status_fields(
+    kind: &DeclaredKind,
+    children: Option<&Children>,
+    resource: &DeclaredObject,
+    objects: &BTreeMap<ObjectId, Value>,
+    not_ready: &mut Vec<String>,
+) -> serde_json::Map<String, Value> {
+    let mut fields = serde_json::Map::new();
+    for (i, field) in kind.file.spec.status.iter().enumerate() {
+        let expression = kind.expressions.status.get(i).and_then(Option::as_ref);
+        let value = match expression.zip(children) {
+            Some((expression, children)) => match children.eval(expression) {
+                Ok(value) => value,
+                Err(why) => {
+                    not_ready.push(format!("status.{}: {why}", field.field));
+                    None
+                }
+            },
+            None => copied(kind, i, field, resource, objects),
+        };
+        match value.map(|v| fit(&v, &field.type_)) {
+            Some(Ok(value)) => {
+                fields.insert(field.field.clone(), value);
+            }
+            // Written as it is, the API server would refuse the whole
+            // status: the field is left out and Ready says why.
+            Some(Err(what)) => not_ready.push(format!(
+                "status.{}: the kind file's status[{i}] gives {what}, not the {} it declares; left out",
+                field.field, field.type_
+            )),
+            None => {}
+        }
     }
+    fields
+}
+
+/// Status field `i`, copied from the object `from` names (by `path`).
+fn copied(
+    kind: &DeclaredKind,
+    i: usize,
+    field: &super::file::StatusField,
+    resource: &DeclaredObject,
+    objects: &BTreeMap<ObjectId, Value>,
+) -> Option<Value> {
+    let (from, path) = (field.from.as_ref()?, field.path.as_deref()?);
+    let name = kind.recipe.status_source(i, resource).ok()?;
+    find(objects, from, &name)
+        .and_then(|(_, o)| dotted(o, path))
+        .cloned()
 }
 
 /// `value` as a status field of OpenAPI type `type_` (a number or a

@@ -26,6 +26,7 @@ pub mod pack;
 pub mod rbac;
 mod recipe;
 pub mod references;
+pub mod rollout;
 pub mod typing;
 mod validate;
 pub mod versions;
@@ -39,7 +40,7 @@ use kube::api::ApiResource;
 use crate::kind::KustomizeDir;
 
 pub use file::KindFile;
-pub use handler::{DeclaredHandler, finalizer};
+pub use handler::{DeclaredHandler, REVISION_FIELD, finalizer};
 pub use object::DeclaredObject;
 
 /// A kind file that is not right.

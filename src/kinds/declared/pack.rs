@@ -28,6 +28,10 @@ pub const KIND_FILE_ANNOTATION: &str = "kustomize-operator.io/kind-file";
 /// The folders of a kind folder that a packed definition carries.
 pub const FOLDERS: [&str; 3] = ["base", "patches", "resources"];
 
+/// The field of a definition's spec that is the definition's, not the
+/// kind's: which of its revisions serves which resources.
+pub const ROLLOUT_FIELD: &str = "rollout";
+
 /// Why a folder cannot be packed, or a definition unpacked.
 #[derive(Debug, thiserror::Error)]
 pub enum PackError {
@@ -194,6 +198,10 @@ fn split(text: &str, what: &str) -> Result<(Value, BTreeMap<String, String>), Pa
         .and_then(Value::as_object_mut)
         .and_then(|spec| spec.remove("files"))
         .ok_or_else(|| invalid("spec.files: missing (is this a packed kind definition?)".into()))?;
+    // Not the kind's: which of the definition's revisions serves whom.
+    if let Some(spec) = definition.get_mut("spec").and_then(Value::as_object_mut) {
+        spec.remove(ROLLOUT_FIELD);
+    }
     let files: BTreeMap<String, String> = serde_json::from_value(files)
         .map_err(|e| invalid(format!("spec.files: a mapping of paths to text: {e}")))?;
     for path in files.keys() {
