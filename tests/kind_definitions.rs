@@ -179,9 +179,11 @@ async fn a_kind_gains_a_version_with_a_rename_converted_by_the_operators_webhook
         .await;
         let v2 = kind.greeting_at(&ns.name, "v2", name);
         assert_eq!(v2["apiVersion"], format!("{}/v2", kind.group));
+        // `length`: CEL over the v1 object, as the conversion computes it.
+        let length = format!("hello {name}").len();
         assert_eq!(
             v2["spec"],
-            json!({"text": format!("hello {name}"), "language": "en"})
+            json!({"text": format!("hello {name}"), "language": "en", "length": length})
         );
         let v1 = kind.greeting_at(&ns.name, "v1", name);
         assert_eq!(

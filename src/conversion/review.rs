@@ -59,19 +59,14 @@ pub(super) mod tests {
     /// Greeting's conversions: v2 the hub, v1's `message` its `text`.
     pub(in crate::conversion) fn conversions() -> Conversions {
         let conversions = Conversions::default();
-        conversions.set(Versions {
-            group: "hello.example.com".into(),
-            kind: "Greeting".into(),
-            hub: "v2".into(),
-            older: vec![
-                serde_json::from_value(json!({
-                    "name": "v1",
-                    "schema": {"type": "object"},
-                    "conversion": {"moves": [{"from": "spec.message", "to": "spec.text"}]},
-                }))
-                .unwrap(),
-            ],
-        });
+        let v1 = serde_json::from_value(json!({
+            "name": "v1",
+            "schema": {"type": "object"},
+            "conversion": {"moves": [{"from": "spec.message", "to": "spec.text"}]},
+        }))
+        .unwrap();
+        let versions = Versions::new("hello.example.com", "Greeting", "v2", vec![v1]);
+        conversions.set(versions);
         conversions
     }
 

@@ -127,9 +127,10 @@ impl GreetingKind {
         assert!(ok, "applying the definition: {err}");
     }
 
-    /// The kind at v2: `message` is `text`, and v1 (with `notes` too if
-    /// the kind has them) is still served, converted by the operator's
-    /// webhook as the kind file declares.
+    /// The kind at v2: `message` is `text`, `length` is new (computed from
+    /// v1's `message` when a v1 object converts up), and v1 (with `notes`
+    /// too if the kind has them) is still served, converted by the
+    /// operator's webhook as the kind file declares.
     pub fn to_v2(&self) {
         self.edit("kind.yaml", |t| {
             let notes = if t.contains("      notes:") {
@@ -140,12 +141,12 @@ impl GreetingKind {
             let hub = t
                 .replace(
                     "    required: [message]\n    properties:\n      message:",
-                    "    required: [text]\n    properties:\n      text:",
+                    "    required: [text]\n    properties:\n      length: {type: integer}\n      text:",
                 )
                 .replace("jsonPath: .spec.message", "jsonPath: .spec.text");
             hub.replace(
                 "  version: v1\n",
-                &format!("  version: v2\n  versions:\n  - name: v1\n    schema:\n      type: object\n      required: [message]\n      properties:\n        message: {{type: string, minLength: 1, maxLength: 200}}\n        language: {{type: string, enum: [en, it], default: en}}\n{notes}    conversion:\n      moves:\n      - {{from: spec.message, to: spec.text}}\n"),
+                &format!("  version: v2\n  versions:\n  - name: v1\n    schema:\n      type: object\n      required: [message]\n      properties:\n        message: {{type: string, minLength: 1, maxLength: 200}}\n        language: {{type: string, enum: [en, it], default: en}}\n{notes}    conversion:\n      moves:\n      - {{from: spec.message, to: spec.text}}\n      up:\n        spec.length: size(self.spec.message)\n"),
             )
         });
         self.edit("resources/configmap.yaml", |t| {

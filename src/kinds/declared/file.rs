@@ -219,6 +219,16 @@ pub struct Conversion {
     #[serde(default)]
     #[schemars(length(max = MAX_CONVERSION_FIELDS))]
     pub lossy: Vec<String>,
+    /// Fields of `version` computed when a resource of the older version
+    /// converts up: dotted path to CEL over the older object (`self`).
+    #[serde(default)]
+    #[schemars(schema_with = "computed_schema")]
+    pub up: BTreeMap<String, String>,
+    /// Fields of the older version computed when a resource converts down:
+    /// dotted path to CEL over the object of `version` (`self`).
+    #[serde(default)]
+    #[schemars(schema_with = "computed_schema")]
+    pub down: BTreeMap<String, String>,
 }
 
 /// A field of the older version that is another field in `version`.
@@ -576,6 +586,14 @@ fn defaults_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
         "type": "object",
         "maxProperties": MAX_CONVERSION_FIELDS,
         "x-kubernetes-preserve-unknown-fields": true,
+    })
+}
+
+fn computed_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "maxProperties": MAX_CONVERSION_FIELDS,
+        "additionalProperties": {"type": "string"},
     })
 }
 

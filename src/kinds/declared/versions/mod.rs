@@ -10,9 +10,13 @@
 
 pub mod round_trip;
 
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use super::expressions::{EvalError, Expression, ExpressionError, SELF};
 use super::file::{KindSpec, OlderVersion};
 
 /// Why an object could not be converted.
@@ -53,16 +57,106 @@ pub struct Versions {
     pub hub: String,
     /// The older versions, as declared.
     pub older: Vec<OlderVersion>,
+    /// Their computed fields' CEL, compiled.
+    #[serde(skip)]
+    computed: Computed,
+}
+
+/// Which way a conversion goes: to the stored version, or from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Direction {
+    /// From an older version to the stored one.
+    Up,
+    /// From the stored version to an older one.
+    Down,
+}
+
+/// The compiled CEL of every computed field: by older version, direction
+/// and field.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Computed(Arc<BTreeMap<(String, Direction), Fields>>);
+
+/// Computed fields: each a dotted path and its CEL.
+type Fields = Vec<(String, Expression)>;
+
+/// Compiles the computed field `field` of a conversion: CEL reading
+/// `self` only.
+pub fn compile(source: &str) -> Result<Expression, ExpressionError> {
+    let known = BTreeSet::from([SELF.to_string()]);
+    Expression::compile(source, &known)
+}
+
+impl Computed {
+    /// The computed fields of `older`, compiled (one that does not compile
+    /// was refused when the kind was loaded, and is left out).
+    fn of(older: &[OlderVersion]) -> Self {
+        let mut all = BTreeMap::new();
+        for version in older {
+            let conversion = &version.conversion;
+            for (direction, fields) in [
+                (Direction::Up, &conversion.up),
+                (Direction::Down, &conversion.down),
+            ] {
+                let compiled: Vec<_> = (fields.iter())
+                    .filter_map(|(field, source)| Some((field.clone(), compile(source).ok()?)))
+                    .collect();
+                if !compiled.is_empty() {
+                    all.insert((version.name.clone(), direction), compiled);
+                }
+            }
+        }
+        Self(Arc::new(all))
+    }
+
+    /// The values of the computed fields of `version` going `direction`,
+    /// over `object` as it is before the conversion. A field whose
+    /// expression reads what is not there, or fails, is left out (the
+    /// log says which, never with the object's values).
+    fn values(&self, version: &str, direction: Direction, object: &Value) -> Vec<(String, Value)> {
+        let Some(fields) = self.0.get(&(version.to_string(), direction)) else {
+            return Vec::new();
+        };
+        let variables = BTreeMap::from([(SELF, object.clone())]);
+        let mut values = Vec::with_capacity(fields.len());
+        for (field, expression) in fields {
+            match expression.eval(&variables) {
+                Ok(value) => values.push((field.clone(), value)),
+                Err(EvalError::Missing(_)) => {}
+                Err(EvalError::Failed(_)) => {
+                    tracing::warn!(
+                        version,
+                        ?direction,
+                        field,
+                        "a computed field of a conversion failed: left out"
+                    );
+                }
+            }
+        }
+        values
+    }
 }
 
 impl Versions {
     /// The versions `spec` declares.
     pub fn of(spec: &KindSpec) -> Self {
+        let names = &spec.names;
+        Self::new(
+            &spec.group,
+            &names.kind,
+            &spec.version,
+            spec.versions.clone(),
+        )
+    }
+
+    /// The versions of the kind `kind` of `group`: `hub` stored, `older`
+    /// served and converted as each declares.
+    pub fn new(group: &str, kind: &str, hub: &str, older: Vec<OlderVersion>) -> Self {
         Self {
-            group: spec.group.clone(),
-            kind: spec.names.kind.clone(),
-            hub: spec.version.clone(),
-            older: spec.versions.clone(),
+            group: group.into(),
+            kind: kind.into(),
+            hub: hub.into(),
+            computed: Computed::of(&older),
+            older,
         }
     }
 
@@ -96,10 +190,14 @@ impl Versions {
         if from != to {
             let target = (to != self.hub).then(|| self.older(to)).transpose()?;
             if from != self.hub {
+                let computed = self.computed.values(&from, Direction::Up, &object);
                 up(&mut object, self.older(&from)?);
+                put_all(&mut object, computed);
             }
             if let Some(target) = target {
+                let computed = self.computed.values(&target.name, Direction::Down, &object);
                 down(&mut object, target);
+                put_all(&mut object, computed);
             }
         }
         object["apiVersion"] = format!("{}/{to}", self.group).into();
@@ -149,6 +247,13 @@ fn down(object: &mut Value, version: &OlderVersion) {
         if let Some(value) = value {
             put(object, &m.from, value);
         }
+    }
+}
+
+/// Sets each computed field.
+fn put_all(object: &mut Value, computed: Vec<(String, Value)>) {
+    for (field, value) in computed {
+        put(object, &field, value);
     }
 }
 

@@ -109,12 +109,13 @@ pub fn check(
     };
     for (path, field) in old.iter().filter(|(_, f)| !f.has_fields) {
         let there = mapped(path, up());
-        if listed_at(path, &conversion.lossy) {
+        // Computed again on the way down: it comes back.
+        if listed_at(path, &conversion.lossy) || conversion.down.contains_key(path) {
             continue;
         }
         if !has_place(&new, &there) {
             return Err(format!(
-                "{at}: {path} of {} has no place in {hub_name}, so a {} object written at {} would lose it; move it (conversion.moves) or declare it lossy (conversion.lossy)",
+                "{at}: {path} of {} has no place in {hub_name}, so a {} object written at {} would lose it; move it (conversion.moves), compute it on the way back (conversion.down) or declare it lossy (conversion.lossy)",
                 older.name, older.name, hub_name
             ));
         }
@@ -127,10 +128,11 @@ pub fn check(
     }
     for path in new.iter().filter(|(_, f)| !f.has_fields).map(|(p, _)| p) {
         let there = mapped(path, down());
-        if !listed_at(path, &conversion.lossy) && !has_place(&old, &there) {
+        let computed = conversion.up.contains_key(path);
+        if !listed_at(path, &conversion.lossy) && !computed && !has_place(&old, &there) {
             return Err(format!(
-                "{at}: {path} of {hub_name} has no place in {}, so a {hub_name} object written at {} would lose it; move it (conversion.moves) or declare it lossy (conversion.lossy)",
-                older.name, older.name
+                "{at}: {path} of {hub_name} has no place in {}, so a {hub_name} object written at {} would lose it; move it (conversion.moves), compute it from {} (conversion.up) or declare it lossy (conversion.lossy)",
+                older.name, older.name, older.name
             ));
         }
     }
@@ -164,10 +166,30 @@ fn check_named(
             return missing(format!("defaults.{field}"), field, "stored");
         }
     }
+    for (field, source) in &conversion.up {
+        if !has_place(new, field) {
+            return missing(format!("up.{field}"), field, "stored");
+        }
+        compiles(at, "up", field, source)?;
+    }
+    for (field, source) in &conversion.down {
+        if !has_place(old, field) {
+            return missing(format!("down.{field}"), field, "older");
+        }
+        compiles(at, "down", field, source)?;
+    }
     for (i, field) in conversion.lossy.iter().enumerate() {
         if !has_place(old, field) && !has_place(new, field) {
             return missing(format!("lossy[{i}]"), field, "older or the stored");
         }
     }
     Ok(())
+}
+
+/// The computed field `field` (going `direction`) is CEL that reads `self`
+/// only.
+fn compiles(at: &str, direction: &str, field: &str, source: &str) -> Result<(), String> {
+    super::compile(source)
+        .map(|_| ())
+        .map_err(|e| format!("{at}.conversion.{direction}.{field}: {e}"))
 }

@@ -15,13 +15,91 @@ fn versions() -> Versions {
             "lossy": ["spec.color"],
         },
     }))
-    .map(|older| Versions {
-        group: "hello.example.com".into(),
-        kind: "Greeting".into(),
-        hub: "v2".into(),
-        older: vec![older],
-    })
+    .map(|older| hub_and(vec![older]))
     .unwrap()
+}
+
+/// The Greeting's versions: the hub v2 and `older`.
+fn hub_and(older: Vec<OlderVersion>) -> Versions {
+    Versions::new("hello.example.com", "Greeting", "v2", older)
+}
+
+/// v1 says how big (`size`), v2 how many (`replicas`): each computed from
+/// the other.
+fn sized(up: &str, down: Option<&str>) -> OlderVersion {
+    let mut conversion = json!({"up": {"spec.replicas": up}});
+    if let Some(down) = down {
+        conversion["down"] = json!({"spec.size": down});
+    }
+    serde_json::from_value(json!({
+        "name": "v1",
+        "schema": {"type": "object", "properties": {
+            "name": {"type": "string"},
+            "size": {"type": "string"},
+        }},
+        "conversion": conversion,
+    }))
+    .unwrap()
+}
+
+fn sized_hub() -> Value {
+    json!({"type": "object", "properties": {
+        "name": {"type": "string"},
+        "replicas": {"type": "integer"},
+    }})
+}
+
+const UP: &str = "self.spec.size == 'large' ? 3 : 1";
+const DOWN: &str = "self.spec.replicas >= 3 ? 'large' : 'small'";
+
+#[test]
+fn computed_fields_are_cel_over_the_object_before_the_conversion() {
+    let versions = hub_and(vec![sized(UP, Some(DOWN))]);
+    let large = object("v1", json!({"name": "a", "size": "large"}));
+    let up = versions.convert(large, "v2").unwrap();
+    assert_eq!(up["spec"]["replicas"], 3);
+    let one = object("v2", json!({"name": "a", "replicas": 1}));
+    let down = versions.convert(one, "v1").unwrap();
+    assert_eq!(down["spec"]["size"], "small");
+    assert_eq!(down["spec"]["name"], "a");
+    round_trip::check(&sized_hub(), "v2", &versions.older[0], 0).unwrap();
+}
+
+#[test]
+fn a_computed_field_that_fails_or_reads_nothing_is_left_out() {
+    let versions = hub_and(vec![sized("self.spec.name / 2", None)]);
+    let up = versions
+        .convert(object("v1", json!({"name": "a"})), "v2")
+        .unwrap();
+    assert_eq!(up["spec"].get("replicas"), None, "{up}");
+    let versions = hub_and(vec![sized(UP, Some(DOWN))]);
+    let down = versions
+        .convert(object("v2", json!({"name": "a"})), "v1")
+        .unwrap();
+    assert_eq!(down["spec"].get("size"), None, "{down}");
+}
+
+#[test]
+fn a_field_dropped_one_way_must_be_computed_on_the_way_back_in_cel_reading_self() {
+    let err = round_trip::check(&sized_hub(), "v2", &sized(UP, None), 0).unwrap_err();
+    assert!(
+        err.contains("spec.size of v1 has no place in v2") && err.contains("conversion.down"),
+        "{err}"
+    );
+    let err = round_trip::check(
+        &sized_hub(),
+        "v2",
+        &sized("self.spec.size +", Some(DOWN)),
+        0,
+    )
+    .unwrap_err();
+    assert!(
+        err.starts_with("spec.versions[0].conversion.up.spec.replicas: not CEL"),
+        "{err}"
+    );
+    let err =
+        round_trip::check(&sized_hub(), "v2", &sized("spec.size", Some(DOWN)), 0).unwrap_err();
+    assert!(err.contains(r#"reads "spec""#), "{err}");
 }
 
 fn v1_schema() -> Value {
