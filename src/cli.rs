@@ -286,6 +286,15 @@ pub struct RunArgs {
         default_value = "kustomize-operator-webhook"
     )]
     pub conversion_webhook_secret: String,
+    /// How often each replica looks at the webhook's certificate in its
+    /// Secret: renews it when it nears its end, and serves and trusts what
+    /// another replica renewed.
+    #[arg(long, env = "CONVERSION_WEBHOOK_CHECK", default_value = "5m", value_parser = parse_duration, hide = true)]
+    pub conversion_webhook_check: std::time::Duration,
+    /// How long a renewed certificate's CA is trusted before it serves
+    /// (every replica must have read it, and put it in every CRD).
+    #[arg(long, env = "CONVERSION_WEBHOOK_PROMOTE_AFTER", default_value = "30m", value_parser = parse_duration, hide = true)]
+    pub conversion_webhook_promote_after: std::time::Duration,
     /// Serve the `KindDefinition`s of the cluster (kinds added, changed and
     /// removed with kubectl while the operator runs), when their CRD is
     /// installed. `--kinds` selects among the folder kinds only.

@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use crate::cli::{KindsError, RunArgs};
 use crate::conversion::Webhook;
 use crate::conversion::certificate::Certificate;
+use crate::conversion::renew::Renewing;
 use crate::engine::host::Dynamic;
 use crate::engine::host::{
     BatchSettings, Engine, Kubectl, KubectlConfig, KubectlError, KubectlStats, OUTPUT_LIMIT,
@@ -154,7 +155,7 @@ impl Operator {
             args,
             &client,
             registry.all(),
-            webhook.as_ref().map(|(w, _)| w.clone()),
+            webhook.as_ref().map(|w| w.webhook.clone()),
         )
         .await;
         let base_dir = args
@@ -192,9 +193,8 @@ impl Operator {
             .spawn(crate::guard::report::run(client, unreadable, stop));
         operator.spawn_controllers(controllers, leader);
         operator.spawn_services(args);
-        if let (Some(addr), Some((webhook, certificate))) = (args.conversion_webhook_addr, webhook)
-        {
-            operator.spawn_webhook(addr, webhook, certificate);
+        if let (Some(addr), Some(webhook)) = (args.conversion_webhook_addr, webhook) {
+            operator.spawn_webhook(addr, webhook)?;
         }
         metrics.set_ready(true);
         Ok(operator)
@@ -222,8 +222,32 @@ impl Operator {
         }
     }
 
-    /// Starts the conversion webhook's endpoint on `addr`.
-    fn spawn_webhook(&mut self, addr: SocketAddr, webhook: Arc<Webhook>, certificate: Certificate) {
+    /// Starts the conversion webhook's endpoint on `addr`, and the renewal
+    /// of its certificate.
+    fn spawn_webhook(&mut self, addr: SocketAddr, start: WebhookStart) -> Result<(), StartError> {
+        let WebhookStart {
+            webhook,
+            certificate,
+            renewing,
+        } = start;
+        let serving = crate::conversion::server::ServingCertificate::new(&certificate)
+            .map(Arc::new)
+            .map_err(|e| StartError::Webhook(e.to_string()))?;
+        if let Some(renewing) = renewing {
+            let renewed = crate::conversion::renew::renew(
+                renewing,
+                webhook.clone(),
+                serving.clone(),
+                certificate,
+            );
+            let stop = self.shutdown.clone();
+            self.tasks.spawn(async move {
+                tokio::select! {
+                    () = renewed => {}
+                    () = stop.cancelled() => {}
+                }
+            });
+        }
         let token = self.shutdown.clone();
         let conversions = webhook.conversions.clone();
         tracing::info!(%addr, endpoint = ?webhook.endpoint, "conversion webhook: serving");
@@ -243,7 +267,7 @@ impl Operator {
                 drained.cancelled().await;
                 tokio::time::sleep(WEBHOOK_DRAIN).await;
             };
-            let serving = crate::conversion::server::serve(addr, certificate, conversions, stop);
+            let serving = crate::conversion::server::serve(addr, serving, conversions, stop);
             tokio::select! {
                 result = serving => {
                     if let Err(e) = result {
@@ -256,6 +280,7 @@ impl Operator {
                 } => tracing::warn!("conversion webhook: connections still open at shutdown, dropped"),
             }
         });
+        Ok(())
     }
 
     /// Starts the metrics endpoint, the forgetting of expired entries and
@@ -530,7 +555,7 @@ const WEBHOOK_CLOSE: std::time::Duration = std::time::Duration::from_secs(5);
 async fn conversion_webhook(
     args: &RunArgs,
     client: &kube::Client,
-) -> Result<Option<(Arc<Webhook>, Certificate)>, StartError> {
+) -> Result<Option<WebhookStart>, StartError> {
     if args.conversion_webhook_addr.is_none() {
         return Ok(None);
     }
@@ -542,20 +567,41 @@ async fn conversion_webhook(
             )
         })?;
     let hosts = endpoint.hosts();
-    let certificate = match args.common.operator_namespace.as_deref() {
-        Some(namespace) => {
-            let secret = &args.conversion_webhook_secret;
-            crate::conversion::certificate::shared(client, namespace, secret, &hosts).await
+    let renewal = crate::conversion::certificate::Renewal {
+        promote_after: args.conversion_webhook_promote_after,
+        ..Default::default()
+    };
+    let renewing = (args.common.operator_namespace.clone()).map(|namespace| Renewing {
+        client: client.clone(),
+        namespace,
+        secret: args.conversion_webhook_secret.clone(),
+        hosts: hosts.clone(),
+        renewal,
+        check: args.conversion_webhook_check,
+        label: crate::definitions::resource::MARKER_LABEL.to_string(),
+    });
+    let certificate = match &renewing {
+        Some(r) => {
+            let shared = crate::conversion::certificate::shared;
+            shared(client, &r.namespace, &r.secret, &hosts, &renewal).await
         }
         None => crate::conversion::certificate::make(&hosts),
     }
     .map_err(|e| StartError::Webhook(e.to_string()))?;
-    let webhook = Webhook {
-        endpoint,
-        ca: certificate.ca_pem.clone(),
-        conversions: Arc::default(),
-    };
-    Ok(Some((Arc::new(webhook), certificate)))
+    let webhook = Webhook::new(endpoint, certificate.ca_pem.clone(), Arc::default());
+    Ok(Some(WebhookStart {
+        webhook: Arc::new(webhook),
+        certificate,
+        renewing,
+    }))
+}
+
+/// The conversion webhook, as it starts: what the CRDs name, the
+/// certificate it serves, and how that is renewed (when it is shared).
+struct WebhookStart {
+    webhook: Arc<Webhook>,
+    certificate: Certificate,
+    renewing: Option<Renewing>,
 }
 
 /// How `KindDefinition`s are served: `None` when turned off, or when their

@@ -10,7 +10,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::greeting::{GreetingKind, config_map_field, wait_ready};
+use common::greeting::{GreetingKind, ReadsAt, config_map_field, wait_ready};
 use common::{OperatorProcess, TestNamespace};
 use serde_json::{Value, json};
 
@@ -1162,6 +1162,121 @@ async fn a_change_reaches_the_canary_first_all_on_promote_and_a_rollback_renders
     for name in ["stable", "canary", "pinned"] {
         common::kubectl(&["delete", &kind.crd(), name, "-n", &ns.name]);
     }
+    kind.delete().await;
+    drop(operator);
+}
+
+/// The webhook's Secret in `ns`, as JSON.
+fn webhook_secret(ns: &str) -> Value {
+    let (ok, out, err) = common::kubectl(&[
+        "get",
+        "secret",
+        "kustomize-operator-webhook",
+        "-n",
+        ns,
+        "-o",
+        "json",
+    ]);
+    assert!(ok, "{err}");
+    serde_json::from_str(&out).unwrap()
+}
+
+/// How many certificates the CRD's `caBundle` holds.
+fn trusted_cas(kind: &GreetingKind) -> usize {
+    let path = "jsonpath={.spec.conversion.webhook.clientConfig.caBundle}";
+    let (_, bundle, _) = common::kubectl(&["get", "crd", &kind.crd(), "-o", path]);
+    let pem = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, bundle.trim())
+        .unwrap_or_default();
+    String::from_utf8_lossy(&pem)
+        .matches("BEGIN CERTIFICATE")
+        .count()
+}
+
+#[tokio::test]
+async fn the_webhooks_certificate_is_renewed_while_it_runs_and_no_list_fails() {
+    let client = common::cluster().await;
+    let ns = TestNamespace::new(&client, "kd-renew").await;
+    let kind = GreetingKind::new(&ns);
+    let port = common::free_port();
+    let (addr, url) = (
+        format!("127.0.0.1:{port}"),
+        format!("https://127.0.0.1:{port}"),
+    );
+    let webhook = [
+        "--conversion-webhook-addr",
+        &addr,
+        "--conversion-webhook-url",
+        &url,
+        "--conversion-webhook-check",
+        "1s",
+        "--conversion-webhook-promote-after",
+        "6s",
+    ];
+    let flags = kind.flags(&webhook);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let env = [("NAMESPACE", ns.name.as_str())];
+    let operator = OperatorProcess::spawn(&ns.name, &env, &flags);
+    kind.apply();
+    kind.wait_condition("Serving", "True", "Running").await;
+    kind.greet(&ns.name, "one", "hello one", json!({}));
+    wait_ready(&kind, &ns.name, "one").await;
+    kind.to_v2();
+    kind.apply();
+    kind.wait_message("Serving", "True", "Running", "generation 2")
+        .await;
+    assert_eq!(trusted_cas(&kind), 1);
+    let before = webhook_secret(&ns.name)["data"]["tls.crt"].clone();
+
+    // A certificate near its end: its successor is trusted first, then
+    // serves, while a client lists at v1 (through the webhook) throughout.
+    let reader = ReadsAt::start(format!("greetings.v1.{}", kind.group), ns.name.clone());
+    let soon = jiff::Zoned::now()
+        .date()
+        .saturating_add(jiff::Span::new().days(2));
+    let patch = json!({"metadata": {"annotations": {"kustomize-operator.io/webhook-expires": soon.to_string()}}});
+    let (ok, _, err) = common::kubectl(&[
+        "patch",
+        "secret",
+        "kustomize-operator-webhook",
+        "-n",
+        &ns.name,
+        "--type",
+        "merge",
+        "-p",
+        &patch.to_string(),
+    ]);
+    assert!(ok, "{err}");
+    common::wait_until(TIMEOUT, "both CAs trusted by the CRD", async || {
+        trusted_cas(&kind) == 2
+    })
+    .await;
+    assert_eq!(
+        webhook_secret(&ns.name)["data"]["tls.crt"],
+        before,
+        "not served yet"
+    );
+    common::wait_until(TIMEOUT, "the successor served", async || {
+        operator.log().contains("serving the renewed certificate")
+    })
+    .await;
+    let renewed = webhook_secret(&ns.name);
+    assert_ne!(renewed["data"]["tls.crt"], before);
+    assert_eq!(renewed["data"].get("next.crt"), None, "promoted");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (reads, failed) = reader.stop().await;
+    assert!(reads >= 10, "{reads} lists");
+    assert!(
+        failed.is_empty(),
+        "{} of {reads} lists failed: {failed:?}",
+        failed.len()
+    );
+    // A write at v1 goes through the renewed certificate too.
+    kind.write_at(&ns.name, "v1", "one", json!({"message": "renewed"}));
+    assert_eq!(
+        kind.greeting_at(&ns.name, "v2", "one")["spec"]["text"],
+        "renewed"
+    );
+    common::kubectl(&["delete", &kind.crd(), "one", "-n", &ns.name]);
     kind.delete().await;
     drop(operator);
 }

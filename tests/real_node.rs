@@ -36,7 +36,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::deploy::{NAMESPACE, apply_install, apply_install_from};
-use common::greeting::{GreetingKind, config_map_field, wait_ready};
+use common::greeting::{GreetingKind, ReadsAt, config_map_field, wait_ready};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, Patch, PatchParams};
@@ -546,39 +546,6 @@ async fn the_pods_answer_conversions_through_their_service_across_a_leader_chang
     );
     wait_ready(&kind, &ns.name, "two").await;
     assert_eq!(config_map_field(&ns.name, "two", "message"), "after");
-}
-
-/// Lists a resource in a namespace again and again, until stopped.
-struct ReadsAt {
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    task: tokio::task::JoinHandle<(usize, Vec<String>)>,
-}
-
-impl ReadsAt {
-    fn start(resource: String, namespace: String) -> Self {
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let stopped = stop.clone();
-        let task = tokio::task::spawn_blocking(move || {
-            let (mut reads, mut failed) = (0, Vec::new());
-            while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
-                let (ok, _, err) =
-                    common::kubectl(&["get", &resource, "-n", &namespace, "-o", "name"]);
-                reads += 1;
-                if !ok {
-                    failed.push(err);
-                }
-                std::thread::sleep(Duration::from_millis(200));
-            }
-            (reads, failed)
-        });
-        Self { stop, task }
-    }
-
-    /// How many lists were made, and the errors of those that failed.
-    async fn stop(self) -> (usize, Vec<String>) {
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        self.task.await.expect("the reader")
-    }
 }
 
 /// When dropped, deletes the Greetings of a namespace, then their

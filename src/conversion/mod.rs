@@ -10,6 +10,7 @@
 
 pub mod certificate;
 mod follow;
+pub mod renew;
 mod review;
 pub mod server;
 mod worker;
@@ -101,13 +102,49 @@ impl Conversions {
 pub struct Webhook {
     /// Where the API server reaches it.
     pub endpoint: Endpoint,
-    /// The CA its certificate is signed by (PEM).
-    pub ca: String,
+    /// The CAs the API server trusts it by (PEM): the one that signed its
+    /// certificate, and while it is renewed its successor's.
+    ca: Mutex<String>,
     /// What it converts with.
     pub conversions: Arc<Conversions>,
 }
 
 impl Webhook {
+    /// The webhook at `endpoint`, trusted by `ca`.
+    pub fn new(endpoint: Endpoint, ca: String, conversions: Arc<Conversions>) -> Self {
+        Self {
+            endpoint,
+            ca: Mutex::new(ca),
+            conversions,
+        }
+    }
+
+    /// The CAs a CRD's `caBundle` holds.
+    pub fn ca(&self) -> String {
+        crate::sync::lock(&self.ca).clone()
+    }
+
+    /// Trusts `ca` from now on; true when it changed.
+    pub fn set_ca(&self, ca: &str) -> bool {
+        let mut held = crate::sync::lock(&self.ca);
+        let changed = *held != ca;
+        if changed {
+            *held = ca.to_string();
+        }
+        changed
+    }
+
+    /// Brings the `caBundle` of `crd`, if it calls the webhook, to the CAs
+    /// trusted now (a CRD checked before a renewal carries the older).
+    pub fn refresh(&self, crd: &mut CustomResourceDefinition) {
+        let config = (crd.spec.conversion.as_mut())
+            .and_then(|c| c.webhook.as_mut())
+            .and_then(|w| w.client_config.as_mut());
+        if let Some(config) = config {
+            config.ca_bundle = Some(ByteString(self.ca().into_bytes()));
+        }
+    }
+
     /// Makes `crd` (of `versions`) call the webhook, which then answers
     /// for it: its `spec.conversion`, and its conversions in [`ANNOTATION`].
     pub fn attach(&self, crd: &mut CustomResourceDefinition, versions: &Versions) {
@@ -129,7 +166,7 @@ impl Webhook {
 
     /// How the API server calls it.
     fn client_config(&self) -> WebhookClientConfig {
-        let ca_bundle = Some(ByteString(self.ca.as_bytes().to_vec()));
+        let ca_bundle = Some(ByteString(self.ca().into_bytes()));
         match &self.endpoint {
             Endpoint::Url(url) => WebhookClientConfig {
                 url: Some(format!("{}{PATH}", url.trim_end_matches('/'))),

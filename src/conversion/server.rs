@@ -1,8 +1,9 @@
-//! The webhook's HTTPS endpoint: TLS with the certificate made at start,
-//! one route, [`super::PATH`], answering `ConversionReview`s.
+//! The webhook's HTTPS endpoint: TLS with the shared certificate (swapped
+//! for its successor while it runs, [`ServingCertificate`]), one route,
+//! [`super::PATH`], answering `ConversionReview`s.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use axum::Router;
@@ -11,6 +12,8 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, mpsc};
 use tokio_rustls::TlsAcceptor;
@@ -34,7 +37,7 @@ const MAX_BODY: usize = 64 << 20;
 /// way are answered.
 pub async fn serve(
     addr: SocketAddr,
-    certificate: Certificate,
+    certificate: Arc<ServingCertificate>,
     conversions: Arc<Conversions>,
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
@@ -49,13 +52,52 @@ pub async fn serve(
         .await
 }
 
-/// TLS 1.2 and 1.3 with the serving certificate, HTTP/1.1.
-fn tls_config(certificate: Certificate) -> std::io::Result<rustls::ServerConfig> {
+/// The certificate the webhook serves, which a handshake reads as it
+/// starts: swapping it changes what the next connection gets.
+#[derive(Debug)]
+pub struct ServingCertificate(RwLock<Arc<CertifiedKey>>);
+
+impl ServingCertificate {
+    /// Serves `certificate`.
+    pub fn new(certificate: &Certificate) -> std::io::Result<Self> {
+        Ok(Self(RwLock::new(certified(certificate)?)))
+    }
+
+    /// Serves `certificate` from the next handshake on.
+    pub fn set(&self, certificate: &Certificate) -> std::io::Result<()> {
+        let key = certified(certificate)?;
+        *self
+            .0
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = key;
+        Ok(())
+    }
+}
+
+impl ResolvesServerCert for ServingCertificate {
+    fn resolve(&self, _: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let key = self
+            .0
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        Some(key.clone())
+    }
+}
+
+/// `certificate` as rustls serves it.
+fn certified(certificate: &Certificate) -> std::io::Result<Arc<CertifiedKey>> {
     let (cert, key) = certificate.server_parts().map_err(std::io::Error::other)?;
+    let provider = rustls::crypto::ring::default_provider();
+    let key = CertifiedKey::from_der(vec![cert], key, &provider).map_err(std::io::Error::other)?;
+    Ok(Arc::new(key))
+}
+
+/// TLS 1.2 and 1.3 with the serving certificate, HTTP/1.1.
+fn tls_config(certificate: Arc<ServingCertificate>) -> std::io::Result<rustls::ServerConfig> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .and_then(|b| b.with_no_client_auth().with_single_cert(vec![cert], key))
+        .map(|b| b.with_no_client_auth().with_cert_resolver(certificate))
         .map_err(std::io::Error::other)?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(config)
@@ -160,9 +202,15 @@ mod tests {
     /// A POST of `body` to the webhook at `port`, trusting `ca`: the
     /// response's first line.
     async fn post(port: u16, ca: &str, body: &str) -> String {
+        post_or_refused(port, ca, body).await.unwrap()
+    }
+
+    /// [`post`], or why the handshake failed (`ca` may be a bundle).
+    async fn post_or_refused(port: u16, ca: &str, body: &str) -> Result<String, String> {
         let mut roots = rustls::RootCertStore::empty();
-        let ca = rustls::pki_types::CertificateDer::from_pem_slice(ca.as_bytes()).unwrap();
-        roots.add(ca).unwrap();
+        for ca in rustls::pki_types::CertificateDer::pem_slice_iter(ca.as_bytes()) {
+            roots.add(ca.unwrap()).unwrap();
+        }
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let config = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
@@ -172,7 +220,10 @@ mod tests {
         let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
         let tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
         let name = ServerName::try_from("127.0.0.1").unwrap();
-        let mut tls = connector.connect(name, tcp).await.unwrap();
+        let mut tls = connector
+            .connect(name, tcp)
+            .await
+            .map_err(|e| e.to_string())?;
         let request = format!(
             "POST {PATH} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
             body.len()
@@ -180,7 +231,7 @@ mod tests {
         tls.write_all(request.as_bytes()).await.unwrap();
         let mut response = String::new();
         tls.read_to_string(&mut response).await.unwrap_or_default();
-        response.lines().next().unwrap_or_default().to_string()
+        Ok(response.lines().next().unwrap_or_default().to_string())
     }
 
     /// A free local port, its address, and a certificate for 127.0.0.1.
@@ -194,11 +245,21 @@ mod tests {
         (port, ([127, 0, 0, 1], port).into(), made)
     }
 
+    /// The serving certificate of `made`.
+    fn serving(made: &Certificate) -> Arc<ServingCertificate> {
+        Arc::new(ServingCertificate::new(made).unwrap())
+    }
+
     #[tokio::test]
     async fn a_stalled_handshake_holds_up_no_other_client() {
         let (port, addr, made) = free_port_and_certificate();
         let ca = made.ca_pem.clone();
-        tokio::spawn(serve(addr, made, Arc::default(), std::future::pending()));
+        tokio::spawn(serve(
+            addr,
+            serving(&made),
+            Arc::default(),
+            std::future::pending(),
+        ));
         let mut stalled = None;
         for _ in 0..50 {
             match TcpStream::connect(addr).await {
@@ -220,7 +281,7 @@ mod tests {
         let (port, addr, made) = free_port_and_certificate();
         let ca = made.ca_pem.clone();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let serving = tokio::spawn(serve(addr, made, Arc::default(), async move {
+        let serving = tokio::spawn(serve(addr, serving(&made), Arc::default(), async move {
             let _ = stopped.await;
         }));
         let mut answered = String::new();
@@ -242,5 +303,35 @@ mod tests {
             TcpStream::connect(addr).await.is_err(),
             "no longer listening"
         );
+    }
+
+    #[tokio::test]
+    async fn a_new_certificate_serves_from_the_next_handshake() {
+        let (port, addr, old) = free_port_and_certificate();
+        let certificate = serving(&old);
+        tokio::spawn(serve(
+            addr,
+            certificate.clone(),
+            Arc::default(),
+            std::future::pending(),
+        ));
+        let mut answered = None;
+        for _ in 0..50 {
+            if TcpStream::connect(addr).await.is_ok() {
+                answered = Some(post(port, &old.ca_pem, "{}").await);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(answered.as_deref(), Some("HTTP/1.1 400 Bad Request"));
+        let new = certificate::make(&["127.0.0.1".into()]).unwrap();
+        certificate.set(&new).unwrap();
+        let refused = post_or_refused(port, &old.ca_pem, "{}").await;
+        assert!(
+            refused.is_err(),
+            "the old CA alone no longer verifies it: {refused:?}"
+        );
+        let bundle = format!("{}{}", old.ca_pem, new.ca_pem);
+        assert_eq!(post(port, &bundle, "{}").await, "HTTP/1.1 400 Bad Request");
     }
 }

@@ -323,7 +323,13 @@ async fn ensure_crd(
         // serves the versions.
         webhook.conversions.set(generation.kind.versions());
     }
-    let reason = match crds::apply(&ctx.client, &generation.crd, name).await {
+    let mut declared = generation.crd.clone();
+    if let Some(webhook) = ctx.webhook.as_ref() {
+        // The CAs trusted now: the webhook's certificate may have been
+        // renewed since the generation was checked.
+        webhook.refresh(&mut declared);
+    }
+    let reason = match crds::apply(&ctx.client, &declared, name).await {
         Err(e @ CrdError::NotOwned { .. }) => Err((Reason::CrdNotOwned, e.to_string())),
         Err(e) => Err((Reason::CrdApplyFailed, e.to_string())),
         Ok(()) => match crds::wait_established(&ctx.client, &crd).await {

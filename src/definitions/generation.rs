@@ -316,11 +316,8 @@ mod tests {
         let refused = attach_webhook(&mut generation, None).unwrap_err();
         assert_eq!(refused.reason(), Reason::Invalid);
         assert!(refused.to_string().contains("spec.versions"), "{refused}");
-        let webhook = Webhook {
-            endpoint: crate::conversion::Endpoint::Url("https://127.0.0.1:9443".into()),
-            ca: "CA".into(),
-            conversions: Default::default(),
-        };
+        let endpoint = crate::conversion::Endpoint::Url("https://127.0.0.1:9443".into());
+        let webhook = Webhook::new(endpoint, "CA".into(), Default::default());
         attach_webhook(&mut generation, Some(&webhook)).unwrap();
         let conversion = generation.crd.spec.conversion.as_ref().unwrap();
         assert_eq!(conversion.strategy, "Webhook");

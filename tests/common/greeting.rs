@@ -318,3 +318,36 @@ pub async fn wait_ready(kind: &GreetingKind, ns: &str, name: &str) {
     })
     .await;
 }
+
+/// Lists a resource in a namespace again and again, until stopped.
+pub struct ReadsAt {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<(usize, Vec<String>)>,
+}
+
+impl ReadsAt {
+    pub fn start(resource: String, namespace: String) -> Self {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        let task = tokio::task::spawn_blocking(move || {
+            let (mut reads, mut failed) = (0, Vec::new());
+            while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                let (ok, _, err) =
+                    common::kubectl(&["get", &resource, "-n", &namespace, "-o", "name"]);
+                reads += 1;
+                if !ok {
+                    failed.push(err);
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            (reads, failed)
+        });
+        Self { stop, task }
+    }
+
+    /// How many lists were made, and the errors of those that failed.
+    pub async fn stop(self) -> (usize, Vec<String>) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.task.await.expect("the reader")
+    }
+}
