@@ -871,10 +871,19 @@ fn the_locked_down_install_holds_crd_rights_only_with_kind_definitions() {
     assert!(binds_operator(find(&with, "ClusterRoleBinding", role)));
     assert_eq!(env_var(&with, "SERVE_KIND_DEFINITIONS"), None);
     assert_eq!(crd_rights(&with).keys().collect::<Vec<_>>(), [role]);
-    // Otherwise the two are the same install.
+    // ... and the Role keeping the definitions' revisions, the same as
+    // deploy/'s. Otherwise the two are the same install.
+    let revisions = "kustomize-operator-revisions";
+    for kind in ["Role", "RoleBinding"] {
+        assert_eq!(
+            find(&with, kind, revisions),
+            find(&deploy_documents(), kind, revisions)
+        );
+    }
     let others = |docs: &[Value]| -> Vec<Value> {
         docs.iter()
             .filter(|d| d["metadata"]["name"] != role && d["kind"] != "Deployment")
+            .filter(|d| d["metadata"]["name"] != revisions)
             .cloned()
             .collect()
     };
