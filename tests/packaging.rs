@@ -937,7 +937,8 @@ fn the_operators_pods_reach_only_dns_and_the_api_server() {
 }
 
 /// The binary's allocator is jemalloc with the options `main.rs` gives it
-/// (no thread caches, freed pages handed back by a background thread):
+/// (no thread caches, one arena, freed pages handed back by a background
+/// thread):
 /// jemalloc itself confirms where each option came from.
 #[cfg(feature = "jemalloc")]
 #[test]
@@ -953,7 +954,7 @@ fn the_binary_allocates_with_jemalloc_as_configured() {
         .lines()
         .find(|line| line.contains("global variable malloc_conf"))
         .unwrap_or_else(|| panic!("jemalloc did not read the binary's options:\n{stderr}"));
-    for option in ["tcache:false", "background_thread:true"] {
+    for option in ["tcache:false", "narenas:1", "background_thread:true"] {
         assert!(from_binary.contains(option), "{option} in {from_binary}");
     }
 }
