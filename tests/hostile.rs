@@ -493,6 +493,45 @@ async fn definitions_past_the_budget_are_refused_and_reach_is_said() {
     );
     // The others go on being served.
     small.wait_condition("Serving", "True", "Running").await;
+
+    // The revisions a definition keeps count too: 14 KiB of files changed
+    // twice keeps three revisions beside the others, past 48 KiB; keeping
+    // one revision fits.
+    let kept = GreetingKind::tagged(&ns, "d");
+    let padding = |letter: &str| letter.repeat(14 << 10);
+    kept.edit("resources/configmap.yaml", |text| {
+        format!("{{# {} #}}\n{text}", padding("a"))
+    });
+    let revision = async |number: u64| {
+        let what = format!("{} at revision {number}", kept.name);
+        common::wait_until(TIMEOUT, &what, async || {
+            kept.definition()
+                .is_some_and(|d| d["status"]["revision"] == number)
+        })
+        .await;
+    };
+    kept.apply();
+    revision(1).await;
+    kept.edit("resources/configmap.yaml", |t| {
+        t.replace(&padding("a"), &padding("b"))
+    });
+    kept.apply();
+    revision(2).await;
+    kept.edit("resources/configmap.yaml", |t| {
+        t.replace(&padding("b"), &padding("c"))
+    });
+    kept.apply();
+    let refused = (kept.wait_message(
+        "Accepted",
+        "False",
+        "TooLarge",
+        "with the revisions it keeps",
+    ))
+    .await;
+    assert!(refused.contains("spec.rollout.keep"), "{refused}");
+    kept.apply_with(|d| d["spec"]["rollout"] = json!({"keep": 1}));
+    revision(3).await;
+    kept.wait_condition("Accepted", "True", "Valid").await;
 }
 
 #[tokio::test]

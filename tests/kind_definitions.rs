@@ -120,18 +120,7 @@ async fn a_kind_gains_a_version_with_a_rename_converted_by_the_operators_webhook
     let client = common::cluster().await;
     let ns = TestNamespace::new(&client, "kd-versions").await;
     let kind = GreetingKind::new(&ns);
-    let port = common::free_port();
-    let (addr, url) = (
-        format!("127.0.0.1:{port}"),
-        format!("https://127.0.0.1:{port}"),
-    );
-    let webhook = [
-        "--conversion-webhook-addr",
-        &addr,
-        "--conversion-webhook-url",
-        &url,
-    ];
-    let flags = kind.flags(&webhook);
+    let flags = kind.webhook_flags(&[]);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     // Its own namespace: where the webhook's certificate is kept.
     let env = [("NAMESPACE", ns.name.as_str())];
@@ -1197,22 +1186,12 @@ async fn the_webhooks_certificate_is_renewed_while_it_runs_and_no_list_fails() {
     let client = common::cluster().await;
     let ns = TestNamespace::new(&client, "kd-renew").await;
     let kind = GreetingKind::new(&ns);
-    let port = common::free_port();
-    let (addr, url) = (
-        format!("127.0.0.1:{port}"),
-        format!("https://127.0.0.1:{port}"),
-    );
-    let webhook = [
-        "--conversion-webhook-addr",
-        &addr,
-        "--conversion-webhook-url",
-        &url,
+    let flags = kind.webhook_flags(&[
         "--conversion-webhook-check",
         "1s",
         "--conversion-webhook-promote-after",
         "6s",
-    ];
-    let flags = kind.flags(&webhook);
+    ]);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let env = [("NAMESPACE", ns.name.as_str())];
     let operator = OperatorProcess::spawn(&ns.name, &env, &flags);

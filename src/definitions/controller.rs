@@ -291,7 +291,8 @@ async fn check(
     taken.extend(ctx.serving.taken_by_others(&name));
     generation::check_clash(&generation, &taken)?;
     let others = ctx.serving.bytes_of_others(&name);
-    generation::check_budget(&generation, others, ctx.budget)?;
+    let kept = (ctx.serving).bytes_kept_with(&name, &generation, &rollout::spec_of(def));
+    generation::check_budget(&generation, kept, others, ctx.budget)?;
     let baseline = match served {
         Some(g) => Some(g.crd.clone()),
         None => crds::live(&ctx.client, &generation.crd_name())

@@ -186,20 +186,23 @@ pub async fn build_base(engine: &Engine, generation: &mut Generation) -> Result<
 }
 
 /// Refuses a generation that would take the bytes of the definitions
-/// served (`others`, and its own) past `budget`: each one is held in
+/// served (`others`, and its own: `kept`, the generation with the
+/// revisions kept beside it) past `budget`: each revision is held in
 /// memory (its files, parsed templates, CRD) and loaded at every start.
 pub fn check_budget(
     generation: &Generation,
+    kept: usize,
     others: usize,
     budget: usize,
 ) -> Result<(), Rejection> {
-    let total = others + generation.bytes;
+    let total = others + kept.max(generation.bytes);
     if total <= budget {
         return Ok(());
     }
     Err(Rejection::TooLarge(format!(
-        "serving this definition ({} KiB) would make the definitions served {} KiB, more than the operator's --kind-definitions-budget of {} KiB; make it smaller, remove another, or raise the budget",
+        "serving this definition ({} KiB, {} KiB with the revisions it keeps) would make the definitions served {} KiB, more than the operator's --kind-definitions-budget of {} KiB; make it smaller, keep fewer revisions (spec.rollout.keep), remove another, or raise the budget",
         generation.bytes.div_ceil(1024),
+        kept.max(generation.bytes).div_ceil(1024),
         total.div_ceil(1024),
         budget / 1024
     )))
@@ -263,6 +266,23 @@ mod tests {
         let mut value: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
         value["metadata"]["generation"] = 3.into();
         serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn the_budget_counts_the_revisions_a_definition_keeps() {
+        let work = tempfile::tempdir().unwrap();
+        let mut generation = load(&definition("kustomize/sample"), work.path(), None).unwrap();
+        generation.bytes = 10 << 10;
+        assert!(check_budget(&generation, 10 << 10, 20 << 10, 30 << 10).is_ok());
+        let Err(Rejection::TooLarge(message)) = check_budget(&generation, 30 << 10, 0, 20 << 10)
+        else {
+            panic!("three kept revisions of 10 KiB are past a budget of 20 KiB");
+        };
+        assert!(
+            message.contains("(10 KiB, 30 KiB with the revisions it keeps)"),
+            "{message}"
+        );
+        assert!(message.contains("spec.rollout.keep"), "{message}");
     }
 
     #[test]

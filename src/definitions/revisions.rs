@@ -89,6 +89,14 @@ impl History {
         self.0.iter().map(|r| r.generation.bytes).sum()
     }
 
+    /// The bytes the revisions would hold with `generation` added as
+    /// [`add`](Self::add) adds it (those it would drop left out).
+    pub fn bytes_with(&self, generation: &Generation, keep: u32, stable: Option<u32>) -> usize {
+        let mut after = self.clone();
+        after.add(generation.clone(), keep, stable);
+        after.bytes()
+    }
+
     /// The revisions as the definition's status lists them, with how many
     /// resources each serves.
     pub fn status(&self, counts: &BTreeMap<u32, u64>) -> Vec<RevisionStatus> {
@@ -287,6 +295,22 @@ mod tests {
         assert_eq!(history.add(generation(5, "e"), 1, None), [1, 4]);
         assert_eq!(numbers(&history), [5]);
         assert_eq!(history.bytes(), 10);
+    }
+
+    #[test]
+    fn the_bytes_with_a_new_revision_count_those_kept_beside_it() {
+        let mut history = History::default();
+        for (i, digest) in ["a", "b", "c"].iter().enumerate() {
+            history.add(generation(i as i64 + 1, digest), 5, None);
+        }
+        assert_eq!(history.bytes_with(&generation(4, "d"), 5, None), 40);
+        assert_eq!(history.bytes_with(&generation(4, "d"), 2, None), 20);
+        assert_eq!(history.bytes_with(&generation(4, "d"), 1, None), 10);
+        // The stable one is kept beyond `keep`.
+        assert_eq!(history.bytes_with(&generation(4, "d"), 1, Some(1)), 20);
+        // The latest's files again: no new revision.
+        assert_eq!(history.bytes_with(&generation(4, "c"), 5, None), 30);
+        assert_eq!(history.bytes(), 30, "the history itself is unchanged");
     }
 
     #[test]

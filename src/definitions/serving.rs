@@ -85,6 +85,22 @@ impl Serving {
             .sum()
     }
 
+    /// The bytes `name` would hold with `generation` served beside the
+    /// revisions it keeps (those `spec` drops left out): the new
+    /// generation's own bytes when nothing was served for it before.
+    pub fn bytes_kept_with(
+        &self,
+        name: &str,
+        generation: &Generation,
+        spec: &RolloutSpec,
+    ) -> usize {
+        let revisions = crate::sync::lock(&self.revisions);
+        match revisions.get(name) {
+            Some(r) => (r.history).bytes_with(generation, spec.keep(), spec.stable),
+            None => generation.bytes,
+        }
+    }
+
     /// The revisions of `name` and the rollout serving them, once served.
     pub fn revisions(&self, name: &str) -> Option<Revisions> {
         crate::sync::lock(&self.revisions).get(name).cloned()

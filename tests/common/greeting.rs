@@ -72,6 +72,24 @@ impl GreetingKind {
         flags
     }
 
+    /// [`Self::flags`] with the operator's conversion webhook served on a
+    /// free loopback port (its address and URL), then `extra`.
+    pub fn webhook_flags(&self, extra: &[&str]) -> Vec<String> {
+        let port = common::free_port();
+        let (addr, url) = (
+            format!("127.0.0.1:{port}"),
+            format!("https://127.0.0.1:{port}"),
+        );
+        let webhook = [
+            "--conversion-webhook-addr",
+            &addr,
+            "--conversion-webhook-url",
+            &url,
+        ];
+        let all: Vec<&str> = webhook.into_iter().chain(extra.iter().copied()).collect();
+        self.flags(&all)
+    }
+
     /// Edits a file of the folder.
     pub fn edit(&self, file: &str, change: impl FnOnce(String) -> String) {
         let path = self.folder.join(file);
