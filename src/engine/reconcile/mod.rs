@@ -6,7 +6,8 @@
 //! checkup after an apply ([`checkup`]), the one status writer
 //! ([`status_writer`]) and the statuses parked until a first look
 //! ([`parked`]), events ([`events`]) and the expiring tables they remember
-//! things in ([`expiring`]).
+//! things in ([`expiring`]). Scenarios of whole reconciles against a
+//! mocked API server and a fake kubectl are its tests (`scenarios/`).
 //!
 //! Imports point one way: `controller` → `apply` / `cleanup` → `steps`,
 //! `checkup`, `status_writer` → `parked`, `context` (a leaf), and down to
@@ -24,6 +25,8 @@ pub(crate) mod finalizing;
 pub(in crate::engine) mod parked;
 pub(crate) mod preview;
 pub(in crate::engine) mod primer;
+#[cfg(test)]
+mod scenarios;
 pub(in crate::engine) mod status_writer;
 pub(in crate::engine) mod steps;
 pub(in crate::engine) mod triggers;
