@@ -34,11 +34,14 @@ RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     build-kubectl . /out/kubectl
 
-# The operator, release build. Only the manifest, the lock file and the
-# sources are copied, so edits elsewhere do not invalidate this stage.
+# The operator, release build. Only the manifests, the lock file and the
+# sources are copied, so edits elsewhere do not invalidate this stage (the
+# tests' helpers, tests/support, are a workspace member: cargo reads their
+# manifest but builds none of their code here).
 FROM ${RUST_IMAGE} AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
+COPY tests/support/Cargo.toml tests/support/
 COPY src/ src/
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \

@@ -14,7 +14,7 @@
 //! Tenants act through kubeconfigs holding nothing but their own
 //! ServiceAccount tokens.
 
-mod common;
+use ko_test_support as common;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! generated from their script, and within CEL's cost limits. What they admit
 //! and refuse is tested against the API server in `tests/tenancy.rs`.
 
-mod common;
+use ko_test_support as common;
 
 use serde_json::Value;
 

@@ -7,7 +7,7 @@
 //! operator at the same time). Agents are named after their namespace, and a
 //! guard removes them (finalizer included) if a test fails.
 
-mod common;
+use ko_test_support as common;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

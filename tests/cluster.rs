@@ -4,7 +4,7 @@
 //! the scheduler binds Pods to and kwok reports Running and Ready), and it
 //! enforces ValidatingAdmissionPolicies.
 
-mod common;
+use ko_test_support as common;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! ever used with `--copyrator-namespace-selector` naming a label on this
 //! test's namespaces, so no test copies into anyone else's.
 
-mod common;
+use ko_test_support as common;
 
 use kustomize_operator::kind::{ConditionStatus, ConditionType, Reason};
 

@@ -3,7 +3,7 @@
 //! under deploy/rbac is what `rbac` derives (one ClusterRole, aggregated into
 //! the operator's by its label). `hack/generate` rewrites them.
 
-mod common;
+use ko_test_support as common;
 
 use clap::Parser;
 use kustomize_operator::cli::{Cli, Command};

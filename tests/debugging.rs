@@ -2,7 +2,7 @@
 //! Sample, and `--keep-overlays` following its resources. (`diff` of a
 //! CopyratorRule, Secrets masked, is in tests/copyrator.rs.)
 
-mod common;
+use ko_test_support as common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

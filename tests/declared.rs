@@ -5,7 +5,7 @@
 //! (cluster-scoped: a Namespace and objects in it), and `credential` (a
 //! Secret from a resource template). No Rust was written for any of them.
 
-mod common;
+use ko_test_support as common;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -7,7 +7,7 @@
 //! `copyrator_scenario`) and one test that runs it through
 //! [`run_with_service_account`]; a new kind adds both.
 
-mod common;
+use ko_test_support as common;
 
 use kustomize_operator::kind::{ConditionStatus, ConditionType, Reason};
 

@@ -2,7 +2,7 @@
 //! every value that reaches a template or a generated file arrives as one
 //! scalar, byte for byte.
 
-mod common;
+use ko_test_support as common;
 
 use std::collections::BTreeSet;
 

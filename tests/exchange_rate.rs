@@ -1,7 +1,7 @@
 //! ExchangeRate (operators.brennerm.github.io/v1) against the real control
 //! plane, with a rate provider served on loopback by the test.
 
-mod common;
+use ko_test_support as common;
 
 use kustomize_operator::kind::{ConditionStatus, ConditionType, Reason};
 

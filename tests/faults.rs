@@ -6,7 +6,7 @@
 //! cases run on the cluster in KUBECONFIG with their own namespace and their
 //! own operator (a process when it must be killed, in-process otherwise).
 
-mod common;
+use ko_test_support as common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

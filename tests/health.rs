@@ -6,7 +6,7 @@
 //! held back with a ResourceQuota on Pods, which makes each state last as
 //! long as the test needs it.
 
-mod common;
+use ko_test_support as common;
 
 use std::time::Duration;
 

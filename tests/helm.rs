@@ -17,7 +17,7 @@
 //! chart's copies (identical to deploy/'s, so nothing changes), and upgrade
 //! and uninstall leave them alone.
 
-mod common;
+use ko_test_support as common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -44,7 +44,7 @@ struct Helm(PathBuf);
 /// The helm binary, or return (a loud skip; a failure under CI).
 macro_rules! helm_or_skip {
     () => {
-        match common::helm_path(crate::test_name!()) {
+        match common::helm_path(common::test_name!()) {
             Some(path) => Helm(path),
             None => return,
         }

@@ -4,7 +4,7 @@
 //! resource is served, within seconds, while the hostile one is refused
 //! with a reason that names the limit.
 
-mod common;
+use ko_test_support as common;
 
 use std::time::Duration;
 

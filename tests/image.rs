@@ -17,7 +17,7 @@
 //! podman or the image these tests skip loudly, and fail under CI (`CI`
 //! set to `true`, `1`, `yes` or anything but empty, `0`, `false`, `no`, `off`).
 
-mod common;
+use ko_test_support as common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -90,10 +90,10 @@ fn ci_is_any_value_of_ci_but_an_empty_or_false_one_and_a_skip_names_its_test() {
         assert!(!common::ci_value(no), "CI={no:?}");
     }
     assert_eq!(
-        crate::test_name!(),
+        common::test_name!(),
         "image::ci_is_any_value_of_ci_but_an_empty_or_false_one_and_a_skip_names_its_test"
     );
-    let in_async = async { crate::test_name!() };
+    let in_async = async { common::test_name!() };
     assert_eq!(
         futures::executor::block_on(in_async),
         "image::ci_is_any_value_of_ci_but_an_empty_or_false_one_and_a_skip_names_its_test"
@@ -200,7 +200,7 @@ fn tree(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
 #[test]
 fn the_image_holds_the_operator_kubectl_kustomize_certificates_and_no_shell() {
     use std::os::unix::fs::PermissionsExt;
-    if !image_available(crate::test_name!()) {
+    if !image_available(common::test_name!()) {
         return;
     }
     let inspect: Value = serde_json::from_str(&podman_ok(&["image", "inspect", IMAGE])).unwrap();
@@ -288,7 +288,7 @@ fn the_image_holds_the_operator_kubectl_kustomize_certificates_and_no_shell() {
 #[test]
 fn crd_render_and_kubectl_run_in_the_image_as_built_from_these_sources() {
     use std::os::unix::fs::PermissionsExt;
-    if !image_available(crate::test_name!()) {
+    if !image_available(common::test_name!()) {
         return;
     }
     let user = ["--user", "65532:65532"];
@@ -489,7 +489,7 @@ async fn holder(leases: &Api<Lease>) -> Option<String> {
 
 #[tokio::test]
 async fn the_image_runs_as_a_kubelet_runs_the_deployments_pod() {
-    if !image_available(crate::test_name!()) {
+    if !image_available(common::test_name!()) {
         return;
     }
     let client = common::cluster().await;

@@ -6,7 +6,7 @@
 //! its own, so the CRDs never collide) and serves only its own definitions
 //! (`--kind-definition-selector kd-test=<namespace>`).
 
-mod common;
+use ko_test_support as common;
 
 use std::time::Duration;
 

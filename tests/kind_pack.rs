@@ -3,7 +3,7 @@
 //! packed definition (`--kind-definition`) print what they print for the
 //! folder.
 
-mod common;
+use ko_test_support as common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -1,7 +1,7 @@
 //! kro's own examples, as kind folders (`tests/fixtures/kro`), on the
 //! local control plane: the objects and the status kro would give.
 
-mod common;
+use ko_test_support as common;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! within the lease duration, a leader stopped with SIGTERM hands over at once,
 //! a leader that loses its Lease exits.
 
-mod common;
+use ko_test_support as common;
 
 use std::time::{Duration, Instant};
 

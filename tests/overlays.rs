@@ -2,7 +2,7 @@
 //! with the real `kubectl kustomize`; the output must equal the expected
 //! manifests checked in beside it. No cluster needed, only kubectl.
 
-mod common;
+use ko_test_support as common;
 
 use std::path::Path;
 

@@ -2,7 +2,7 @@
 //! engine: the Dockerfile's essentials (hadolint lints the rest in CI) and
 //! the manifests `kubectl kustomize deploy` builds.
 
-mod common;
+use ko_test_support as common;
 
 use std::collections::{BTreeMap, BTreeSet};
 

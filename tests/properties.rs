@@ -8,7 +8,7 @@
 //! overlay the engine builds in process (without kubectl) must build to
 //! exactly what `kubectl kustomize` prints for it.
 
-mod common;
+use ko_test_support as common;
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -28,7 +28,7 @@
 //! Without a real node (or without the image) these tests skip with a
 //! message saying why, and fail under `CI=true`.
 
-mod common;
+use ko_test_support as common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -592,7 +592,7 @@ impl Drop for WebhookInstall {
 async fn helm_install_runs_the_chart_on_the_real_node() {
     let _node = NODE.lock().await;
     let Some(node) = real_node() else { return };
-    let Some(helm) = common::helm_path(crate::test_name!()) else {
+    let Some(helm) = common::helm_path(common::test_name!()) else {
         return;
     };
     let client = common::cluster().await;

@@ -1,6 +1,6 @@
 //! Sample (nuvolaris.org/v1) against the real control plane.
 
-mod common;
+use ko_test_support as common;
 
 use std::time::Duration;
 

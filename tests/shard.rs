@@ -3,7 +3,7 @@
 //! resource is reconciled by exactly one of them — by its label — and a
 //! relabelled resource moves from one to the other.
 
-mod common;
+use ko_test_support as common;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -11,7 +11,7 @@
 //! (nothing created, nothing changed). The admin (the test's kubeconfig,
 //! system:masters) remains free to copy anywhere.
 
-mod common;
+use ko_test_support as common;
 
 use std::time::Duration;
 

@@ -19,7 +19,7 @@
 //! `real-node` (lab 05's rollout) run on it, and without it they are
 //! skipped saying so, or fail the run under CI.
 
-mod common;
+use ko_test_support as common;
 #[path = "training/shell.rs"]
 mod shell;
 #[path = "training/transcript.rs"]
@@ -713,7 +713,7 @@ fn labs_run_as_written() {
     let (nodes, real_node) = cluster_nodes();
     if let Some(why) = nodes_differ(&nodes) {
         common::skip(
-            crate::test_name!(),
+            common::test_name!(),
             &format!(
                 "the training labs cannot run as written: {why}; run them with hack/test \
                  without USE_EXISTING_CLUSTER or KO_NODES"

@@ -1,5 +1,8 @@
 //! Shared helpers for the integration tests: reaching the cluster in
-//! KUBECONFIG, a fresh namespace per test, an operator started in-process.
+//! KUBECONFIG, a fresh namespace per test, an operator started in-process
+//! or as a process. A crate of its own (`ko-test-support`), compiled once
+//! for every test binary; each test file names it `common`:
+//! `use ko_test_support as common;`.
 #![allow(dead_code)]
 
 pub mod deploy;
@@ -53,9 +56,42 @@ pub fn all_kinds() -> Vec<kustomize_operator::kinds::registry::Kind> {
         .to_vec()
 }
 
-/// The repository root.
+/// The repository root (this crate is its `tests/support`).
 pub fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    root.canonicalize()
+        .unwrap_or_else(|e| panic!("the repository root {}: {e}", root.display()))
+}
+
+/// The operator binary the tests run: `$KO_OPERATOR_BINARY` if set, else
+/// the `kustomize-operator` cargo built beside the running test binary
+/// (`<target>/<profile>/deps/<test>-<hash>` runs, the operator is
+/// `<target>/<profile>/kustomize-operator`; cargo builds a package's
+/// binaries before its integration tests). `CARGO_BIN_EXE_kustomize-operator`
+/// is set only when compiling those tests, not this library.
+pub fn operator_binary() -> PathBuf {
+    if let Some(binary) = std::env::var_os("KO_OPERATOR_BINARY").filter(|b| !b.is_empty()) {
+        return PathBuf::from(binary);
+    }
+    let test = std::env::current_exe().expect("the test binary's path");
+    let binary = test
+        .parent()
+        .and_then(Path::parent)
+        .map(|profile| {
+            profile.join(format!(
+                "kustomize-operator{}",
+                std::env::consts::EXE_SUFFIX
+            ))
+        })
+        .unwrap_or_else(|| panic!("no target directory above {}", test.display()));
+    assert!(
+        binary.is_file(),
+        "no operator binary at {} (beside the test binary {}): run the tests with `cargo test`, \
+         which builds it, or set KO_OPERATOR_BINARY to it",
+        binary.display(),
+        test.display()
+    );
+    binary
 }
 
 /// The kubectl the tests use: $KUBECTL, else kubectl on PATH.
@@ -303,7 +339,7 @@ pub fn run_args(namespace: &str, extra: &[&str]) -> RunArgs {
     // In process, the running binary is the test's: workers run the operator's.
     argv.extend([
         "--render-worker".into(),
-        env!("CARGO_BIN_EXE_kustomize-operator").into(),
+        operator_binary().display().to_string(),
     ]);
     if !serves_definitions(extra) {
         argv.push("--serve-kind-definitions=false".into());
@@ -401,8 +437,7 @@ impl OperatorProcess {
     pub fn spawn(namespace: &str, env: &[(&str, &str)], extra: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("operator.log");
-        let binary = env!("CARGO_BIN_EXE_kustomize-operator");
-        let mut cmd = std::process::Command::new(binary);
+        let mut cmd = std::process::Command::new(operator_binary());
         cmd.arg("run")
             .args(["--namespace", namespace])
             .arg("--kustomize-dir")
@@ -664,6 +699,12 @@ impl RecordingKubectl {
     }
 }
 
+impl Default for RecordingKubectl {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 /// Calls [`strip_finalizers`] when dropped: declare it after the
 /// [`TestNamespace`] and before the operators, so that it runs after the
 /// operators stopped and before the namespace is deleted, even on failure.
@@ -779,7 +820,7 @@ pub fn operator_command_as(
     args: &[&str],
     kubeconfig: Option<&Path>,
 ) -> (Option<i32>, String, String) {
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_kustomize-operator"));
+    let mut command = std::process::Command::new(operator_binary());
     if let Some(kubeconfig) = kubeconfig {
         command.env("KUBECONFIG", kubeconfig);
     }

@@ -6,8 +6,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::TestNamespace;
-use crate::common;
+use crate::TestNamespace;
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -37,7 +36,7 @@ impl GreetingKind {
         let dir = tempfile::tempdir().unwrap();
         let folder = dir.path().join(&name);
         copy_dir(
-            &common::repo().join("training/06-your-own-kind/greeting"),
+            &crate::repo().join("training/06-your-own-kind/greeting"),
             &folder,
         );
         let kind_file = folder.join("kind.yaml");
@@ -75,7 +74,7 @@ impl GreetingKind {
     /// [`Self::flags`] with the operator's conversion webhook served on a
     /// free loopback port (its address and URL), then `extra`.
     pub fn webhook_flags(&self, extra: &[&str]) -> Vec<String> {
-        let port = common::free_port();
+        let port = crate::free_port();
         let (addr, url) = (
             format!("127.0.0.1:{port}"),
             format!("https://127.0.0.1:{port}"),
@@ -104,7 +103,7 @@ impl GreetingKind {
 
     /// The folder, packed (`kind pack`).
     fn packed(&self) -> String {
-        let output = std::process::Command::new(env!("CARGO_BIN_EXE_kustomize-operator"))
+        let output = std::process::Command::new(crate::operator_binary())
             .args(["kind", "pack"])
             .arg(&self.folder)
             .output()
@@ -120,7 +119,7 @@ impl GreetingKind {
     pub fn grant_rights(&self) {
         let packed = tempfile::NamedTempFile::new().unwrap();
         std::fs::write(packed.path(), self.packed()).unwrap();
-        let output = std::process::Command::new(env!("CARGO_BIN_EXE_kustomize-operator"))
+        let output = std::process::Command::new(crate::operator_binary())
             .args(["rbac", "--kinds", &self.name, "--kind-definition"])
             .arg(packed.path())
             .output()
@@ -128,7 +127,7 @@ impl GreetingKind {
         let err = String::from_utf8_lossy(&output.stderr);
         assert!(output.status.success(), "rbac: {err}");
         let role = String::from_utf8_lossy(&output.stdout);
-        let (ok, _, err) = common::kubectl_stdin(&["apply", "-f", "-"], &role);
+        let (ok, _, err) = crate::kubectl_stdin(&["apply", "-f", "-"], &role);
         assert!(ok, "applying the kind's ClusterRole: {err}");
     }
 
@@ -138,7 +137,7 @@ impl GreetingKind {
         let (key, value) = self.label.split_once('=').unwrap();
         definition["metadata"]["labels"] = json!({ key: value });
         change(&mut definition);
-        let (ok, _, err) = common::kubectl_stdin(
+        let (ok, _, err) = crate::kubectl_stdin(
             &["apply", "--server-side", "-f", "-"],
             &definition.to_string(),
         );
@@ -178,7 +177,7 @@ impl GreetingKind {
     /// The Greeting `name` in `ns` read at `version`.
     pub fn greeting_at(&self, ns: &str, version: &str, name: &str) -> Value {
         let resource = format!("greetings.{version}.{}", self.group);
-        let (ok, out, err) = common::kubectl(&["get", &resource, name, "-n", ns, "-o", "json"]);
+        let (ok, out, err) = crate::kubectl(&["get", &resource, name, "-n", ns, "-o", "json"]);
         assert!(ok, "get {resource} {name}: {err}");
         serde_json::from_str(&out).unwrap()
     }
@@ -192,7 +191,7 @@ impl GreetingKind {
             "metadata": {"name": name, "namespace": ns},
             "spec": spec,
         });
-        let (ok, _, err) = common::kubectl_stdin(&["apply", "-f", "-"], &greeting.to_string());
+        let (ok, _, err) = crate::kubectl_stdin(&["apply", "-f", "-"], &greeting.to_string());
         assert!(ok, "applying the Greeting at {version}: {err}");
     }
 
@@ -208,12 +207,12 @@ impl GreetingKind {
             "metadata": {"name": name, "namespace": ns, "labels": labels},
             "spec": {"message": message},
         });
-        let (ok, _, err) = common::kubectl_stdin(&["apply", "-f", "-"], &greeting.to_string());
+        let (ok, _, err) = crate::kubectl_stdin(&["apply", "-f", "-"], &greeting.to_string());
         assert!(ok, "applying the Greeting: {err}");
     }
 
     pub fn definition(&self) -> Option<Value> {
-        let (ok, out, _) = common::kubectl(&["get", "kinddefinition", &self.name, "-o", "json"]);
+        let (ok, out, _) = crate::kubectl(&["get", "kinddefinition", &self.name, "-o", "json"]);
         ok.then(|| serde_json::from_str(&out).ok()).flatten()
     }
 
@@ -232,7 +231,7 @@ impl GreetingKind {
         part: &str,
     ) -> String {
         let what = format!("{} {type_}={status} ({reason}) saying {part:?}", self.name);
-        common::wait_for(TIMEOUT, what, async || {
+        crate::wait_for(TIMEOUT, what, async || {
             let definition = self.definition().ok_or(Value::Null)?;
             let conditions = &definition["status"]["conditions"];
             let found = conditions.as_array().into_iter().flatten().find(|c| {
@@ -254,13 +253,13 @@ impl GreetingKind {
     /// while the definition's status still counts resources: asked again
     /// until it is accepted.
     pub async fn delete(&self) {
-        common::wait_until(TIMEOUT, format!("{} deleted", self.name), async || {
+        crate::wait_until(TIMEOUT, format!("{} deleted", self.name), async || {
             let (ok, _, err) =
-                common::kubectl(&["delete", "kinddefinition", &self.name, "--wait=false"]);
+                crate::kubectl(&["delete", "kinddefinition", &self.name, "--wait=false"]);
             ok || err.contains("NotFound")
         })
         .await;
-        common::wait_until(TIMEOUT, format!("{} gone", self.name), async || {
+        crate::wait_until(TIMEOUT, format!("{} gone", self.name), async || {
             self.definition().is_none()
         })
         .await;
@@ -271,7 +270,7 @@ impl GreetingKind {
 /// its CRD.
 impl Drop for GreetingKind {
     fn drop(&mut self) {
-        let _ = common::kubectl(&[
+        let _ = crate::kubectl(&[
             "patch",
             "kinddefinition",
             &self.name,
@@ -281,13 +280,13 @@ impl Drop for GreetingKind {
             // Orphan: the guard admits the deletion whatever the count.
             r#"{"metadata":{"finalizers":null},"spec":{"onDelete":"Orphan"}}"#,
         ]);
-        let _ = common::kubectl(&["delete", "kinddefinition", &self.name, "--wait=false"]);
+        let _ = crate::kubectl(&["delete", "kinddefinition", &self.name, "--wait=false"]);
         let columns = "custom-columns=NS:.metadata.namespace,NAME:.metadata.name";
         let (_, listed, _) =
-            common::kubectl(&["get", &self.crd(), "-A", "--no-headers", "-o", columns]);
+            crate::kubectl(&["get", &self.crd(), "-A", "--no-headers", "-o", columns]);
         for line in listed.lines() {
             if let Some((ns, name)) = line.split_once(char::is_whitespace) {
-                let _ = common::kubectl(&[
+                let _ = crate::kubectl(&[
                     "patch",
                     &self.crd(),
                     name.trim(),
@@ -300,7 +299,7 @@ impl Drop for GreetingKind {
                 ]);
             }
         }
-        let _ = common::kubectl(&["delete", "crd", &self.crd(), "--wait=false"]);
+        let _ = crate::kubectl(&["delete", "crd", &self.crd(), "--wait=false"]);
     }
 }
 
@@ -320,14 +319,14 @@ pub fn copy_dir(from: &Path, to: &Path) {
 /// A field of a ConfigMap (empty when it or the ConfigMap is missing).
 pub fn config_map_field(ns: &str, name: &str, field: &str) -> String {
     let path = format!("jsonpath={{.data.{field}}}");
-    common::kubectl(&["get", "configmap", name, "-n", ns, "-o", &path]).1
+    crate::kubectl(&["get", "configmap", name, "-n", ns, "-o", &path]).1
 }
 
 pub async fn wait_ready(kind: &GreetingKind, ns: &str, name: &str) {
     let resource = format!("greetings.{}/{name}", kind.group);
-    common::wait_for(TIMEOUT, format!("{resource} Ready"), async || {
+    crate::wait_for(TIMEOUT, format!("{resource} Ready"), async || {
         let path = "jsonpath={.status.conditions}";
-        let conditions = common::kubectl(&["get", &resource, "-n", ns, "-o", path]).1;
+        let conditions = crate::kubectl(&["get", &resource, "-n", ns, "-o", path]).1;
         let ready = serde_json::from_str::<Vec<Value>>(&conditions)
             .unwrap_or_default()
             .iter()
@@ -351,7 +350,7 @@ impl ReadsAt {
             let (mut reads, mut failed) = (0, Vec::new());
             while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
                 let (ok, _, err) =
-                    common::kubectl(&["get", &resource, "-n", &namespace, "-o", "name"]);
+                    crate::kubectl(&["get", &resource, "-n", &namespace, "-o", "name"]);
                 reads += 1;
                 if !ok {
                     failed.push(err);
