@@ -3,7 +3,6 @@
 //! or as a process. A crate of its own (`ko-test-support`), compiled once
 //! for every test binary; each test file names it `common`:
 //! `use ko_test_support as common;`.
-#![allow(dead_code)]
 
 pub mod deploy;
 pub mod greeting;
@@ -13,7 +12,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{DeleteParams, PostParams};
+use kube::api::PostParams;
 use kube::{Api, Client};
 use kustomize_operator::Operator;
 use kustomize_operator::cli::{Cli, Command, RunArgs};
@@ -21,7 +20,6 @@ use tokio::sync::OnceCell;
 
 pub mod sample;
 mod tokens;
-#[allow(unused_imports)] // each test binary uses some of them
 pub use tokens::{TokenKubeconfig, admin_cluster, mint_token};
 
 /// The test's declared kinds (`tests/fixtures/kinds`).
@@ -255,12 +253,6 @@ impl Drop for TestNamespace {
             let _ = kubectl(&["delete", "namespace", &self.name, "--wait=false"]);
         }
     }
-}
-
-/// Deletes a namespace and waits until it is gone.
-pub async fn delete_namespace(client: &Client, name: &str) {
-    let api = Api::<Namespace>::all(client.clone());
-    let _ = api.delete(name, &DeleteParams::default()).await;
 }
 
 /// How often [`wait_until`] and [`wait_for`] look again.
