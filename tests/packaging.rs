@@ -248,6 +248,25 @@ fn dockerfile_has_the_essentials() {
         .find(|s| s.1.starts_with("rust:"))
         .expect("a rust build stage");
     assert!(minor_after(&rust_stage.1, "rust:") >= rust_needed);
+    // cargo loads every workspace member's manifest, even to build one
+    // binary: the build stage copies each (tests/support's alone).
+    let manifest = read("Cargo.toml");
+    let members = manifest
+        .split_once("\nmembers = [")
+        .and_then(|(_, rest)| rest.split_once(']'))
+        .expect("members = [...] in Cargo.toml")
+        .0;
+    let built_from = copies(rust_stage);
+    for member in members.split(',').map(|m| m.trim().trim_matches('"')) {
+        if member.is_empty() || member == "." {
+            continue;
+        }
+        let manifest = format!("{member}/Cargo.toml");
+        assert!(
+            built_from.iter().any(|(source, _)| *source == manifest),
+            "the build stage copies {manifest}"
+        );
+    }
 
     // The runtime stage takes both binaries from the `binaries` stage: by
     // default the kubectl and rust stages' output, with BINARIES=prebuilt
