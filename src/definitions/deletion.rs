@@ -5,14 +5,15 @@
 
 use std::time::Duration;
 
-use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
+use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::controller::Action;
 use kube::{Api, Client, ResourceExt};
 
 use super::context::{DefinitionContext, DefinitionError, NAMES_SHOWN};
 use super::crds;
 use super::resource::{ConditionType, Reason};
-use super::writes::{count, event, not_found_is_empty, status_of, without_finalizer, write_status};
+use super::writes::{count, event, not_found_is_empty, status_of, write_status};
+use crate::engine::host::release;
 use crate::kind::EventType;
 
 /// How often a deletion waiting for resources looks again.
@@ -112,10 +113,7 @@ async fn orphan_resources(
         let Some(object) = api.get_opt(name).await? else {
             continue;
         };
-        if let Some(patch) = without_finalizer(&object, &finalizer) {
-            api.patch(name, &PatchParams::default(), &Patch::<()>::Json(patch))
-                .await?;
-        }
+        release(&api, &object, &finalizer).await?;
     }
     Ok(())
 }

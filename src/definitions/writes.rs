@@ -1,11 +1,10 @@
 //! The definition's own writes: its status (only when it changed, by the
-//! engine's status writer), its events; a kind's finalizer taken off its
-//! orphaned resources; and the resources of its kind, listed.
+//! engine's status writer), its events; and the resources of its kind,
+//! listed.
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{ApiResource, DynamicObject, ListParams};
 use kube::{Api, Client, Resource, ResourceExt};
-use serde_json::json;
 
 use super::context::DefinitionContext;
 use super::resource::{self, Status};
@@ -56,21 +55,6 @@ pub(super) async fn write_status(
     Ok(())
 }
 
-/// A JSON patch removing `finalizer` from `object` (tested first, so a
-/// concurrent change of the list fails the patch), if it carries it.
-pub(super) fn without_finalizer(
-    object: &DynamicObject,
-    finalizer: &str,
-) -> Option<json_patch::Patch> {
-    let index = object.finalizers().iter().position(|f| f == finalizer)?;
-    let path = format!("/metadata/finalizers/{index}");
-    serde_json::from_value(json!([
-        {"op": "test", "path": path, "value": finalizer},
-        {"op": "remove", "path": path},
-    ]))
-    .ok()
-}
-
 /// Publishes an event about the definition.
 pub(super) async fn event(
     ctx: &DefinitionContext,
@@ -89,19 +73,4 @@ pub(super) async fn event(
     ctx.engine
         .publish_event(&regarding, type_, reason, note)
         .await;
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_finalizer_is_removed_by_a_tested_patch() {
-        let mut object = DynamicObject::new("x", &resource::api_resource());
-        object.metadata.finalizers = Some(vec!["a".into(), resource::FINALIZER.into()]);
-        let patch = serde_json::to_value(without_finalizer(&object, resource::FINALIZER)).unwrap();
-        assert_eq!(patch[0]["op"], "test");
-        assert_eq!(patch[1]["path"], "/metadata/finalizers/1");
-        assert!(without_finalizer(&object, "other").is_none());
-    }
 }

@@ -25,7 +25,7 @@ pub(crate) use super::model::templates::{
 pub(crate) use super::reconcile::controller::{run as run_controller, stopped_before_first_list};
 pub(crate) use super::reconcile::dynamic::{Dynamic, OnCount};
 pub(crate) use super::reconcile::events::{Events, Publish};
-pub(crate) use super::reconcile::finalizing::guarded;
+pub(crate) use super::reconcile::finalizing::{guarded, release};
 pub(crate) use super::reconcile::preview::{Fate, preview};
 pub(crate) use super::reconcile::status_writer::apply_status;
 pub(crate) use super::run::batch::BatchSettings;

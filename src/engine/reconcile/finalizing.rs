@@ -3,7 +3,9 @@
 //! list fails it, and the reconcile retries), then kube-runtime's
 //! `finalizer` state machine: `Apply` while the object lives, `Cleanup`
 //! once it is being deleted, the finalizer removed (by a tested patch)
-//! only after a cleanup that succeeded.
+//! only after a cleanup that succeeded; and [`release`], the same tested
+//! removal for a resource no controller will serve again (its definition
+//! deleted with `Orphan`).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -75,4 +77,56 @@ where
         Patch::Json(serde_json::from_value(operations).map_err(kube::Error::SerdeError)?);
     api.patch(&obj.name_any(), &PatchParams::default(), &patch)
         .await
+}
+
+/// Takes `finalizer` off `obj`, if it carries it, by a JSON patch that
+/// tests the entry first (a concurrent change of the list fails it): for a
+/// resource whose kind is no longer served, so that its deletion waits for
+/// no controller. Returns whether a patch was sent.
+pub(crate) async fn release<K>(
+    api: &kube::Api<K>,
+    obj: &K,
+    finalizer: &str,
+) -> Result<bool, kube::Error>
+where
+    K: Resource + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
+{
+    let Some(operations) = removal(obj, finalizer) else {
+        return Ok(false);
+    };
+    let patch: Patch<()> =
+        Patch::Json(serde_json::from_value(operations).map_err(kube::Error::SerdeError)?);
+    api.patch(&obj.name_any(), &PatchParams::default(), &patch)
+        .await?;
+    Ok(true)
+}
+
+/// The JSON patch operations removing `finalizer` from `obj`, tested
+/// first; `None` when it does not carry it.
+fn removal<K: Resource>(obj: &K, finalizer: &str) -> Option<serde_json::Value> {
+    let index = obj.finalizers().iter().position(|f| f == finalizer)?;
+    let path = format!("/metadata/finalizers/{index}");
+    Some(json!([
+        {"op": "test", "path": path, "value": finalizer},
+        {"op": "remove", "path": path},
+    ]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::api::{ApiResource, DynamicObject};
+
+    #[test]
+    fn a_finalizer_is_released_by_a_tested_patch() {
+        let kind = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
+        let mut object = DynamicObject::new("x", &kind);
+        object.metadata.finalizers = Some(vec!["a".into(), "b/kustomize-operator".into()]);
+        let patch = removal(&object, "b/kustomize-operator").unwrap();
+        assert_eq!(patch[0]["op"], "test");
+        assert_eq!(patch[0]["value"], "b/kustomize-operator");
+        assert_eq!(patch[1]["op"], "remove");
+        assert_eq!(patch[1]["path"], "/metadata/finalizers/1");
+        assert!(removal(&object, "other").is_none());
+    }
 }
