@@ -219,8 +219,16 @@ impl Handler for DeclaredHandler {
         })
     }
 
+    /// The kinds of every kept revision's references: the stable
+    /// revision serves most resources while the latest has a canary, and a
+    /// change of what either reads must start their reconciles.
     fn referenced(&self) -> Vec<ApiResource> {
-        let mut types: Vec<ApiResource> = (self.kind.file.spec.references.values())
+        let kinds: Vec<&Arc<DeclaredKind>> = match &self.rollout {
+            Some(rollout) => rollout.kinds().collect(),
+            None => vec![&self.kind],
+        };
+        let declared = kinds.iter().flat_map(|k| k.file.spec.references.values());
+        let mut types: Vec<ApiResource> = declared
             .map(|r| references::api_resource(&r.api_version, &r.kind))
             .collect();
         types.sort_by(|a, b| (&a.group, &a.kind).cmp(&(&b.group, &b.kind)));

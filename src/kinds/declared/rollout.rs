@@ -131,6 +131,12 @@ impl Rollout {
         self.revisions.get(&self.latest)
     }
 
+    /// Every kept revision, oldest first: each may serve a resource (the
+    /// stable one, the latest for the canary, any for a pinned resource).
+    pub fn kinds(&self) -> impl Iterator<Item = &Arc<DeclaredKind>> {
+        self.revisions.values()
+    }
+
     /// The stable revision's number.
     pub fn stable(&self) -> u32 {
         self.stable

@@ -435,6 +435,25 @@ fn references_render_for_the_resource_and_reach_templates_and_expressions() {
     let referenced = handler.referenced();
     let kinds: Vec<&str> = referenced.iter().map(|r| r.kind.as_str()).collect();
     assert_eq!(kinds, ["ConfigMap", "Secret"]);
+    // Served from revisions: what every kept one reads, the stable one
+    // (serving most resources) as much as the latest.
+    let older = VALID.replace(
+        "reconcile: {interval: 5m}",
+        "references:\n    extra: {apiVersion: v1, kind: Service, name: web}",
+    );
+    let revisions = BTreeMap::from([
+        (1, std::sync::Arc::new(load(&older).unwrap())),
+        (2, std::sync::Arc::new(load(&reading).unwrap())),
+    ]);
+    let spec = super::rollout::RolloutSpec {
+        stable: Some(1),
+        ..Default::default()
+    };
+    let rollout = super::rollout::Rollout::new(revisions, &spec, None).unwrap();
+    let served = DeclaredHandler::with_rollout(std::sync::Arc::new(rollout)).unwrap();
+    let referenced = served.referenced();
+    let kinds: Vec<&str> = referenced.iter().map(|r| r.kind.as_str()).collect();
+    assert_eq!(kinds, ["ConfigMap", "Secret", "Service"]);
     // Offline (`render -f`): from the documents after the resource.
     let documents = [
         json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "hi-colors"}, "data": {"c": "blue"}}),
