@@ -51,13 +51,16 @@ pub enum OverlayError {
     },
 }
 
-/// True for characters kustomize refuses in a string value however the YAML
-/// escapes them ("yaml: control characters are not allowed"): DEL, the C1
-/// controls other than NEL, and the non-characters U+FFFE and U+FFFF. A
-/// kind whose resources carry user text checks it with this and reports
-/// what cannot be applied.
+/// True for characters kubectl and kustomize cannot carry in a string
+/// value however the YAML or JSON escapes them: DEL, the C1 controls other
+/// than NEL, and the non-characters U+FFFE and U+FFFF are refused ("yaml:
+/// control characters are not allowed"); NEL (U+0085) comes out as a
+/// space, from `kubectl kustomize` and from `kubectl apply` alike, JSON
+/// input included (the API server itself keeps it). A kind whose resources
+/// carry user text checks it with this and reports what cannot be applied
+/// instead of changing it.
 pub fn kustomize_refuses(c: char) -> bool {
-    matches!(u32::from(c), 0x7f..=0x84 | 0x86..=0x9f | 0xfffe | 0xffff)
+    matches!(u32::from(c), 0x7f..=0x9f | 0xfffe | 0xffff)
 }
 
 /// What a kind wants applied, described as data.
@@ -673,6 +676,18 @@ fn private_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_kubectl_cannot_carry_is_refused_and_the_rest_is_not() {
+        for c in [
+            '\u{7f}', '\u{80}', '\u{85}', '\u{9f}', '\u{fffe}', '\u{ffff}',
+        ] {
+            assert!(kustomize_refuses(c), "U+{:04X}", u32::from(c));
+        }
+        for c in ['\t', '\n', '~', '\u{a0}', '\u{2028}', '\u{feff}', '😀'] {
+            assert!(!kustomize_refuses(c), "U+{:04X}", u32::from(c));
+        }
+    }
 
     #[test]
     fn a_template_rendering_nothing_is_no_document() {
