@@ -73,10 +73,7 @@ where
             {"op": "add", "path": "/metadata/finalizers/-", "value": finalizer},
         ])
     };
-    let patch: Patch<()> =
-        Patch::Json(serde_json::from_value(operations).map_err(kube::Error::SerdeError)?);
-    api.patch(&obj.name_any(), &PatchParams::default(), &patch)
-        .await
+    patch_json(api, obj, operations).await
 }
 
 /// Takes `finalizer` off `obj`, if it carries it, by a JSON patch that
@@ -94,11 +91,24 @@ where
     let Some(operations) = removal(obj, finalizer) else {
         return Ok(false);
     };
+    patch_json(api, obj, operations).await?;
+    Ok(true)
+}
+
+/// Sends the JSON patch `operations` to `obj`; returns the object as the
+/// API server answered.
+async fn patch_json<K>(
+    api: &kube::Api<K>,
+    obj: &K,
+    operations: serde_json::Value,
+) -> Result<K, kube::Error>
+where
+    K: Resource + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
+{
     let patch: Patch<()> =
         Patch::Json(serde_json::from_value(operations).map_err(kube::Error::SerdeError)?);
     api.patch(&obj.name_any(), &PatchParams::default(), &patch)
-        .await?;
-    Ok(true)
+        .await
 }
 
 /// The JSON patch operations removing `finalizer` from `obj`, tested
