@@ -209,17 +209,17 @@ impl World {
 
     /// The reasons of the events published so far, oldest first.
     fn events(&self) -> Vec<String> {
-        let mut events: Vec<(String, String)> = self
-            .api
-            .list(EVENTS)
-            .into_values()
-            .map(|e| {
-                let at = e["eventTime"].as_str().unwrap_or_default().to_string();
-                (at, e["reason"].as_str().unwrap_or_default().to_string())
-            })
-            .collect();
-        events.sort();
-        events.into_iter().map(|(_, reason)| reason).collect()
+        let published = self.published().into_iter();
+        published
+            .map(|e| e["reason"].as_str().unwrap_or_default().to_string())
+            .collect()
+    }
+
+    /// The events published so far, oldest first.
+    fn published(&self) -> Vec<Value> {
+        let mut events: Vec<Value> = self.api.list(EVENTS).into_values().collect();
+        events.sort_by_key(|e| e["eventTime"].as_str().unwrap_or_default().to_string());
+        events
     }
 
     /// How many times an event of `reason` was published (a repeat
@@ -234,18 +234,11 @@ impl World {
 
     /// The note of the latest event of `reason`.
     fn event_note(&self, reason: &str) -> String {
-        let mut notes: Vec<(String, String)> = self
-            .api
-            .list(EVENTS)
-            .into_values()
-            .filter(|e| e["reason"] == reason)
-            .map(|e| {
-                let at = e["eventTime"].as_str().unwrap_or_default().to_string();
-                (at, e["note"].as_str().unwrap_or_default().to_string())
-            })
-            .collect();
-        notes.sort();
-        notes.pop().map(|(_, note)| note).unwrap_or_default()
+        let published = self.published().into_iter();
+        let latest = published.rev().find(|e| e["reason"] == reason);
+        latest
+            .and_then(|e| e["note"].as_str().map(str::to_string))
+            .unwrap_or_default()
     }
 
     /// Every kubectl run so far, as its arguments.
