@@ -29,6 +29,11 @@ pub enum DefinitionError {
     /// status): the finalizer stays.
     #[error("the deletion waits for the kind's resources")]
     Waiting,
+    /// The kind's CRD was deleted and the API server is still removing
+    /// it: the finalizer stays until it is gone, so that the definition
+    /// (or another of the same kind) can be created again at once.
+    #[error("the deletion waits for the CRD {0} to be removed")]
+    CrdTerminating(String),
 }
 
 /// What every reconcile of a definition shares.

@@ -92,6 +92,12 @@ fn error_policy(
         // Said in its status and an event: resources of the kind remain.
         return Action::requeue(deletion::DELETION_RECHECK);
     }
+    if let kube::runtime::finalizer::Error::CleanupFailed(DefinitionError::CrdTerminating(crd)) =
+        error
+    {
+        tracing::debug!(definition = %def.name_any(), crd, "waiting for the CRD to be removed");
+        return Action::requeue(deletion::CRD_RECHECK);
+    }
     tracing::warn!(definition = %def.name_any(), %error, "reconciling a KindDefinition failed");
     Action::requeue(RECHECK_SOON)
 }

@@ -19,11 +19,16 @@ use crate::kind::EventType;
 /// How often a deletion waiting for resources looks again.
 pub(super) const DELETION_RECHECK: Duration = Duration::from_secs(5);
 
+/// How often a deletion waiting for its CRD to go looks again (the API
+/// server removes a CRD with no resources left within a second or two).
+pub(super) const CRD_RECHECK: Duration = Duration::from_secs(1);
+
 /// Deletion: waits while resources of the kind exist (unless the
 /// definition orphans them: `Err(Waiting)` keeps the finalizer), then
 /// stops the kind's controller and removes the CRD (only with its marker,
-/// only when no resource is left); the finalizer state machine then
-/// removes the finalizer.
+/// only when no resource is left; `Err(CrdTerminating)` keeps the
+/// finalizer until the API server has removed it); the finalizer state
+/// machine then removes the finalizer.
 pub(super) async fn remove(
     def: &DynamicObject,
     ctx: &DefinitionContext,
@@ -49,12 +54,14 @@ pub(super) async fn remove(
     } else {
         ctx.serving.stop(&name).await;
         if let Some(kind) = &kind {
-            crds::delete_owned(
-                &ctx.client,
-                &format!("{}.{}", kind.plural, kind.group),
-                &name,
-            )
-            .await?;
+            let crd = format!("{}.{}", kind.plural, kind.group);
+            crds::delete_owned(&ctx.client, &crd, &name).await?;
+            if crds::live(&ctx.client, &crd)
+                .await?
+                .is_some_and(|left| crds::marker(&left) == Some(name.as_str()))
+            {
+                return Err(DefinitionError::CrdTerminating(crd));
+            }
         }
     }
     crate::sync::lock(&ctx.rejected).remove(&name);
