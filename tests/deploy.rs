@@ -440,17 +440,22 @@ async fn copyrator_namespaces_overlay_confines_secrets_to_its_namespaces() {
     let _owned = DeleteOnDrop(write_manifest(&owned));
 
     let token = common::TokenKubeconfig::mint(&client, NAMESPACE, SCOPED_ACCOUNT).await;
+    // The authorizer learns of new bindings through a watch: wait for
+    // each grant (the denials below are checked once they all arrived).
     for ns in ours {
-        assert!(
-            token.can_i(&["get", "secrets", "-n", ns]),
-            "secrets in {ns}"
-        );
-        assert!(
-            token.can_i(&["delete", "secrets", "-n", ns]),
-            "secrets in {ns}"
-        );
+        for verb in ["get", "delete"] {
+            common::wait_until(
+                TIMEOUT,
+                format!("{verb} secrets in {ns} granted"),
+                || async { token.can_i(&[verb, "secrets", "-n", ns]) },
+            )
+            .await;
+        }
     }
-    assert!(token.can_i(&["watch", "copyrators.flant.com", "--all-namespaces"]));
+    common::wait_until(TIMEOUT, "watch copyrators granted", || async {
+        token.can_i(&["watch", "copyrators.flant.com", "--all-namespaces"])
+    })
+    .await;
     for denied in [
         &["get", "secrets", "-n", &outside.name][..],
         &["list", "secrets", "-n", "kube-system"],

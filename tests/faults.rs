@@ -504,6 +504,11 @@ async fn a_status_waiting_for_the_first_look_holds_no_reconcile_slot_and_is_not_
         .await
         .unwrap();
     wait_ready_or_explain(&samples, "a", &operator, TIMEOUT).await;
+    // The watch may deliver the status a GET already returned a moment later.
+    common::wait_until(TIMEOUT, "a Ready status of a among those seen", || async {
+        seen_a.lock().unwrap().iter().any(|s| s.is_ready())
+    })
+    .await;
     let statuses = seen_a.lock().unwrap().clone();
     let recorded: Vec<_> = statuses
         .iter()
@@ -630,23 +635,28 @@ async fn hanging_kubectl_is_killed_recorded_and_retried_while_others_flow() {
         is_ready(&samples, "ok2")
     })
     .await;
-    common::wait_until(
+    // Between retries; while one runs, the status says it is applying.
+    let status = common::wait_for(
         TIMEOUT,
-        "the Sample stuck recording a timed-out kubectl",
+        "the Sample stuck reporting a timed-out kubectl",
         || async {
-            samples
-                .get("stuck")
-                .await
-                .unwrap()
-                .status
-                .and_then(|s| s.last_command)
-                .is_some_and(|c| c.timed_out && c.exit_code.is_none())
+            let status = samples.get("stuck").await.unwrap().status;
+            let reported = status.as_ref().is_some_and(|s| {
+                let timed_out =
+                    (s.last_command.as_ref()).is_some_and(|c| c.timed_out && c.exit_code.is_none());
+                timed_out
+                    && s.message
+                        .as_deref()
+                        .is_some_and(|m| m.contains("timed out"))
+            });
+            match status {
+                Some(status) if reported => Ok(status),
+                other => Err(other),
+            }
         },
     )
     .await;
-    let status = samples.get("stuck").await.unwrap().status.unwrap();
     assert!(!status.is_ready());
-    assert!(status.message.unwrap().contains("timed out"));
     // Retried with backoff: more timeouts follow, a second or more apart.
     common::wait_until(TIMEOUT, "3 timed-out kubectl runs", || async {
         operator.kubectl_stats().timed_out() >= 3

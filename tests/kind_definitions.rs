@@ -57,8 +57,9 @@ async fn a_definition_is_served_without_a_restart_and_a_template_change_rolls_ou
         async || config_map_field(&ns.name, "hello", "shout") == "HELLO FROM A TEST",
     )
     .await;
-    let serving = kind.wait_condition("Serving", "True", "Running").await;
-    assert!(serving.contains("generation 2"), "{serving}");
+    // The new generation serves before its status says so.
+    kind.wait_message("Serving", "True", "Running", "generation 2")
+        .await;
     assert!(
         operator.running(),
         "the operator exited:\n{}",
@@ -1241,7 +1242,12 @@ async fn the_webhooks_certificate_is_renewed_while_it_runs_and_no_list_fails() {
     let renewed = webhook_secret(&ns.name);
     assert_ne!(renewed["data"]["tls.crt"], before);
     assert_eq!(renewed["data"].get("next.crt"), None, "promoted");
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // A few lists served by the renewed certificate.
+    let promoted = reader.made();
+    common::wait_until(TIMEOUT, "3 lists after the promotion", async || {
+        reader.made() >= (promoted + 3).max(10)
+    })
+    .await;
     let (reads, failed) = reader.stop().await;
     assert!(reads >= 10, "{reads} lists");
     assert!(

@@ -2,6 +2,8 @@
 //! packed into a KindDefinition and applied, its conditions awaited.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -338,20 +340,23 @@ pub async fn wait_ready(kind: &GreetingKind, ns: &str, name: &str) {
 
 /// Lists a resource in a namespace again and again, until stopped.
 pub struct ReadsAt {
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    stop: Arc<AtomicBool>,
+    made: Arc<AtomicUsize>,
     task: tokio::task::JoinHandle<(usize, Vec<String>)>,
 }
 
 impl ReadsAt {
     pub fn start(resource: String, namespace: String) -> Self {
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let stopped = stop.clone();
+        let stop = Arc::new(AtomicBool::new(false));
+        let made = Arc::new(AtomicUsize::new(0));
+        let (stopped, counted) = (stop.clone(), made.clone());
         let task = tokio::task::spawn_blocking(move || {
             let (mut reads, mut failed) = (0, Vec::new());
-            while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+            while !stopped.load(Ordering::Relaxed) {
                 let (ok, _, err) =
                     crate::kubectl(&["get", &resource, "-n", &namespace, "-o", "name"]);
                 reads += 1;
+                counted.store(reads, Ordering::Relaxed);
                 if !ok {
                     failed.push(err);
                 }
@@ -359,12 +364,17 @@ impl ReadsAt {
             }
             (reads, failed)
         });
-        Self { stop, task }
+        Self { stop, made, task }
+    }
+
+    /// How many lists were made so far.
+    pub fn made(&self) -> usize {
+        self.made.load(Ordering::Relaxed)
     }
 
     /// How many lists were made, and the errors of those that failed.
     pub async fn stop(self) -> (usize, Vec<String>) {
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.stop.store(true, Ordering::Relaxed);
         self.task.await.expect("the reader")
     }
 }
