@@ -77,9 +77,41 @@ async fn a_definition_is_served_without_a_restart_and_a_template_change_rolls_ou
         "-n",
         &ns.name,
     ]);
+    // Another controller's finalizer holds the CRD: the definition waits
+    // for the CRD to be gone, and says so.
+    let hold = r#"{"metadata":{"finalizers":["kd-test/hold"]}}"#;
+    let (ok, _, err) = common::kubectl(&["patch", "crd", &kind.crd(), "--type=merge", "-p", hold]);
+    assert!(ok, "{err}");
+    let (ok, _, err) = common::kubectl(&["delete", "kinddefinition", &kind.name, "--wait=false"]);
+    assert!(ok, "{err}");
+    kind.wait_message("Serving", "False", "WaitingForResources", "remove the CRD")
+        .await;
+    assert!(kind.definition().is_some(), "the definition waits");
+    // Retried: the API server may take its own finalizer off meanwhile.
+    common::wait_until(TIMEOUT, "the hold released", async || {
+        release_hold(&kind.crd())
+    })
+    .await;
     kind.delete().await;
     let (crd_left, _, _) = common::kubectl(&["get", "crd", &kind.crd()]);
     assert!(!crd_left, "the CRD is removed with the last resource gone");
+}
+
+/// Takes the test's finalizer `kd-test/hold` off the CRD `crd`; whether
+/// that succeeded.
+fn release_hold(crd: &str) -> bool {
+    let (ok, out, err) = common::kubectl(&["get", "crd", crd, "-o", "json"]);
+    assert!(ok, "{err}");
+    let crd_object: Value = serde_json::from_str(&out).unwrap();
+    let finalizers = crd_object["metadata"]["finalizers"].as_array().unwrap();
+    let at = finalizers.iter().position(|f| f == "kd-test/hold").unwrap();
+    let path = format!("/metadata/finalizers/{at}");
+    let patch = json!([
+        {"op": "test", "path": path, "value": "kd-test/hold"},
+        {"op": "remove", "path": path},
+    ]);
+    let patch = patch.to_string();
+    common::kubectl(&["patch", "crd", crd, "--type=json", "-p", &patch]).0
 }
 
 /// Gives the kind's schema a field that keeps whatever it is given.

@@ -60,7 +60,7 @@ pub(super) async fn remove(
                 .await?
                 .is_some_and(|left| crds::marker(&left) == Some(name.as_str()))
             {
-                return Err(DefinitionError::CrdTerminating(crd));
+                return wait_for_crd(def, ctx, crd).await;
             }
         }
     }
@@ -98,6 +98,30 @@ async fn wait_for_resources(
     write_status(&ctx.client, def, &before, &status).await?;
     event(ctx, def, EventType::Warning, "DeletionWaits", &message).await;
     Err(DefinitionError::Waiting)
+}
+
+/// Says in status that the deletion waits for the API server to remove
+/// the CRD (within a second or two; longer if an object of the kind
+/// created meanwhile holds a finalizer of another controller).
+async fn wait_for_crd(
+    def: &DynamicObject,
+    ctx: &DefinitionContext,
+    crd: String,
+) -> Result<Action, DefinitionError> {
+    let before = status_of(def);
+    let mut status = before.clone();
+    let message = format!(
+        "the deletion waits for the API server to remove the CRD {crd} (its conditions say why it is still there)"
+    );
+    status.set(
+        ConditionType::Serving,
+        false,
+        Reason::WaitingForResources,
+        &message,
+        def.metadata.generation,
+    );
+    write_status(&ctx.client, def, &before, &status).await?;
+    Err(DefinitionError::CrdTerminating(crd))
 }
 
 /// Takes the kind's finalizer off each remaining resource: no controller
