@@ -130,7 +130,7 @@ async fn serve(def: &DynamicObject, ctx: &DefinitionContext) -> Result<Action, D
     serving_condition(ctx, def, served.as_ref(), &mut status);
     let mut migrating = false;
     if let Some(generation) = &served {
-        rights_condition(ctx, generation, &mut status).await;
+        rights_condition(ctx, &def.name_any(), generation, &mut status).await;
         // Not in the reconcile that starts serving a generation: its
         // status is written first, and the walk goes on from the next.
         let settled = before.serving_generation == Some(generation.number);
@@ -472,10 +472,15 @@ fn serving_condition(
     }
 }
 
-/// `RightsGranted`: access reviews of what the kind's overlays need, for
-/// the identity that writes its objects; `status.reach`: where that
-/// identity could write.
-async fn rights_condition(ctx: &DefinitionContext, generation: &Generation, status: &mut Status) {
+/// `RightsGranted`: access reviews of what the overlays of every kept
+/// revision need, for the identity that writes its objects;
+/// `status.reach`: where that identity could write.
+async fn rights_condition(
+    ctx: &DefinitionContext,
+    name: &str,
+    generation: &Generation,
+    status: &mut Status,
+) {
     let kind = &generation.kind;
     let number = Some(generation.number);
     let named = kind
@@ -499,13 +504,29 @@ async fn rights_condition(ctx: &DefinitionContext, generation: &Generation, stat
             return;
         }
     };
-    let rules = rbac::rules(kind, &generation.object_types);
+    let revisions = ctx.serving.revisions(name);
+    let kept: Vec<&Generation> = match &revisions {
+        Some(served) => served
+            .history
+            .revisions()
+            .iter()
+            .map(|r| &r.generation)
+            .collect(),
+        None => vec![generation],
+    };
+    // The latest first: the kind's own rules are its.
+    let all = std::iter::once(generation).chain(kept.iter().copied());
+    let rules = rbac::rules_of_revisions(all.map(|g| (&*g.kind, &g.object_types)));
+    let object_types = kept
+        .iter()
+        .flat_map(|g| g.object_types.iter().cloned())
+        .collect();
     let needed = rights::operator_rules(&rules, !matches!(writer, Writer::Operator));
     let reach = rights::reach(
         &ctx.client,
         writer.cluster_user(),
         kind.namespaced(),
-        &generation.object_types,
+        &object_types,
         &kind.file.spec.reach,
     )
     .await

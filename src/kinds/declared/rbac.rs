@@ -105,9 +105,37 @@ impl KindRules {
 
 /// The rules for `kind`, whose overlays produce `types`.
 pub fn rules(kind: &DeclaredKind, types: &BTreeSet<ObjectType>) -> KindRules {
+    rules_of_revisions([(kind, types)])
+}
+
+/// The rules for the revisions of one kind (each may serve a resource),
+/// each with the object types its overlays produce: what any of them
+/// writes or reads. Their own resources are the first revision's (every
+/// revision serves the same group and plural).
+pub fn rules_of_revisions<'a>(
+    revisions: impl IntoIterator<Item = (&'a DeclaredKind, &'a BTreeSet<ObjectType>)>,
+) -> KindRules {
+    let (mut own, mut types, mut read_types) = (Vec::new(), BTreeSet::new(), BTreeSet::new());
+    for (kind, produced) in revisions {
+        if own.is_empty() {
+            own = own_rules(&kind.resource);
+        }
+        types.extend(produced.iter().cloned());
+        read_types.extend(
+            (kind.file.spec.references.values()).map(|r| (r.api_version.clone(), r.kind.clone())),
+        );
+    }
+    KindRules {
+        own,
+        objects: by_group(&types, &OBJECT_VERBS),
+        reads: by_group(&read_types, &READ_VERBS),
+    }
+}
+
+/// The rules on a kind's own resources and their status.
+fn own_rules(resource: &ApiResource) -> Vec<Rule> {
     let strings = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-    let resource = &kind.resource;
-    let own = vec![
+    vec![
         Rule {
             api_groups: vec![resource.group.clone()],
             resources: vec![resource.plural.clone()],
@@ -118,15 +146,7 @@ pub fn rules(kind: &DeclaredKind, types: &BTreeSet<ObjectType>) -> KindRules {
             resources: vec![format!("{}/status", resource.plural)],
             verbs: strings(&["patch"]),
         },
-    ];
-    let read_types: BTreeSet<ObjectType> = (kind.file.spec.references.values())
-        .map(|r| (r.api_version.clone(), r.kind.clone()))
-        .collect();
-    KindRules {
-        own,
-        objects: by_group(types, &OBJECT_VERBS),
-        reads: by_group(&read_types, &READ_VERBS),
-    }
+    ]
 }
 
 /// One rule per API group of `types`, with `verbs`.

@@ -603,6 +603,52 @@ fn equals_compares_text() {
 }
 
 #[test]
+fn the_rbac_of_revisions_covers_what_any_of_them_writes_or_reads() {
+    let latest = load(VALID).unwrap();
+    let older = VALID.replace(
+        "reconcile: {interval: 5m}",
+        "references:\n    extra: {apiVersion: v1, kind: Service, name: web}",
+    );
+    let older = load(&older).unwrap();
+    let deployment = [json!({"apiVersion": "apps/v1", "kind": "Deployment"})];
+    let job = [json!({"apiVersion": "batch/v1", "kind": "Job"})];
+    let (latest_types, older_types) = (
+        rbac::object_types(&latest, &deployment),
+        rbac::object_types(&older, &job),
+    );
+    let rules = rbac::rules_of_revisions([(&latest, &latest_types), (&older, &older_types)]);
+    let groups = |rules: &[rbac::Rule]| -> Vec<(String, Vec<String>)> {
+        (rules.iter())
+            .map(|r| (r.api_groups.concat(), r.resources.clone()))
+            .collect()
+    };
+    assert_eq!(rules.own, rbac::rules(&latest, &latest_types).own);
+    let objects = groups(&rules.objects);
+    assert!(
+        objects.contains(&("apps".into(), vec!["deployments".into()])),
+        "{objects:?}"
+    );
+    assert!(
+        objects.contains(&("batch".into(), vec!["jobs".into()])),
+        "{objects:?}"
+    );
+    let reads = groups(&rules.reads);
+    assert!(
+        reads
+            .iter()
+            .any(|(group, resources)| group.is_empty()
+                && resources.contains(&"services".to_string())),
+        "the older revision's reference: {reads:?}"
+    );
+    let alone = groups(&rbac::rules(&latest, &latest_types).reads);
+    assert!(
+        !alone
+            .iter()
+            .any(|(_, resources)| resources.contains(&"services".to_string()))
+    );
+}
+
+#[test]
 fn the_rbac_covers_the_resources_and_what_the_overlay_produces() {
     let kind = load(VALID).unwrap();
     let base = [json!({"apiVersion": "apps/v1", "kind": "Deployment"})];
