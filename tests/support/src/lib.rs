@@ -20,7 +20,7 @@ use tokio::sync::OnceCell;
 
 pub mod sample;
 mod tokens;
-pub use tokens::{TokenKubeconfig, admin_cluster, mint_token};
+pub use tokens::TokenKubeconfig;
 
 /// The test's declared kinds (`tests/fixtures/kinds`).
 pub fn fixture_kinds() -> PathBuf {
@@ -582,7 +582,7 @@ pub fn metric_sum(text: &str, metric: &str, labels: &[&str]) -> f64 {
 /// Removes the finalizers of every resource of every kind left in
 /// `namespace`, so that deleting the namespace does not hang once the
 /// operator that would have run their cleanup is gone.
-pub fn strip_finalizers(namespace: &str) {
+pub(crate) fn strip_finalizers(namespace: &str) {
     let kinds = kustomize_operator::kinds::registry::Registry::load(&kustomize_dirs())
         .expect("the kinds load");
     for kind in kinds.all() {

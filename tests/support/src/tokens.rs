@@ -11,7 +11,7 @@ use serde_json::json;
 
 /// A token minted (TokenRequest, one hour) for the ServiceAccount `account`
 /// in `namespace`.
-pub async fn mint_token(client: &Client, namespace: &str, account: &str) -> String {
+pub(crate) async fn mint_token(client: &Client, namespace: &str, account: &str) -> String {
     let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
     let request = TokenRequest {
         spec: TokenRequestSpec {
@@ -29,7 +29,7 @@ pub async fn mint_token(client: &Client, namespace: &str, account: &str) -> Stri
 }
 
 /// The API server's URL and CA (PEM) from the admin kubeconfig's current context.
-pub fn admin_cluster() -> (String, Vec<u8>) {
+pub(crate) fn admin_cluster() -> (String, Vec<u8>) {
     let admin = kube::config::Kubeconfig::read().expect("read KUBECONFIG");
     let context = admin
         .contexts
