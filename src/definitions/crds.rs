@@ -85,14 +85,16 @@ pub async fn apply(
     Ok(())
 }
 
-/// Deletes the CRD `name` if it carries the marker of `definition`.
+/// Deletes the CRD `name` if it carries the marker of `definition`;
+/// whether the API server is still removing it (its answer to the delete
+/// is the CRD itself, not a status).
 pub async fn delete_owned(
     client: &Client,
     name: &str,
     definition: &str,
-) -> Result<(), kube::Error> {
+) -> Result<bool, kube::Error> {
     let Some(existing) = live(client, name).await? else {
-        return Ok(());
+        return Ok(false);
     };
     if marker(&existing) != Some(definition) {
         tracing::info!(
@@ -100,12 +102,12 @@ pub async fn delete_owned(
             definition,
             "the CRD is not this definition's: left in place"
         );
-        return Ok(());
+        return Ok(false);
     }
     let api = Api::<CustomResourceDefinition>::all(client.clone());
     match api.delete(name, &DeleteParams::default()).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Ok(answer) => Ok(answer.is_left()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(false),
         Err(e) => Err(e),
     }
 }

@@ -55,11 +55,7 @@ pub(super) async fn remove(
         ctx.serving.stop(&name).await;
         if let Some(kind) = &kind {
             let crd = format!("{}.{}", kind.plural, kind.group);
-            crds::delete_owned(&ctx.client, &crd, &name).await?;
-            if crds::live(&ctx.client, &crd)
-                .await?
-                .is_some_and(|left| crds::marker(&left) == Some(name.as_str()))
-            {
+            if crds::delete_owned(&ctx.client, &crd, &name).await? {
                 return wait_for_crd(def, ctx, crd).await;
             }
         }
