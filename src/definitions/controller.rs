@@ -505,18 +505,12 @@ async fn rights_condition(
         }
     };
     let revisions = ctx.serving.revisions(name);
-    let kept: Vec<&Generation> = match &revisions {
-        Some(served) => served
-            .history
-            .revisions()
-            .iter()
-            .map(|r| &r.generation)
-            .collect(),
-        None => vec![generation],
-    };
+    let history = revisions.iter().flat_map(|r| r.history.revisions());
     // The latest first: the kind's own rules are its.
-    let all = std::iter::once(generation).chain(kept.iter().copied());
-    let rules = rbac::rules_of_revisions(all.map(|g| (&*g.kind, &g.object_types)));
+    let kept: Vec<&Generation> = std::iter::once(generation)
+        .chain(history.map(|r| &r.generation))
+        .collect();
+    let rules = rbac::rules_of_revisions(kept.iter().map(|g| (&*g.kind, &g.object_types)));
     let object_types = kept
         .iter()
         .flat_map(|g| g.object_types.iter().cloned())
