@@ -175,23 +175,7 @@ spec:
 
 /// The `render` flags, reading kinds from `dir` only.
 fn render_args_for(dir: &std::path::Path) -> kustomize_operator::cli::CommonArgs {
-    use clap::Parser;
-    use kustomize_operator::cli::{Cli, Command};
-    let dir = dir.display().to_string();
-    let argv = [
-        "kustomize-operator",
-        "render",
-        "-f",
-        "-",
-        "--out",
-        "-",
-        "--kustomize-dir",
-        &dir,
-    ];
-    match Cli::parse_from(argv).command {
-        Command::Render(args) => *args.common,
-        _ => unreachable!(),
-    }
+    common::render_args_with(&dir.display().to_string())
 }
 
 /// A spec string meant to add a JSON-patch operation (or YAML keys) stays

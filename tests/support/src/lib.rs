@@ -350,6 +350,11 @@ pub fn render_args() -> kustomize_operator::cli::CommonArgs {
         repo().join("kustomize").display(),
         fixture_kinds().display()
     );
+    render_args_with(&kustomize)
+}
+
+/// The flags `render` sees with `--kustomize-dir kustomize_dirs`.
+pub fn render_args_with(kustomize_dirs: &str) -> kustomize_operator::cli::CommonArgs {
     let argv = [
         "kustomize-operator",
         "render",
@@ -358,7 +363,7 @@ pub fn render_args() -> kustomize_operator::cli::CommonArgs {
         "--out",
         "-",
         "--kustomize-dir",
-        &kustomize,
+        kustomize_dirs,
     ];
     match Cli::parse_from(argv).command {
         Command::Render(args) => *args.common,
