@@ -1156,13 +1156,14 @@ async fn a_change_reaches_the_canary_first_all_on_promote_and_a_rollback_renders
         operator.log_tail()
     );
 
-    // Promoted: all but the pinned one move to revision 2.
-    roll_out(&kind, json!({"stable": 2, "canary": null}));
+    // Promoted: all but the pinned one move to revision 2 (revision 1,
+    // neither stable nor latest now, may be pinned only when named so).
+    roll_out(&kind, json!({"stable": 2, "canary": null, "pinnable": [1]}));
     let promoted = [("stable", 2), ("canary", 2), ("pinned", 1)];
     wait_revisions(&kind, &ns.name, &promoted, "1:1 2:2").await;
 
     // Rolled back: revision 1 renders what it rendered, byte for byte.
-    roll_out(&kind, json!({"stable": 1}));
+    roll_out(&kind, json!({"stable": 1, "pinnable": null}));
     wait_revisions(&kind, &ns.name, &all_on_1, "1:3").await;
     assert_eq!(["stable", "canary"].map(digest).to_vec(), before);
 

@@ -715,7 +715,23 @@ fn the_copyrator_namespaces_overlay_grants_secrets_only_in_its_list() {
             .any(|d| d["metadata"]["name"] == "kustomize-operator-copyrator"),
         "the cluster-wide copyrator role and binding are removed"
     );
-    let secret_roles = roles_granting_secrets(&docs);
+    let mut secret_roles = roles_granting_secrets(&docs);
+    // Besides the copies: the key that signs the definitions' revisions,
+    // in the operator's own namespace (that one Secret read by name, and
+    // made: create cannot be limited to a name).
+    let revisions = find(&docs, "Role", "kustomize-operator-revisions");
+    let on_secrets: Vec<&Value> = (revisions["rules"].as_array().unwrap().iter())
+        .filter(|r| r["resources"] == serde_json::json!(["secrets"]))
+        .collect();
+    assert_eq!(
+        on_secrets,
+        [
+            &serde_json::json!({"apiGroups": [""], "resources": ["secrets"],
+                                "resourceNames": ["kustomize-operator-revisions"], "verbs": ["get"]}),
+            &serde_json::json!({"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]}),
+        ]
+    );
+    assert!(secret_roles.remove("kustomize-operator-revisions"));
     assert!(!secret_roles.is_empty());
     let mut granted = BTreeSet::new();
     for binding in docs.iter().filter(|d| binds_operator(d)) {

@@ -33,7 +33,6 @@ use super::{deletion, rights, rollout};
 use crate::engine::host::{guarded, stopped_before_first_list};
 use crate::kind::EventType;
 use crate::kinds::declared::rbac;
-use crate::kinds::declared::rollout::NotKept;
 use kube::runtime::finalizer::Event as FinalizerEvent;
 
 /// How soon a definition is looked at again when all is well (rights
@@ -139,7 +138,7 @@ async fn serve(def: &DynamicObject, ctx: &DefinitionContext) -> Result<Action, D
         } else if !settled {
             migrating = true;
         }
-        rollout::status(ctx, &def.name_any(), &mut status);
+        rollout::status(ctx, &def.name_any(), &mut status, def.metadata.generation);
         status.resources = match ctx.serving.resources(&def.name_any()) {
             Some(counted) => Some(counted),
             None => count(&ctx.client, &generation.kind.resource)
@@ -218,27 +217,28 @@ async fn accept(def: &DynamicObject, ctx: &DefinitionContext, status: &mut Statu
                 );
                 match rollout::serve(ctx, def, generation).await {
                     Ok(()) => event(ctx, def, EventType::Normal, "Serving", &note).await,
-                    Err(not_kept) => not_served(ctx, def, status, &not_kept, number).await,
+                    Err(refused) => not_served(ctx, def, status, &refused, number).await,
                 }
             }
         }
     }
 }
 
-/// `Accepted=False`: the generation is valid but its rollout names a
-/// revision not kept; what served before goes on serving.
+/// `Accepted=False`: the generation is valid but its rollout's stable
+/// revision cannot serve (not kept, refused at restore, withdrawn); what
+/// served before goes on serving.
 async fn not_served(
     ctx: &DefinitionContext,
     def: &DynamicObject,
     status: &mut Status,
-    not_kept: &NotKept,
+    refused: &rollout::NotServed,
     number: Option<i64>,
 ) {
-    let message = format!("{not_kept}; what served before keeps serving");
+    let message = refused.to_string();
     let told = status
         .condition(ConditionType::Accepted)
         .is_some_and(|c| c.message == message && c.observed_generation == number);
-    let reason = Reason::RevisionNotKept;
+    let reason = refused.error.reason();
     status.set(ConditionType::Accepted, false, reason, &message, number);
     if !told {
         event(ctx, def, EventType::Warning, "Rejected", &message).await;

@@ -16,6 +16,7 @@
 //! - `deletion`: its deletion;
 //! - [`revisions`]: every accepted change of its files, kept;
 //! - `rollout`: which revision serves whom, and what its status says;
+//! - [`signing`]: the key that signs the revisions kept in the cluster;
 //! - `writes`: its status, finalizer and events.
 
 mod context;
@@ -29,6 +30,7 @@ pub mod revisions;
 pub mod rights;
 mod rollout;
 mod serving;
+pub mod signing;
 mod writes;
 
 use std::path::PathBuf;

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use crate::engine::host::{ConditionStatus, ConditionUpdate, set_condition};
 pub use crate::kind::{Condition, ConditionType, Reason};
 use crate::kinds::declared::file::KindSpec;
-use crate::kinds::declared::rollout::RolloutSpec;
+use crate::kinds::declared::rollout::{KEPT_MAX, RolloutSpec};
 
 /// The API group.
 pub const GROUP: &str = "kustomize-operator.io";
@@ -143,10 +143,18 @@ pub struct Status {
     /// The revisions kept, oldest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub revisions: Vec<RevisionStatus>,
+    /// The revisions a resource may pin now (the label
+    /// `kustomize-operator.io/revision`): the stable, the latest and those
+    /// `spec.rollout.pinnable` names, none withdrawn. The admission guard
+    /// reads it; the operator decides from the spec.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = KEPT_MAX))]
+    pub pinnable: Vec<u32>,
     /// How many resources each revision serves (`1:99 2:1`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_revisions: Option<String>,
-    /// `Accepted`, `CRDEstablished`, `RightsGranted`, `Serving`.
+    /// `Accepted`, `CRDEstablished`, `RightsGranted`, `Serving`,
+    /// `StorageMigrated`, `RevisionsVerified`.
     #[serde(default)]
     pub conditions: Vec<Condition>,
 }
@@ -157,7 +165,8 @@ pub struct Status {
 pub struct RevisionStatus {
     /// Its number, from 1.
     pub revision: u32,
-    /// The sha256 of its kind and files.
+    /// The sha256 of its kind and files (hex, whole): a restarted
+    /// operator serves a kept revision only if it is recorded here.
     pub digest: String,
     /// The definition's generation it was accepted at.
     pub generation: i64,

@@ -1,18 +1,22 @@
 //! Which revision of a definition serves whom. An accepted generation is
 //! added to the definition's revisions (restored from the cluster first,
-//! after a restart) and served by the rule its `spec.rollout` gives; the
-//! status says which revisions are kept and how many resources each
-//! serves.
+//! after a restart, each checked: only those the operator signed and
+//! recorded are served) and served by the rule its `spec.rollout` gives;
+//! the status says which revisions are kept, which may be pinned, how many
+//! resources each serves, and which stored ones were refused.
 
 use kube::ResourceExt;
 use kube::api::DynamicObject;
 
-use super::context::DefinitionContext;
+use super::context::{DefinitionContext, NAMES_SHOWN};
 use super::generation::{self, Generation, Rejection};
-use super::resource::Status;
-use super::revisions::{self, History, Revision, Stored};
+use super::resource::{ConditionType, Reason, Status};
+use super::revisions::{self, History, Refused, Revision, Stored, Tampered};
+use super::serving::Revisions;
+use super::writes::{event, status_of};
+use crate::kind::EventType;
 use crate::kinds::declared::pack::ROLLOUT_FIELD;
-use crate::kinds::declared::rollout::{NotKept, RolloutSpec};
+use crate::kinds::declared::rollout::{RolloutError, RolloutSpec};
 
 /// The rollout `def` asks for (none: every resource on the latest).
 pub fn spec_of(def: &DynamicObject) -> RolloutSpec {
@@ -21,29 +25,67 @@ pub fn spec_of(def: &DynamicObject) -> RolloutSpec {
         .unwrap_or_default()
 }
 
+/// A rollout that cannot serve, and what serves meanwhile.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{error}; {}", meanwhile(*.stable_before))]
+pub struct NotServed {
+    /// Why.
+    pub error: RolloutError,
+    /// The stable revision of what goes on serving (`None`: nothing was
+    /// served since the operator started).
+    pub stable_before: Option<u32>,
+}
+
+fn meanwhile(stable_before: Option<u32>) -> String {
+    match stable_before {
+        Some(n) => format!("what served before keeps serving (stable revision {n})"),
+        None => "the kind is not served until the rollout names a revision that may serve".into(),
+    }
+}
+
 /// Adds `generation` to the revisions of `def` and serves them, each
 /// resource by the revision its rollout chooses; keeps the new revision
-/// and deletes those dropped. Changes nothing when the rollout names a
-/// revision that is not kept.
+/// and deletes those dropped. Changes nothing when the rollout's stable
+/// revision is not kept, was refused at restore, or is withdrawn.
 pub async fn serve(
     ctx: &DefinitionContext,
     def: &DynamicObject,
     generation: Generation,
-) -> Result<(), NotKept> {
+) -> Result<(), NotServed> {
     let name = def.name_any();
     let spec = spec_of(def);
-    let mut history = match ctx.serving.revisions(&name) {
-        Some(served) => served.history,
+    let before = ctx.serving.revisions(&name);
+    let mut history = match &before {
+        Some(served) => served.history.clone(),
         None => restore(ctx, def).await,
     };
     let dropped = history.add(generation.clone(), spec.keep(), spec.stable);
-    let latest = history.latest().cloned();
-    ctx.serving.serve(&name, generation, history, spec).await?;
+    let served = (ctx.serving)
+        .serve(&name, generation, history.clone(), spec.clone())
+        .await;
+    if let Err(error) = served {
+        let stable_before = before.map(|b| b.rollout.stable());
+        return Err(NotServed {
+            error,
+            stable_before,
+        });
+    }
+    if let Some(before) = &before {
+        tell_withdrawn(ctx, def, before, &spec).await;
+    }
+    keep(ctx, def, &history, dropped).await;
+    Ok(())
+}
+
+/// Writes the latest revision of `history` to the cluster, signed, and
+/// deletes those `dropped`.
+async fn keep(ctx: &DefinitionContext, def: &DynamicObject, history: &History, dropped: Vec<u32>) {
     let Some(store) = &ctx.store else {
-        return Ok(());
+        return;
     };
-    if let Some(latest) = latest
-        && let Err(e) = store.save(def, &latest, &def.data["spec"]).await
+    let name = def.name_any();
+    if let Some(latest) = history.latest()
+        && let Err(e) = store.save(def, latest, &def.data["spec"]).await
     {
         tracing::warn!(definition = %name, revision = latest.number, error = %e, "cannot keep the revision: a restart will not serve it");
     }
@@ -52,11 +94,40 @@ pub async fn serve(
             tracing::warn!(definition = %name, revision = number, error = %e, "cannot delete a revision no longer kept");
         }
     }
-    Ok(())
 }
 
-/// The revisions kept for `def` in the cluster, each checked again (one
-/// that no longer loads is left out, and said in the log).
+/// Tells, on the definition, of each kept revision `spec` withdraws that
+/// was not withdrawn `before`: how many resources it served move to the
+/// stable one.
+async fn tell_withdrawn(
+    ctx: &DefinitionContext,
+    def: &DynamicObject,
+    before: &Revisions,
+    spec: &RolloutSpec,
+) {
+    let Some(now) = ctx.serving.revisions(&def.name_any()) else {
+        return;
+    };
+    let counts = before.rollout.counts();
+    let was = before.spec.withdrawn();
+    let kept = now.history.kinds();
+    for number in spec.withdrawn().difference(&was) {
+        if !kept.contains_key(number) {
+            continue;
+        }
+        let serving = counts.get(number).copied().unwrap_or_default();
+        let note = format!(
+            "revision {number} is withdrawn: the {serving} resource(s) it served move to the stable revision {}; it may no longer be pinned or made stable",
+            now.rollout.stable()
+        );
+        event(ctx, def, EventType::Normal, "RevisionWithdrawn", &note).await;
+    }
+}
+
+/// The revisions kept for `def` in the cluster, each checked again: the
+/// digest of its spec is the one it claims, the operator's key signed it,
+/// the definition's status records it, and it loads. Any other is
+/// refused: said in an event and the log, and never served.
 async fn restore(ctx: &DefinitionContext, def: &DynamicObject) -> History {
     let Some(store) = &ctx.store else {
         return History::default();
@@ -68,21 +139,56 @@ async fn restore(ctx: &DefinitionContext, def: &DynamicObject) -> History {
             return History::default();
         }
     };
-    let mut kept = Vec::new();
+    let recorded = status_of(def).revisions;
+    let uid = def.uid().unwrap_or_default();
+    let signer = store.signer().await;
+    let (mut kept, mut refused) = (Vec::new(), Vec::new());
     for revision in stored {
-        match rebuild(ctx, def, &revision).await {
+        let checked = match &signer {
+            Ok(signer) => revisions::verify(&revision, &uid, &recorded, signer),
+            Err(e) => Err(Tampered::NoKey(e.to_string())),
+        };
+        let loaded = match checked {
+            Ok(()) => (rebuild(ctx, def, &revision).await)
+                .map_err(|e| Tampered::DoesNotLoad(e.to_string())),
+            Err(why) => Err(why),
+        };
+        match loaded {
             Ok(generation) => kept.push(Revision {
                 number: revision.number,
                 generation,
             }),
-            Err(e) => {
-                tracing::warn!(definition = %def.name_any(), revision = revision.number, error = %e, "a kept revision does not load: left out");
+            Err(why) => {
+                let refusal = Refused {
+                    name: revision.name,
+                    number: revision.number,
+                    why,
+                };
+                tracing::warn!(definition = %def.name_any(), revision = refusal.number, reason = %refusal.why, "a kept revision is refused: never served");
+                // One event each, up to a few: whoever writes many forged
+                // ones gets no flood (the condition counts them all).
+                if refused.len() < NAMES_SHOWN {
+                    let note = refused_note(store, &refusal);
+                    event(ctx, def, EventType::Warning, "RevisionRefused", &note).await;
+                }
+                refused.push(refusal);
             }
         }
     }
     let numbers: Vec<u32> = kept.iter().map(|r| r.number).collect();
-    tracing::info!(definition = %def.name_any(), revisions = ?numbers, "restored the kept revisions");
-    History::from_revisions(kept)
+    let refused_numbers: Vec<u32> = refused.iter().map(|r| r.number).collect();
+    tracing::info!(definition = %def.name_any(), revisions = ?numbers, refused = ?refused_numbers, "restored the kept revisions");
+    History::from_revisions(kept, refused)
+}
+
+/// `revision 7 (ControllerRevision ns/kinddefinition-x-7): why`.
+fn refused_note(store: &revisions::Store, refused: &Refused) -> String {
+    format!(
+        "revision {} (ControllerRevision {}) is refused and never served: {}",
+        refused.number,
+        store.path(&refused.name),
+        refused.why
+    )
 }
 
 /// The generation of a kept revision, loaded as when it was accepted.
@@ -100,9 +206,10 @@ async fn rebuild(
     Ok(generation)
 }
 
-/// The revisions of `name` in its status: the latest, the stable, each
-/// kept one with how many resources it serves.
-pub fn status(ctx: &DefinitionContext, name: &str, status: &mut Status) {
+/// The revisions of `name` in its status: the latest, the stable, those a
+/// resource may pin, each kept one with how many resources it serves;
+/// and, where revisions are kept in the cluster, `RevisionsVerified`.
+pub fn status(ctx: &DefinitionContext, name: &str, status: &mut Status, number: Option<i64>) {
     let Some(served) = ctx.serving.revisions(name) else {
         return;
     };
@@ -110,5 +217,53 @@ pub fn status(ctx: &DefinitionContext, name: &str, status: &mut Status) {
     status.revision = served.history.latest().map(|r| r.number);
     status.stable_revision = Some(served.rollout.stable());
     status.revisions = served.history.status(&counts);
+    status.pinnable = served.rollout.pinnable();
     status.on_revisions = Some(revisions::on_revisions(&counts)).filter(|s| !s.is_empty());
+    if let Some(store) = &ctx.store {
+        verified_condition(store, &served.history, status, number);
+    }
+}
+
+/// `RevisionsVerified`: whether a stored revision was refused at restore.
+fn verified_condition(
+    store: &revisions::Store,
+    history: &History,
+    status: &mut Status,
+    number: Option<i64>,
+) {
+    let refused = history.refused();
+    if refused.is_empty() {
+        let kept: Vec<String> = (history.revisions().iter())
+            .map(|r| r.number.to_string())
+            .collect();
+        let message = format!(
+            "every kept revision ({}) is one this operator signed and recorded",
+            kept.join(", ")
+        );
+        status.set(
+            ConditionType::RevisionsVerified,
+            true,
+            Reason::Verified,
+            &message,
+            number,
+        );
+        return;
+    }
+    let mut notes: Vec<String> = (refused.iter().take(NAMES_SHOWN))
+        .map(|r| refused_note(store, r))
+        .collect();
+    if refused.len() > NAMES_SHOWN {
+        notes.push(format!("and {} more", refused.len() - NAMES_SHOWN));
+    }
+    let message = format!(
+        "{}; delete what this operator did not write (a refused revision stays unserved)",
+        notes.join("; ")
+    );
+    status.set(
+        ConditionType::RevisionsVerified,
+        false,
+        Reason::RevisionRefused,
+        &message,
+        number,
+    );
 }

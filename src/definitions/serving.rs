@@ -17,7 +17,7 @@ use super::generation::{Generation, Taken};
 use super::revisions::History;
 use crate::engine::host::{Dynamic, OnCount};
 use crate::kinds::declared::DeclaredHandler;
-use crate::kinds::declared::rollout::{NotKept, OnMove, Rollout, RolloutSpec};
+use crate::kinds::declared::rollout::{OnMove, Rollout, RolloutError, RolloutSpec};
 
 /// Every kind served from a definition, by definition name.
 pub struct Serving {
@@ -121,18 +121,20 @@ impl Serving {
 
     /// Serves `generation` for `name`, the latest of `history`, each
     /// resource by the revision `spec` chooses, in place of what served
-    /// before. Fails (and changes nothing) when `spec` names a revision
-    /// `history` does not keep.
+    /// before. Fails (and changes nothing) when the stable revision `spec`
+    /// names is not kept, refused at restore or withdrawn.
     pub async fn serve(
         &self,
         name: &str,
         generation: Generation,
         history: History,
         spec: RolloutSpec,
-    ) -> Result<(), NotKept> {
+    ) -> Result<(), RolloutError> {
         let nudge = self.nudge(name);
         let moved: OnMove = nudge.clone();
-        let rollout = Arc::new(Rollout::new(history.kinds(), &spec, Some(moved))?);
+        let refused = history.refused_numbers();
+        let rollout = Rollout::new(history.kinds(), &spec, &refused, Some(moved))?;
+        let rollout = Arc::new(rollout);
         let revisions = Revisions {
             history,
             spec,

@@ -57,6 +57,9 @@ pub enum ConditionType {
     /// Every resource of a defined kind is stored at its storage version,
     /// and the CRD lists no other as stored.
     StorageMigrated,
+    /// Every revision a definition keeps in the cluster, restored at start,
+    /// is one the operator recorded (its digest and signature).
+    RevisionsVerified,
     /// A condition this version does not maintain (written by another version).
     #[serde(other)]
     Other,
@@ -72,7 +75,8 @@ impl ConditionType {
             | Self::CrdEstablished
             | Self::RightsGranted
             | Self::Serving
-            | Self::StorageMigrated => DEFINITION_MESSAGE_LIMIT,
+            | Self::StorageMigrated
+            | Self::RevisionsVerified => DEFINITION_MESSAGE_LIMIT,
             Self::Ready | Self::Reconciling | Self::Stalled | Self::Other => MESSAGE_LIMIT,
         }
     }
@@ -153,6 +157,13 @@ pub enum Reason {
     BaseFailed,
     /// A definition's rollout names a revision it does not keep.
     RevisionNotKept,
+    /// A definition's rollout names a revision the operator refused when
+    /// it restored it (its content is not what the operator kept).
+    RevisionRefused,
+    /// A definition's rollout makes a withdrawn revision stable.
+    RevisionWithdrawn,
+    /// Every revision a definition keeps is one the operator recorded.
+    Verified,
     /// A definition's CRD is established.
     Established,
     /// A definition's CRD is applied but not (yet) established.
@@ -213,6 +224,9 @@ impl Reason {
             Self::BreakingChange => "BreakingChange",
             Self::BaseFailed => "BaseFailed",
             Self::RevisionNotKept => "RevisionNotKept",
+            Self::RevisionRefused => "RevisionRefused",
+            Self::RevisionWithdrawn => "RevisionWithdrawn",
+            Self::Verified => "Verified",
             Self::Established => "Established",
             Self::NotEstablished => "NotEstablished",
             Self::CrdNotOwned => "CrdNotOwned",

@@ -19,8 +19,8 @@ use super::recipe::Wanted;
 use super::references::{self, Readers};
 use super::rollout::Rollout;
 use crate::kind::{
-    Beyond, CommonStatus, Deletion, FromObjects, Handler, HandlerError, Inventory, KindInfo,
-    KustomizeDir, ObjectId, Plan, Policy, Reach, ReadAs, Reason,
+    Beyond, CommonStatus, Deletion, EventType, FromObjects, Handler, HandlerError, Inventory,
+    KindInfo, KustomizeDir, ObjectId, Plan, PlannedEvent, Policy, Reach, ReadAs, Reason,
 };
 
 /// The finalizer the resources of a declared kind of API group `group`
@@ -210,11 +210,24 @@ impl Handler for DeclaredHandler {
         let mut overlay = (kind.recipe).overlay(kind.name(), &kind.file.spec, resource, read)?;
         // A Secret's data may be anywhere in it now: never kept on disk.
         overlay.sensitive |= (kind.file.spec.references.values()).any(|r| r.kind == "Secret");
+        let mut events = Vec::new();
         if let (Some(rollout), Some(revision)) = (&self.rollout, revision) {
             rollout.record(key(resource), revision);
+            // Told once, when the move is applied.
+            events.extend(
+                rollout
+                    .withdrawn_pin(resource.labels())
+                    .map(|note| PlannedEvent {
+                        type_: EventType::Warning,
+                        reason: "RevisionWithdrawn",
+                        note,
+                        related: None,
+                    }),
+            );
         }
         Ok(Plan {
             requeue_after: kind.interval,
+            events,
             ..Plan::apply(overlay)
         })
     }

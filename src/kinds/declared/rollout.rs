@@ -1,17 +1,24 @@
 //! Revisions of a kind defined in the cluster, and which one serves each
 //! resource. Every accepted change of a definition's files is a revision
 //! (numbered from 1); the definition's `rollout` says which revision is
-//! stable and which resources try the latest first:
+//! stable, which resources try the latest first, which may be pinned and
+//! which are withdrawn:
 //!
-//! 1. a resource labelled [`PIN_LABEL`] is served by that revision;
-//! 2. one carrying every `canary` label, by the latest;
-//! 3. every other one, by `stable` (default: the latest).
+//! 1. a resource labelled [`PIN_LABEL`] is served by that revision when
+//!    the definition lets resources pin it (the stable, the latest, and
+//!    those `pinnable` names); by the stable one when the revision it names
+//!    is withdrawn; any other pin is refused ([`RolloutError`]: the resource
+//!    is `InvalidSpec` and nothing is applied for it);
+//! 2. one carrying every `canary` label, by the latest (by the stable one
+//!    when the latest is withdrawn);
+//! 3. every other one, by `stable` (default: the latest), which must be
+//!    kept and not withdrawn.
 //!
 //! A revision is the whole kind as it was accepted (its templates, recipe
 //! and expressions), so a resource moved back to it renders byte for byte
 //! what it rendered then.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use schemars::JsonSchema;
@@ -19,6 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use super::DeclaredKind;
 use super::references::Key;
+use crate::kind::Reason;
 
 /// The label that pins a resource to one revision of its definition
 /// (`"3"`).
@@ -28,13 +36,21 @@ pub const PIN_LABEL: &str = "kustomize-operator.io/revision";
 pub const KEEP_DEFAULT: u32 = 5;
 /// The most revisions a definition may keep.
 pub const KEEP_MAX: u32 = 10;
+/// The most revisions a definition holds: `keep`, and the stable one
+/// beyond them.
+pub const KEPT_MAX: usize = KEEP_MAX as usize + 1;
+/// The most revisions `pinnable` may name (no more are kept).
+pub const PINNABLE_MAX: usize = KEPT_MAX;
+/// The most revisions `withdrawn` may name.
+pub const WITHDRAWN_MAX: usize = 64;
 
 /// A definition's `spec.rollout`: which revision serves which resources.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RolloutSpec {
     /// The revision serving every resource neither pinned nor in the
-    /// canary (default: the latest). An older kept revision rolls back.
+    /// canary (default: the latest). An older kept revision rolls back;
+    /// a withdrawn one is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub stable: Option<u32>,
@@ -46,6 +62,36 @@ pub struct RolloutSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = KEEP_MAX))]
     pub keep: Option<u32>,
+    /// Kept revisions a resource may pin (the label
+    /// `kustomize-operator.io/revision`) besides the stable and the latest,
+    /// which it always may. A pin naming any other is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = PINNABLE_MAX), inner(range(min = 1)))]
+    pub pinnable: Option<Vec<u32>>,
+    /// Revisions that serve no resource any more: the resources pinned to
+    /// one are served by the stable revision, the canary by the stable one
+    /// when the latest is withdrawn; none may be pinned or made stable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = WITHDRAWN_MAX), inner(range(min = 1)))]
+    pub withdrawn: Option<Vec<u32>>,
+    /// Who may set or change a pin: `Anyone` who may write the resource
+    /// (default), or only those `Granted` the verb `pin` on this
+    /// KindDefinition. Checked by the admission guard
+    /// (deploy/admission/revision.yaml): the operator does not see who set
+    /// a label.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pin_by: Option<PinBy>,
+}
+
+/// Who may set or change a resource's pin.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum PinBy {
+    /// Whoever may write the resource.
+    #[default]
+    Anyone,
+    /// Only those granted the verb `pin` on the KindDefinition (RBAC:
+    /// `resources: [kinddefinitions]`, `resourceNames: [<definition>]`).
+    Granted,
 }
 
 impl RolloutSpec {
@@ -53,20 +99,81 @@ impl RolloutSpec {
     pub fn keep(&self) -> u32 {
         self.keep.unwrap_or(KEEP_DEFAULT).clamp(1, KEEP_MAX)
     }
+
+    /// The revisions withdrawn.
+    pub fn withdrawn(&self) -> BTreeSet<u32> {
+        self.withdrawn.iter().flatten().copied().collect()
+    }
 }
 
-/// A pinned or stable revision that is not kept.
+/// Why a rollout, or a resource's pin, names a revision that cannot serve.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{what} is not a kept revision (kept: {})", kept_list(.kept))]
-pub struct NotKept {
-    /// What asked for it (`the label kustomize-operator.io/revision=9`).
-    pub what: String,
-    /// The revisions kept.
-    pub kept: Vec<u32>,
+pub enum RolloutError {
+    /// It names no kept revision.
+    #[error("{what} is not a kept revision (kept: {})", list(.kept))]
+    NotKept {
+        /// What asked for it (`the label kustomize-operator.io/revision="9"`).
+        what: String,
+        /// The revisions kept.
+        kept: Vec<u32>,
+    },
+    /// It names a revision refused when the operator restored it.
+    #[error(
+        "{what} names revision {number}, which the operator refused when it restored the kept revisions ({why}); it is never served"
+    )]
+    Refused {
+        /// What asked for it.
+        what: String,
+        /// The revision.
+        number: u32,
+        /// Why it was refused.
+        why: String,
+    },
+    /// The stable revision is withdrawn.
+    #[error(
+        "{what} is withdrawn (spec.rollout.withdrawn); the stable revision must be kept and not withdrawn: {}",
+        list(.servable)
+    )]
+    Withdrawn {
+        /// What asked for it.
+        what: String,
+        /// The revisions kept and not withdrawn.
+        servable: Vec<u32>,
+    },
+    /// A pin the definition does not allow.
+    #[error(
+        "{what} pins revision {number}, which this kind's definition does not let resources pin (pinnable: {}: the stable and the latest revisions, and those spec.rollout.pinnable names); nothing is applied until the label names one of those or goes",
+        list(.pinnable)
+    )]
+    NotPinnable {
+        /// The label.
+        what: String,
+        /// The revision it names.
+        number: u32,
+        /// The revisions a resource may pin.
+        pinnable: Vec<u32>,
+    },
 }
 
-fn kept_list(kept: &[u32]) -> String {
-    let numbers: Vec<String> = kept.iter().map(ToString::to_string).collect();
+impl RolloutError {
+    /// The reason of the definition's `Accepted=False` when its rollout
+    /// names such a revision.
+    pub fn reason(&self) -> Reason {
+        match self {
+            Self::NotKept { .. } => Reason::RevisionNotKept,
+            Self::Refused { .. } => Reason::RevisionRefused,
+            Self::Withdrawn { .. } => Reason::RevisionWithdrawn,
+            Self::NotPinnable { .. } => Reason::InvalidSpec,
+        }
+    }
+}
+
+/// `1, 2, 3` (`none` for no revision).
+fn list(numbers: &[u32]) -> String {
+    if numbers.is_empty() {
+        return "none".into();
+    }
+    let numbers: Vec<String> = numbers.iter().map(ToString::to_string).collect();
     numbers.join(", ")
 }
 
@@ -80,6 +187,12 @@ pub struct Rollout {
     latest: u32,
     stable: u32,
     canary: BTreeMap<String, String>,
+    /// The kept revisions a pin may name.
+    pinnable: BTreeSet<u32>,
+    /// The kept revisions withdrawn.
+    withdrawn: BTreeSet<u32>,
+    /// Revisions refused when they were restored (none of them kept), and why.
+    refused: BTreeMap<u32, String>,
     on: Mutex<HashMap<Key, u32>>,
     moved: Option<OnMove>,
 }
@@ -91,31 +204,60 @@ impl std::fmt::Debug for Rollout {
             .field("latest", &self.latest)
             .field("stable", &self.stable)
             .field("canary", &self.canary)
+            .field("pinnable", &self.pinnable)
+            .field("withdrawn", &self.withdrawn)
+            .field("refused", &self.refused.keys().collect::<Vec<_>>())
             .finish_non_exhaustive()
     }
 }
 
 impl Rollout {
-    /// The rule of `spec` over the kept `revisions` (by number; not empty).
-    /// Fails when `spec.stable` is not kept.
+    /// The rule of `spec` over the kept `revisions` (by number; not
+    /// empty), those `refused` at restore (by number, why) named when
+    /// something asks for them. Fails when the stable revision is not
+    /// kept, or withdrawn.
     pub fn new(
         revisions: BTreeMap<u32, Arc<DeclaredKind>>,
         spec: &RolloutSpec,
+        refused: &BTreeMap<u32, String>,
         moved: Option<OnMove>,
-    ) -> Result<Self, NotKept> {
+    ) -> Result<Self, RolloutError> {
         let latest = revisions.keys().next_back().copied().unwrap_or_default();
         let stable = spec.stable.unwrap_or(latest);
-        if !revisions.contains_key(&stable) {
-            return Err(NotKept {
-                what: format!("spec.rollout.stable {stable}"),
-                kept: revisions.keys().copied().collect(),
-            });
+        let kept = |n: &u32| revisions.contains_key(n);
+        let withdrawn: BTreeSet<u32> = spec.withdrawn().into_iter().filter(kept).collect();
+        let refused: BTreeMap<u32, String> = (refused.iter())
+            .filter(|(n, _)| !kept(n))
+            .map(|(n, why)| (*n, why.clone()))
+            .collect();
+        let what = match spec.stable {
+            Some(stable) => format!("spec.rollout.stable {stable}"),
+            None => {
+                format!("the stable revision {stable} (the latest: spec.rollout.stable is unset)")
+            }
+        };
+        if !kept(&stable) {
+            return Err(missing(&revisions, &refused, what, Some(stable)));
         }
+        if withdrawn.contains(&stable) {
+            let servable = (revisions.keys())
+                .filter(|n| !withdrawn.contains(n))
+                .copied()
+                .collect();
+            return Err(RolloutError::Withdrawn { what, servable });
+        }
+        let named = spec.pinnable.iter().flatten().copied();
+        let pinnable = ([stable, latest].into_iter().chain(named))
+            .filter(|n| kept(n) && !withdrawn.contains(n))
+            .collect();
         Ok(Self {
             revisions,
             latest,
             stable,
             canary: spec.canary.clone().unwrap_or_default(),
+            pinnable,
+            withdrawn,
+            refused,
             on: Mutex::default(),
             moved,
         })
@@ -132,7 +274,8 @@ impl Rollout {
     }
 
     /// Every kept revision, oldest first: each may serve a resource (the
-    /// stable one, the latest for the canary, any for a pinned resource).
+    /// stable one, the latest for the canary, a pinnable one for a pinned
+    /// resource).
     pub fn kinds(&self) -> impl Iterator<Item = &Arc<DeclaredKind>> {
         self.revisions.values()
     }
@@ -142,29 +285,62 @@ impl Rollout {
         self.stable
     }
 
+    /// The revisions a resource may pin now, oldest first.
+    pub fn pinnable(&self) -> Vec<u32> {
+        self.pinnable.iter().copied().collect()
+    }
+
     /// The revision serving a resource with these labels.
     pub fn choose(
         &self,
         labels: &BTreeMap<String, String>,
-    ) -> Result<(u32, &Arc<DeclaredKind>), NotKept> {
+    ) -> Result<(u32, &Arc<DeclaredKind>), RolloutError> {
         let number = match labels.get(PIN_LABEL) {
-            Some(pinned) => pinned
-                .trim()
-                .parse::<u32>()
-                .ok()
-                .filter(|n| self.revisions.contains_key(n))
-                .ok_or_else(|| NotKept {
-                    what: format!("the label {PIN_LABEL}={pinned:?}"),
-                    kept: self.revisions.keys().copied().collect(),
-                })?,
-            None if self.in_canary(labels) => self.latest,
+            Some(pinned) => self.pinned(pinned)?,
+            None if self.in_canary(labels) && !self.withdrawn.contains(&self.latest) => self.latest,
             None => self.stable,
         };
-        let kind = self.revisions.get(&number).ok_or_else(|| NotKept {
-            what: format!("revision {number}"),
-            kept: self.revisions.keys().copied().collect(),
+        let kind = self.revisions.get(&number).ok_or_else(|| {
+            missing(
+                &self.revisions,
+                &self.refused,
+                format!("revision {number}"),
+                Some(number),
+            )
         })?;
         Ok((number, kind))
+    }
+
+    /// The revision a pin `value` is served by.
+    fn pinned(&self, value: &str) -> Result<u32, RolloutError> {
+        let what = format!("the label {PIN_LABEL}={value:?}");
+        let number = value.trim().parse::<u32>().ok();
+        let Some(number) = number.filter(|n| self.revisions.contains_key(n)) else {
+            return Err(missing(&self.revisions, &self.refused, what, number));
+        };
+        if self.withdrawn.contains(&number) {
+            return Ok(self.stable);
+        }
+        if !self.pinnable.contains(&number) {
+            let pinnable = self.pinnable();
+            return Err(RolloutError::NotPinnable {
+                what,
+                number,
+                pinnable,
+            });
+        }
+        Ok(number)
+    }
+
+    /// What to tell about a resource with these labels pinned to a
+    /// withdrawn revision (served by the stable one instead), if it is.
+    pub fn withdrawn_pin(&self, labels: &BTreeMap<String, String>) -> Option<String> {
+        let value = labels.get(PIN_LABEL)?;
+        let number = (value.trim().parse::<u32>().ok()).filter(|n| self.withdrawn.contains(n))?;
+        Some(format!(
+            "the label {PIN_LABEL}={value:?} pins revision {number}, which is withdrawn (spec.rollout.withdrawn): served by the stable revision {}",
+            self.stable
+        ))
     }
 
     fn in_canary(&self, labels: &BTreeMap<String, String>) -> bool {
@@ -197,6 +373,27 @@ impl Rollout {
     }
 }
 
+/// Why `what` names no kept revision: `number` was refused at restore,
+/// or is not kept.
+fn missing(
+    revisions: &BTreeMap<u32, Arc<DeclaredKind>>,
+    refused: &BTreeMap<u32, String>,
+    what: String,
+    number: Option<u32>,
+) -> RolloutError {
+    match number.and_then(|n| refused.get(&n).map(|why| (n, why))) {
+        Some((number, why)) => RolloutError::Refused {
+            what,
+            number,
+            why: why.clone(),
+        },
+        None => RolloutError::NotKept {
+            what,
+            kept: revisions.keys().copied().collect(),
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -216,16 +413,21 @@ mod tests {
             .collect()
     }
 
-    fn chosen(rollout: &Rollout, pairs: &[(&str, &str)]) -> Result<u32, NotKept> {
+    fn rule(numbers: &[u32], spec: &RolloutSpec) -> Result<Rollout, RolloutError> {
+        Rollout::new(kinds(numbers), spec, &BTreeMap::new(), None)
+    }
+
+    fn chosen(rollout: &Rollout, pairs: &[(&str, &str)]) -> Result<u32, RolloutError> {
         rollout.choose(&labels(pairs)).map(|(n, _)| n)
     }
 
     #[test]
     fn the_latest_serves_all_unless_told_otherwise() {
-        let rollout = Rollout::new(kinds(&[1, 2, 3]), &RolloutSpec::default(), None).unwrap();
+        let rollout = rule(&[1, 2, 3], &RolloutSpec::default()).unwrap();
         assert_eq!((rollout.latest(), rollout.stable()), (3, 3));
         assert_eq!(chosen(&rollout, &[]), Ok(3));
         assert_eq!(chosen(&rollout, &[("track", "canary")]), Ok(3));
+        assert_eq!(rollout.pinnable(), [3]);
     }
 
     #[test]
@@ -233,9 +435,10 @@ mod tests {
         let spec = RolloutSpec {
             stable: Some(1),
             canary: Some(labels(&[("track", "canary"), ("team", "a")])),
-            keep: None,
+            pinnable: Some(vec![2]),
+            ..RolloutSpec::default()
         };
-        let rollout = Rollout::new(kinds(&[1, 2, 3]), &spec, None).unwrap();
+        let rollout = rule(&[1, 2, 3], &spec).unwrap();
         assert_eq!(chosen(&rollout, &[]), Ok(1));
         assert_eq!(chosen(&rollout, &[("track", "canary")]), Ok(1));
         assert_eq!(
@@ -244,6 +447,97 @@ mod tests {
         );
         let pinned = [(PIN_LABEL, "2"), ("track", "canary"), ("team", "a")];
         assert_eq!(chosen(&rollout, &pinned), Ok(2));
+        assert_eq!(rollout.pinnable(), [1, 2, 3]);
+    }
+
+    #[test]
+    fn only_the_stable_the_latest_and_those_named_pinnable_may_be_pinned() {
+        let spec = RolloutSpec {
+            stable: Some(2),
+            ..RolloutSpec::default()
+        };
+        let rollout = rule(&[1, 2, 3, 4], &spec).unwrap();
+        assert_eq!(chosen(&rollout, &[(PIN_LABEL, "2")]), Ok(2));
+        assert_eq!(chosen(&rollout, &[(PIN_LABEL, "4")]), Ok(4));
+        let refused = chosen(&rollout, &[(PIN_LABEL, "1")]).unwrap_err();
+        assert_eq!(
+            refused,
+            RolloutError::NotPinnable {
+                what: format!("the label {PIN_LABEL}=\"1\""),
+                number: 1,
+                pinnable: vec![2, 4],
+            }
+        );
+        let message = refused.to_string();
+        assert!(
+            message.starts_with(
+                r#"the label kustomize-operator.io/revision="1" pins revision 1, which this kind's definition does not let resources pin (pinnable: 2, 4"#
+            ),
+            "{message}"
+        );
+        assert_eq!(refused.reason(), Reason::InvalidSpec);
+        // Named pinnable: allowed; a number not kept stays refused.
+        let spec = RolloutSpec {
+            pinnable: Some(vec![1, 9]),
+            ..spec
+        };
+        let rollout = rule(&[1, 2, 3, 4], &spec).unwrap();
+        assert_eq!(chosen(&rollout, &[(PIN_LABEL, "1")]), Ok(1));
+        assert!(chosen(&rollout, &[(PIN_LABEL, "3")]).is_err());
+        assert_eq!(rollout.pinnable(), [1, 2, 4]);
+    }
+
+    #[test]
+    fn a_withdrawn_revision_serves_no_one_and_may_not_be_stable() {
+        let spec = RolloutSpec {
+            stable: Some(2),
+            canary: Some(labels(&[("track", "canary")])),
+            pinnable: Some(vec![1]),
+            withdrawn: Some(vec![1, 3]),
+            ..RolloutSpec::default()
+        };
+        let rollout = rule(&[1, 2, 3], &spec).unwrap();
+        // Pinned to a withdrawn revision: the stable one, told.
+        let pinned = labels(&[(PIN_LABEL, "1")]);
+        assert_eq!(chosen(&rollout, &[(PIN_LABEL, "1")]), Ok(2));
+        let told = rollout.withdrawn_pin(&pinned).unwrap();
+        assert!(
+            told.contains("pins revision 1, which is withdrawn"),
+            "{told}"
+        );
+        assert!(told.ends_with("served by the stable revision 2"), "{told}");
+        assert_eq!(rollout.withdrawn_pin(&labels(&[(PIN_LABEL, "2")])), None);
+        // The latest withdrawn: the canary is served by the stable one.
+        assert_eq!(chosen(&rollout, &[("track", "canary")]), Ok(2));
+        assert_eq!(rollout.pinnable(), [2]);
+        // Stable may not be withdrawn, named or by default.
+        let spec = RolloutSpec {
+            stable: Some(1),
+            withdrawn: Some(vec![1]),
+            ..RolloutSpec::default()
+        };
+        let err = rollout_err(&[1, 2], &spec);
+        assert_eq!(
+            err.to_string(),
+            "spec.rollout.stable 1 is withdrawn (spec.rollout.withdrawn); the stable revision must be kept and not withdrawn: 2"
+        );
+        assert_eq!(err.reason(), Reason::RevisionWithdrawn);
+        let spec = RolloutSpec {
+            withdrawn: Some(vec![2]),
+            ..RolloutSpec::default()
+        };
+        let err = rollout_err(&[1, 2], &spec).to_string();
+        assert!(
+            err.starts_with("the stable revision 2 (the latest"),
+            "{err}"
+        );
+    }
+
+    fn rollout_err(numbers: &[u32], spec: &RolloutSpec) -> RolloutError {
+        match rule(numbers, spec) {
+            Ok(r) => panic!("accepted: {r:?}"),
+            Err(e) => e,
+        }
     }
 
     #[test]
@@ -252,15 +546,49 @@ mod tests {
             stable: Some(9),
             ..RolloutSpec::default()
         };
-        let err = Rollout::new(kinds(&[4, 5]), &spec, None).unwrap_err();
+        let err = rollout_err(&[4, 5], &spec);
         assert_eq!(
             err.to_string(),
             "spec.rollout.stable 9 is not a kept revision (kept: 4, 5)"
         );
-        let rollout = Rollout::new(kinds(&[4, 5]), &RolloutSpec::default(), None).unwrap();
+        assert_eq!(err.reason(), Reason::RevisionNotKept);
+        let rollout = rule(&[4, 5], &RolloutSpec::default()).unwrap();
         let err = chosen(&rollout, &[(PIN_LABEL, "two")]).unwrap_err();
         assert!(err.to_string().contains(r#"revision="two""#), "{err}");
         assert!(chosen(&rollout, &[(PIN_LABEL, "3")]).is_err());
+    }
+
+    #[test]
+    fn a_revision_refused_at_restore_is_named_so_and_never_chosen() {
+        let refused = BTreeMap::from([
+            (7, "its signature is not the operator's".to_string()),
+            (2, "kept again since".to_string()),
+        ]);
+        let stable_7 = RolloutSpec {
+            stable: Some(7),
+            ..RolloutSpec::default()
+        };
+        let err = Rollout::new(kinds(&[1, 2]), &stable_7, &refused, None).unwrap_err();
+        assert_eq!(err.reason(), Reason::RevisionRefused);
+        let message = err.to_string();
+        assert!(
+            message
+                .starts_with("spec.rollout.stable 7 names revision 7, which the operator refused"),
+            "{message}"
+        );
+        assert!(
+            message.contains("its signature is not the operator's"),
+            "{message}"
+        );
+        let rollout = Rollout::new(kinds(&[1, 2]), &RolloutSpec::default(), &refused, None);
+        let rollout = rollout.unwrap();
+        let err = chosen(&rollout, &[(PIN_LABEL, "7")]).unwrap_err();
+        assert!(
+            matches!(err, RolloutError::Refused { number: 7, .. }),
+            "{err}"
+        );
+        // A kept revision of a refused number is the kept one.
+        assert_eq!(chosen(&rollout, &[(PIN_LABEL, "2")]), Ok(2));
     }
 
     #[test]
@@ -270,7 +598,8 @@ mod tests {
         let moved: OnMove = Arc::new(move || {
             counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         });
-        let rollout = Rollout::new(kinds(&[1, 2]), &RolloutSpec::default(), Some(moved)).unwrap();
+        let spec = RolloutSpec::default();
+        let rollout = Rollout::new(kinds(&[1, 2]), &spec, &BTreeMap::new(), Some(moved)).unwrap();
         let key = |name: &str| (Some("ns".to_string()), name.to_string());
         rollout.record(key("a"), 2);
         rollout.record(key("a"), 2);

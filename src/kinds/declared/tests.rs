@@ -449,7 +449,7 @@ fn references_render_for_the_resource_and_reach_templates_and_expressions() {
         stable: Some(1),
         ..Default::default()
     };
-    let rollout = super::rollout::Rollout::new(revisions, &spec, None).unwrap();
+    let rollout = super::rollout::Rollout::new(revisions, &spec, &BTreeMap::new(), None).unwrap();
     let served = DeclaredHandler::with_rollout(std::sync::Arc::new(rollout)).unwrap();
     let referenced = served.referenced();
     let kinds: Vec<&str> = referenced.iter().map(|r| r.kind.as_str()).collect();
