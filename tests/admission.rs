@@ -319,3 +319,62 @@ fn the_shard_guard_matches_every_custom_resource_carrying_the_label() {
         );
     }
 }
+
+/// The revision guard: every custom resource carrying the pin label, each
+/// KindDefinition a param (none: nothing checked), the fields it reads
+/// declared in the KindDefinition CRD (params are typed by it), one
+/// authorization check at most.
+#[test]
+fn the_revision_guard_reads_each_definition_for_every_pinned_custom_resource() {
+    let docs = common::kustomize_documents("deploy/admission");
+    let name = "kustomize-operator-revision-guard";
+    let policy = find(&docs, "ValidatingAdmissionPolicy", name);
+    let spec = &policy["spec"];
+    assert_eq!(spec["failurePolicy"], "Fail");
+    assert_eq!(
+        spec["paramKind"],
+        serde_json::json!({"apiVersion": "kustomize-operator.io/v1alpha1", "kind": "KindDefinition"})
+    );
+    assert_eq!(
+        spec["matchConstraints"]["objectSelector"],
+        serde_json::json!({"matchExpressions": [
+            {"key": "kustomize-operator.io/revision", "operator": "Exists"}
+        ]})
+    );
+    let rule = &spec["matchConstraints"]["resourceRules"][0];
+    assert_eq!(strings(&rule["apiGroups"]), ["*"]);
+    assert_eq!(strings(&rule["resources"]), ["*"]);
+    assert_eq!(strings(&rule["operations"]), ["CREATE", "UPDATE"]);
+    let binding = find(&docs, "ValidatingAdmissionPolicyBinding", name);
+    assert_eq!(binding["spec"]["policyName"], name);
+    assert_eq!(
+        binding["spec"]["paramRef"],
+        serde_json::json!({"selector": {}, "parameterNotFoundAction": "Allow"})
+    );
+    assert_eq!(strings(&binding["spec"]["validationActions"]), ["Deny"]);
+    let all = serde_json::to_string(spec).unwrap();
+    for read in [
+        "params.?status.?pinnable",
+        "params.?spec.?rollout.?withdrawn",
+        "params.?spec.?rollout.?pinBy",
+    ] {
+        assert!(all.contains(read), "{read}");
+    }
+    for expression in expressions(policy) {
+        let checks = expression.matches(".check(").count() as u64;
+        assert!(checks * CHECK_COST <= PER_EXPRESSION_LIMIT, "{expression}");
+    }
+    // What it reads, the CRD declares (else the API server prunes it).
+    let crd = serde_json::to_value(kustomize_operator::definitions::resource::crd()).unwrap();
+    let schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"];
+    let rollout = &schema["spec"]["properties"]["rollout"]["properties"];
+    assert_eq!(rollout["withdrawn"]["items"]["type"], "integer");
+    assert_eq!(rollout["pinnable"]["items"]["type"], "integer");
+    assert_eq!(
+        rollout["pinBy"]["enum"],
+        serde_json::json!(["Anyone", "Granted"])
+    );
+    let pinnable = &schema["status"]["properties"]["pinnable"];
+    assert_eq!(pinnable["items"]["type"], "integer");
+    assert!(pinnable["maxItems"].is_u64(), "{pinnable}");
+}
