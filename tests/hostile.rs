@@ -679,3 +679,539 @@ impl Drop for Unbind {
         let _ = common::kubectl(&["delete", "clusterrolebinding", &self.0, "--wait=false"]);
     }
 }
+
+/// Sets the definition's `spec.rollout` (a merge patch: `null` removes a field).
+fn roll_out(kind: &GreetingKind, rollout: Value) {
+    let patch = json!({"spec": {"rollout": rollout}}).to_string();
+    let (ok, _, err) = common::kubectl(&[
+        "patch",
+        "kinddefinition",
+        &kind.name,
+        "--type",
+        "merge",
+        "-p",
+        &patch,
+    ]);
+    assert!(ok, "patching the rollout: {err}");
+}
+
+/// Waits until the definition's `status.<field>` is `want`.
+async fn wait_definition_status(kind: &GreetingKind, field: &str, want: Value) {
+    let what = format!("{} status.{field} = {want}", kind.name);
+    common::wait_for(TIMEOUT, what, async || {
+        let seen = kind.definition().unwrap_or_default()["status"][field].clone();
+        if seen == want { Ok(()) } else { Err(seen) }
+    })
+    .await;
+}
+
+/// The Greeting `name` in `ns`, as JSON (`Null` when missing).
+fn greeting(kind: &GreetingKind, ns: &str, name: &str) -> Value {
+    let resource = format!("{}/{name}", kind.crd());
+    let (_, out, _) = common::kubectl(&["get", &resource, "-n", ns, "-o", "json"]);
+    serde_json::from_str(&out).unwrap_or_default()
+}
+
+/// Waits until the Greeting's condition `type_` is `status` with `reason`;
+/// its message.
+async fn wait_greeting_condition(
+    kind: &GreetingKind,
+    ns: &str,
+    name: &str,
+    (type_, status, reason): (&str, &str, &str),
+) -> String {
+    let what = format!("{ns}/{name} {type_}={status} ({reason})");
+    common::wait_for(TIMEOUT, what, async || {
+        let conditions = greeting(kind, ns, name)["status"]["conditions"].clone();
+        let found = conditions
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == type_ && c["status"] == status && c["reason"] == reason);
+        match found {
+            Some(c) => Ok(c["message"].as_str().unwrap_or_default().to_string()),
+            None => Err(conditions),
+        }
+    })
+    .await
+}
+
+/// Waits until the Greeting is served by `revision` (its status says so)
+/// and its ConfigMap's `field` is `value`.
+async fn wait_served_by(
+    kind: &GreetingKind,
+    ns: &str,
+    name: &str,
+    revision: u32,
+    field: (&str, &str),
+) {
+    let what = format!(
+        "{ns}/{name} on revision {revision}, data.{} = {:?}",
+        field.0, field.1
+    );
+    common::wait_for(TIMEOUT, what, async || {
+        let on = greeting(kind, ns, name)["status"]["revision"].clone();
+        let value = common::greeting::config_map_field(ns, name, field.0);
+        if on == json!(revision) && value == field.1 {
+            Ok(())
+        } else {
+            Err((on, value))
+        }
+    })
+    .await;
+}
+
+/// Labels the Greeting `name` with the pin `revision`, as the admin.
+fn pin(kind: &GreetingKind, ns: &str, name: &str, revision: &str) {
+    let resource = format!("{}/{name}", kind.crd());
+    let label = format!("kustomize-operator.io/revision={revision}");
+    let (ok, _, err) = common::kubectl(&["label", &resource, "-n", ns, &label, "--overwrite"]);
+    assert!(ok, "pinning {name} to {revision}: {err}");
+}
+
+/// Writes `status.pinnable` of the definition as anyone with
+/// kinddefinitions/status rights can, while its operator is stopped: the
+/// revision guard, where it is installed, admits what the status lists;
+/// the operator decides from the spec alone.
+fn widen_pins(kind: &GreetingKind, revisions: &[u32]) {
+    let patch = json!({"status": {"pinnable": revisions}}).to_string();
+    let (ok, _, err) = common::kubectl(&[
+        "patch",
+        "kinddefinition",
+        &kind.name,
+        "--subresource=status",
+        "--type",
+        "merge",
+        "-p",
+        &patch,
+    ]);
+    assert!(ok, "writing status.pinnable: {err}");
+}
+
+/// The events about the Greeting `name` with `reason`: their messages.
+fn greeting_events(ns: &str, name: &str, reason: &str) -> Vec<String> {
+    let selector = format!("involvedObject.name={name},reason={reason}");
+    let (ok, out, err) = common::kubectl(&[
+        "get",
+        "events",
+        "-n",
+        ns,
+        "--field-selector",
+        &selector,
+        "-o",
+        "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}",
+    ]);
+    assert!(ok, "listing events: {err}");
+    out.lines().map(str::to_string).collect()
+}
+
+/// The revision guard of deploy/admission, installed for one namespace
+/// (its binding selects that namespace alone, so other tests' pins are not
+/// checked), deleted when dropped.
+struct RevisionGuard(tempfile::NamedTempFile);
+
+impl RevisionGuard {
+    fn install(ns: &str) -> Self {
+        let docs = common::kustomize_documents("deploy/admission");
+        let name = "kustomize-operator-revision-guard";
+        let mine = format!("{name}-{ns}");
+        let mut objects: Vec<Value> = docs
+            .into_iter()
+            .filter(|d| d["metadata"]["name"] == name)
+            .collect();
+        assert_eq!(objects.len(), 2, "the revision guard and its binding");
+        for object in &mut objects {
+            object["metadata"]["name"] = json!(mine);
+            if object["kind"] == "ValidatingAdmissionPolicyBinding" {
+                object["spec"]["policyName"] = json!(mine);
+                object["spec"]["matchResources"] = json!({"namespaceSelector": {
+                    "matchLabels": {"kubernetes.io/metadata.name": ns}
+                }});
+            }
+        }
+        let file = tempfile::NamedTempFile::new().unwrap();
+        let list = json!({"apiVersion": "v1", "kind": "List", "items": objects});
+        std::fs::write(file.path(), list.to_string()).unwrap();
+        let (ok, _, err) = common::kubectl(&["apply", "-f", &file.path().display().to_string()]);
+        assert!(ok, "installing the revision guard: {err}");
+        Self(file)
+    }
+}
+
+impl Drop for RevisionGuard {
+    fn drop(&mut self) {
+        let file = self.0.path().display().to_string();
+        let _ = common::kubectl(&["delete", "-f", &file, "--ignore-not-found", "--wait=false"]);
+    }
+}
+
+/// A tenant of `ns`: a ServiceAccount that may write the kind's resources
+/// there and nothing else, acting with its own token.
+struct Tenant {
+    token: common::TokenKubeconfig,
+    user: String,
+}
+
+impl Tenant {
+    async fn new(client: &kube::Client, ns: &str, kind: &GreetingKind) -> Self {
+        let account = "tenant";
+        let grants = json!({"apiVersion": "v1", "kind": "List", "items": [
+            {"apiVersion": "v1", "kind": "ServiceAccount",
+             "metadata": {"name": account, "namespace": ns}},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+             "metadata": {"name": account, "namespace": ns},
+             "rules": [{"apiGroups": [kind.group], "resources": ["greetings"],
+                        "verbs": ["create", "get", "list", "update", "patch"]}]},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+             "metadata": {"name": account, "namespace": ns},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account},
+             "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": ns}]},
+        ]});
+        let (ok, _, err) = common::kubectl_stdin(&["apply", "-f", "-"], &grants.to_string());
+        assert!(ok, "the tenant's grants: {err}");
+        let token = common::TokenKubeconfig::mint(client, ns, account).await;
+        let resource = kind.crd();
+        common::wait_until(TIMEOUT, "the tenant may patch Greetings", async || {
+            token.can_i(&["patch", &resource, "-n", ns])
+        })
+        .await;
+        let user = format!("system:serviceaccount:{ns}:{account}");
+        Self { token, user }
+    }
+
+    /// kubectl with the tenant's token.
+    fn kubectl(&self, args: &[&str]) -> (bool, String, String) {
+        let kubeconfig = self.token.path().display().to_string();
+        let mut argv = vec!["--kubeconfig", kubeconfig.as_str()];
+        argv.extend_from_slice(args);
+        common::kubectl(&argv)
+    }
+
+    /// Creates (`--dry-run=server` if `dry`) the Greeting `name` pinned to
+    /// `revision`, as the tenant.
+    fn create_pinned(
+        &self,
+        kind: &GreetingKind,
+        ns: &str,
+        name: &str,
+        revision: &str,
+        dry: bool,
+    ) -> (bool, String) {
+        let greeting = json!({
+            "apiVersion": format!("{}/v1", kind.group),
+            "kind": "Greeting",
+            "metadata": {"name": name, "namespace": ns,
+                         "labels": {"kustomize-operator.io/revision": revision}},
+            "spec": {"message": "hi"},
+        });
+        let kubeconfig = self.token.path().display().to_string();
+        let mut args = vec!["--kubeconfig", kubeconfig.as_str(), "create", "-f", "-"];
+        if dry {
+            args.push("--dry-run=server");
+        }
+        let (ok, _, err) = common::kubectl_stdin(&args, &greeting.to_string());
+        (ok, err)
+    }
+}
+
+/// Issue 58, finding 5: a tenant labelled her resource with revision 1 and
+/// got back what revision 2 had removed. A pin the definition does not
+/// allow (only the stable, the latest and those `pinnable` names) is
+/// refused at admission where the revision guard is installed, and
+/// without it (or past it: the guard reads a status anyone with /status
+/// rights could widen) the operator reports it `InvalidSpec` and renders
+/// nothing from that revision. A withdrawn revision's resources move to
+/// the stable one, and `pinBy: Granted` lets only those granted `pin`.
+#[tokio::test]
+async fn a_pin_the_definition_does_not_allow_is_refused_at_admission_and_never_served() {
+    let client = common::cluster().await;
+    let ns = TestNamespace::new(&client, "hostile-pin").await;
+    let n = ns.name.as_str();
+    let kind = GreetingKind::new(&ns);
+    // Revision 1 sets what revision 2 removes (as a hostNetwork: true).
+    let language = "  language: {{ spec.language }}";
+    let legacy = "\n  legacy: \"yes\"";
+    kind.edit("resources/configmap.yaml", |t| {
+        t.replace(language, &format!("{language}{legacy}"))
+    });
+    let flags = kind.flags(&["--operator-namespace", n]);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let operator = OperatorProcess::spawn(n, &[], &flags);
+    kind.apply();
+    kind.wait_condition("Serving", "True", "Running").await;
+    kind.edit("resources/configmap.yaml", |t| t.replace(legacy, ""));
+    kind.apply();
+    wait_definition_status(&kind, "revision", json!(2)).await;
+    kind.greet(n, "web", "hi", json!({}));
+    wait_served_by(&kind, n, "web", 2, ("message", "hi")).await;
+    assert_eq!(common::greeting::config_map_field(n, "web", "legacy"), "");
+
+    // Pinned to revision 1, past any guard: refused, nothing rendered by it.
+    drop(operator);
+    widen_pins(&kind, &[1, 2]);
+    pin(&kind, n, "web", "1");
+    let operator = OperatorProcess::spawn(n, &[], &flags);
+    let refused = wait_greeting_condition(&kind, n, "web", ("Ready", "False", "InvalidSpec")).await;
+    assert!(
+        refused.contains(r#"the label kustomize-operator.io/revision="1" pins revision 1"#)
+            && refused.contains("(pinnable: 2:"),
+        "{refused}"
+    );
+    assert_eq!(
+        common::greeting::config_map_field(n, "web", "legacy"),
+        "",
+        "revision 1's objects came back"
+    );
+    assert_eq!(
+        common::greeting::config_map_field(n, "web", "message"),
+        "hi"
+    );
+    let events = greeting_events(n, "web", "InvalidSpec");
+    assert!(
+        events.iter().any(|e| e.contains("pins revision 1")),
+        "{events:?}"
+    );
+    wait_definition_status(&kind, "pinnable", json!([2])).await;
+
+    // Made pinnable, it serves; withdrawn, its resource moves to the stable
+    // one (told), and it may not be made stable.
+    roll_out(&kind, json!({"pinnable": [1]}));
+    wait_served_by(&kind, n, "web", 1, ("legacy", "yes")).await;
+    roll_out(&kind, json!({"pinnable": [1], "withdrawn": [1]}));
+    wait_served_by(&kind, n, "web", 2, ("legacy", "")).await;
+    let events = greeting_events(n, "web", "RevisionWithdrawn");
+    assert!(
+        events
+            .iter()
+            .any(|e| e.contains("served by the stable revision 2")),
+        "{events:?}"
+    );
+    wait_definition_status(&kind, "pinnable", json!([2])).await;
+    roll_out(&kind, json!({"stable": 1}));
+    let withdrawn = kind
+        .wait_condition("Accepted", "False", "RevisionWithdrawn")
+        .await;
+    assert!(
+        withdrawn.contains("spec.rollout.stable 1 is withdrawn"),
+        "{withdrawn}"
+    );
+    assert_eq!(greeting(&kind, n, "web")["status"]["revision"], json!(2));
+    roll_out(&kind, json!({"stable": null}));
+    kind.wait_condition("Accepted", "True", "Valid").await;
+
+    // With the guard: the tenant's pin is checked before it is stored.
+    let _guard = RevisionGuard::install(n);
+    let tenant = Tenant::new(&client, n, &kind).await;
+    common::wait_until(
+        TIMEOUT,
+        "the revision guard refusing a pin to 1",
+        async || {
+            let (ok, err) = tenant.create_pinned(&kind, n, "canary", "1", true);
+            !ok && err.contains("does not let resources pin")
+        },
+    )
+    .await;
+    kind.greet(n, "shop", "hi", json!({}));
+    let resource = format!("{}/shop", kind.crd());
+    let label = "kustomize-operator.io/revision=1";
+    let (ok, _, err) = tenant.kubectl(&["label", &resource, "-n", n, label]);
+    assert!(!ok, "the tenant pinned shop to revision 1");
+    assert!(
+        err.contains("revision-guard")
+            && err.contains(r#"the label kustomize-operator.io/revision="1" of Greeting"#)
+            && err.contains("(pinnable: 2:"),
+        "{err}"
+    );
+    assert!(greeting(&kind, n, "shop")["metadata"]["labels"].is_null());
+    let (ok, _, err) = tenant.kubectl(&[
+        "label",
+        &resource,
+        "-n",
+        n,
+        "kustomize-operator.io/revision=2",
+    ]);
+    assert!(ok, "the tenant may pin the stable revision: {err}");
+
+    // pinBy: Granted: only with the verb pin on the definition.
+    roll_out(&kind, json!({"pinBy": "Granted"}));
+    let refused =
+        common::wait_for(
+            TIMEOUT,
+            "the guard refusing an ungranted pin",
+            async || match tenant.create_pinned(&kind, n, "mine", "2", true) {
+                (false, err) if err.contains("may not pin") => Ok(err),
+                other => Err(other),
+            },
+        )
+        .await;
+    assert!(
+        refused.contains(&format!("user {} may not pin", tenant.user)),
+        "{refused}"
+    );
+    let role = format!("{n}-pin");
+    let grant = json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": role},
+         "rules": [{"apiGroups": ["kustomize-operator.io"], "resources": ["kinddefinitions"],
+                    "resourceNames": [kind.name], "verbs": ["pin"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": role},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+         "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": n}]},
+    ]});
+    let (ok, _, err) = common::kubectl_stdin(&["apply", "-f", "-"], &grant.to_string());
+    assert!(ok, "granting pin: {err}");
+    let _ungrant = Ungrant(role);
+    let granted = format!("kinddefinitions.kustomize-operator.io/{}", kind.name);
+    common::wait_until(TIMEOUT, "the tenant granted pin", async || {
+        tenant.token.can_i(&["pin", &granted])
+    })
+    .await;
+    let (ok, err) = tenant.create_pinned(&kind, n, "mine", "2", false);
+    assert!(ok, "granted, the tenant may pin: {err}");
+
+    for name in ["web", "shop", "mine"] {
+        common::kubectl(&["delete", &kind.crd(), name, "-n", n]);
+    }
+    kind.delete().await;
+    drop(operator);
+}
+
+/// Deletes a ClusterRole and its ClusterRoleBinding of one name when dropped.
+struct Ungrant(String);
+
+impl Drop for Ungrant {
+    fn drop(&mut self) {
+        for kind in ["clusterrolebinding", "clusterrole"] {
+            let _ = common::kubectl(&["delete", kind, &self.0, "--wait=false"]);
+        }
+    }
+}
+
+/// Issue 58, finding 6: a ControllerRevision written into the operator's
+/// namespace (revision 2's labels, owner and signature copied, its
+/// template changed, numbered 7) was restored at start and served. A
+/// restarted operator serves only revisions it signed and recorded: the
+/// forged one is refused, said on the definition, and served neither by a
+/// pin nor by `spec.rollout.stable: 7`.
+#[tokio::test]
+async fn a_forged_revision_is_not_served_after_a_restart_by_pin_or_by_stable() {
+    let client = common::cluster().await;
+    let ns = TestNamespace::new(&client, "hostile-forged").await;
+    let n = ns.name.as_str();
+    let kind = GreetingKind::new(&ns);
+    let flags = kind.flags(&["--operator-namespace", n]);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let operator = OperatorProcess::spawn(n, &[], &flags);
+    kind.apply();
+    kind.wait_condition("Serving", "True", "Running").await;
+    let language = "  language: {{ spec.language }}";
+    kind.edit("resources/configmap.yaml", |t| {
+        t.replace(
+            language,
+            &format!("{language}\n  shout: {{{{ spec.message | upper }}}}"),
+        )
+    });
+    kind.apply();
+    wait_definition_status(&kind, "revision", json!(2)).await;
+    for name in ["web", "pinned"] {
+        kind.greet(n, name, "hi", json!({}));
+        wait_served_by(&kind, n, name, 2, ("shout", "HI")).await;
+    }
+    drop(operator);
+
+    // The forgery: revision 2's object, its template changed, numbered 7.
+    let genuine = format!("kinddefinition-{}-2", kind.name);
+    let (ok, out, err) =
+        common::kubectl(&["get", "controllerrevision", &genuine, "-n", n, "-o", "json"]);
+    assert!(ok, "{err}");
+    let original: Value = serde_json::from_str(&out).unwrap();
+    let forged_name = format!("kinddefinition-{}-7", kind.name);
+    let mut data = original["data"].clone();
+    let file = &mut data["spec"]["files"]["resources/configmap.yaml"];
+    let text = file
+        .as_str()
+        .unwrap()
+        .replace(language, &format!("{language}\n  forged: \"yes\""));
+    *file = json!(text);
+    data["digest"] = json!(kustomize_operator::definitions::generation::digest(
+        &data["spec"]
+    ));
+    let forged = json!({
+        "apiVersion": "apps/v1",
+        "kind": "ControllerRevision",
+        "metadata": {
+            "name": forged_name,
+            "namespace": n,
+            "labels": original["metadata"]["labels"],
+            "ownerReferences": original["metadata"]["ownerReferences"],
+        },
+        "revision": 7,
+        "data": data,
+    });
+    let (ok, _, err) = common::kubectl_stdin(&["create", "-f", "-"], &forged.to_string());
+    assert!(ok, "writing the forged revision: {err}");
+    // Pinned to it (past any guard: see widen_pins).
+    widen_pins(&kind, &[2, 7]);
+    pin(&kind, n, "pinned", "7");
+
+    let operator = OperatorProcess::spawn(n, &[], &flags);
+    let said = kind
+        .wait_message(
+            "RevisionsVerified",
+            "False",
+            "RevisionRefused",
+            "revision 7",
+        )
+        .await;
+    assert!(
+        said.contains(&format!("ControllerRevision {n}/{forged_name}"))
+            && said.contains("signature is not the operator's"),
+        "{said}"
+    );
+    let refused =
+        wait_greeting_condition(&kind, n, "pinned", ("Ready", "False", "InvalidSpec")).await;
+    assert!(
+        refused.contains("names revision 7, which the operator refused"),
+        "{refused}"
+    );
+    assert_eq!(
+        common::greeting::config_map_field(n, "pinned", "forged"),
+        ""
+    );
+    assert_eq!(
+        common::greeting::config_map_field(n, "pinned", "shout"),
+        "HI"
+    );
+    // The genuine revisions are served, recorded whole.
+    let status = kind.definition().unwrap()["status"].clone();
+    let kept: Vec<(Value, usize)> = (status["revisions"].as_array().unwrap().iter())
+        .map(|r| {
+            (
+                r["revision"].clone(),
+                r["digest"].as_str().unwrap_or_default().len(),
+            )
+        })
+        .collect();
+    assert_eq!(kept, [(json!(1), 64), (json!(2), 64)]);
+
+    // Nor by spec.rollout.stable: refused, what served keeps serving.
+    roll_out(&kind, json!({"stable": 7}));
+    let refused = kind
+        .wait_condition("Accepted", "False", "RevisionRefused")
+        .await;
+    assert!(
+        refused.contains("spec.rollout.stable 7 names revision 7")
+            && refused.contains("what served before keeps serving (stable revision 2)"),
+        "{refused}"
+    );
+    assert_eq!(greeting(&kind, n, "web")["status"]["revision"], json!(2));
+    assert_eq!(common::greeting::config_map_field(n, "web", "forged"), "");
+    roll_out(&kind, json!({"stable": null}));
+
+    for name in ["web", "pinned"] {
+        common::kubectl(&["delete", &kind.crd(), name, "-n", n]);
+    }
+    kind.delete().await;
+    drop(operator);
+}
