@@ -1105,8 +1105,21 @@ async fn a_change_reaches_the_canary_first_all_on_promote_and_a_rollback_renders
     kind.wait_condition("Serving", "True", "Running").await;
     kind.greet(&ns.name, "stable", "hi", json!({}));
     kind.greet(&ns.name, "canary", "hi", json!({"track": "canary"}));
+    // The revision guard, where a test installed it cluster-wide, reads the
+    // pins a definition allows from its status through the API server's
+    // own informer: a pin made the moment the status says Serving may be
+    // refused once, and is asked again until accepted.
     let pin = json!({"kustomize-operator.io/revision": "1"});
-    kind.greet(&ns.name, "pinned", "hi", pin);
+    let pinned = json!({
+        "apiVersion": format!("{}/v1", kind.group),
+        "kind": "Greeting",
+        "metadata": {"name": "pinned", "namespace": ns.name, "labels": pin},
+        "spec": {"message": "hi"},
+    });
+    common::wait_until(TIMEOUT, "the pinned Greeting accepted", async || {
+        common::kubectl_stdin(&["apply", "-f", "-"], &pinned.to_string()).0
+    })
+    .await;
     let all_on_1 = [("stable", 1), ("canary", 1), ("pinned", 1)];
     wait_revisions(&kind, &ns.name, &all_on_1, "1:3").await;
     let digest = |name: &str| greeting_status(&kind, &ns.name, name, "appliedDigest");
