@@ -305,7 +305,7 @@ fn crd_render_and_kubectl_run_in_the_image_as_built_from_these_sources() {
 
     // The pinned kubectl.
     let gomod =
-        std::fs::read_to_string(common::repo().join("hack/control-plane/kubernetes/go.mod"))
+        std::fs::read_to_string(common::repo().join(common::newest_kubernetes_module()).join("go.mod"))
             .unwrap();
     let version = gomod
         .lines()
