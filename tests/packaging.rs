@@ -225,7 +225,10 @@ fn dockerfile_has_the_essentials() {
         read("Dockerfile").contains(&format!("ARG KUBERNETES_MINOR={minor}\n")),
         "the Dockerfile's kubectl is the newest supported minor's ({minor})"
     );
-    for source in ["hack/build-kubectl", "hack/control-plane/kubernetes/${KUBERNETES_MINOR}"] {
+    for source in [
+        "hack/build-kubectl",
+        "hack/control-plane/kubernetes/${KUBERNETES_MINOR}",
+    ] {
         assert!(
             kubectl_stage
                 .2
@@ -428,7 +431,10 @@ fn hack_image_builds_the_dockerfile_with_its_prebuilt_binaries() {
         );
     }
     assert!(script.contains("hack/build-kubectl \"$module\" "));
-    assert!(script.contains("ls -d 1.* | sort -V | tail -1"), "hack/image builds the newest minor's kubectl");
+    assert!(
+        script.contains("ls -d 1.* | sort -V | tail -1"),
+        "hack/image builds the newest minor's kubectl"
+    );
     let cargo = "cargo build --release --locked --bin kustomize-operator";
     assert!(script.contains(cargo), "hack/image runs {cargo}");
     let build = stages.iter().find(|s| s.1.starts_with("rust:")).unwrap();
