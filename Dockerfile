@@ -13,7 +13,7 @@
 # packages (RUNTIME_IMAGE=localhost/kustomize-operator-base:<hash>).
 
 # Base images; override them to use a mirror or a local base.
-ARG GOLANG_IMAGE=golang:1.25-bookworm
+ARG GOLANG_IMAGE=golang:1.26-bookworm
 ARG RUST_IMAGE=rust:1.95-bookworm
 ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot
 # Where the two binaries come from: `source` (the kubectl and build stages)
@@ -22,14 +22,16 @@ ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot
 ARG BINARIES=source
 
 # kubectl, static, from the wrapper module that pins k8s.io/kubernetes for
-# the local control plane (hack/control-plane/kubernetes: go.mod + go.sum):
-# the image carries exactly the kubectl the tests run, from checksummed
-# sources, with no download other than Go modules. hack/build-kubectl holds
-# the recipe (CGO off, version stamped); hack/image runs the same script.
+# the local control plane's newest supported minor
+# (hack/control-plane/kubernetes/<minor>: go.mod + go.sum): the image
+# carries exactly the kubectl the tests run, from checksummed sources, with
+# no download other than Go modules. hack/build-kubectl holds the recipe
+# (CGO off, version stamped); hack/image runs the same script.
 FROM ${GOLANG_IMAGE} AS kubectl
+ARG KUBERNETES_MINOR=1.37
 WORKDIR /src
 COPY hack/build-kubectl /usr/local/bin/build-kubectl
-COPY hack/control-plane/kubernetes/ ./
+COPY hack/control-plane/kubernetes/${KUBERNETES_MINOR}/ ./
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     build-kubectl . /out/kubectl

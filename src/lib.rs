@@ -32,6 +32,7 @@ pub mod operator;
 pub mod render;
 pub mod sandbox;
 pub mod source;
+pub mod support_range;
 pub(crate) mod sync;
 mod text;
 

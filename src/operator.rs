@@ -70,6 +70,9 @@ pub enum StartError {
         /// The namespace it was asked for; `None`: every namespace.
         namespace: Option<String>,
     },
+    /// The API server's Kubernetes version is outside the supported range.
+    #[error(transparent)]
+    Version(#[from] crate::support_range::VersionError),
     /// Leader election is asked for but cannot work as configured.
     #[error("leader election: {0}")]
     LeaderElection(#[from] LeaderConfigError),
@@ -531,10 +534,15 @@ async fn connect(
             max_requests,
         )))
         .build();
-    client
-        .apiserver_version()
-        .await
-        .map_err(StartError::Connect)?;
+    let version = (client.apiserver_version().await).map_err(StartError::Connect)?;
+    if crate::support_range::check(&version)? == crate::support_range::Standing::Newer {
+        tracing::warn!(
+            version = %version.git_version,
+            "the API server runs a Kubernetes newer than this operator was tested with (1.{} to 1.{})",
+            crate::support_range::OLDEST_MINOR,
+            crate::support_range::NEWEST_MINOR
+        );
+    }
     Ok((client, guard, reports))
 }
 

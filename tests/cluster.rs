@@ -264,3 +264,97 @@ fn condition_true(node: &Node, type_: &str) -> bool {
         .and_then(|s| s.conditions.as_ref())
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == type_ && c.status == "True"))
 }
+
+/// The plane's API server, controller manager and scheduler are restarted
+/// at the next Kubernetes minor on the same etcd, under a running operator
+/// serving a Sample and a kind of two versions (its conversion webhook
+/// answering): afterwards every resource is still served, converted both
+/// ways, with its status as it was, and nothing that did not change is
+/// applied again (the same `lastCommand`), while new resources are. It
+/// changes the plane's version, so it runs only when asked: `hack/smoke`
+/// runs it last, on the oldest supported plane.
+#[tokio::test]
+#[ignore = "upgrades the local plane in place: hack/smoke runs it, last"]
+async fn the_cluster_upgraded_under_the_operator_loses_nothing_and_applies_nothing_again() {
+    use common::greeting::{GreetingKind, wait_ready};
+    use serde_json::{Value, json};
+
+    let client = common::cluster().await;
+    let from = client
+        .apiserver_version()
+        .await
+        .expect("the API server's version");
+    let minor: u32 = from.minor.trim_end_matches('+').parse().expect("a minor");
+    let to = format!("1.{}", minor + 1);
+    let ns = common::TestNamespace::new(&client, "upgrade").await;
+    let kind = GreetingKind::new(&ns);
+    let flags = kind.webhook_flags(&[]);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let env = [("NAMESPACE", ns.name.as_str())];
+    let mut operator = common::OperatorProcess::spawn(&ns.name, &env, &flags);
+    kind.apply();
+    kind.wait_condition("Serving", "True", "Running").await;
+    kind.to_v2();
+    kind.apply();
+    kind.wait_message("Serving", "True", "Running", "generation 2")
+        .await;
+    let sample = |name: &str| {
+        json!({"apiVersion": "nuvolaris.org/v1", "kind": "Sample",
+               "metadata": {"name": name, "namespace": ns.name}, "spec": {"count": 1}})
+    };
+    let apply = |manifest: Value| {
+        let (ok, _, err) = common::kubectl_stdin(&["apply", "-f", "-"], &manifest.to_string());
+        assert!(ok, "{err}");
+    };
+    apply(sample("before"));
+    kind.greet(&ns.name, "before", "hello before", json!({}));
+    wait_sample_ready(&ns.name, "before").await;
+    wait_ready(&kind, &ns.name, "before").await;
+    let status = |resource: &str| -> Value {
+        let (ok, out, err) = common::kubectl(&["get", resource, "-n", &ns.name, "-o", "json"]);
+        assert!(ok, "{resource}: {err}");
+        serde_json::from_str::<Value>(&out).expect("JSON")["status"].clone()
+    };
+    let greeting = format!("greetings.v2.{}/before", kind.group);
+    let (sample_before, greeting_before) = (status("sample/before"), status(&greeting));
+
+    let upgrade =
+        std::process::Command::new(common::repo().join("hack/control-plane/control-plane"))
+            .args(["upgrade", "--kubernetes-version", &to])
+            .output()
+            .expect("run control-plane upgrade");
+    assert!(
+        upgrade.status.success(),
+        "upgrading to {to}: {}",
+        String::from_utf8_lossy(&upgrade.stderr)
+    );
+    let client = common::cluster().await;
+    let now = client
+        .apiserver_version()
+        .await
+        .expect("the API server's version");
+    assert_eq!(now.minor.trim_end_matches('+'), to.trim_start_matches("1."));
+
+    // New resources are served: the operator came through the restart.
+    apply(sample("after"));
+    kind.greet(&ns.name, "after", "hello after", json!({}));
+    wait_sample_ready(&ns.name, "after").await;
+    wait_ready(&kind, &ns.name, "after").await;
+    assert!(operator.running(), "the operator is still running");
+    // The old ones are as they were: not applied again, nothing lost.
+    assert_eq!(status("sample/before"), sample_before);
+    assert_eq!(status(&greeting), greeting_before);
+    let at = |version: &str| kind.greeting_at(&ns.name, version, "before")["spec"].clone();
+    assert_eq!(at("v1")["message"], "hello before");
+    assert_eq!(at("v2")["text"], "hello before");
+    assert_eq!(at("v2")["length"], "hello before".len());
+}
+
+/// Waits until the Sample `name` in `ns` is Ready.
+async fn wait_sample_ready(ns: &str, name: &str) {
+    common::wait_until(TIMEOUT, format!("Sample {ns}/{name} Ready"), async || {
+        let path = "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}";
+        common::kubectl(&["get", "sample", name, "-n", ns, "-o", path]).1 == "True"
+    })
+    .await;
+}

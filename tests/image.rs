@@ -304,9 +304,12 @@ fn crd_render_and_kubectl_run_in_the_image_as_built_from_these_sources() {
     );
 
     // The pinned kubectl.
-    let gomod =
-        std::fs::read_to_string(common::repo().join("hack/control-plane/kubernetes/go.mod"))
-            .unwrap();
+    let gomod = std::fs::read_to_string(
+        common::repo()
+            .join(common::newest_kubernetes_module())
+            .join("go.mod"),
+    )
+    .unwrap();
     let version = gomod
         .lines()
         .find_map(|l| l.trim().strip_prefix("k8s.io/kubernetes "))

@@ -219,7 +219,16 @@ fn dockerfile_has_the_essentials() {
                 .any(|(k, a)| k == "RUN" && a.contains("build-kubectl "))
         })
         .expect("a stage that runs hack/build-kubectl");
-    for source in ["hack/build-kubectl", "hack/control-plane/kubernetes"] {
+    let module = common::newest_kubernetes_module();
+    let minor = module.rsplit('/').next().unwrap_or_default();
+    assert!(
+        read("Dockerfile").contains(&format!("ARG KUBERNETES_MINOR={minor}\n")),
+        "the Dockerfile's kubectl is the newest supported minor's ({minor})"
+    );
+    for source in [
+        "hack/build-kubectl",
+        "hack/control-plane/kubernetes/${KUBERNETES_MINOR}",
+    ] {
         assert!(
             kubectl_stage
                 .2
@@ -236,7 +245,7 @@ fn dockerfile_has_the_essentials() {
     ] {
         assert!(script.contains(part), "hack/build-kubectl: {part}");
     }
-    let go_needed = minor_after(&read("hack/control-plane/kubernetes/go.mod"), "\ngo ");
+    let go_needed = minor_after(&read(&format!("{module}/go.mod")), "\ngo ");
     assert!(
         minor_after(&kubectl_stage.1, "golang:") >= go_needed,
         "{} is older than go 1.{go_needed} in go.mod",
@@ -421,7 +430,11 @@ fn hack_image_builds_the_dockerfile_with_its_prebuilt_binaries() {
             "hack/image must copy a binary to {source}"
         );
     }
-    assert!(script.contains("hack/build-kubectl hack/control-plane/kubernetes "));
+    assert!(script.contains("hack/build-kubectl \"$module\" "));
+    assert!(
+        script.contains("ls -d 1.* | sort -V | tail -1"),
+        "hack/image builds the newest minor's kubectl"
+    );
     let cargo = "cargo build --release --locked --bin kustomize-operator";
     assert!(script.contains(cargo), "hack/image runs {cargo}");
     let build = stages.iter().find(|s| s.1.starts_with("rust:")).unwrap();

@@ -430,12 +430,22 @@ fn devcontainer_is_consistent_with_the_repository() {
         image("rust") >= major_minor(rust_version),
         "rust image older than rust-version"
     );
-    for module in [
-        "hack/control-plane/kubernetes",
-        "hack/control-plane/etcd",
-        "hack/control-plane/kwok",
-        "hack/helm",
-    ] {
+    let kubernetes = std::fs::read_dir(repo.join("hack/control-plane/kubernetes"))
+        .expect("the pinned Kubernetes minors")
+        .map(|e| {
+            format!(
+                "hack/control-plane/kubernetes/{}",
+                e.unwrap().file_name().to_string_lossy()
+            )
+        });
+    for module in kubernetes.chain(
+        [
+            "hack/control-plane/etcd",
+            "hack/control-plane/kwok",
+            "hack/helm",
+        ]
+        .map(String::from),
+    ) {
         let gomod = std::fs::read_to_string(repo.join(format!("{module}/go.mod"))).expect("go.mod");
         let go = gomod
             .lines()

@@ -61,6 +61,19 @@ pub fn repo() -> PathBuf {
         .unwrap_or_else(|e| panic!("the repository root {}: {e}", root.display()))
 }
 
+/// The wrapper module of the newest Kubernetes minor the local plane
+/// supports (`hack/control-plane/kubernetes/<minor>`), relative to the
+/// repository: the kubectl the image ships is built from it.
+pub fn newest_kubernetes_module() -> String {
+    let dir = repo().join("hack/control-plane/kubernetes");
+    let minors = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter_map(|name| Some((name.strip_prefix("1.")?.parse::<u32>().ok()?, name)));
+    let (_, newest) = minors.max().expect("a pinned Kubernetes minor");
+    format!("hack/control-plane/kubernetes/{newest}")
+}
+
 /// The operator binary the tests run: `$KO_OPERATOR_BINARY` if set, else
 /// the `kustomize-operator` cargo built beside the running test binary
 /// (`<target>/<profile>/deps/<test>-<hash>` runs, the operator is

@@ -1,5 +1,6 @@
-// Wrapper module that pins k8s.io/kubernetes and its staging modules so
-// kube-apiserver, kube-controller-manager and kubectl build reproducibly.
+// Wrapper module that pins k8s.io/kubernetes v1.35.4 and its staging modules
+// so that the control plane's binaries build reproducibly (written by
+// hack/control-plane/pin-kubernetes).
 module kustomize-operator/control-plane/kubernetes
 
 go 1.25.0
@@ -216,6 +217,4 @@ replace (
 	k8s.io/mount-utils => k8s.io/mount-utils v0.35.4
 	k8s.io/pod-security-admission => k8s.io/pod-security-admission v0.35.4
 	k8s.io/sample-apiserver => k8s.io/sample-apiserver v0.35.4
-	k8s.io/sample-cli-plugin => k8s.io/sample-cli-plugin v0.35.4
-	k8s.io/sample-controller => k8s.io/sample-controller v0.35.4
 )
