@@ -689,7 +689,6 @@ async fn the_locked_down_install_runs_on_the_real_node() {
         "clusterrolebinding/kustomize-operator-impersonate".into(),
         "clusterrole/kustomize-operator-impersonate".into(),
     ]);
-    common::deploy::aggregated().await;
     rollout(NAMESPACE, "kustomize-operator");
     let leader = one_leader(&client, NAMESPACE, &node, 2).await;
 
