@@ -4,8 +4,9 @@
 //! it; the same token is denied everything outside the grants.
 //!
 //! A kind's scenario is one async function (`sample_scenario`,
-//! `copyrator_scenario`) and one test that runs it through
-//! [`run_with_service_account`]; a new kind adds both.
+//! `copyrator_scenario`, `exchange_rate_scenario`, `chaos_agent_scenario`)
+//! and one test that runs it through [`run_with_service_account`]; a new
+//! kind adds both.
 
 use ko_test_support as common;
 
@@ -24,7 +25,9 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
+use kustomize_operator::kinds::chaos_agent::{ChaosAgent, ChaosAgentSpec, SCOPE_LABEL};
 use kustomize_operator::kinds::copyrator::{CopyratorRule, CopyratorRuleSpec, RuleType};
+use kustomize_operator::kinds::exchange_rate::{ExchangeRate, ExchangeRateSpec};
 use serde_json::json;
 
 #[tokio::test]
@@ -72,11 +75,25 @@ where
     F: FnOnce(Client, String) -> Fut,
     Fut: Future<Output = ()>,
 {
+    run_with_service_account_and(prefix, kinds, &[], scenario).await;
+}
+
+/// [`run_with_service_account`], the operator given `flags` too.
+async fn run_with_service_account_and<F, Fut>(
+    prefix: &str,
+    kinds: &str,
+    flags: &[&str],
+    scenario: F,
+) where
+    F: FnOnce(Client, String) -> Fut,
+    Fut: Future<Output = ()>,
+{
     let client = common::cluster().await;
     install().await;
     let ns = common::TestNamespace::new(&client, prefix).await;
     let _cleanup = common::StripFinalizersOnDrop(ns.name.clone());
-    let extra = ["--kinds", kinds, "--metrics-addr", ""];
+    let mut extra = vec!["--kinds", kinds, "--metrics-addr", ""];
+    extra.extend_from_slice(flags);
     // The credentials live as long as the operator: kubectl reads them at every run.
     let token = common::TokenKubeconfig::mint(&client, NAMESPACE, SERVICE_ACCOUNT).await;
     let kubeconfig = token.path().display().to_string();
@@ -288,6 +305,9 @@ async fn the_service_account_token_is_denied_outside_its_grants() {
         ],
         &["create", "deployments.apps", "-n", "default"],
         &["create", "events.events.k8s.io", "-n", "default"],
+        // ChaosAgent's rounds.
+        &["delete", "pods", "-n", "default"],
+        &["patch", "deployments.apps", "-n", "default"],
         &[
             "update",
             "leases.coordination.k8s.io/kustomize-operator",
@@ -725,4 +745,184 @@ fn renamed_install(namespace: &str) -> Vec<serde_json::Value> {
         }
     }
     documents
+}
+
+/// A rate provider on loopback answering every `/rates/{base}/{currency}`
+/// with `rate` (as tests/exchange_rate.rs's does); its address.
+async fn serve_rate(rate: f64) -> std::net::SocketAddr {
+    use axum::extract::Path;
+    let answer = move |Path((base, currency)): Path<(String, String)>| async move {
+        let body = json!({"base": base, "rates": {currency: rate}}).to_string();
+        (
+            [(axum::http::header::CONTENT_TYPE, "application/json")],
+            body,
+        )
+    };
+    let app = axum::Router::new().route("/rates/{base}/{currency}", axum::routing::get(answer));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    addr
+}
+
+#[tokio::test]
+async fn exchange_rate_scenario_passes_with_only_the_service_account_token() {
+    let provider = serve_rate(1.1901).await;
+    let url = format!("http://{provider}/rates/{{base}}/{{currency}}");
+    let flags = [
+        "--exchange-rate-url",
+        &url,
+        "--exchange-rate-path",
+        "rates.{currency}",
+    ];
+    run_with_service_account_and(
+        "rbac-exchangerate",
+        "exchangerate",
+        &flags,
+        exchange_rate_scenario,
+    )
+    .await;
+}
+
+/// ExchangeRate: the rate fetched into status and into its hashed
+/// ConfigMap (owned by the ExchangeRate: the token may update its
+/// finalizers); deleting it deletes the ConfigMap.
+async fn exchange_rate_scenario(client: Client, ns: String) {
+    let rates: Api<ExchangeRate> = Api::namespaced(client.clone(), &ns);
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let spec = ExchangeRateSpec {
+        currency: "USD".into(),
+        base: None,
+        refresh_interval: Some("1h".into()),
+    };
+    rates
+        .create(&PostParams::default(), &ExchangeRate::new("usd", spec))
+        .await
+        .unwrap();
+    let status = common::wait_for(TIMEOUT, "the ExchangeRate usd Ready at 1.1901", || async {
+        let status = rates.get("usd").await.unwrap().status.unwrap_or_default();
+        if status.common.is_ready() && status.rate.rate.as_deref() == Some("1.1901") {
+            Ok(status)
+        } else {
+            Err(status.common.conditions)
+        }
+    })
+    .await;
+    let name = status.rate.config_map_name.expect("the ConfigMap's name");
+    let config_map = config_maps.get(&name).await.unwrap();
+    assert_eq!(config_map.data.unwrap()["rate"], "1.1901");
+    let owner = &config_map.metadata.owner_references.unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str()),
+        ("ExchangeRate", "usd")
+    );
+
+    rates.delete("usd", &DeleteParams::default()).await.unwrap();
+    common::wait_until(TIMEOUT, "the ExchangeRate usd gone", || async {
+        rates.get_opt("usd").await.unwrap().is_none()
+    })
+    .await;
+    assert!(config_maps.get_opt(&name).await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn chaos_agent_scenario_passes_with_only_the_service_account_token() {
+    run_with_service_account("rbac-chaosagent", "chaosagent", chaos_agent_scenario).await;
+}
+
+/// Removes the ChaosAgent `name` (its finalizer too) when dropped.
+struct AgentGuard(String);
+
+impl Drop for AgentGuard {
+    fn drop(&mut self) {
+        let agent = format!("chaosagent/{}", self.0);
+        let unfinalized = r#"{"metadata":{"finalizers":null}}"#;
+        let _ = common::kubectl(&["patch", &agent, "--type=merge", "-p", unfinalized]);
+        let _ = common::kubectl(&["delete", &agent, "--ignore-not-found", "--wait=false"]);
+    }
+}
+
+/// ChaosAgent, in a dry run confined to `ns` (the agent labelled for it,
+/// the operator watching it): its rounds list the Pods, Deployments and
+/// ConfigMaps there and report what they would do, changing nothing; the
+/// status and the finalizer are written, and deleting the agent removes
+/// it. (A dry run, which harms nothing: the token's rights to delete Pods
+/// and patch Deployments are asked of the API server by
+/// `the_service_account_token_is_denied_outside_its_grants`.)
+async fn chaos_agent_scenario(client: Client, ns: String) {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    let deployment: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "web", "image": "nginx"}]},
+            },
+        },
+    }))
+    .unwrap();
+    deployments
+        .create(&PostParams::default(), &deployment)
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let running = ListParams::default()
+        .labels("app=web")
+        .fields("status.phase=Running");
+    common::wait_until(TIMEOUT, "two Pods of web running", || async {
+        pods.list(&running).await.unwrap().items.len() == 2
+    })
+    .await;
+
+    let spec = ChaosAgentSpec {
+        tantrum_mode: true,
+        pod_tolerance: 0,
+        cancer_mode: true,
+        ipsum_mode: false,
+        eagerness: 100,
+        pause_duration: 1,
+        excluded_namespaces: Vec::new(),
+        dry_run: true,
+        max_actions_per_round: 10,
+        seed: Some(1234),
+    };
+    let mut agent = ChaosAgent::new(&ns, spec);
+    agent.metadata.labels = Some([(SCOPE_LABEL.to_string(), ns.clone())].into());
+    let agents: Api<ChaosAgent> = Api::all(client.clone());
+    agents.create(&PostParams::default(), &agent).await.unwrap();
+    let _guard = AgentGuard(ns.clone());
+    let status = common::wait_for(
+        TIMEOUT,
+        "the agent Ready after its second round",
+        || async {
+            let status = agents.get(&ns).await.unwrap().status.unwrap_or_default();
+            if status.common.is_ready() && status.round.round.unwrap_or(0) >= 2 {
+                Ok(status)
+            } else {
+                Err(status.common.conditions)
+            }
+        },
+    )
+    .await;
+    let last = status.round.last_round.expect("the last round");
+    assert!(last.dry_run);
+    assert_eq!(last.counts.tantrum, 2, "{last:?}");
+    assert_eq!(last.counts.cancer, 1, "{last:?}");
+    assert_eq!(
+        status.round.total,
+        Default::default(),
+        "a dry run did nothing"
+    );
+    let web = deployments.get("web").await.unwrap();
+    assert_eq!(web.spec.unwrap().replicas, Some(2));
+
+    agents.delete(&ns, &DeleteParams::default()).await.unwrap();
+    common::wait_until(TIMEOUT, "the agent gone", || async {
+        agents.get_opt(&ns).await.unwrap().is_none()
+    })
+    .await;
 }
