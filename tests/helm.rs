@@ -44,7 +44,7 @@ struct Helm(PathBuf);
 /// The helm binary, or return (a loud skip; a failure under CI).
 macro_rules! helm_or_skip {
     () => {
-        match common::helm_path(common::test_name!()) {
+        match common::helm_path() {
             Some(path) => Helm(path),
             None => return,
         }
