@@ -12,6 +12,7 @@ use crate::duration::parse_duration;
 use crate::engine::host::{Identity, parse_cluster_account, shard};
 use crate::kind::{KustomizeDir, TemplateError};
 use crate::kinds::declared::pack::{self, PackError};
+use crate::kinds::declared::rbac::Binding;
 use crate::kinds::registry::{Registry, RegistryError};
 use crate::kinds::{KindContext, KindFlags, KindOptions};
 use crate::source::{ResourceRef, Source};
@@ -436,6 +437,22 @@ pub struct RbacArgs {
     /// The kubectl that builds each kind's base (default: kubectl on PATH).
     #[arg(long, env = "KUBECTL")]
     pub kubectl: Option<PathBuf>,
+    /// Bind each role to this ServiceAccount, NAMESPACE/NAME, with a
+    /// ClusterRoleBinding of the same name, instead of labelling it for
+    /// every install's aggregating role: the kind granted to that install
+    /// alone (as deploy/rbac/sample.yaml grants the Sample).
+    #[arg(long, value_name = "NAMESPACE/NAME", value_parser = parse_binding)]
+    pub bind: Option<Binding>,
+}
+
+/// `rbac --bind`: a ServiceAccount as NAMESPACE/NAME.
+fn parse_binding(text: &str) -> Result<Binding, String> {
+    match parse_cluster_account(text) {
+        Ok(Identity::ServiceAccount { namespace, name }) => Ok(Binding { namespace, name }),
+        _ => Err(format!(
+            "{text:?} is not NAMESPACE/NAME, the ServiceAccount to bind the roles to"
+        )),
+    }
 }
 
 /// Where the metrics endpoint listens, if anywhere.
@@ -633,5 +650,22 @@ mod tests {
             panic!()
         };
         assert_eq!(args.metrics_addr, MetricsAddr(None));
+    }
+
+    #[test]
+    fn rbac_binds_to_a_service_account_named_namespace_slash_name() {
+        let cli = Cli::try_parse_from(["kustomize-operator", "rbac", "--bind", "ops/operator"]);
+        let Command::Rbac(args) = cli.unwrap().command else {
+            panic!()
+        };
+        let expected = Binding {
+            namespace: "ops".into(),
+            name: "operator".into(),
+        };
+        assert_eq!(args.bind, Some(expected));
+        for bad in ["operator", "ops/", "/operator", "Ops/operator"] {
+            let err = parse_binding(bad).unwrap_err();
+            assert!(err.contains("NAMESPACE/NAME"), "{bad}: {err}");
+        }
     }
 }

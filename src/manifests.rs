@@ -76,9 +76,9 @@ fn write_files(dir: &Path, files: &[(String, String)]) -> Result<(), ManifestErr
     Ok(())
 }
 
-/// The aggregated ClusterRole of each selected declared kind (every
-/// declared kind when none is named), one YAML document per kind, with its
-/// name.
+/// The ClusterRole of each selected declared kind (every declared kind
+/// when none is named), aggregated or bound (`--bind`), as YAML per kind,
+/// with its name.
 pub async fn rbac_yaml(args: &RbacArgs) -> Result<Vec<(String, String)>, ManifestError> {
     let (dir, registry) = args.dirs.load()?;
     let kinds = if args.kinds.is_empty() {
@@ -106,7 +106,8 @@ pub async fn rbac_yaml(args: &RbacArgs) -> Result<Vec<(String, String)>, Manifes
             })?;
         let types = rbac::object_types(declared, &base);
         let rules = rbac::rules(declared, &types);
-        let yaml = rbac::manifests(declared, &rules).map_err(ManifestError::Write)?;
+        let yaml =
+            rbac::manifests(declared, &rules, args.bind.as_ref()).map_err(ManifestError::Write)?;
         out.push((declared.name().to_string(), yaml));
     }
     Ok(out)

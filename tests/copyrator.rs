@@ -11,7 +11,7 @@ use kustomize_operator::kind::{ConditionStatus, ConditionType, Reason};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::sync::{Mutex, Once};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
@@ -340,9 +340,10 @@ async fn configmap_rule_over_three_namespaces_and_a_new_one() {
     .await;
     wait_cm_value(&fx.client, &[&later], "app-config", Some("v1")).await;
 
-    // A source change reaches every copy within seconds.
+    // A source change reaches every copy through the watch of the
+    // source: within TIMEOUT (60 s), far short of the periodic resync
+    // (10 minutes), which cannot be what copied it.
     let all: Vec<&str> = t.iter().copied().chain([later.as_str()]).collect();
-    let started = Instant::now();
     fx.cms
         .patch(
             "app-config",
@@ -352,8 +353,6 @@ async fn configmap_rule_over_three_namespaces_and_a_new_one() {
         .await
         .unwrap();
     wait_cm_value(&fx.client, &all, "app-config", Some("v2")).await;
-    let took = started.elapsed();
-    assert!(took < Duration::from_secs(10), "propagation took {took:?}");
 
     // A copy deleted or edited by someone else is put back.
     Api::<ConfigMap>::namespaced(fx.client.clone(), t[0])

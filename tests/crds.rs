@@ -1,7 +1,8 @@
 //! The generated files are current: the CRDs under deploy/crds are those the
 //! Rust types and the kind files generate, and each declared kind's RBAC
-//! under deploy/rbac is what `rbac` derives (one ClusterRole, aggregated into
-//! the operator's by its label). `hack/generate` rewrites them.
+//! under deploy/rbac is what `rbac --bind` derives (one ClusterRole, bound to
+//! the install's ServiceAccount, not labelled for aggregation). `hack/generate`
+//! rewrites them.
 
 use ko_test_support as common;
 
@@ -49,7 +50,14 @@ fn committed_crds_are_current() {
 #[tokio::test]
 async fn committed_rbac_of_declared_kinds_is_current() {
     let kubectl = common::kubectl_path();
-    let Command::Rbac(args) = command(&["rbac", "--kubectl", kubectl.to_str().unwrap()]) else {
+    let account = "kustomize-operator-system/kustomize-operator";
+    let Command::Rbac(args) = command(&[
+        "rbac",
+        "--kubectl",
+        kubectl.to_str().unwrap(),
+        "--bind",
+        account,
+    ]) else {
         unreachable!()
     };
     let generated = kustomize_operator::manifests::rbac_yaml(&args)
@@ -57,15 +65,16 @@ async fn committed_rbac_of_declared_kinds_is_current() {
         .unwrap();
     assert!(generated.iter().any(|(kind, _)| kind == "sample"));
     for (kind, yaml) in generated {
-        let role: serde_json::Value = serde_saphyr::from_str(&yaml).unwrap();
-        assert_eq!(
-            role["kind"], "ClusterRole",
-            "{kind}: one ClusterRole, no binding"
+        let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&yaml).unwrap();
+        let [role, binding] = &docs[..] else {
+            panic!("{kind}: one ClusterRole and its binding: {yaml}")
+        };
+        assert_eq!(role["kind"], "ClusterRole", "{kind}");
+        assert!(
+            role["metadata"]["labels"][AGGREGATE_LABEL].is_null(),
+            "{kind}: bound, not aggregated into the operator's role"
         );
-        assert_eq!(
-            role["metadata"]["labels"][AGGREGATE_LABEL], "true",
-            "{kind}: aggregated into the operator's role"
-        );
+        assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
         let path = common::repo().join(format!("deploy/rbac/{kind}.yaml"));
         let committed = std::fs::read_to_string(&path)
             .unwrap_or_else(|e| panic!("{}: {e}; run hack/generate", path.display()));

@@ -1544,3 +1544,109 @@ async fn keep_overlays_keeps_no_secret_from_a_resource_template() {
     }
     operator.stop().await;
 }
+
+/// A kind whose readiness rule and whose child's `readyWhen` each add a
+/// margin from the spec (0 by default) to what they wait for.
+const HELD: &str = r#"apiVersion: kustomize-operator.io/v1alpha1
+kind: KindDefinition
+metadata: {name: held}
+spec:
+  group: held.example.com
+  version: v1
+  names: {kind: Held, plural: helds}
+  schema:
+    type: object
+    properties:
+      readinessMargin: {type: integer, default: 0}
+      readyWhenMargin: {type: integer, default: 0}
+  overlay:
+    namePrefix: "{{ metadata.name }}-"
+  children:
+    web:
+      kind: Deployment
+      name: "{{ metadata.name }}-web"
+      readyWhen: has(self.status.readyReplicas) && self.status.readyReplicas >= self.spec.replicas + schema.spec.readyWhenMargin
+  status:
+    - {field: available, type: integer, expression: "has(web.status.availableReplicas) ? web.status.availableReplicas : 0"}
+    - {field: readyReplicas, type: integer, expression: "has(web.status.readyReplicas) ? web.status.readyReplicas : 0"}
+  readiness:
+    - expression: has(web.status.availableReplicas) && web.status.availableReplicas >= 2 + spec.readinessMargin
+"#;
+
+/// A readiness rule or a `readyWhen` that is false for the live objects
+/// holds `Ready` back, naming itself, though everything else is ready: the
+/// status written for the generation shows the Deployment's two replicas
+/// available and ready (on kwok they always become so, which is why only
+/// a false expression can hold a resource back here), and the same kind
+/// with both margins 0 is Ready.
+#[tokio::test]
+async fn a_false_readiness_rule_or_ready_when_holds_ready_back() {
+    let client = common::cluster().await;
+    let web = deployment("web", 2);
+    let folder = kind_folder(
+        "held",
+        HELD,
+        &[
+            ("kustomization.yaml", "resources: [web.yaml]\n"),
+            ("web.yaml", &web),
+        ],
+    );
+    let held = folder_kind(&client, &folder, "held").await;
+    let ns = common::TestNamespace::new(&client, "held").await;
+    let operator = folder_operator(&ns.name, &folder, "held", &["--health-timeout", "2m"]).await;
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &ns.name, &api_resource(&held));
+    let cases = [
+        ("ready", json!({})),
+        ("readiness", json!({"readinessMargin": 1})),
+        ("ready-when", json!({"readyWhenMargin": 1})),
+    ];
+    for (name, spec) in &cases {
+        let resource: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "held.example.com/v1", "kind": "Held",
+            "metadata": {"name": name}, "spec": spec,
+        }))
+        .unwrap();
+        api.create(&PostParams::default(), &resource).await.unwrap();
+    }
+    wait_reason(&api, "ready", "Applied").await;
+    for (name, waits_for) in [
+        (
+            "readiness",
+            "readiness[0]: waiting for has(web.status.availableReplicas) && web.status.availableReplicas >= 2 + spec.readinessMargin",
+        ),
+        (
+            "ready-when",
+            "web.readyWhen (ready-when-web): waiting for has(self.status.readyReplicas)",
+        ),
+    ] {
+        let what = format!("{name}: its status written with 2 replicas available and ready");
+        let held = common::wait_for(TIMEOUT, what, || async {
+            let object = api.get(name).await.unwrap();
+            let status = &object.data["status"];
+            let current = status["observedGeneration"].as_i64() == object.metadata.generation;
+            if current && status["available"] == 2 && status["readyReplicas"] == 2 {
+                Ok(object)
+            } else {
+                Err(status.clone())
+            }
+        })
+        .await;
+        let ready = condition(&held, "Ready").expect("a Ready condition");
+        assert_ne!(ready["status"], "True", "{name}: {ready:#}");
+        let message = ready["message"].as_str().unwrap_or_default();
+        assert!(message.contains(waits_for), "{name}: {ready:#}");
+    }
+    for (name, _) in &cases {
+        api.delete(name, &DeleteParams::default()).await.unwrap();
+    }
+    common::wait_until(TIMEOUT, "the Helds gone", || async {
+        api.list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    })
+    .await;
+    operator.stop().await;
+}

@@ -4,8 +4,9 @@
 //! it; the same token is denied everything outside the grants.
 //!
 //! A kind's scenario is one async function (`sample_scenario`,
-//! `copyrator_scenario`) and one test that runs it through
-//! [`run_with_service_account`]; a new kind adds both.
+//! `copyrator_scenario`, `exchange_rate_scenario`, `chaos_agent_scenario`)
+//! and one test that runs it through [`run_with_service_account`]; a new
+//! kind adds both.
 
 use ko_test_support as common;
 
@@ -24,7 +25,9 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
+use kustomize_operator::kinds::chaos_agent::{ChaosAgent, ChaosAgentSpec, SCOPE_LABEL};
 use kustomize_operator::kinds::copyrator::{CopyratorRule, CopyratorRuleSpec, RuleType};
+use kustomize_operator::kinds::exchange_rate::{ExchangeRate, ExchangeRateSpec};
 use serde_json::json;
 
 #[tokio::test]
@@ -72,11 +75,25 @@ where
     F: FnOnce(Client, String) -> Fut,
     Fut: Future<Output = ()>,
 {
+    run_with_service_account_and(prefix, kinds, &[], scenario).await;
+}
+
+/// [`run_with_service_account`], the operator given `flags` too.
+async fn run_with_service_account_and<F, Fut>(
+    prefix: &str,
+    kinds: &str,
+    flags: &[&str],
+    scenario: F,
+) where
+    F: FnOnce(Client, String) -> Fut,
+    Fut: Future<Output = ()>,
+{
     let client = common::cluster().await;
     install().await;
     let ns = common::TestNamespace::new(&client, prefix).await;
     let _cleanup = common::StripFinalizersOnDrop(ns.name.clone());
-    let extra = ["--kinds", kinds, "--metrics-addr", ""];
+    let mut extra = vec!["--kinds", kinds, "--metrics-addr", ""];
+    extra.extend_from_slice(flags);
     // The credentials live as long as the operator: kubectl reads them at every run.
     let token = common::TokenKubeconfig::mint(&client, NAMESPACE, SERVICE_ACCOUNT).await;
     let kubeconfig = token.path().display().to_string();
@@ -288,6 +305,9 @@ async fn the_service_account_token_is_denied_outside_its_grants() {
         ],
         &["create", "deployments.apps", "-n", "default"],
         &["create", "events.events.k8s.io", "-n", "default"],
+        // ChaosAgent's rounds.
+        &["delete", "pods", "-n", "default"],
+        &["patch", "deployments.apps", "-n", "default"],
         &[
             "update",
             "leases.coordination.k8s.io/kustomize-operator",
@@ -339,9 +359,7 @@ const SCOPED_ACCOUNT: &str = "kustomize-operator-scoped";
 /// The overlay's roles and bindings, moved onto [`SCOPED_ACCOUNT`] (bindings
 /// renamed so the install's stay as they are) and from the overlay's example
 /// namespaces to the test's (`rename`), plus the ServiceAccount. Roles are
-/// kept as they are: shared with the install, or the overlay's own. A
-/// declared kind's role has no binding: it reaches the account through the
-/// (renamed) binding of the aggregating `kustomize-operator-kinds`.
+/// kept as they are: shared with the install, or the overlay's own.
 fn scoped_rbac(
     docs: &[serde_json::Value],
     rename: &BTreeMap<String, String>,
@@ -634,4 +652,277 @@ async fn every_namespace_means_every_listed_one(
             "{target}"
         );
     }
+}
+
+/// `kubectl delete -k deploy` then `kubectl apply -k deploy`, round after
+/// round: every apply creates every object afresh ("created", never
+/// "configured": nothing of the deleted install was left, or created again
+/// meanwhile by the control plane's aggregation controller, which writes
+/// the aggregating role's rules by a server-side apply). Each round waits
+/// for the install's grants to be in effect before deleting it. The install
+/// is deploy/ as built, renamed (see [`renamed_install`]) so that the
+/// install the other tests share stays; `kubectl apply -f`/`delete -f` of
+/// its documents does what `-k` does, in the same order. kubectl deletes
+/// one object after the other in that order, the aggregating role before
+/// the Sample's, so deploy/ did not race even while the Sample's role was
+/// aggregated (0 leftovers in 40 rounds); Helm, deleting every ClusterRole
+/// at once, did (`tests/helm.rs`, `uninstall_then_install_again_works_every_time`).
+#[tokio::test]
+async fn delete_then_apply_again_creates_everything_afresh() {
+    const ROUNDS: usize = 3;
+    let client = common::cluster().await;
+    let ns = common::TestNamespace::new(&client, "redeploy").await;
+    let documents = renamed_install(&ns.name);
+    let manifest = DeleteOnDrop(write_manifest(&documents));
+    let file = manifest.0.path().display().to_string();
+    let account = format!(
+        "--as=system:serviceaccount:{0}:{0}-{SERVICE_ACCOUNT}",
+        ns.name
+    );
+    for round in 1..=ROUNDS {
+        let (ok, out, err) = common::kubectl(&["apply", "-f", &file]);
+        assert!(ok, "round {round}: kubectl apply failed: {err}");
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), documents.len(), "round {round}: {out}");
+        for line in lines {
+            assert!(
+                line.ends_with(" created"),
+                "round {round}: left from the deleted install: {line}"
+            );
+        }
+        common::wait_until(
+            TIMEOUT,
+            format!("round {round}: the install's account may watch Samples"),
+            || async {
+                let (_, out, _) = common::kubectl(&[
+                    "auth",
+                    "can-i",
+                    "watch",
+                    "samples.nuvolaris.org",
+                    "--all-namespaces",
+                    &account,
+                ]);
+                out.trim() == "yes"
+            },
+        )
+        .await;
+        let (ok, _, err) = common::kubectl(&["delete", "-f", &file]);
+        assert!(ok, "round {round}: kubectl delete failed: {err}");
+    }
+}
+
+/// deploy/ as `kubectl kustomize` builds it, every object renamed
+/// `<namespace>-<name>` and the namespaced ones moved into `namespace`
+/// (bindings, their subjects and the Deployment's account following),
+/// without what every test on the cluster shares: the Namespace
+/// `kustomize-operator-system`, the CRDs and the admission policies.
+fn renamed_install(namespace: &str) -> Vec<serde_json::Value> {
+    let shared = [
+        "Namespace",
+        "CustomResourceDefinition",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    ];
+    let renamed =
+        |name: &serde_json::Value| json!(format!("{namespace}-{}", name.as_str().unwrap()));
+    let mut documents = common::kustomize_documents("deploy");
+    documents.retain(|d| !shared.contains(&d["kind"].as_str().unwrap_or_default()));
+    for doc in &mut documents {
+        doc["metadata"]["name"] = renamed(&doc["metadata"]["name"]);
+        if doc["metadata"].get("namespace").is_some() {
+            doc["metadata"]["namespace"] = json!(namespace);
+        }
+        if doc.get("roleRef").is_some() {
+            doc["roleRef"]["name"] = renamed(&doc["roleRef"]["name"]);
+        }
+        for subject in doc["subjects"].as_array_mut().into_iter().flatten() {
+            subject["name"] = renamed(&subject["name"]);
+            subject["namespace"] = json!(namespace);
+        }
+        if doc["kind"] == "Deployment" {
+            let pod = &mut doc["spec"]["template"]["spec"];
+            pod["serviceAccountName"] = renamed(&pod["serviceAccountName"]);
+        }
+    }
+    documents
+}
+
+/// A rate provider on loopback answering every `/rates/{base}/{currency}`
+/// with `rate` (as tests/exchange_rate.rs's does); its address.
+async fn serve_rate(rate: f64) -> std::net::SocketAddr {
+    use axum::extract::Path;
+    let answer = move |Path((base, currency)): Path<(String, String)>| async move {
+        let body = json!({"base": base, "rates": {currency: rate}}).to_string();
+        (
+            [(axum::http::header::CONTENT_TYPE, "application/json")],
+            body,
+        )
+    };
+    let app = axum::Router::new().route("/rates/{base}/{currency}", axum::routing::get(answer));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    addr
+}
+
+#[tokio::test]
+async fn exchange_rate_scenario_passes_with_only_the_service_account_token() {
+    let provider = serve_rate(1.1901).await;
+    let url = format!("http://{provider}/rates/{{base}}/{{currency}}");
+    let flags = [
+        "--exchange-rate-url",
+        &url,
+        "--exchange-rate-path",
+        "rates.{currency}",
+    ];
+    run_with_service_account_and(
+        "rbac-exchangerate",
+        "exchangerate",
+        &flags,
+        exchange_rate_scenario,
+    )
+    .await;
+}
+
+/// ExchangeRate: the rate fetched into status and into its hashed
+/// ConfigMap (owned by the ExchangeRate: the token may update its
+/// finalizers); deleting it deletes the ConfigMap.
+async fn exchange_rate_scenario(client: Client, ns: String) {
+    let rates: Api<ExchangeRate> = Api::namespaced(client.clone(), &ns);
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let spec = ExchangeRateSpec {
+        currency: "USD".into(),
+        base: None,
+        refresh_interval: Some("1h".into()),
+    };
+    rates
+        .create(&PostParams::default(), &ExchangeRate::new("usd", spec))
+        .await
+        .unwrap();
+    let status = common::wait_for(TIMEOUT, "the ExchangeRate usd Ready at 1.1901", || async {
+        let status = rates.get("usd").await.unwrap().status.unwrap_or_default();
+        if status.common.is_ready() && status.rate.rate.as_deref() == Some("1.1901") {
+            Ok(status)
+        } else {
+            Err(status.common.conditions)
+        }
+    })
+    .await;
+    let name = status.rate.config_map_name.expect("the ConfigMap's name");
+    let config_map = config_maps.get(&name).await.unwrap();
+    assert_eq!(config_map.data.unwrap()["rate"], "1.1901");
+    let owner = &config_map.metadata.owner_references.unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str()),
+        ("ExchangeRate", "usd")
+    );
+
+    rates.delete("usd", &DeleteParams::default()).await.unwrap();
+    common::wait_until(TIMEOUT, "the ExchangeRate usd gone", || async {
+        rates.get_opt("usd").await.unwrap().is_none()
+    })
+    .await;
+    assert!(config_maps.get_opt(&name).await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn chaos_agent_scenario_passes_with_only_the_service_account_token() {
+    run_with_service_account("rbac-chaosagent", "chaosagent", chaos_agent_scenario).await;
+}
+
+/// Removes the ChaosAgent `name` (its finalizer too) when dropped.
+struct AgentGuard(String);
+
+impl Drop for AgentGuard {
+    fn drop(&mut self) {
+        let agent = format!("chaosagent/{}", self.0);
+        let unfinalized = r#"{"metadata":{"finalizers":null}}"#;
+        let _ = common::kubectl(&["patch", &agent, "--type=merge", "-p", unfinalized]);
+        let _ = common::kubectl(&["delete", &agent, "--ignore-not-found", "--wait=false"]);
+    }
+}
+
+/// ChaosAgent, in a dry run confined to `ns` (the agent labelled for it,
+/// the operator watching it): its rounds list the Pods, Deployments and
+/// ConfigMaps there and report what they would do, changing nothing; the
+/// status and the finalizer are written, and deleting the agent removes
+/// it. (A dry run, which harms nothing: the token's rights to delete Pods
+/// and patch Deployments are asked of the API server by
+/// `the_service_account_token_is_denied_outside_its_grants`.)
+async fn chaos_agent_scenario(client: Client, ns: String) {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    let deployment: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "web", "image": "nginx"}]},
+            },
+        },
+    }))
+    .unwrap();
+    deployments
+        .create(&PostParams::default(), &deployment)
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let running = ListParams::default()
+        .labels("app=web")
+        .fields("status.phase=Running");
+    common::wait_until(TIMEOUT, "two Pods of web running", || async {
+        pods.list(&running).await.unwrap().items.len() == 2
+    })
+    .await;
+
+    let spec = ChaosAgentSpec {
+        tantrum_mode: true,
+        pod_tolerance: 0,
+        cancer_mode: true,
+        ipsum_mode: false,
+        eagerness: 100,
+        pause_duration: 1,
+        excluded_namespaces: Vec::new(),
+        dry_run: true,
+        max_actions_per_round: 10,
+        seed: Some(1234),
+    };
+    let mut agent = ChaosAgent::new(&ns, spec);
+    agent.metadata.labels = Some([(SCOPE_LABEL.to_string(), ns.clone())].into());
+    let agents: Api<ChaosAgent> = Api::all(client.clone());
+    agents.create(&PostParams::default(), &agent).await.unwrap();
+    let _guard = AgentGuard(ns.clone());
+    let status = common::wait_for(
+        TIMEOUT,
+        "the agent Ready after its second round",
+        || async {
+            let status = agents.get(&ns).await.unwrap().status.unwrap_or_default();
+            if status.common.is_ready() && status.round.round.unwrap_or(0) >= 2 {
+                Ok(status)
+            } else {
+                Err(status.common.conditions)
+            }
+        },
+    )
+    .await;
+    let last = status.round.last_round.expect("the last round");
+    assert!(last.dry_run);
+    assert_eq!(last.counts.tantrum, 2, "{last:?}");
+    assert_eq!(last.counts.cancer, 1, "{last:?}");
+    assert_eq!(
+        status.round.total,
+        Default::default(),
+        "a dry run did nothing"
+    );
+    let web = deployments.get("web").await.unwrap();
+    assert_eq!(web.spec.unwrap().replicas, Some(2));
+
+    agents.delete(&ns, &DeleteParams::default()).await.unwrap();
+    common::wait_until(TIMEOUT, "the agent gone", || async {
+        agents.get_opt(&ns).await.unwrap().is_none()
+    })
+    .await;
 }

@@ -506,10 +506,10 @@ async fn a_status_waiting_for_the_first_look_holds_no_reconcile_slot_and_is_not_
     wait_ready_or_explain(&samples, "a", &operator, TIMEOUT).await;
     // The watch may deliver the status a GET already returned a moment later.
     common::wait_until(TIMEOUT, "a Ready status of a among those seen", || async {
-        seen_a.lock().unwrap().iter().any(|s| s.is_ready())
+        seen_a.all().iter().any(|s| s.is_ready())
     })
     .await;
-    let statuses = seen_a.lock().unwrap().clone();
+    let statuses = seen_a.all();
     let recorded: Vec<_> = statuses
         .iter()
         .filter(|s| s.applied_digest.is_some())

@@ -187,7 +187,7 @@ async fn a_sample_healthy_at_the_first_look_gets_one_status_ready_at_once() {
     common::wait_until(
         TIMEOUT,
         "a Ready status of web among those seen",
-        || async { seen.lock().unwrap().iter().any(CommonStatus::is_ready) },
+        || async { seen.all().iter().any(CommonStatus::is_ready) },
     )
     .await;
 
@@ -195,7 +195,7 @@ async fn a_sample_healthy_at_the_first_look_gets_one_status_ready_at_once() {
     // healthy: the engine waited for it, so the status that recorded the
     // apply said Ready already, and no `Healthy` event followed a wait
     // nobody was shown (events go out before the status they explain).
-    let statuses = seen.lock().unwrap().clone();
+    let statuses = seen.all();
     let applied: Vec<&CommonStatus> = statuses
         .iter()
         .filter(|s| s.applied_digest.is_some())

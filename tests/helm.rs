@@ -44,7 +44,7 @@ struct Helm(PathBuf);
 /// The helm binary, or return (a loud skip; a failure under CI).
 macro_rules! helm_or_skip {
     () => {
-        match common::helm_path(common::test_name!()) {
+        match common::helm_path() {
             Some(path) => Helm(path),
             None => return,
         }
@@ -599,10 +599,19 @@ fn the_values_shape_the_install() {
                 .map(|role| format!("{prefix}-{role}"))
         )
     );
-    // The declared kind's role reaches the operator by aggregation only.
+    // The declared kind's role is bound, not aggregated: no role of the
+    // release is a source of `-kinds` (uninstalling it would race the
+    // control plane's aggregation controller).
     let sample = find(&docs, "ClusterRole", &format!("{prefix}-sample"));
-    assert_eq!(sample["metadata"]["labels"][AGGREGATE_LABEL], "true");
-    assert!(!names_of(&docs, "ClusterRoleBinding").contains(&format!("{prefix}-sample")));
+    assert!(names_of(&docs, "ClusterRoleBinding").contains(&format!("{prefix}-sample")));
+    for role in docs.iter().filter(|d| d["kind"] == "ClusterRole") {
+        assert!(
+            role["metadata"]["labels"][AGGREGATE_LABEL].is_null(),
+            "{}",
+            role["metadata"]["name"]
+        );
+    }
+    assert_eq!(sample["rules"][0]["resources"], json!(["samples"]));
     let kinds = find(&docs, "ClusterRole", &format!("{prefix}-kinds"));
     assert_eq!(
         kinds["aggregationRule"]["clusterRoleSelectors"],
@@ -873,8 +882,8 @@ async fn install_upgrade_uninstall_on_the_control_plane() {
         ],
     );
     assert_eq!(cluster_roles, expected);
-    // Every role bound but the Sample's, which `-kinds` aggregates.
-    assert_eq!(objects_of(&name, "clusterrolebindings").len(), 6);
+    // Every role bound, the Sample's too: none is aggregated into `-kinds`.
+    assert_eq!(objects_of(&name, "clusterrolebindings").len(), 7);
     for (what, object) in [
         ("serviceaccount", fullname.clone()),
         ("service", format!("{fullname}-metrics")),
@@ -1058,4 +1067,105 @@ async fn install_upgrade_uninstall_on_the_control_plane() {
         get_json(&["customresourcedefinition", &crd]);
     }
     drop(release);
+}
+
+/// `helm uninstall` then `helm install` of the same release, round after
+/// round: every install succeeds, and after every uninstall nothing of the
+/// release is left, its aggregating ClusterRole `<fullname>-kinds` looked
+/// up by name (one the control plane created again would carry neither
+/// the release's labels nor Helm's annotations, and the next install would
+/// fail on it: "exists and cannot be imported into the current release").
+/// While the chart's Sample role was a source of `-kinds`, the control
+/// plane's aggregation controller, writing `-kinds`' rules by a server-side
+/// apply as `helm uninstall` deleted both, created it again in 6 of 20
+/// rounds of a shell loop on the local control plane, and this test failed
+/// in each of its 9 runs (at round 1 to 4). Each round waits for the release's grants to
+/// be in effect (the operator's account may watch Samples) before
+/// uninstalling, as a user's release would be. The CRDs are shared with
+/// every test and are no part of it (`--skip-crds`).
+#[tokio::test]
+async fn uninstall_then_install_again_works_every_time() {
+    const ROUNDS: usize = 10;
+    let _client = common::cluster().await;
+    let helm = helm_or_skip!();
+    let name = format!("ko-again-{:06x}", rand::random::<u32>() & 0xff_ffff);
+    let (ok, _, err) = common::kubectl(&["create", "namespace", &name]);
+    assert!(ok, "{err}");
+    let (ok, _, err) =
+        common::kubectl(&["label", "namespace", &name, "kustomize-operator-test=true"]);
+    assert!(ok, "{err}");
+    let fullname = format!("{name}-kustomize-operator");
+    let aggregating = format!("clusterrole/{fullname}-kinds");
+    // One the control plane created again belongs to no release: deleted
+    // by name (after the release's own cleanup).
+    let _leftover = DeleteOnDrop(aggregating.clone());
+    let release = Release {
+        helm: &helm,
+        name: name.clone(),
+        namespace: name.clone(),
+    };
+    let ns = release.namespace.as_str();
+    let chart = chart();
+    let account = format!("--as=system:serviceaccount:{ns}:{fullname}");
+    let install = ["install", &name, &chart, "--namespace", ns, "--skip-crds"];
+    for round in 1..=ROUNDS {
+        let (ok, out, err) = helm.run(&install);
+        assert!(ok, "round {round}: helm install failed:\n{out}\n{err}");
+        common::wait_until(
+            TIMEOUT,
+            format!("round {round}: the release's account may watch Samples"),
+            || async {
+                let (_, out, _) = common::kubectl(&[
+                    "auth",
+                    "can-i",
+                    "watch",
+                    "samples.nuvolaris.org",
+                    "--all-namespaces",
+                    &account,
+                ]);
+                out.trim() == "yes"
+            },
+        )
+        .await;
+        helm.ok(&["uninstall", &name, "--namespace", ns]);
+        common::wait_until(
+            TIMEOUT,
+            format!("round {round}: nothing of the release {name} left"),
+            || async {
+                let (_, left, _) =
+                    common::kubectl(&["get", &aggregating, "-o", "json", "--ignore-not-found"]);
+                if let Ok(role) = serde_json::from_str::<Value>(&left) {
+                    let instance = &role["metadata"]["labels"]["app.kubernetes.io/instance"];
+                    assert!(
+                        !instance.is_null(),
+                        "round {round}: {aggregating} was created again after the uninstall, \
+                         without the release's labels: by the control plane's aggregation \
+                         controller, whose server-side apply of its rules creates it if it is gone"
+                    );
+                    return false;
+                }
+                ["clusterroles", "clusterrolebindings", "deployments"]
+                    .iter()
+                    .all(|what| objects_of(&name, what).is_empty())
+            },
+        )
+        .await;
+    }
+    // The last uninstall left nothing in the way either.
+    let (ok, out, err) = helm.run(&install);
+    assert!(
+        ok,
+        "helm install after {ROUNDS} rounds failed:\n{out}\n{err}"
+    );
+    helm.ok(&["uninstall", &name, "--namespace", ns]);
+    drop(release);
+}
+
+/// `kubectl delete <kind/name> --ignore-not-found` when dropped.
+struct DeleteOnDrop(String);
+
+impl Drop for DeleteOnDrop {
+    fn drop(&mut self) {
+        let _ = common::kubectl(&["delete", &self.0, "--ignore-not-found"]);
+    }
 }

@@ -1,8 +1,9 @@
 //! Hostile input: what one tenant writes or one definition declares costs
 //! only itself. Each test puts something hostile in the operator's way
 //! and asserts that the operator stays up (`/healthz`), and that another
-//! resource is served, within seconds, while the hostile one is refused
-//! with a reason that names the limit.
+//! resource is served after it (a Sample applied then gets its Deployment:
+//! [`still_serving`]), while the hostile one is refused with a reason that
+//! names the limit.
 
 use ko_test_support as common;
 
@@ -98,6 +99,30 @@ async fn healthy(port: u16) -> bool {
     matches!(common::http_get(port, "/healthz").await, Some((200, _)))
 }
 
+/// The operator whose metrics are on `port` is up (`/healthz`) and serves
+/// another resource: the Sample `name`, applied now in `ns`, gets its
+/// Deployment.
+async fn still_serving(operator: &OperatorProcess, port: u16, ns: &str, name: &str) {
+    assert!(healthy(port).await, "{}", operator.log_tail());
+    apply(&sample(ns, name, 2));
+    common::wait_until(
+        TIMEOUT,
+        format!(
+            "the Sample {name}'s Deployment applied; the operator's log:\n{}",
+            operator.log_tail()
+        ),
+        async || replicas(ns, name) == 2,
+    )
+    .await;
+    assert!(healthy(port).await, "{}", operator.log_tail());
+}
+
+/// `--metrics-addr` on a free loopback port: the flag and the port.
+fn metrics_flag() -> (String, u16) {
+    let port = common::free_port();
+    (format!("--metrics-addr=127.0.0.1:{port}"), port)
+}
+
 /// An operator serving every kind in `ns` (and this test's definitions),
 /// with its metrics on a port of its own.
 fn operator(ns: &str, extra: &[&str]) -> (OperatorProcess, u16) {
@@ -172,8 +197,8 @@ async fn deep_objects_in_every_watched_kind_neither_stop_the_start_nor_any_other
     make_deep(n, "sample/victim");
     apply(&sample(n, "victim", 3));
     common::wait_until(
-        Duration::from_secs(15),
-        "the victim's change applied within seconds",
+        TIMEOUT,
+        "the victim's change, made after it went deep, applied",
         async || replicas(n, "victim") == 3,
     )
     .await;
@@ -246,9 +271,8 @@ async fn a_definitions_template_may_not_read_the_environment_recurse_or_throw_va
         .map(|(i, (template, _))| hostile_kind(&ns, &format!("t{i}"), template))
         .collect();
     // One operator serves them all (they share the test's label).
-    let mut flags = kinds[0].flags(&[]);
-    let addr = format!("127.0.0.1:{}", common::free_port());
-    flags.extend(["--metrics-addr".to_string(), addr.clone()]);
+    let (metrics, port) = metrics_flag();
+    let flags = kinds[0].flags(&[&metrics]);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let operator = OperatorProcess::spawn(
         &ns.name,
@@ -265,7 +289,7 @@ async fn a_definitions_template_may_not_read_the_environment_recurse_or_throw_va
             .await;
         assert!(!message.contains("SECRET"), "{message}");
     }
-    let _ = operator;
+    still_serving(&operator, port, &ns.name, "other").await;
 }
 
 /// A definition's CEL is refused when it is accepted, naming the field:
@@ -294,7 +318,8 @@ async fn a_definitions_cel_may_not_nest_loops_or_read_unknown_names() {
             kind
         })
         .collect();
-    let flags = kinds[0].flags(&[]);
+    let (metrics, port) = metrics_flag();
+    let flags = kinds[0].flags(&[&metrics]);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let operator = OperatorProcess::spawn(&ns.name, &[], &flags);
     for (kind, (_, refusal)) in kinds.iter().zip(cases) {
@@ -302,7 +327,7 @@ async fn a_definitions_cel_may_not_nest_loops_or_read_unknown_names() {
         kind.wait_message("Accepted", "False", "Invalid", refusal)
             .await;
     }
-    let _ = operator;
+    still_serving(&operator, port, &ns.name, "other").await;
 }
 
 #[tokio::test]
@@ -343,14 +368,20 @@ async fn a_template_that_loops_or_balloons_on_real_input_fails_its_resource_only
         .await;
     }
     assert!(healthy(port).await, "{}", operator.log_tail());
-    // Others go on being served while the hostile ones retry.
+    // Others go on being served while the hostile ones retry: the fine
+    // Greeting's change is applied after both were refused, and they are
+    // refused still.
     kind.greet(&ns.name, "fine", "changed", json!({}));
-    common::wait_until(
-        Duration::from_secs(20),
-        "the fine Greeting's change applied",
-        async || common::greeting::config_map_field(&ns.name, "fine", "message") == "changed",
-    )
+    common::wait_until(TIMEOUT, "the fine Greeting's change applied", async || {
+        common::greeting::config_map_field(&ns.name, "fine", "message") == "changed"
+    })
     .await;
+    for name in ["looping", "growing"] {
+        let resource = format!("greetings.{}/{name}", kind.group);
+        let path = r#"jsonpath={.status.conditions[?(@.type=="Ready")].reason}"#;
+        let (_, reason, _) = common::kubectl(&["get", &resource, "-n", &ns.name, "-o", path]);
+        assert_eq!(reason.trim(), "RenderFailed", "{resource}");
+    }
     assert!(healthy(port).await, "{}", operator.log_tail());
 }
 
@@ -362,9 +393,10 @@ async fn a_definitions_base_may_not_name_a_url() {
     kind.edit("base/kustomization.yaml", |_| {
         "resources: []\nconfigMapGenerator:\n- name: meta\n  files: [token=http://169.254.169.254/latest/meta-data/token]\n".to_string()
     });
-    let flags = kind.flags(&[]);
+    let (metrics, port) = metrics_flag();
+    let flags = kind.flags(&[&metrics]);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let _operator = OperatorProcess::spawn(&ns.name, &[], &flags);
+    let operator = OperatorProcess::spawn(&ns.name, &[], &flags);
     kind.apply();
     let message = kind
         .wait_message(
@@ -378,6 +410,7 @@ async fn a_definitions_base_may_not_name_a_url() {
         message.contains("may load nothing from elsewhere"),
         "{message}"
     );
+    still_serving(&operator, port, &ns.name, "other").await;
 }
 
 #[tokio::test]
@@ -387,9 +420,10 @@ async fn deleting_a_definition_that_never_served_touches_nothing_of_the_kind_it_
     let n = ns.name.as_str();
     // A Sample with its finalizer, served by an operator of Samples.
     let kind = GreetingKind::new(&ns);
-    let flags = kind.flags(&[]);
+    let (metrics, port) = metrics_flag();
+    let flags = kind.flags(&[&metrics]);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let _operator = OperatorProcess::spawn(n, &[], &flags);
+    let operator = OperatorProcess::spawn(n, &[], &flags);
     apply(&sample(n, "kept", 1));
     common::wait_until(TIMEOUT, "the Sample's Deployment", async || {
         replicas(n, "kept") == 1
@@ -437,6 +471,7 @@ async fn deleting_a_definition_that_never_served_touches_nothing_of_the_kind_it_
         naming.is_empty(),
         "no event of the definition names the Sample: {naming:?}"
     );
+    still_serving(&operator, port, n, "other").await;
 }
 
 #[tokio::test]
@@ -458,9 +493,10 @@ async fn definitions_past_the_budget_are_refused_and_reach_is_said() {
     big.edit("resources/configmap.yaml", |text| {
         format!("{{# {} #}}\n{text}", "padding ".repeat(8 << 10))
     });
-    let flags = small.flags(&["--kind-definitions-budget-kib", "48"]);
+    let (metrics, port) = metrics_flag();
+    let flags = small.flags(&["--kind-definitions-budget-kib", "48", &metrics]);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let _operator = OperatorProcess::spawn(&ns.name, &[], &flags);
+    let operator = OperatorProcess::spawn(&ns.name, &[], &flags);
     small.apply();
     small.wait_condition("Accepted", "True", "Valid").await;
     cluster.apply();
@@ -532,6 +568,7 @@ async fn definitions_past_the_budget_are_refused_and_reach_is_said() {
     kept.apply_with(|d| d["spec"]["rollout"] = json!({"keep": 1}));
     revision(3).await;
     kept.wait_condition("Accepted", "True", "Valid").await;
+    still_serving(&operator, port, &ns.name, "other").await;
 }
 
 #[tokio::test]
@@ -554,9 +591,10 @@ async fn a_status_field_of_the_wrong_type_is_left_out_not_the_whole_status() {
             text.replace("      - template: configmap.yaml", "      - template: configmap.yaml\n      - template: deployment.yaml")
         )
     });
-    let flags = kind.flags(&[]);
+    let (metrics, port) = metrics_flag();
+    let flags = kind.flags(&[&metrics]);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let _operator = OperatorProcess::spawn(&ns.name, &[], &flags);
+    let operator = OperatorProcess::spawn(&ns.name, &[], &flags);
     kind.apply();
     kind.wait_condition("Serving", "True", "Running").await;
     kind.greet(&ns.name, "hello", "hi there", json!({}));
@@ -588,6 +626,7 @@ async fn a_status_field_of_the_wrong_type_is_left_out_not_the_whole_status() {
     )
     .await;
     assert!(status.get("deploymentConditions").is_none(), "{status}");
+    still_serving(&operator, port, &ns.name, "other").await;
 }
 
 #[tokio::test]
@@ -633,9 +672,10 @@ async fn a_cluster_scoped_definitions_rights_and_reach_are_those_of_its_writer()
         )
         .await;
     }
+    let (metrics, port) = metrics_flag();
     let mut flags = flags;
-    flags.extend(["--cluster-service-account", &account]);
-    let _operator = OperatorProcess::spawn(n, &[], &flags);
+    flags.extend(["--cluster-service-account", &account, &metrics]);
+    let operator = OperatorProcess::spawn(n, &[], &flags);
     let user = format!("system:serviceaccount:{n}:cluster-writer");
     let missing = kind
         .wait_message(
@@ -669,6 +709,20 @@ async fn a_cluster_scoped_definitions_rights_and_reach_are_those_of_its_writer()
         reach,
         json!(["configmaps: in every namespace, kube-system included"])
     );
+    // A Sample, which writes as its namespace's `kustomize-writer`.
+    let (ok, _, err) = common::kubectl(&["create", "serviceaccount", "kustomize-writer", "-n", n]);
+    assert!(ok, "{err}");
+    let (ok, _, err) = common::kubectl(&[
+        "create",
+        "rolebinding",
+        "kustomize-writer",
+        "-n",
+        n,
+        "--clusterrole=edit",
+        &format!("--serviceaccount={n}:kustomize-writer"),
+    ]);
+    assert!(ok, "{err}");
+    still_serving(&operator, port, n, "other").await;
 }
 
 /// Deletes a ClusterRoleBinding when dropped.

@@ -54,9 +54,9 @@ fn podman_ok(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// True when podman runs and the image exists. Otherwise the test `test`
+/// True when podman runs and the image exists. Otherwise the running test
 /// skips, saying why (false), or fails under CI ([`common::skip`]).
-fn image_available(test: &str) -> bool {
+fn image_available() -> bool {
     let out = podman(&["image", "exists", IMAGE]);
     if out.status.success() {
         return true;
@@ -68,7 +68,7 @@ fn image_available(test: &str) -> bool {
             String::from_utf8_lossy(&out.stderr).trim()
         ),
     };
-    common::skip(test, &msg);
+    common::skip(&msg);
     false
 }
 
@@ -90,10 +90,10 @@ fn ci_is_any_value_of_ci_but_an_empty_or_false_one_and_a_skip_names_its_test() {
         assert!(!common::ci_value(no), "CI={no:?}");
     }
     assert_eq!(
-        common::test_name!(),
+        common::current_test(),
         "image::ci_is_any_value_of_ci_but_an_empty_or_false_one_and_a_skip_names_its_test"
     );
-    let in_async = async { common::test_name!() };
+    let in_async = async { common::current_test() };
     assert_eq!(
         futures::executor::block_on(in_async),
         "image::ci_is_any_value_of_ci_but_an_empty_or_false_one_and_a_skip_names_its_test"
@@ -200,7 +200,7 @@ fn tree(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
 #[test]
 fn the_image_holds_the_operator_kubectl_kustomize_certificates_and_no_shell() {
     use std::os::unix::fs::PermissionsExt;
-    if !image_available(common::test_name!()) {
+    if !image_available() {
         return;
     }
     let inspect: Value = serde_json::from_str(&podman_ok(&["image", "inspect", IMAGE])).unwrap();
@@ -288,7 +288,7 @@ fn the_image_holds_the_operator_kubectl_kustomize_certificates_and_no_shell() {
 #[test]
 fn crd_render_and_kubectl_run_in_the_image_as_built_from_these_sources() {
     use std::os::unix::fs::PermissionsExt;
-    if !image_available(common::test_name!()) {
+    if !image_available() {
         return;
     }
     let user = ["--user", "65532:65532"];
@@ -492,7 +492,7 @@ async fn holder(leases: &Api<Lease>) -> Option<String> {
 
 #[tokio::test]
 async fn the_image_runs_as_a_kubelet_runs_the_deployments_pod() {
-    if !image_available(common::test_name!()) {
+    if !image_available() {
         return;
     }
     let client = common::cluster().await;

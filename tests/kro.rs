@@ -469,3 +469,89 @@ async fn kros_coredns_makes_its_cluster_role_and_binding_and_takes_them_away() {
     assert!(bindings.get_opt(&name).await.unwrap().is_none());
     operator.stop().await;
 }
+
+/// Copies the kind folder `name` of kro's examples into a folder of its
+/// own, with `change` made to its kind file; returns the folder.
+fn changed_example(name: &str, change: impl FnOnce(String) -> String) -> tempfile::TempDir {
+    fn copy(from: &std::path::Path, to: &std::path::Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for entry in std::fs::read_dir(from).unwrap() {
+            let entry = entry.unwrap();
+            let target = to.join(entry.file_name());
+            if entry.file_type().unwrap().is_dir() {
+                copy(&entry.path(), &target);
+            } else {
+                std::fs::copy(entry.path(), target).unwrap();
+            }
+        }
+    }
+    let root = tempfile::tempdir().unwrap();
+    copy(&folder().join(name), &root.path().join(name));
+    let kind_file = root.path().join(name).join("kind.yaml");
+    let text = std::fs::read_to_string(&kind_file).unwrap();
+    let changed = change(text.clone());
+    assert_ne!(changed, text, "the change changes the kind file");
+    std::fs::write(&kind_file, changed).unwrap();
+    root
+}
+
+/// kro's simple-deployment with its Deployment's `readyWhen` false for the
+/// live Deployment (one more replica available than it asks for) is never
+/// Ready, and says what it waits for, though its status was written for
+/// the generation with the replica available and its Service is there
+/// (`kros_simple_deployment_includes_its_service_when_enabled` is the same
+/// example Ready): on kwok the Pods become available anyway, so only the
+/// `readyWhen` holds it back.
+#[tokio::test]
+async fn a_false_ready_when_holds_kros_simple_deployment_back() {
+    let (client, ns, apps) = scene("simpledeployment", "kro-held").await;
+    let false_ready_when = "self.spec.replicas + 1 == self.status.availableReplicas";
+    let folder = changed_example("simpledeployment", |kind_file| {
+        kind_file.replace(
+            "readyWhen: self.spec.replicas == self.status.availableReplicas",
+            &format!("readyWhen: {false_ready_when}"),
+        )
+    });
+    let path = folder.path().display().to_string();
+    let flags = [
+        "--kustomize-dir",
+        &path,
+        "--kinds",
+        "simpledeployment",
+        "--health-timeout",
+        "2m",
+    ];
+    let operator = common::start_operator(&ns.name, &flags).await;
+    apps.create(
+        &PostParams::default(),
+        &instance("SimpleDeployment", "simple", json!({"name": "simple"})),
+    )
+    .await
+    .unwrap();
+    let what = "simple's status written with its replica available";
+    let simple = common::wait_for(TIMEOUT, what, || async {
+        let object = apps.get("simple").await.unwrap();
+        let status = &object.data["status"];
+        let current = status["observedGeneration"].as_i64() == object.metadata.generation;
+        if current && status["availableReplicas"] == 1 {
+            Ok(object)
+        } else {
+            Err(status.clone())
+        }
+    })
+    .await;
+    let conditions = simple.data["status"]["conditions"].as_array().unwrap();
+    let ready = conditions.iter().find(|c| c["type"] == "Ready").unwrap();
+    assert_ne!(ready["status"], "True", "{ready:#}");
+    let message = ready["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(&format!(
+            "deployment.readyWhen (simple): waiting for {false_ready_when}"
+        )),
+        "{ready:#}"
+    );
+    let services = Api::<Service>::namespaced(client.clone(), &ns.name);
+    assert!(services.get_opt("simple").await.unwrap().is_some());
+    delete(&apps, "simple").await;
+    operator.stop().await;
+}

@@ -97,7 +97,7 @@ fn kubectl_ok(args: &[&str]) -> String {
 
 /// Skips the test, saying why, or fails it under CI ([`common::skip`]).
 fn skip(why: &str) {
-    common::skip("real_node", why);
+    common::skip(why);
 }
 
 /// The plane's real node, Ready. Else None, saying why (not a failure
@@ -592,7 +592,7 @@ impl Drop for WebhookInstall {
 async fn helm_install_runs_the_chart_on_the_real_node() {
     let _node = NODE.lock().await;
     let Some(node) = real_node() else { return };
-    let Some(helm) = common::helm_path(common::test_name!()) else {
+    let Some(helm) = common::helm_path() else {
         return;
     };
     let client = common::cluster().await;
@@ -689,7 +689,6 @@ async fn the_locked_down_install_runs_on_the_real_node() {
         "clusterrolebinding/kustomize-operator-impersonate".into(),
         "clusterrole/kustomize-operator-impersonate".into(),
     ]);
-    common::deploy::aggregated().await;
     rollout(NAMESPACE, "kustomize-operator");
     let leader = one_leader(&client, NAMESPACE, &node, 2).await;
 

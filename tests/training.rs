@@ -722,13 +722,10 @@ fn labs_run_as_written() {
     drop(runtime);
     let (nodes, real_node) = cluster_nodes();
     if let Some(why) = nodes_differ(&nodes) {
-        common::skip(
-            common::test_name!(),
-            &format!(
-                "the training labs cannot run as written: {why}; run them with hack/test \
+        common::skip(&format!(
+            "the training labs cannot run as written: {why}; run them with hack/test \
                  without USE_EXISTING_CLUSTER or KO_NODES"
-            ),
-        );
+        ));
         return;
     }
     let only: Vec<String> = std::env::var("TRAINING_LABS")

@@ -674,7 +674,7 @@ fn the_rbac_covers_the_resources_and_what_the_overlay_produces() {
     let apps = find("apps");
     assert_eq!(apps[0].resources, ["deployments"]);
     assert!(!apps[0].verbs.contains(&"*".to_string()));
-    let yaml = rbac::manifests(&kind, &rules).unwrap();
+    let yaml = rbac::manifests(&kind, &rules, None).unwrap();
     let role: serde_json::Value = serde_saphyr::from_str(&yaml).unwrap();
     assert_eq!(role["kind"], "ClusterRole");
     assert_eq!(role["metadata"]["labels"][rbac::AGGREGATE_LABEL], "true");
@@ -688,6 +688,27 @@ fn the_rbac_covers_the_resources_and_what_the_overlay_produces() {
         "one document, no binding: {yaml}"
     );
     assert!(yaml.contains(rbac::AGGREGATING_ROLE), "{yaml}");
+
+    // Bound (`--bind`): the same rules, no label, a binding to the account.
+    let account = rbac::Binding {
+        namespace: "ops".into(),
+        name: "operator".into(),
+    };
+    let yaml = rbac::manifests(&kind, &rules, Some(&account)).unwrap();
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&yaml).unwrap();
+    let [role, binding] = &docs[..] else {
+        panic!("a role and its binding: {yaml}")
+    };
+    assert_eq!(role["rules"], serde_json::to_value(rules.all()).unwrap());
+    assert!(role["metadata"]["labels"][rbac::AGGREGATE_LABEL].is_null());
+    assert_eq!(binding["kind"], "ClusterRoleBinding");
+    assert_eq!(binding["metadata"]["name"], role["metadata"]["name"]);
+    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+    assert_eq!(
+        binding["subjects"],
+        json!([{"kind": "ServiceAccount", "name": "operator", "namespace": "ops"}])
+    );
+    assert!(yaml.contains("--bind ops/operator"), "{yaml}");
 }
 
 #[test]

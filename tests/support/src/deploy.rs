@@ -38,9 +38,9 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 static INSTALLED: OnceCell<()> = OnceCell::const_new();
 
 /// `kubectl apply -k deploy`, once per test binary: a server-side dry run
-/// first, then the real apply, then the declared kinds' aggregated rules. The
-/// install stays (re-applying is idempotent); on the local control plane kwok
-/// reports its Pods Running, though no container runs the image.
+/// first, then the real apply. The install stays (re-applying is
+/// idempotent); on the local control plane kwok reports its Pods Running,
+/// though no container runs the image.
 pub async fn install() {
     INSTALLED.get_or_init(apply_install).await;
 }
@@ -69,28 +69,6 @@ pub async fn apply_install_from(folder: &str) {
     let (ok, out, err) = super::kubectl(&["apply", "-k", &deploy]);
     assert!(ok, "kubectl apply -k {folder} failed: {err}");
     assert!(!out.contains("(server dry run)"), "{out}");
-    aggregated().await;
-}
-
-/// Waits until the control plane has aggregated the declared kinds' roles
-/// (the Sample's) into `kustomize-operator-kinds`: the install grants them
-/// only through it, a moment after the apply.
-pub async fn aggregated() {
-    super::wait_until(
-        TIMEOUT,
-        "the Sample's rules in kustomize-operator-kinds",
-        || async {
-            let (_, rules, _) = super::kubectl(&[
-                "get",
-                "clusterrole",
-                "kustomize-operator-kinds",
-                "-o",
-                "jsonpath={.rules[*].resources}",
-            ]);
-            rules.contains("samples")
-        },
-    )
-    .await;
 }
 
 /// What a kubelet gives a Pod of the operator's ServiceAccount: the files it

@@ -748,29 +748,14 @@ pub fn find_helm() -> Result<PathBuf, String> {
 
 /// The helm CLI for the chart tests ([`find_helm`]), or None, loudly, when
 /// there is none; under CI that is a failure instead ([`skip`]).
-pub fn helm_path(test: &str) -> Option<PathBuf> {
+pub fn helm_path() -> Option<PathBuf> {
     match find_helm() {
         Ok(helm) => Some(helm),
         Err(why) => {
-            skip(test, &format!("no helm: {why}"));
+            skip(&format!("no helm: {why}"));
             None
         }
     }
-}
-
-/// The name of the test function it is used in, with its binary
-/// (`helm::install_upgrade_uninstall`), for messages that name the test.
-#[macro_export]
-macro_rules! test_name {
-    () => {{
-        fn here() {}
-        let mut name = std::any::type_name_of_val(&here);
-        name = name.strip_suffix("::here").unwrap_or(name);
-        while let Some(outer) = name.strip_suffix("::{{closure}}") {
-            name = outer;
-        }
-        name
-    }};
 }
 
 /// True when the tests run in CI: `CI` is set to anything but an empty
@@ -786,13 +771,34 @@ pub fn ci_value(value: Option<&str>) -> bool {
     !matches!(value.as_str(), "" | "0" | "false" | "no" | "off")
 }
 
-/// The test `test` cannot run here, for want of `why` (podman, the
-/// image, helm, the recorded nodes): under CI ([`in_ci`]) that fails the
-/// test; elsewhere the caller returns early and this says so where it
-/// cannot be missed, on the real standard error (shown without
+/// The test running on this thread, with its binary:
+/// `image::runs_read_only`. The test harness names each test's thread
+/// after the test (with `--test-threads=1` too); the binary is cargo's,
+/// without the hash it appends. `<binary>::?` off a test's thread.
+pub fn current_test() -> String {
+    let exe = std::env::current_exe().ok();
+    let stem = exe
+        .as_deref()
+        .and_then(Path::file_stem)
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let binary = match stem.rsplit_once('-') {
+        Some((name, hash)) if hash.chars().all(|c| c.is_ascii_hexdigit()) => name,
+        _ => &stem,
+    };
+    let thread = std::thread::current();
+    let test = thread.name().filter(|n| *n != "main").unwrap_or("?");
+    format!("{binary}::{test}")
+}
+
+/// The running test ([`current_test`]) cannot run here, for want of `why`
+/// (podman, the image, helm, the recorded nodes): under CI ([`in_ci`])
+/// that fails the test; elsewhere the caller returns early and this says
+/// so where it cannot be missed, on the real standard error (shown without
 /// `--nocapture`) and, when `hack/test` set `KO_TEST_SKIPS`, in that file,
-/// which `hack/test` lists at the end of the run.
-pub fn skip(test: &str, why: &str) {
+/// which `hack/test` lists at the end of the run, under the test's name.
+pub fn skip(why: &str) {
+    let test = current_test();
     assert!(
         !in_ci(),
         "{test}: cannot run, and CI={:?} makes that a failure: {why}",

@@ -51,14 +51,37 @@ pub async fn replicas(deployments: &Api<Deployment>, name: &str) -> Option<i32> 
         .and_then(|s| s.replicas)
 }
 
+/// Every status a Sample is seen with, by a watch, and every error of that
+/// watch: after an error the watch lists again, and the statuses written
+/// meanwhile are never seen, so a test reading them fails instead.
+#[derive(Clone, Default)]
+pub struct Statuses {
+    seen: Arc<Mutex<Vec<CommonStatus>>>,
+    errors: Arc<Mutex<Vec<String>>>,
+}
+
+impl Statuses {
+    /// The statuses seen so far, in order; fails the test if the watch
+    /// failed (some may be missing), naming the errors.
+    pub fn all(&self) -> Vec<CommonStatus> {
+        let errors = self.errors.lock().unwrap().clone();
+        assert!(
+            errors.is_empty(),
+            "the watch recording the Sample's statuses failed, so some may be missing: {}",
+            errors.join("; ")
+        );
+        self.seen.lock().unwrap().clone()
+    }
+}
+
 /// Every status the Sample `name` in `samples` is seen with from now on,
 /// collected by a watch that is running when this returns.
-pub async fn record_statuses(samples: &Api<Sample>, name: &str) -> Arc<Mutex<Vec<CommonStatus>>> {
-    let seen: Arc<Mutex<Vec<CommonStatus>>> = Arc::default();
+pub async fn record_statuses(samples: &Api<Sample>, name: &str) -> Statuses {
+    let record = Statuses::default();
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
     let events = watcher(samples.clone(), config);
     let (listed, ready) = tokio::sync::oneshot::channel();
-    let recorded = seen.clone();
+    let recorded = record.clone();
     tokio::spawn(async move {
         futures::pin_mut!(events);
         let mut listed = Some(listed);
@@ -69,12 +92,13 @@ pub async fn record_statuses(samples: &Api<Sample>, name: &str) -> Arc<Mutex<Vec
                 }
                 Ok(watcher::Event::Apply(sample) | watcher::Event::InitApply(sample)) => {
                     let status = sample.status.unwrap_or_default();
-                    recorded.lock().unwrap().push(status);
+                    recorded.seen.lock().unwrap().push(status);
                 }
-                Ok(_) | Err(_) => {}
+                Ok(watcher::Event::Delete(_) | watcher::Event::Init) => {}
+                Err(error) => recorded.errors.lock().unwrap().push(error.to_string()),
             }
         }
     });
     ready.await.expect("the watch of the Sample listed");
-    seen
+    record
 }
