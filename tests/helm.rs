@@ -1169,3 +1169,24 @@ impl Drop for DeleteOnDrop {
         let _ = common::kubectl(&["delete", &self.0, "--ignore-not-found"]);
     }
 }
+
+/// The conversion webhook's port is open to the sources
+/// `networkPolicy.webhookFrom` names, and to any without them.
+#[test]
+fn the_webhooks_port_is_open_to_the_sources_named() {
+    let helm = helm_or_skip!();
+    let webhook = |extra: &[&str]| {
+        let mut values = vec!["--set", "conversionWebhook.enabled=true"];
+        values.extend(extra);
+        let docs = helm.template("kustomize-operator", "kustomize-operator-system", &values);
+        find(&docs, "NetworkPolicy", "kustomize-operator")["spec"]["ingress"][1].clone()
+    };
+    let ports = json!([{"port": 9443, "protocol": "TCP"}]);
+    assert_eq!(webhook(&[]), json!({"ports": ports}));
+    let from = json!([{"ipBlock": {"cidr": "10.0.0.5/32"}}]);
+    let named = webhook(&[
+        "--set-json",
+        r#"networkPolicy.webhookFrom=[{"ipBlock":{"cidr":"10.0.0.5/32"}}]"#,
+    ]);
+    assert_eq!(named, json!({"ports": ports, "from": from}));
+}

@@ -7,9 +7,10 @@
 
 use ko_test_support as common;
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use common::greeting::GreetingKind;
+use common::greeting::{GreetingKind, ReadsAt};
 use common::{OperatorProcess, TestNamespace};
 use serde_json::{Value, json};
 
@@ -1268,4 +1269,191 @@ async fn a_forged_revision_is_not_served_after_a_restart_by_pin_or_by_stable() {
     }
     kind.delete().await;
     drop(operator);
+}
+
+/// The resident memory of process `pid` now and at its peak (VmRSS and
+/// VmHWM), in MiB.
+fn memory(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        let line = status.lines().find(|l| l.starts_with(name));
+        let kib = line.and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok());
+        kib.unwrap_or_default() >> 10
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// What a crowd of clients that stall their reviews achieved: heads sent,
+/// and bodies sent whole but for their last byte.
+#[derive(Default)]
+struct Stalling {
+    heads: std::sync::atomic::AtomicUsize,
+    stalled: std::sync::atomic::AtomicUsize,
+}
+
+/// A TLS connection to the webhook on `port`, trusting `ca` (PEM) and
+/// presenting no certificate.
+async fn webhook_connection(
+    port: u16,
+    ca: &str,
+) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in rustls::pki_types::CertificateDer::pem_slice_iter(ca.as_bytes()) {
+        roots
+            .add(ca.map_err(std::io::Error::other)?)
+            .map_err(std::io::Error::other)?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(std::io::Error::other)?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    let name =
+        rustls::pki_types::ServerName::try_from("127.0.0.1").map_err(std::io::Error::other)?;
+    connector.connect(name, tcp).await
+}
+
+/// One client, again and again until aborted: a review announcing
+/// `announced` bytes, sent but for its last byte, held until the webhook
+/// drops it (or refused at once), then a pause.
+async fn stall_a_review(port: u16, ca: String, announced: usize, seen: Arc<Stalling>) {
+    use std::sync::atomic::Ordering;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let chunk = vec![b' '; 1 << 20];
+    loop {
+        if let Ok(mut tls) = webhook_connection(port, &ca).await {
+            let head = format!(
+                "POST /convert HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: {announced}\r\n\r\n"
+            );
+            if tls.write_all(head.as_bytes()).await.is_ok() {
+                seen.heads.fetch_add(1, Ordering::Relaxed);
+                let mut sent = 0;
+                while sent < announced - 1 {
+                    let n = chunk.len().min(announced - 1 - sent);
+                    if tls.write_all(&chunk[..n]).await.is_err() {
+                        break;
+                    }
+                    sent += n;
+                }
+                if sent == announced - 1 {
+                    seen.stalled.fetch_add(1, Ordering::Relaxed);
+                }
+                // Held until the webhook answers or drops it.
+                let mut answer = Vec::new();
+                let _ = tls.read_to_end(&mut answer).await;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+#[tokio::test]
+async fn stalled_reviews_of_64_mib_keep_the_webhooks_memory_bounded_and_lists_go_on() {
+    use std::sync::atomic::Ordering;
+    let client = common::cluster().await;
+    let ns = TestNamespace::new(&client, "hostile-webhook").await;
+    let kind = GreetingKind::new(&ns);
+    let metrics = common::free_port();
+    let metrics_addr = format!("127.0.0.1:{metrics}");
+    let flags = kind.webhook_flags(&["--metrics-addr", &metrics_addr]);
+    let at = flags
+        .iter()
+        .position(|f| f == "--conversion-webhook-addr")
+        .unwrap();
+    let webhook: u16 = flags[at + 1].rsplit(':').next().unwrap().parse().unwrap();
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let env = [("NAMESPACE", ns.name.as_str())];
+    let operator = OperatorProcess::spawn(&ns.name, &env, &flags);
+    kind.apply();
+    kind.wait_condition("Serving", "True", "Running").await;
+    kind.to_v2();
+    kind.apply();
+    kind.wait_message("Serving", "True", "Running", "generation 2")
+        .await;
+    // Stored at v2: a list at v1 converts it through the webhook.
+    kind.write_at(&ns.name, "v2", "stored", json!({"text": "hello v2"}));
+    let at_v1 = || kind.greeting_at(&ns.name, "v1", "stored")["spec"]["message"].clone();
+    assert_eq!(at_v1(), "hello v2");
+    let (idle, _) = memory(operator.pid());
+
+    let (_, bundle, _) = common::kubectl(&[
+        "get",
+        "crd",
+        &kind.crd(),
+        "-o",
+        "jsonpath={.spec.conversion.webhook.clientConfig.caBundle}",
+    ]);
+    let ca =
+        base64::Engine::decode(&base64::engine::general_purpose::STANDARD, bundle.trim()).unwrap();
+    let ca = String::from_utf8(ca).unwrap();
+    // Twelve announcing 64 MiB, more than any review read, and twelve the
+    // largest review read (8 MiB, docs/security.md), each stalling one
+    // byte short, again and again.
+    let (huge, largest) = (Arc::new(Stalling::default()), Arc::new(Stalling::default()));
+    let crowd: Vec<_> = (0..12)
+        .flat_map(|_| {
+            [
+                tokio::spawn(stall_a_review(webhook, ca.clone(), 64 << 20, huge.clone())),
+                tokio::spawn(stall_a_review(
+                    webhook,
+                    ca.clone(),
+                    8 << 20,
+                    largest.clone(),
+                )),
+            ]
+        })
+        .collect();
+    common::wait_until(
+        TIMEOUT,
+        "twelve heads of 64 MiB sent, a body of 8 MiB stalled",
+        async || {
+            huge.heads.load(Ordering::Relaxed) >= 12 && largest.stalled.load(Ordering::Relaxed) >= 1
+        },
+    )
+    .await;
+    let reader = ReadsAt::start(format!("greetings.v1.{}", kind.group), ns.name.clone());
+    assert_eq!(at_v1(), "hello v2", "listed at v1 under the attack");
+    assert!(healthy(metrics).await, "/healthz under the attack");
+    // Past the deadline of the first stalled body: the crowd takes the
+    // room again, and the lists go on; memory stays within bounds all the
+    // while.
+    let dropped = largest.stalled.load(Ordering::Relaxed) + 1;
+    let bounded = || {
+        let (_, peak) = memory(operator.pid());
+        assert!(
+            peak <= idle + 128,
+            "peak {peak} MiB, more than 128 MiB above idle ({idle} MiB)"
+        );
+        peak
+    };
+    common::wait_until(
+        TIMEOUT,
+        "a stalled body dropped and another stalled",
+        async || {
+            bounded();
+            largest.stalled.load(Ordering::Relaxed) >= dropped
+        },
+    )
+    .await;
+    assert_eq!(at_v1(), "hello v2");
+    assert!(healthy(metrics).await, "/healthz under the attack");
+    let peak = bounded();
+    for client in crowd {
+        client.abort();
+    }
+    let (reads, failed) = reader.stop().await;
+    eprintln!(
+        "webhook under stalled reviews of 64 and 8 MiB: idle {idle} MiB, peak {peak} MiB; {reads} lists at v1"
+    );
+    assert!(
+        failed.is_empty(),
+        "{} of {reads} lists failed: {failed:?}",
+        failed.len()
+    );
+    common::kubectl(&["delete", &kind.crd(), "stored", "-n", &ns.name]);
+    kind.delete().await;
 }

@@ -1089,3 +1089,43 @@ fn check_imports_passes_the_tree_and_fails_each_rule_broken() {
         );
     }
 }
+
+/// With the conversion webhook, its port is open to any source (a policy
+/// cannot name the API server); the patch docs/deploy.md shows
+/// ("NetworkPolicy") narrows it to the addresses the API server calls from.
+#[test]
+fn the_webhooks_port_is_narrowed_by_the_documented_patch() {
+    let docs = common::kustomize_documents("overlays/conversion-webhook");
+    let policy = find(&docs, "NetworkPolicy", "kustomize-operator");
+    assert_eq!(
+        policy["spec"]["ingress"][1],
+        serde_json::json!({"ports": [{"port": 9443, "protocol": "TCP"}]})
+    );
+    let dir = tempfile::tempdir().unwrap();
+    // kustomize takes no absolute root: the overlay relative to the
+    // kustomization, through the file system's root.
+    let up = "../".repeat(dir.path().components().count() - 1);
+    let overlay = common::repo().join("overlays/conversion-webhook");
+    let overlay = format!("{up}{}", overlay.display()).replace("//", "/");
+    let kustomization = format!(
+        r#"resources: ["{}"]
+patches:
+  - target: {{kind: NetworkPolicy, name: kustomize-operator}}
+    patch: |
+      - op: add
+        path: /spec/ingress/1/from
+        value: [{{ipBlock: {{cidr: 10.0.0.5/32}}}}]
+"#,
+        overlay
+    );
+    std::fs::write(dir.path().join("kustomization.yaml"), kustomization).unwrap();
+    let docs = common::kustomize_documents(&dir.path().display().to_string());
+    let policy = find(&docs, "NetworkPolicy", "kustomize-operator");
+    assert_eq!(
+        policy["spec"]["ingress"][1],
+        serde_json::json!({
+            "ports": [{"port": 9443, "protocol": "TCP"}],
+            "from": [{"ipBlock": {"cidr": "10.0.0.5/32"}}],
+        })
+    );
+}

@@ -8,8 +8,10 @@
 //! [`certificate`]); the CA goes into the `caBundle` of each CRD of
 //! several versions it applies ([`Webhook::client_config`]).
 
+mod budget;
 pub mod certificate;
 mod follow;
+mod intake;
 pub mod renew;
 mod review;
 pub mod server;

@@ -373,8 +373,15 @@ impl ReadsAt {
     }
 
     /// How many lists were made, and the errors of those that failed.
-    pub async fn stop(self) -> (usize, Vec<String>) {
+    pub async fn stop(mut self) -> (usize, Vec<String>) {
         self.stop.store(true, Ordering::Relaxed);
-        self.task.await.expect("the reader")
+        (&mut self.task).await.expect("the reader")
+    }
+}
+
+/// A failing test's reader stops too: the runtime would wait for it.
+impl Drop for ReadsAt {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
     }
 }
