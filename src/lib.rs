@@ -20,6 +20,7 @@ pub mod definitions;
 pub mod diff;
 pub mod duration;
 mod engine;
+pub mod error_text;
 mod functions;
 pub mod guard;
 pub mod kind;
