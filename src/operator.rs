@@ -45,10 +45,13 @@ pub enum StartError {
         reason: String,
     },
     /// No usable cluster configuration.
-    #[error("cannot configure a Kubernetes client (KUBECONFIG or in-cluster): {0}")]
+    #[error(
+        "cannot configure a Kubernetes client (KUBECONFIG or in-cluster): {}",
+        crate::error_text::kube(.0)
+    )]
     Config(#[source] kube::Error),
     /// The API server could not be reached.
-    #[error("cannot reach the Kubernetes API server: {0}")]
+    #[error("cannot reach the Kubernetes API server: {}", crate::error_text::kube(.0))]
     Connect(#[source] kube::Error),
     /// Some CRDs are not installed.
     #[error(
@@ -497,7 +500,9 @@ async fn lead(
     let deadline = elector.config().renew_deadline;
     match tokio::time::timeout(deadline, elector.release()).await {
         Ok(Ok(())) => {}
-        Ok(Err(e)) => tracing::warn!(error = %e, "cannot release the leader lease"),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %crate::error_text::kube(&e), "cannot release the leader lease")
+        }
         Err(_) => tracing::warn!("releasing the leader lease timed out"),
     }
 }
@@ -639,7 +644,7 @@ async fn definitions_config(
             None
         }
         Err(e) => {
-            tracing::warn!(error = %e, "cannot list KindDefinitions: kinds defined in the cluster are not served");
+            tracing::warn!(error = %crate::error_text::kube(&e), "cannot list KindDefinitions: kinds defined in the cluster are not served");
             None
         }
     }

@@ -45,11 +45,11 @@ pub async fn serve(
     if let Some(latest) = latest
         && let Err(e) = store.save(def, &latest, &def.data["spec"]).await
     {
-        tracing::warn!(definition = %name, revision = latest.number, error = %e, "cannot keep the revision: a restart will not serve it");
+        tracing::warn!(definition = %name, revision = latest.number, error = %crate::error_text::kube(&e), "cannot keep the revision: a restart will not serve it");
     }
     for number in dropped {
         if let Err(e) = store.delete(&name, number).await {
-            tracing::warn!(definition = %name, revision = number, error = %e, "cannot delete a revision no longer kept");
+            tracing::warn!(definition = %name, revision = number, error = %crate::error_text::kube(&e), "cannot delete a revision no longer kept");
         }
     }
     Ok(())
@@ -64,7 +64,7 @@ async fn restore(ctx: &DefinitionContext, def: &DynamicObject) -> History {
     let stored = match store.load(def).await {
         Ok(stored) => stored,
         Err(e) => {
-            tracing::warn!(definition = %def.name_any(), error = %e, "cannot read the kept revisions");
+            tracing::warn!(definition = %def.name_any(), error = %crate::error_text::kube(&e), "cannot read the kept revisions");
             return History::default();
         }
     };

@@ -224,7 +224,7 @@ impl Engine {
             related: None,
         };
         if let Err(e) = self.events.publish(&event).await {
-            tracing::warn!(reason, error = %e, "cannot publish an event");
+            tracing::warn!(reason, error = %crate::error_text::kube(&e), "cannot publish an event");
         }
     }
 

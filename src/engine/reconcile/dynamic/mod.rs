@@ -381,7 +381,7 @@ async fn write_parked<H: DynamicHandler>(shared: &Shared<H>, served: &Served<H>)
         let status = parked.status.value();
         if let Err(e) = status_writer::write(&ctx.engine, &*ctx.handler, &held.object, status).await
         {
-            tracing::warn!(object = %ctx.key(&held.object), error = %e, "could not write a parked status");
+            tracing::warn!(object = %ctx.key(&held.object), error = %crate::error_text::kube(&e), "could not write a parked status");
         }
     }
 }
