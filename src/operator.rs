@@ -751,6 +751,9 @@ fn kubectl(args: &RunArgs, path: PathBuf, base_dir: &Path, metrics: &Arc<Metrics
         observer_metrics.kubectl_run(verb, code, duration);
     }));
     metrics.attach_kubectl(kubectl.shared_stats());
+    // What a run before this one cached may be hours old (a CRD deleted
+    // and created again meanwhile): kubectl asks the API server afresh.
+    kubectl.forget_all_discovery();
     match in_cluster_kubeconfig(base_dir) {
         Ok(Some(kubeconfig)) => kubectl.with_kubeconfig(kubeconfig),
         Ok(None) => kubectl,
