@@ -269,7 +269,7 @@ impl LeaderElector {
                 }
                 Ok(Attempt::Conflict) => {}
                 Err(e) => {
-                    tracing::warn!(lease = %self.config.lease_name, error = %e, "cannot read or take the leader lease")
+                    tracing::warn!(lease = %self.config.lease_name, error = %crate::error_text::kube(&e), "cannot read or take the leader lease")
                 }
             }
             let jitter = self
@@ -296,7 +296,7 @@ impl LeaderElector {
                 Ok(Ok(Attempt::HeldBy(holder))) => return Lost::TakenBy(holder),
                 Ok(Ok(Attempt::Conflict)) => {}
                 Ok(Err(e)) => {
-                    tracing::warn!(lease = %self.config.lease_name, error = %e, "cannot renew the leader lease")
+                    tracing::warn!(lease = %self.config.lease_name, error = %crate::error_text::kube(&e), "cannot renew the leader lease")
                 }
                 Err(_) => {}
             }

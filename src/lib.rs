@@ -20,6 +20,7 @@ pub mod definitions;
 pub mod diff;
 pub mod duration;
 mod engine;
+pub mod error_text;
 mod functions;
 pub mod guard;
 pub mod kind;
@@ -62,4 +63,54 @@ pub enum Error {
     /// Waiting for a signal failed.
     #[error("cannot install signal handlers: {0}")]
     Signal(#[source] std::io::Error),
+}
+
+#[cfg(test)]
+mod tests {
+    /// An API server's answer to an invalid write, as kube decodes it.
+    fn invalid() -> kube::Error {
+        let status = serde_json::json!({
+            "kind": "Status", "status": "Failure", "reason": "Invalid", "code": 422,
+            "message": "Sample.nuvolaris.org \"web\" is invalid: spec.count: Invalid value: -1: must be at least 0",
+            "details": {"name": "web", "group": "nuvolaris.org", "kind": "Sample", "causes": [
+                {"reason": "FieldValueInvalid", "message": "Invalid value: -1: must be at least 0", "field": "spec.count"},
+            ]},
+        });
+        kube::Error::Api(Box::new(serde_json::from_value(status).unwrap()))
+    }
+
+    /// The crate's errors that carry an API error say it in words, never
+    /// in kube's debug form, whichever way they are printed.
+    #[test]
+    fn errors_carrying_an_api_error_print_no_debug_form() {
+        let crd = crate::definitions::crds::CrdError::Api {
+            crd: "samples.nuvolaris.org".into(),
+            source: invalid(),
+        };
+        let secret = crate::conversion::certificate::CertificateError::Secret {
+            secret: "ops/webhook".into(),
+            source: invalid(),
+        };
+        let said = [
+            crate::ReconcileError::from(invalid()).to_string(),
+            crate::definitions::DefinitionError::from(invalid()).to_string(),
+            crate::StartError::Connect(invalid()).to_string(),
+            crd.to_string(),
+            secret.to_string(),
+            crate::kind::api_message(&invalid()),
+            crate::HandlerError::from(invalid()).to_string(),
+            crate::error_text::any(
+                &kube::runtime::finalizer::Error::<std::io::Error>::AddFinalizer(invalid()),
+            ),
+        ];
+        for text in said {
+            assert!(
+                text.contains("spec.count: Invalid value: -1: must be at least 0"),
+                "{text}"
+            );
+            for shape in ["Status {", "Some(", "ApiError", "\\\""] {
+                assert!(!text.contains(shape), "{text}");
+            }
+        }
+    }
 }

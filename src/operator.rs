@@ -45,10 +45,13 @@ pub enum StartError {
         reason: String,
     },
     /// No usable cluster configuration.
-    #[error("cannot configure a Kubernetes client (KUBECONFIG or in-cluster): {0}")]
+    #[error(
+        "cannot configure a Kubernetes client (KUBECONFIG or in-cluster): {}",
+        crate::error_text::kube(.0)
+    )]
     Config(#[source] kube::Error),
     /// The API server could not be reached.
-    #[error("cannot reach the Kubernetes API server: {0}")]
+    #[error("cannot reach the Kubernetes API server: {}", crate::error_text::kube(.0))]
     Connect(#[source] kube::Error),
     /// Some CRDs are not installed.
     #[error(
@@ -500,7 +503,9 @@ async fn lead(
     let deadline = elector.config().renew_deadline;
     match tokio::time::timeout(deadline, elector.release()).await {
         Ok(Ok(())) => {}
-        Ok(Err(e)) => tracing::warn!(error = %e, "cannot release the leader lease"),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %crate::error_text::kube(&e), "cannot release the leader lease")
+        }
         Err(_) => tracing::warn!("releasing the leader lease timed out"),
     }
 }
@@ -647,7 +652,7 @@ async fn definitions_config(
             None
         }
         Err(e) => {
-            tracing::warn!(error = %e, "cannot list KindDefinitions: kinds defined in the cluster are not served");
+            tracing::warn!(error = %crate::error_text::kube(&e), "cannot list KindDefinitions: kinds defined in the cluster are not served");
             None
         }
     }
@@ -754,6 +759,9 @@ fn kubectl(args: &RunArgs, path: PathBuf, base_dir: &Path, metrics: &Arc<Metrics
         observer_metrics.kubectl_run(verb, code, duration);
     }));
     metrics.attach_kubectl(kubectl.shared_stats());
+    // What a run before this one cached may be hours old (a CRD deleted
+    // and created again meanwhile): kubectl asks the API server afresh.
+    kubectl.forget_all_discovery();
     match in_cluster_kubeconfig(base_dir) {
         Ok(Some(kubeconfig)) => kubectl.with_kubeconfig(kubeconfig),
         Ok(None) => kubectl,

@@ -246,8 +246,8 @@ async fn client() -> Result<kube::Client, RenderCommandError> {
     };
     let config = kube::Config::infer()
         .await
-        .map_err(|e| failed(e.to_string()))?;
-    crate::guard::logging_client(config).map_err(|e| failed(e.to_string()))
+        .map_err(|e| failed(crate::error_text::any(&e)))?;
+    crate::guard::logging_client(config).map_err(|e| failed(crate::error_text::kube(&e)))
 }
 
 /// The live resource `reference` names, as JSON.

@@ -1650,3 +1650,141 @@ async fn a_false_readiness_rule_or_ready_when_holds_ready_back() {
     .await;
     operator.stop().await;
 }
+
+
+/// The CRD of Things in the API group `group`, with `scope`.
+fn things_crd(group: &str, scope: &str) -> String {
+    format!(
+        "apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {{name: things.{group}}}
+spec:
+  group: {group}
+  names: {{kind: Thing, plural: things, singular: thing, listKind: ThingList}}
+  scope: {scope}
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema:
+          type: object
+          x-kubernetes-preserve-unknown-fields: true
+"
+    )
+}
+
+/// Replaces the Thing CRD of `group` with one of `scope`: deleted, gone,
+/// created, established.
+fn things_with_scope(group: &str, scope: &str) {
+    let crd = format!("things.{group}");
+    common::kubectl(&["delete", "crd", &crd, "--ignore-not-found"]);
+    let (ok, _, err) = common::kubectl_stdin(&["create", "-f", "-"], &things_crd(group, scope));
+    assert!(ok, "creating the {scope} CRD {crd}: {err}");
+    common::wait_established(None, &[&format!("crd/{crd}")]).unwrap();
+}
+
+/// A custom resource kind the operator applies (not one it serves),
+/// deleted and created again with the other scope: the next apply finds
+/// it where it is served now. The operator's discovery and kubectl's
+/// discovery cache still say the old scope; the API server answers `404
+/// page not found` at the old path, and both are asked again.
+#[tokio::test]
+async fn a_kind_it_applies_created_again_with_another_scope_is_applied_again() {
+    let client = common::cluster().await;
+    let group = format!(
+        "t{:06x}.scope.example.com",
+        rand::random::<u32>() & 0xff_ffff
+    );
+    let holder = format!(
+        "apiVersion: kustomize-operator.io/v1alpha1
+kind: KindDefinition
+metadata: {{name: holder}}
+spec:
+  group: holder.example.com
+  version: v1
+  names: {{kind: Holder, plural: holders}}
+  schema: {{type: object}}
+  reach:
+    - {{apiVersion: {group}/v1, kind: Thing}}
+  overlay:
+    resources:
+      - template: thing.yaml
+"
+    );
+    let folder = kind_folder(
+        "holder",
+        &holder,
+        &[("kustomization.yaml", "resources: []\n")],
+    );
+    resource_template(
+        &folder,
+        "holder",
+        "thing.yaml",
+        &format!(
+            "apiVersion: {group}/v1\nkind: Thing\nmetadata:\n  name: {{{{ metadata.name ~ \"-thing\" }}}}\nspec: {{size: 1}}\n"
+        ),
+    );
+    let crd = format!("things.{group}");
+    let _cleanup = CrdOnDrop(crd.clone());
+    let (ok, _, err) =
+        common::kubectl_stdin(&["create", "-f", "-"], &things_crd(&group, "Cluster"));
+    assert!(ok, "{err}");
+    common::wait_established(None, &[&format!("crd/{crd}")]).unwrap();
+    let holders = folder_kind(&client, &folder, "holder").await;
+    let ns = common::TestNamespace::new(&client, "rescoped").await;
+    let operator = folder_operator(&ns.name, &folder, "holder", &[]).await;
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &ns.name, &api_resource(&holders));
+    let resource: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "holder.example.com/v1", "kind": "Holder",
+        "metadata": {"name": "x"}, "spec": {},
+    }))
+    .unwrap();
+    let thing_at = |namespace: Option<&str>| {
+        let mut args = vec!["get", crd.as_str(), "x-thing", "-o", "name"];
+        if let Some(ns) = namespace {
+            args.extend(["-n", ns]);
+        }
+        common::kubectl(&args).0
+    };
+
+    api.create(&PostParams::default(), &resource).await.unwrap();
+    wait_reason_saying(&api, "x", "Progressing", "x-thing").await;
+    assert!(thing_at(None), "the cluster-scoped Thing applied");
+    api.delete("x", &DeleteParams::default()).await.unwrap();
+    common::wait_until(TIMEOUT, "the Holder x gone", || async {
+        api.get_opt("x").await.unwrap().is_none()
+    })
+    .await;
+
+    things_with_scope(&group, "Namespaced");
+    api.create(&PostParams::default(), &resource).await.unwrap();
+    // Not ApiError (`404 page not found`) nor ApplyFailed (`the server
+    // could not find the requested resource`): applied, waiting for the
+    // Thing to say it is ready.
+    wait_reason_saying(&api, "x", "Progressing", "x-thing").await;
+    assert!(thing_at(Some(&ns.name)), "the namespaced Thing applied");
+    api.delete("x", &DeleteParams::default()).await.unwrap();
+    common::wait_until(TIMEOUT, "the Holder x gone again", || async {
+        api.get_opt("x").await.unwrap().is_none()
+    })
+    .await;
+    operator.stop().await;
+}
+
+/// Deletes the CRD it names when dropped (a failing test leaves none
+/// behind).
+struct CrdOnDrop(String);
+
+impl Drop for CrdOnDrop {
+    fn drop(&mut self) {
+        common::kubectl(&[
+            "delete",
+            "crd",
+            &self.0,
+            "--wait=false",
+            "--ignore-not-found",
+        ]);
+    }
+}

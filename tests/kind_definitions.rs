@@ -1311,3 +1311,161 @@ async fn the_webhooks_certificate_is_renewed_while_it_runs_and_no_list_fails() {
     kind.delete().await;
     drop(operator);
 }
+
+/// Two kinds, one applying the other: the child Greeting kind
+/// (cluster-scoped, rendering nothing: Ready as soon as it is applied)
+/// and the parent, whose Greetings each apply a child `<name>-child` (its
+/// `reach` declares the child kind), served by one operator whose log is
+/// read.
+struct Nested {
+    child: GreetingKind,
+    parent: GreetingKind,
+    operator: OperatorProcess,
+}
+
+impl Nested {
+    async fn serve(ns: &TestNamespace) -> Self {
+        let child = GreetingKind::tagged(ns, "c");
+        child.edit("kind.yaml", |t| {
+            let cut = t.find("  overlay:").expect("the overlay");
+            t[..cut].replace("scope: Namespaced", "scope: Cluster")
+        });
+        std::fs::remove_dir_all(child.folder.join("resources")).unwrap();
+        let parent = GreetingKind::tagged(ns, "p");
+        let group = child.group.clone();
+        parent.edit("kind.yaml", |t| {
+            t.replace(
+                "  scope: Namespaced\n",
+                &format!("  scope: Namespaced\n  reach:\n    - {{apiVersion: {group}/v1, kind: Greeting}}\n"),
+            )
+            .replace(
+                "      - template: configmap.yaml\n",
+                "      - template: configmap.yaml\n      - template: child.yaml\n",
+            )
+        });
+        let template = format!(
+            "apiVersion: {group}/v1\nkind: Greeting\nmetadata:\n  name: {{{{ metadata.name ~ \"-child\" }}}}\nspec:\n  message: {{{{ spec.message }}}}\n"
+        );
+        std::fs::write(parent.folder.join("resources/child.yaml"), template).unwrap();
+        let flags = parent.flags(&[]);
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        let operator = OperatorProcess::spawn(&ns.name, &[], &flags);
+        child.apply();
+        child.wait_condition("Serving", "True", "Running").await;
+        parent.apply();
+        parent.wait_condition("Serving", "True", "Running").await;
+        Self {
+            child,
+            parent,
+            operator,
+        }
+    }
+
+    /// The parent Greeting `top` and its child, applied and Ready.
+    async fn fill(&self, ns: &str) {
+        self.parent.greet(ns, "top", "from the parent", json!({}));
+        wait_ready(&self.parent, ns, "top").await;
+        wait_ready(&self.child, ns, "top-child").await;
+    }
+
+    /// `top` deleted (its child with it), then the child kind's
+    /// definition and CRD.
+    async fn empty_and_drop_the_child_kind(&self, ns: &str) {
+        let (ok, _, err) = common::kubectl(&[
+            "delete",
+            &self.parent.crd(),
+            "top",
+            "-n",
+            ns,
+            "--wait=false",
+        ]);
+        assert!(ok, "{err}");
+        let child = self.child.crd();
+        common::wait_until(TIMEOUT, "top and its child gone", async || {
+            let top = common::kubectl(&["get", &self.parent.crd(), "top", "-n", ns]).0;
+            let below = common::kubectl(&["get", &child, "top-child", "-n", ns]).0;
+            !top && !below
+        })
+        .await;
+        self.child.delete().await;
+        common::wait_until(TIMEOUT, format!("the CRD {child} gone"), async || {
+            !common::kubectl(&["get", "crd", &child]).0
+        })
+        .await;
+    }
+}
+
+/// A kind's definition deleted and created again with the other scope
+/// (what docs/kind-file.md prescribes for a scope change) is found again
+/// by a kind that applies its objects: neither the engine's discovery
+/// nor kubectl's cache still says the old scope.
+#[tokio::test]
+async fn a_kind_created_again_with_another_scope_is_applied_again() {
+    let client = common::cluster().await;
+    let ns = TestNamespace::new(&client, "kd-scope").await;
+    let nested = Nested::serve(&ns).await;
+    nested.fill(&ns.name).await;
+    nested.empty_and_drop_the_child_kind(&ns.name).await;
+
+    nested.child.edit("kind.yaml", |t| {
+        t.replace("scope: Cluster", "scope: Namespaced")
+    });
+    nested.child.apply();
+    nested
+        .child
+        .wait_condition("CRDEstablished", "True", "Established")
+        .await;
+    nested
+        .child
+        .wait_condition("Serving", "True", "Running")
+        .await;
+    nested.fill(&ns.name).await;
+    let (ok, out, err) = common::kubectl(&[
+        "get",
+        &nested.child.crd(),
+        "top-child",
+        "-n",
+        &ns.name,
+        "-o",
+        "jsonpath={.metadata.namespace}",
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(out, ns.name, "the child is namespaced now");
+    nested.empty_and_drop_the_child_kind(&ns.name).await;
+    nested.parent.delete().await;
+}
+
+/// Once a kind stops being served, no watch of its objects goes on
+/// failing: the parent's watch of its children stops, says so once, and
+/// nothing about the kind is logged as failing afterwards.
+#[tokio::test]
+async fn a_kind_that_stopped_is_no_longer_watched() {
+    let client = common::cluster().await;
+    let ns = TestNamespace::new(&client, "kd-stopped").await;
+    let nested = Nested::serve(&ns).await;
+    nested.fill(&ns.name).await;
+    nested.empty_and_drop_the_child_kind(&ns.name).await;
+
+    let resource = format!("resource={}", nested.child.crd());
+    let stopped = |log: &str| {
+        log.lines()
+            .any(|l| l.contains("stopped watching owned objects") && l.contains(&resource))
+    };
+    common::wait_until(TIMEOUT, "the watch of the children stopped", async || {
+        stopped(&nested.operator.log())
+    })
+    .await;
+    // Longer than the watch's first retries (0.8 s, then 1.6 s): a watch
+    // still running would have failed by now.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let log = nested.operator.log();
+    let failing: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains(&nested.child.crd()) || l.contains("page not found"))
+        .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+        .collect();
+    assert!(failing.is_empty(), "{failing:#?}");
+    let stops = log.lines().filter(|l| stopped(l)).count();
+    assert_eq!(stops, 1, "said once:\n{log}");
+    nested.parent.delete().await;
+}

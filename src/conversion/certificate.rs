@@ -73,7 +73,10 @@ pub enum CertificateError {
     #[error("the webhook's certificate does not parse: {0}")]
     Pem(#[from] rustls::pki_types::pem::Error),
     /// The Secret holding it cannot be read or written.
-    #[error("the Secret {secret} holding the webhook's certificate: {source}")]
+    #[error(
+        "the Secret {secret} holding the webhook's certificate: {}",
+        crate::error_text::kube(.source)
+    )]
     Secret {
         /// `namespace/name`.
         secret: String,

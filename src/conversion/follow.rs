@@ -35,7 +35,9 @@ pub async fn follow(client: Client, conversions: Arc<Conversions>, label: &str) 
                 }
             }
             Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "conversion webhook: cannot follow the CRDs"),
+            Err(e) => {
+                tracing::warn!(error = %crate::error_text::watch(&e), "conversion webhook: cannot follow the CRDs")
+            }
         }
     }
 }

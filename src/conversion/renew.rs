@@ -93,7 +93,7 @@ async fn trust(renewing: &Renewing, webhook: &Webhook) {
     {
         Ok(list) => list.items,
         Err(e) => {
-            tracing::warn!(error = %e, "conversion webhook: cannot list the CRDs to trust the renewed CAs");
+            tracing::warn!(error = %crate::error_text::kube(&e), "conversion webhook: cannot list the CRDs to trust the renewed CAs");
             return;
         }
     };
@@ -106,7 +106,7 @@ async fn trust(renewing: &Renewing, webhook: &Webhook) {
             .patch(&crd.name_any(), &params, &Patch::Merge(&patch))
             .await
         {
-            tracing::warn!(crd = %crd.name_any(), error = %e, "conversion webhook: cannot trust the renewed CAs");
+            tracing::warn!(crd = %crd.name_any(), error = %crate::error_text::kube(&e), "conversion webhook: cannot trust the renewed CAs");
         }
     }
 }

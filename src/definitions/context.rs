@@ -23,7 +23,7 @@ pub(super) const NAMES_SHOWN: usize = 10;
 #[derive(Debug, thiserror::Error)]
 pub enum DefinitionError {
     /// An API call failed.
-    #[error(transparent)]
+    #[error("{}", crate::error_text::kube(.0))]
     Kube(#[from] kube::Error),
     /// Its deletion waits for the resources of its kind (said in its
     /// status): the finalizer stays.

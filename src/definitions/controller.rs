@@ -97,6 +97,7 @@ fn error_policy(
         tracing::debug!(definition = %def.name_any(), crd, "waiting for the CRD to be removed");
         return Action::requeue(deletion::CRD_RECHECK);
     }
+    let error = crate::error_text::any(error);
     tracing::warn!(definition = %def.name_any(), %error, "reconciling a KindDefinition failed");
     Action::requeue(RECHECK_SOON)
 }
@@ -345,7 +346,10 @@ async fn ensure_crd(
                 Reason::NotEstablished,
                 format!("the CRD {crd} is not established yet"),
             )),
-            Err(e) => Err((Reason::CrdApplyFailed, format!("the CRD {crd}: {e}"))),
+            Err(e) => Err((
+                Reason::CrdApplyFailed,
+                format!("the CRD {crd}: {}", crate::error_text::kube(&e)),
+            )),
         },
     };
     match reason {
@@ -417,7 +421,10 @@ async fn storage_condition(
             (false, Reason::Migrating, message, true)
         }
         Err(e) => {
-            let message = format!("writing the resources again at {storage}: {e}");
+            let message = format!(
+                "writing the resources again at {storage}: {}",
+                crate::error_text::kube(&e)
+            );
             (false, Reason::MigrationFailed, message, false)
         }
     };
@@ -524,7 +531,12 @@ async fn rights_condition(
         &kind.file.spec.reach,
     )
     .await
-    .unwrap_or_else(|e| vec![format!("cannot review the reach: {e}")]);
+    .unwrap_or_else(|e| {
+        vec![format!(
+            "cannot review the reach: {}",
+            crate::error_text::kube(&e)
+        )]
+    });
     let beyond = if kind.namespaced() && kind.file.spec.reach.is_empty() {
         String::new()
     } else {
@@ -561,7 +573,7 @@ async fn rights_condition(
         Err(e) => (
             false,
             Reason::ReviewFailed,
-            format!("cannot review the rights: {e}"),
+            format!("cannot review the rights: {}", crate::error_text::kube(&e)),
         ),
     };
     status.set(

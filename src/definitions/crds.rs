@@ -25,7 +25,7 @@ pub enum CrdError {
         owner: Option<String>,
     },
     /// The API refused or failed.
-    #[error("the CRD {crd}: {source}")]
+    #[error("the CRD {crd}: {}", crate::error_text::kube(.source))]
     Api {
         /// The CRD.
         crd: String,

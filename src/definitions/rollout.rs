@@ -87,11 +87,11 @@ async fn keep(ctx: &DefinitionContext, def: &DynamicObject, history: &History, d
     if let Some(latest) = history.latest()
         && let Err(e) = store.save(def, latest, &def.data["spec"]).await
     {
-        tracing::warn!(definition = %name, revision = latest.number, error = %e, "cannot keep the revision: a restart will not serve it");
+        tracing::warn!(definition = %name, revision = latest.number, error = %crate::error_text::kube(&e), "cannot keep the revision: a restart will not serve it");
     }
     for number in dropped {
         if let Err(e) = store.delete(&name, number).await {
-            tracing::warn!(definition = %name, revision = number, error = %e, "cannot delete a revision no longer kept");
+            tracing::warn!(definition = %name, revision = number, error = %crate::error_text::kube(&e), "cannot delete a revision no longer kept");
         }
     }
 }
@@ -135,7 +135,7 @@ async fn restore(ctx: &DefinitionContext, def: &DynamicObject) -> History {
     let stored = match store.load(def).await {
         Ok(stored) => stored,
         Err(e) => {
-            tracing::warn!(definition = %def.name_any(), error = %e, "cannot read the kept revisions");
+            tracing::warn!(definition = %def.name_any(), error = %crate::error_text::kube(&e), "cannot read the kept revisions");
             return History::default();
         }
     };

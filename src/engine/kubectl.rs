@@ -1,6 +1,10 @@
 //! Runs kubectl: an argv vector (never a shell), a timeout after which the
 //! process and its children are killed, a global concurrency limit, and
-//! stdout/stderr captured up to a cap (the tail is kept).
+//! stdout/stderr captured up to a cap (the tail is kept). kubectl's own
+//! cache (discovery and HTTP) is kept under one directory between runs;
+//! [`cache`] says when its discovery is forgotten.
+
+mod cache;
 
 use std::collections::VecDeque;
 use std::ffi::OsString;
@@ -14,6 +18,8 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
 use tokio::sync::Semaphore;
+
+pub use self::cache::{group_of, unserved_resources};
 
 /// An error that prevented kubectl from running at all.
 #[derive(Debug, thiserror::Error)]
@@ -449,6 +455,34 @@ impl Kubectl {
     pub fn with_observer(mut self, observer: RunObserver) -> Self {
         self.observer = Some(observer);
         self
+    }
+
+    /// Forgets what kubectl's discovery cache knows of the API group
+    /// `group` (`""`: the core group), so that the next run asks the API
+    /// server how it serves the group's kinds now (a CRD of the group
+    /// changed, or kubectl was told a resource is not served).
+    pub fn forget_discovery_of(&self, group: &str) {
+        let Some(dir) = &self.config.cache_dir else {
+            return;
+        };
+        match cache::forget_group(dir, group) {
+            Ok(0) => {}
+            Ok(_) => tracing::debug!(group, "forgot kubectl's discovery of the group"),
+            Err(e) => {
+                tracing::warn!(group, dir = %dir.display(), error = %e, "cannot forget kubectl's discovery of the group: kubectl may use it for up to 6 hours");
+            }
+        }
+    }
+
+    /// Forgets kubectl's whole discovery cache (at start: what a run
+    /// before this one cached may be hours old).
+    pub fn forget_all_discovery(&self) {
+        let Some(dir) = &self.config.cache_dir else {
+            return;
+        };
+        if let Err(e) = cache::forget_all(dir) {
+            tracing::warn!(dir = %dir.display(), error = %e, "cannot forget kubectl's discovery cache: kubectl may use it for up to 6 hours");
+        }
     }
 
     /// Run counters.

@@ -152,9 +152,14 @@ impl Engine {
             batch,
             kubectl_apply::runner(kubectl.clone()),
         );
+        let discovery = Discovery::default();
         Self {
             events: Events::new(client.clone(), &settings.reporter),
-            objects: ObjectCache::new(client.clone(), settings.namespace.clone()),
+            objects: ObjectCache::new(
+                client.clone(),
+                settings.namespace.clone(),
+                discovery.clone(),
+            ),
             client,
             kubectl,
             templates,
@@ -165,7 +170,7 @@ impl Engine {
             parked: ParkedStatuses::default(),
             builds,
             applies,
-            discovery: Discovery::default(),
+            discovery,
         }
     }
 
@@ -224,8 +229,27 @@ impl Engine {
             related: None,
         };
         if let Err(e) = self.events.publish(&event).await {
-            tracing::warn!(reason, error = %e, "cannot publish an event");
+            tracing::warn!(reason, error = %crate::error_text::kube(&e), "cannot publish an event");
         }
+    }
+
+    /// Forgets how the API serves the kinds of the API group `group`, in
+    /// the engine and in kubectl's cache: a CRD of the group changed (a
+    /// kind started or stopped being served, or kubectl was told a
+    /// resource of the group is not served), and the next look asks the
+    /// API server again.
+    pub(crate) fn forget_discovery(&self, group: &str) {
+        self.discovery.forget_group(group);
+        self.kubectl.forget_discovery_of(group);
+    }
+
+    /// The kind `resource` is no longer served by the operator (its
+    /// definition went, or a new generation replaces it): its discovery
+    /// is forgotten and the watches of its objects (owned by other
+    /// resources) stop; they start again when a resource needs them.
+    pub(crate) fn kind_stopped(&self, resource: &kube::api::ApiResource) {
+        self.forget_discovery(&resource.group);
+        self.objects.stop_kind(&resource.group, &resource.kind);
     }
 
     /// Forgets what the engine remembered about resources for a few

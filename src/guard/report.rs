@@ -111,6 +111,6 @@ async fn report(events: &Events, skipped: &Skipped) {
         related: None,
     };
     if let Err(e) = events.publish(&event).await {
-        tracing::debug!(error = %e, "cannot publish the Unreadable event");
+        tracing::debug!(error = %crate::error_text::kube(&e), "cannot publish the Unreadable event");
     }
 }

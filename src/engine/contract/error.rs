@@ -54,12 +54,10 @@ impl From<kube::Error> for HandlerError {
     }
 }
 
-/// What an API error says, in one line: the API server's own message for a
-/// refused request (`deployments.apps "web" is forbidden: ...`), else the
-/// client's error.
+/// What an API error says, in one line, as a kubectl user reads it: the
+/// API server's own message for a refused request (`deployments.apps
+/// "web" is forbidden: ...`), the fields of an invalid object, else the
+/// client's error in words ([`crate::error_text::kube`]).
 pub fn api_message(e: &kube::Error) -> String {
-    match e {
-        kube::Error::Api(status) if !status.message.is_empty() => status.message.clone(),
-        other => other.to_string(),
-    }
+    crate::error_text::kube(e)
 }

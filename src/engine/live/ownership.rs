@@ -41,12 +41,17 @@ impl Served {
 /// A group, version and kind.
 type Gvk = (String, String, String);
 
-/// Discovery, cached per group, version and kind for the life of the
-/// process. Concurrent lookups of one kind share one request: an operator
-/// starting with thousands of resources asks once, not once per resource.
-#[derive(Debug, Default)]
+/// How the API serves each kind, once asked (an empty cell: being asked).
+type Table = HashMap<Gvk, Arc<OnceCell<Arc<Served>>>>;
+
+/// Discovery, cached per group, version and kind until forgotten (a kind
+/// served or stopped forgets its group; an API path found not served
+/// forgets its kind). Concurrent lookups of one kind share one request:
+/// an operator starting with thousands of resources asks once, not once
+/// per resource. A clone shares the cache.
+#[derive(Debug, Default, Clone)]
 pub(crate) struct Discovery {
-    cache: Mutex<HashMap<Gvk, Arc<OnceCell<Arc<Served>>>>>,
+    cache: Arc<Mutex<Table>>,
 }
 
 impl Discovery {
@@ -69,6 +74,22 @@ impl Discovery {
         cell.get_or_try_init(|| ask(client, id))
             .await
             .map(Arc::clone)
+    }
+
+    /// Forgets how the API serves `id`'s kind: the next lookup asks again.
+    pub fn forget(&self, id: &ObjectId) {
+        self.forget_kind(id.group(), id.version(), &id.kind);
+    }
+
+    /// Forgets how the API serves the kind `kind` of `group`/`version`.
+    pub fn forget_kind(&self, group: &str, version: &str, kind: &str) {
+        crate::sync::lock(&self.cache)
+            .retain(|(g, v, k), _| (g.as_str(), v.as_str(), k.as_str()) != (group, version, kind));
+    }
+
+    /// Forgets every kind of the API group `group` (a CRD of it changed).
+    pub fn forget_group(&self, group: &str) {
+        crate::sync::lock(&self.cache).retain(|(g, _, _), _| g != group);
     }
 }
 
@@ -111,6 +132,17 @@ pub(crate) struct Inspected {
     pub uid: Option<String>,
 }
 
+/// An object that could not be looked at: which, and what the API server
+/// said.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", crate::error_text::about(.id, .source))]
+pub(crate) struct Unreadable {
+    /// The object.
+    pub id: ObjectId,
+    /// Why.
+    pub source: kube::Error,
+}
+
 /// Looks at each of `ids` (metadata only, in parallel).
 pub(crate) async fn inspect(
     client: &Client,
@@ -118,7 +150,7 @@ pub(crate) async fn inspect(
     owner: &Owner,
     ids: impl IntoIterator<Item = ObjectId>,
     adopts: &(dyn Fn(&ObjectMeta) -> bool + Sync),
-) -> Result<Vec<Inspected>, kube::Error> {
+) -> Result<Vec<Inspected>, Unreadable> {
     futures::stream::iter(ids)
         .map(|id| inspect_one(client, discovery, owner, id, adopts))
         .buffered(CONCURRENCY)
@@ -126,7 +158,27 @@ pub(crate) async fn inspect(
         .await
 }
 
+/// Looks at one object; when the API server serves nothing at the path
+/// discovery gave (the kind's CRD was created again with another scope,
+/// or lost the version), asks discovery again and looks once more.
 async fn inspect_one(
+    client: &Client,
+    discovery: &Discovery,
+    owner: &Owner,
+    id: ObjectId,
+    adopts: &(dyn Fn(&ObjectMeta) -> bool + Sync),
+) -> Result<Inspected, Unreadable> {
+    let looked = match look(client, discovery, owner, id.clone(), adopts).await {
+        Err(e) if crate::error_text::path_not_served(&e) => {
+            discovery.forget(&id);
+            look(client, discovery, owner, id.clone(), adopts).await
+        }
+        looked => looked,
+    };
+    looked.map_err(|source| Unreadable { id, source })
+}
+
+async fn look(
     client: &Client,
     discovery: &Discovery,
     owner: &Owner,
@@ -308,5 +360,50 @@ mod tests {
         );
         assert_eq!(served[0].as_ref().unwrap().resource.plural, "deployments");
         assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_forgotten_kind_or_group_is_asked_again() {
+        let asked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let client = slow_discovery_server(asked.clone());
+        let discovery = Discovery::default();
+        let id = ObjectId {
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            namespace: Some("default".into()),
+            name: "web".into(),
+        };
+        let count = || asked.load(std::sync::atomic::Ordering::SeqCst);
+        discovery.resolve(&client, &id).await.unwrap();
+        discovery.forget_group("batch");
+        discovery.resolve(&client, &id).await.unwrap();
+        assert_eq!(count(), 1, "another group forgotten: still known");
+        discovery.forget(&id);
+        discovery.resolve(&client, &id).await.unwrap();
+        assert_eq!(count(), 2);
+        discovery.clone().forget_group("apps");
+        discovery.resolve(&client, &id).await.unwrap();
+        assert_eq!(count(), 3, "a clone shares the cache");
+    }
+
+    #[test]
+    fn an_unreadable_object_is_named_with_its_kind() {
+        let unreadable = Unreadable {
+            id: ObjectId {
+                api_version: "platform.example.com/v1".into(),
+                kind: "TenantApplication".into(),
+                namespace: Some("team-a".into()),
+                name: "web".into(),
+            },
+            source: kube::Error::Api(Box::new(
+                kube::core::Status::failure("404 page not found", "Failed to parse error data")
+                    .with_code(404),
+            )),
+        };
+        let message = unreadable.to_string();
+        assert!(
+            message.starts_with("tenantapplication.platform.example.com/web in team-a: the API server does not serve this kind at this path (404 page not found)"),
+            "{message}"
+        );
     }
 }

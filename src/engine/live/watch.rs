@@ -3,6 +3,12 @@
 //! watching), selected by the owner label, each object cut down to what
 //! health rules and status fields read. A change to a watched object wakes
 //! its owner's controller; reading the state costs no API call.
+//!
+//! A watch lives while its kind is served: it stops when the operator
+//! stops serving the kind ([`ObjectCache::stop_kind`]) or when the API
+//! server no longer serves it (its CRD deleted), and starts again the next
+//! time a resource needs it. A watch that fails otherwise retries with
+//! backoff and says so once per distinct failure.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -15,6 +21,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::Value;
 use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
 
 use super::compact::CompactObject;
 use super::ownership::{Discovery, Served};
@@ -22,6 +29,7 @@ use super::waiters::Waiters;
 use crate::engine::contract::api_message;
 use crate::engine::model::inventory::always_current_kind;
 use crate::engine::model::inventory::{OWNER_LABEL, ObjectId};
+use crate::error_text;
 
 /// How long the first list of a new watch may take before reads go on
 /// without it.
@@ -70,6 +78,8 @@ struct Watch {
     listed: tokio::sync::watch::Receiver<bool>,
     /// Whoever waits for an object to arrive, woken by its events.
     arrivals: Arc<Waiters<Place>>,
+    /// Stops the watch.
+    stop: CancellationToken,
 }
 
 impl Watch {
@@ -120,24 +130,45 @@ impl Watch {
 /// when the operator watches only one (`None`: every namespace).
 type WatchKey = (String, String, String, Option<String>);
 
+/// The watches running, by kind (and namespace).
+type Watches = Arc<Mutex<HashMap<WatchKey, Watch>>>;
+
 /// The watches, started on first use.
 pub(crate) struct ObjectCache {
     client: Client,
     namespace: Option<String>,
-    watches: Mutex<HashMap<WatchKey, Watch>>,
+    /// How the API serves each kind (shared with the engine).
+    discovery: Discovery,
+    watches: Watches,
     /// Owner annotations of objects that changed, for every controller.
     changes: broadcast::Sender<String>,
 }
 
 impl ObjectCache {
-    /// A cache for an operator watching `namespace` (all when `None`).
-    pub fn new(client: Client, namespace: Option<String>) -> Self {
+    /// A cache for an operator watching `namespace` (all when `None`),
+    /// finding kinds with `discovery`.
+    pub fn new(client: Client, namespace: Option<String>, discovery: Discovery) -> Self {
         Self {
             client,
             namespace,
-            watches: Mutex::default(),
+            discovery,
+            watches: Arc::default(),
             changes: broadcast::channel(CHANGES).0,
         }
+    }
+
+    /// Stops the watches of the kind `kind` of the API group `group` (the
+    /// operator stopped serving it): the next resource that needs them
+    /// starts them again.
+    pub fn stop_kind(&self, group: &str, kind: &str) {
+        let mut watches = crate::sync::lock(&self.watches);
+        watches.retain(|(g, _, k, _), watch| {
+            let stopping = g == group && k == kind;
+            if stopping {
+                watch.stop.cancel();
+            }
+            !stopping
+        });
     }
 
     /// Owner annotations (`Kind.group/ns/name`) of objects that changed,
@@ -156,14 +187,10 @@ impl ObjectCache {
     }
 
     /// What the watches know of each of `ids` whose kind is watched.
-    pub async fn states(
-        &self,
-        discovery: &Discovery,
-        ids: &BTreeSet<ObjectId>,
-    ) -> BTreeMap<ObjectId, Seen> {
+    pub async fn states(&self, ids: &BTreeSet<ObjectId>) -> BTreeMap<ObjectId, Seen> {
         let mut found = BTreeMap::new();
         for id in ids.iter().filter(|id| !always_current(id)) {
-            let seen = match discovery.resolve(&self.client, id).await {
+            let seen = match self.discovery.resolve(&self.client, id).await {
                 Ok(served) => self.watch(id, &served).await.seen(id, served.namespaced),
                 Err(e) => Seen::Unreadable(api_message(&e)),
             };
@@ -178,7 +205,6 @@ impl ObjectCache {
     /// server now (the watch may not have caught up with the apply yet).
     pub async fn after_apply(
         &self,
-        discovery: &Discovery,
         ids: &BTreeSet<ObjectId>,
         created: &BTreeSet<ObjectId>,
     ) -> BTreeMap<ObjectId, Seen> {
@@ -190,20 +216,20 @@ impl ObjectCache {
         stream::iter(watched)
             .map(|id| {
                 let new = created.contains(&id);
-                self.read(discovery, id, new)
+                self.read(id, new)
             })
             .buffer_unordered(CONCURRENCY)
             .collect()
             .await
     }
 
-    async fn read(&self, discovery: &Discovery, id: ObjectId, new: bool) -> (ObjectId, Seen) {
-        let seen = self.read_one(discovery, &id, new).await;
+    async fn read(&self, id: ObjectId, new: bool) -> (ObjectId, Seen) {
+        let seen = self.read_one(&id, new).await;
         (id, seen)
     }
 
-    async fn read_one(&self, discovery: &Discovery, id: &ObjectId, new: bool) -> Seen {
-        let served = match discovery.resolve(&self.client, id).await {
+    async fn read_one(&self, id: &ObjectId, new: bool) -> Seen {
+        let served = match self.discovery.resolve(&self.client, id).await {
             Ok(served) => served,
             Err(e) => return Seen::Unreadable(api_message(&e)),
         };
@@ -226,11 +252,11 @@ impl ObjectCache {
     /// Starts the watch of `id`'s kind unless it runs, without waiting for
     /// its first list: an operator starting with many resources lists
     /// their objects while it lists them.
-    pub async fn prime(&self, discovery: &Discovery, id: &ObjectId) {
+    pub async fn prime(&self, id: &ObjectId) {
         if always_current(id) {
             return;
         }
-        if let Ok(served) = discovery.resolve(&self.client, id).await {
+        if let Ok(served) = self.discovery.resolve(&self.client, id).await {
             self.running(id, &served);
         }
     }
@@ -259,12 +285,12 @@ impl ObjectCache {
             scope.clone(),
         );
         crate::sync::lock(&self.watches)
-            .entry(key)
-            .or_insert_with(|| self.start(&served.resource, scope.as_deref()))
+            .entry(key.clone())
+            .or_insert_with(|| self.start(key, &served.resource, scope.as_deref()))
             .clone()
     }
 
-    fn start(&self, resource: &ApiResource, namespace: Option<&str>) -> Watch {
+    fn start(&self, key: WatchKey, resource: &ApiResource, namespace: Option<&str>) -> Watch {
         let api: Api<CompactObject> = match namespace {
             Some(ns) => Api::namespaced_with(self.client.clone(), ns, resource),
             None => Api::all_with(self.client.clone(), resource),
@@ -279,45 +305,122 @@ impl ObjectCache {
             started: tokio::time::Instant::now(),
             listed: listed_rx,
             arrivals: Arc::default(),
+            stop: CancellationToken::new(),
         };
         let config = watcher::Config::default()
             .labels(OWNER_LABEL)
             .any_semantic();
         let events = watcher(api, config).default_backoff().reflect(writer);
-        let changes = self.changes.clone();
-        let error = watch.error.clone();
-        let deleted = watch.deleted.clone();
-        let arrivals = watch.arrivals.clone();
-        let plural = resource.plural.clone();
-        tokio::spawn(async move {
-            futures::pin_mut!(events);
-            // Owners of objects seen during a (re)list: the store shows the
-            // new list only once it is done, so they are woken then.
-            let mut relisted = BTreeSet::new();
-            while let Some(event) = events.next().await {
-                let failed = match event {
-                    Ok(event) => {
-                        if matches!(event, watcher::Event::InitDone) {
-                            listed.send_replace(true);
-                        }
-                        remember_deletions(&deleted, &event);
-                        wake_owners(&changes, &event, &mut relisted);
-                        wake_arrivals(&arrivals, &event);
-                        None
-                    }
-                    Err(e) => {
-                        tracing::warn!(resource = %plural, error = %e, "watch of owned objects failed");
-                        Some(format!("cannot watch {plural}: {e}"))
-                    }
-                };
-                let failing = failed.is_some();
-                *crate::sync::lock(&error) = failed;
-                if failing {
-                    arrivals.wake_all();
-                }
-            }
-        });
+        let feed = Feed {
+            watch: watch.clone(),
+            key,
+            name: resource_name(resource),
+            changes: self.changes.clone(),
+            watches: self.watches.clone(),
+            discovery: self.discovery.clone(),
+        };
+        tokio::spawn(feed.run(events, listed));
         watch
+    }
+}
+
+/// What the task of one watch keeps up to date.
+struct Feed {
+    watch: Watch,
+    key: WatchKey,
+    /// `plural.group`, for logs and messages.
+    name: String,
+    changes: broadcast::Sender<String>,
+    watches: Watches,
+    discovery: Discovery,
+}
+
+impl Feed {
+    /// Feeds the watch's events into its store until it is stopped or the
+    /// API server no longer serves its kind.
+    async fn run(
+        self,
+        events: impl futures::Stream<Item = Result<watcher::Event<CompactObject>, watcher::Error>>,
+        listed: tokio::sync::watch::Sender<bool>,
+    ) {
+        futures::pin_mut!(events);
+        // Owners of objects seen during a (re)list: the store shows the
+        // new list only once it is done, so they are woken then.
+        let mut relisted = BTreeSet::new();
+        loop {
+            let event = tokio::select! {
+                () = self.watch.stop.cancelled() => {
+                    self.stopped("the operator no longer serves its kind");
+                    return;
+                }
+                event = events.next() => event,
+            };
+            match event {
+                None => return,
+                Some(Ok(event)) => {
+                    if matches!(event, watcher::Event::InitDone) {
+                        listed.send_replace(true);
+                    }
+                    remember_deletions(&self.watch.deleted, &event);
+                    wake_owners(&self.changes, &event, &mut relisted);
+                    wake_arrivals(&self.watch.arrivals, &event);
+                    self.recovered();
+                }
+                Some(Err(e)) if error_text::watch_path_not_served(&e) => {
+                    self.stopped("the API server no longer serves it (its CRD was deleted, or changed its versions or scope)");
+                    return;
+                }
+                Some(Err(e)) => self.failed(&e),
+            }
+        }
+    }
+
+    /// Says why the watch failed, once per distinct failure; readers see
+    /// its objects as unreadable until it recovers.
+    fn failed(&self, e: &watcher::Error) {
+        let message = format!("cannot watch {}: {}", self.name, error_text::watch(e));
+        let mut error = crate::sync::lock(&self.watch.error);
+        if error.as_deref() != Some(message.as_str()) {
+            tracing::warn!(resource = %self.name, error = %error_text::watch(e), "watch of owned objects failed; retrying with backoff");
+            *error = Some(message);
+        }
+        drop(error);
+        self.watch.arrivals.wake_all();
+    }
+
+    /// Clears a failure once the watch works again.
+    fn recovered(&self) {
+        if crate::sync::lock(&self.watch.error).take().is_some() {
+            tracing::info!(resource = %self.name, "watching owned objects again");
+        }
+    }
+
+    /// Ends the watch: out of the table (unless another took its place),
+    /// its kind's discovery forgotten, its readers told why.
+    fn stopped(&self, why: &str) {
+        *crate::sync::lock(&self.watch.error) =
+            Some(format!("{} is not watched: {why}", self.name));
+        self.watch.arrivals.wake_all();
+        {
+            let mut watches = crate::sync::lock(&self.watches);
+            let ours = watches
+                .get(&self.key)
+                .is_some_and(|w| Arc::ptr_eq(&w.error, &self.watch.error));
+            if ours {
+                watches.remove(&self.key);
+            }
+        }
+        let (group, version, kind, _) = &self.key;
+        self.discovery.forget_kind(group, version, kind);
+        tracing::info!(resource = %self.name, reason = why, "stopped watching owned objects");
+    }
+}
+
+/// `plural.group` (`plural` for the core group).
+fn resource_name(resource: &ApiResource) -> String {
+    match resource.group.as_str() {
+        "" => resource.plural.clone(),
+        group => format!("{}.{group}", resource.plural),
     }
 }
 
@@ -423,6 +526,7 @@ mod tests {
             started: tokio::time::Instant::now(),
             listed,
             arrivals: Arc::default(),
+            stop: CancellationToken::new(),
         };
         (watch, writer)
     }
@@ -482,5 +586,91 @@ mod tests {
         let start = tokio::time::Instant::now();
         assert_eq!(watch.arrival(&web(), true).await, None);
         assert_eq!(start.elapsed(), Duration::ZERO);
+    }
+
+    /// A client whose API server answers every request with `answer`
+    /// (`None`: never answers).
+    fn api_answering(answer: Option<(u16, &'static str)>) -> Client {
+        let service = tower::service_fn(move |_: http::Request<kube::client::Body>| async move {
+            let Some((code, body)) = answer else {
+                return std::future::pending().await;
+            };
+            let mut response =
+                http::Response::new(kube::client::Body::from(body.as_bytes().to_vec()));
+            *response.status_mut() = http::StatusCode::from_u16(code).unwrap();
+            Ok::<_, std::convert::Infallible>(response)
+        });
+        Client::new(service, "default")
+    }
+
+    /// An object of a custom kind, and how the API served it.
+    fn gadget(group: &str) -> (ObjectId, Served) {
+        let gvk = GroupVersionKind::gvk(group, "v1", "Gadget");
+        let id = ObjectId {
+            api_version: format!("{group}/v1"),
+            kind: "Gadget".into(),
+            namespace: Some("a".into()),
+            name: "g".into(),
+        };
+        let served = Served {
+            resource: ApiResource::from_gvk_with_plural(&gvk, "gadgets"),
+            namespaced: true,
+        };
+        (id, served)
+    }
+
+    fn watched(cache: &ObjectCache) -> usize {
+        crate::sync::lock(&cache.watches).len()
+    }
+
+    #[tokio::test]
+    async fn a_watch_whose_kind_is_no_longer_served_stops_and_says_why() {
+        let cache = ObjectCache::new(
+            api_answering(Some((404, "404 page not found"))),
+            None,
+            Discovery::default(),
+        );
+        let (id, served) = gadget("gone.example.com");
+        let watch = cache.running(&id, &served);
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while watched(&cache) > 0 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("the watch stops at the first 404 page not found");
+        let Seen::Unreadable(why) = watch.seen(&id, true) else {
+            panic!("a stopped watch's objects are unreadable")
+        };
+        assert!(
+            why.starts_with(
+                "gadgets.gone.example.com is not watched: the API server no longer serves it"
+            ),
+            "{why}"
+        );
+    }
+
+    #[tokio::test]
+    async fn stopping_a_kind_stops_its_watches_and_no_other() {
+        let cache = ObjectCache::new(api_answering(None), None, Discovery::default());
+        let (id, served) = gadget("stops.example.com");
+        let (other_id, other) = gadget("stays.example.com");
+        let watch = cache.running(&id, &served);
+        cache.running(&other_id, &other);
+        assert_eq!(watched(&cache), 2);
+        cache.stop_kind("stops.example.com", "Gadget");
+        assert_eq!(watched(&cache), 1);
+        assert!(watch.stop.is_cancelled());
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while !matches!(watch.seen(&id, true), Seen::Unreadable(_)) {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("its readers are told");
+        // Needed again: a new watch starts.
+        let again = cache.running(&id, &served);
+        assert!(!again.stop.is_cancelled());
+        assert_eq!(watched(&cache), 2);
     }
 }

@@ -299,7 +299,7 @@ async fn run_showing_progress<H: Handler>(
     let status = status_writer::compose(&current.status, &progressing, None);
     if let Err(e) = status_writer::write(&ctx.engine, &*ctx.handler, &current.object, status).await
     {
-        tracing::warn!(object = %ctx.key(&current.object), error = %e, "could not mark the resource Reconciling");
+        tracing::warn!(object = %ctx.key(&current.object), error = %crate::error_text::kube(&e), "could not mark the resource Reconciling");
     }
     run.await
 }
@@ -743,7 +743,7 @@ pub(crate) async fn publish<H: Handler>(
         related,
     };
     if let Err(e) = ctx.engine.events.publish(&event).await {
-        tracing::warn!(object = %ctx.key(obj), error = %e, "cannot publish event");
+        tracing::warn!(object = %ctx.key(obj), error = %crate::error_text::kube(&e), "cannot publish event");
     }
 }
 

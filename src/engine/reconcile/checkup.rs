@@ -63,9 +63,9 @@ pub(crate) async fn look<H: Handler>(
     let states = match source {
         Source::AfterApply { created } => {
             let objects = &engine.objects;
-            objects.after_apply(&engine.discovery, ids, created).await
+            objects.after_apply(ids, created).await
         }
-        Source::Watched => engine.objects.states(&engine.discovery, ids).await,
+        Source::Watched => engine.objects.states(ids).await,
     };
     let mut assessed = Vec::with_capacity(states.len());
     let mut missing = Vec::new();

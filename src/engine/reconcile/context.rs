@@ -32,7 +32,7 @@ pub enum ReconcileError {
         permanent: bool,
     },
     /// An API call failed (e.g. writing status).
-    #[error(transparent)]
+    #[error("{}", crate::error_text::kube(.0))]
     Kube(#[from] kube::Error),
 }
 

@@ -83,7 +83,7 @@ pub async fn run<H: Handler>(
             async move {
                 match result {
                     Ok((obj, _)) => tracing::debug!(kind = %name, object = %obj, "reconciled"),
-                    Err(e) => tracing::debug!(kind = %name, error = %e, "reconcile error"),
+                    Err(e) => tracing::debug!(kind = %name, error = %crate::error_text::any(&e), "reconcile error"),
                 }
             }
         });
@@ -132,7 +132,7 @@ async fn write_parked<H: Handler>(ctx: &Context<H>, store: &reflector::Store<H::
         let status = parked.status.value();
         if let Err(e) = super::status_writer::write(&ctx.engine, &*ctx.handler, &obj, status).await
         {
-            tracing::warn!(object = %ctx.key(&obj), error = %e, "could not write a parked status");
+            tracing::warn!(object = %ctx.key(&obj), error = %crate::error_text::kube(&e), "could not write a parked status");
         }
     }
 }
@@ -269,12 +269,12 @@ pub(super) fn error_policy<H: Handler>(
     };
     let key = ctx.key(&obj);
     if permanent {
-        tracing::info!(object = %key, error = %error, "waiting for the resource to change");
+        tracing::info!(object = %key, error = %crate::error_text::any(error), "waiting for the resource to change");
         return Action::await_change();
     }
     let failures = engine.failure_count(&key, true);
     let delay = backoff(failures);
-    tracing::warn!(object = %key, error = %error, failures, retry_in_ms = delay.as_millis() as u64, "reconcile failed");
+    tracing::warn!(object = %key, error = %crate::error_text::any(error), failures, retry_in_ms = delay.as_millis() as u64, "reconcile failed");
     Action::requeue(delay)
 }
 

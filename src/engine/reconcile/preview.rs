@@ -17,7 +17,7 @@ use kube::api::ObjectMeta;
 
 use super::apply_path::{Rendered, prune_candidates, render};
 use super::context::{marking, owner_with_uid};
-use crate::engine::contract::{FieldConflicts, Handler, HandlerError, Step, api_message};
+use crate::engine::contract::{FieldConflicts, Handler, HandlerError, Step};
 use crate::engine::live::ownership::{self, Discovery, Inspected, Verdict};
 use crate::engine::model::inventory::{ObjectId, Owner};
 use crate::engine::model::overlay::{OverlayError, RenderedOverlay};
@@ -137,7 +137,7 @@ impl Pruning {
         let discovery = Discovery::default();
         let ids = self.candidates.iter().cloned();
         let looked = ownership::inspect(client, &discovery, owner, ids, adopts).await;
-        self.looked = Some(looked.map_err(|e| api_message(&e)));
+        self.looked = Some(looked.map_err(|e| e.to_string()));
     }
 
     /// True when a run could prune something: a candidate exists.

@@ -45,7 +45,7 @@ impl<H: Handler> Primer<H> {
         };
         for id in new_kinds(&mut self.started, inventory) {
             let engine = self.engine.clone();
-            tokio::spawn(async move { engine.objects.prime(&engine.discovery, &id).await });
+            tokio::spawn(async move { engine.objects.prime(&id).await });
         }
     }
 }

@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 
 use crate::engine::contract::{FieldConflicts, Reach, api_message};
-use crate::engine::kubectl::{CommandRecord, Invocation};
+use crate::engine::kubectl::{self, CommandRecord, Invocation};
 use crate::engine::live::crds::{ESTABLISH_TIMEOUT, wait_established};
 use crate::engine::live::ownership::{self, Inspected, Served, Verdict};
 use crate::engine::model::identity::Identity;
@@ -176,7 +176,7 @@ async fn apply_stage(
     .map_err(|e| {
         Failure::new(
             Reason::ApiError,
-            format!("cannot read the objects to apply: {}", api_message(&e)),
+            format!("cannot read the objects to apply: {e}"),
         )
     })?;
     confinement(actor, &inspected)?;
@@ -336,17 +336,19 @@ async fn apply(
 ) -> Result<CommandRecord, Failure> {
     let mut last = None;
     for chunk in chunks(documents) {
-        let job = ApplyJob {
-            documents: chunk,
+        let job = |documents| ApplyJob {
+            documents,
             field_manager: field_manager.to_string(),
             force_conflicts,
             identity: identity.clone(),
         };
-        let record = match engine.applies.submit(job).await {
-            Some(Ok(record)) => record,
-            Some(Err(e)) => return Err(Failure::new(Reason::ApplyFailed, e.to_string())),
-            None => return Err(Failure::new(Reason::ApplyFailed, "the apply queue stopped")),
-        };
+        let mut record = submit(engine, job(chunk.clone())).await?;
+        if forgot_unserved(engine, &record) {
+            // kubectl's discovery of a kind was stale (its CRD was created
+            // again with another scope, or lost the version): once more,
+            // with the API server asked afresh.
+            record = submit(engine, job(chunk)).await?;
+        }
         let failed = !record.succeeded();
         last = Some(record);
         if failed {
@@ -354,6 +356,30 @@ async fn apply(
         }
     }
     last.ok_or_else(|| Failure::new(Reason::ApplyFailed, "nothing to apply"))
+}
+
+/// Runs `job` in the apply queue.
+async fn submit(engine: &Engine, job: ApplyJob) -> Result<CommandRecord, Failure> {
+    match engine.applies.submit(job).await {
+        Some(Ok(record)) => Ok(record),
+        Some(Err(e)) => Err(Failure::new(Reason::ApplyFailed, e.to_string())),
+        None => Err(Failure::new(Reason::ApplyFailed, "the apply queue stopped")),
+    }
+}
+
+/// When a failed run was told that the API server serves no resource at
+/// the path kubectl asked (`the server could not find the requested
+/// resource (patch things.example.com a)`), forgets what kubectl's cache
+/// and the engine's discovery know of those resources' groups; true then.
+fn forgot_unserved(engine: &Engine, record: &CommandRecord) -> bool {
+    if record.succeeded() {
+        return false;
+    }
+    let unserved = kubectl::unserved_resources(&record.stderr);
+    for resource in &unserved {
+        engine.forget_discovery(kubectl::group_of(resource));
+    }
+    !unserved.is_empty()
 }
 
 fn chunks(documents: Vec<Document>) -> Vec<Vec<Document>> {
@@ -504,7 +530,7 @@ pub(crate) async fn delete_owned(
     .map_err(|e| {
         Failure::new(
             Reason::ApiError,
-            format!("cannot read the objects to delete: {}", api_message(&e)),
+            format!("cannot read the objects to delete: {e}"),
         )
     })?;
     let mut targets = Vec::new();

@@ -18,12 +18,14 @@ use crate::engine::model::identity::Identity;
 use crate::engine::model::inventory::ObjectId;
 
 /// One object to apply, serialized once: a job waiting for its batch holds
-/// the text, not the parsed object (a burst queues hundreds of jobs).
+/// the text, not the parsed object (a burst queues hundreds of jobs). A
+/// clone shares the text.
+#[derive(Clone)]
 pub(crate) struct Document {
     /// How kubectl names the object in its output (`deployment.apps/web`).
     name: Option<String>,
     /// The manifest as JSON.
-    json: String,
+    json: Arc<str>,
 }
 
 impl Document {
@@ -31,7 +33,7 @@ impl Document {
     pub(crate) fn of(manifest: &Value) -> Self {
         Self {
             name: ObjectId::of_manifest(manifest).map(|id| id.kubectl_name()),
-            json: manifest.to_string(),
+            json: manifest.to_string().into(),
         }
     }
 

@@ -38,7 +38,7 @@ use super::paging::{self, Page, PageError, ReadError};
 use super::plan;
 use super::resource::{ResolvedRule, RuleType};
 use super::scope::Scope;
-use crate::kind::{HandlerError, Reason, namespaced_api};
+use crate::kind::{HandlerError, Reason, api_message, namespaced_api};
 
 /// Parallel metadata lists when looking for same-named objects.
 const LIST_CONCURRENCY: usize = 8;
@@ -60,7 +60,10 @@ pub fn matches(selector: &BTreeMap<String, String>, labels: &BTreeMap<String, St
 }
 
 fn api_error(what: &str, e: kube::Error) -> HandlerError {
-    HandlerError::transient(Reason::ApiError, format!("cannot list {what}: {e}"))
+    HandlerError::transient(
+        Reason::ApiError,
+        format!("cannot list {what}: {}", api_message(&e)),
+    )
 }
 
 /// Lists `K` in `namespace` (all when `None`); `what` names them in errors.
@@ -136,7 +139,7 @@ where
     let reader = client
         .request_stream(request)
         .await
-        .map_err(|e| failed(e.to_string()))?;
+        .map_err(|e| failed(api_message(&e)))?;
     let mut body = Vec::new();
     let cap = u64::try_from(PAGE_BYTES)
         .unwrap_or(u64::MAX)

@@ -127,6 +127,9 @@ impl<H: DynamicHandler> Dynamic<H> {
         let kind: Arc<str> = handler.info().name.as_str().into();
         self.stop_watches(&kind).await;
         let engine = self.shared.engine.clone();
+        // Its CRD is new or changed: what kubectl and the engine cached of
+        // its group may say another scope or other versions.
+        engine.forget_discovery(&handler.info().dyn_type.group);
         let served = Arc::new(Served {
             kind: kind.clone(),
             ctx: Arc::new(Context {
@@ -172,13 +175,15 @@ impl<H: DynamicHandler> Dynamic<H> {
         self.shared.kinds_mut().insert(kind, served);
     }
 
-    /// Stops serving the kind `name`: its watches stop, its resources leave
-    /// the store, its running reconciles finish and the statuses parked for
-    /// it are written.
+    /// Stops serving the kind `name`: its watches stop (those of its
+    /// objects that other resources own too), its resources leave the
+    /// store, its running reconciles finish and the statuses parked for it
+    /// are written.
     pub async fn stop(&self, name: &str) {
         let served = self.shared.kinds_mut().remove(name);
         if let Some(served) = served {
             finish(&self.shared, &served).await;
+            (self.shared.engine).kind_stopped(&served.ctx.handler.info().dyn_type);
         }
     }
 
@@ -381,7 +386,7 @@ async fn write_parked<H: DynamicHandler>(shared: &Shared<H>, served: &Served<H>)
         let status = parked.status.value();
         if let Err(e) = status_writer::write(&ctx.engine, &*ctx.handler, &held.object, status).await
         {
-            tracing::warn!(object = %ctx.key(&held.object), error = %e, "could not write a parked status");
+            tracing::warn!(object = %ctx.key(&held.object), error = %crate::error_text::kube(&e), "could not write a parked status");
         }
     }
 }
