@@ -18,6 +18,7 @@ use cel::{Context, Program};
 use serde_json::Value;
 
 use super::file::KindSpec;
+use super::kro_library;
 use super::typing::{self, Wanted};
 
 /// The longest expression, in characters.
@@ -127,7 +128,7 @@ impl Expression {
 
     /// Its value with `variables` bound (each a JSON value), as JSON.
     pub fn eval(&self, variables: &BTreeMap<&str, Value>) -> Result<Value, EvalError> {
-        let mut context = Context::default();
+        let mut context = Context::with_env(kro_library::env());
         add_functions(&mut context);
         for name in &self.reads {
             if let Some(value) = variables.get(name.as_str()) {
@@ -147,7 +148,8 @@ impl Expression {
 
 /// The functions templates have too (`crate::functions`), under the same
 /// names: `b64encode(s)`, `b64decode(s)`, `sha256(s)`, `from_json(s)`,
-/// `seeded_string(seed, length)`, `quantity(s)`.
+/// `seeded_string(seed, length)`, `quantity(s)`. kro's, under kro's names,
+/// are [`kro_library::FUNCTIONS`].
 pub const FUNCTIONS: [&str; 6] = [
     "b64encode",
     "b64decode",
@@ -157,8 +159,9 @@ pub const FUNCTIONS: [&str; 6] = [
     "quantity",
 ];
 
-/// Registers [`FUNCTIONS`] on `context`.
+/// Registers [`FUNCTIONS`] and kro's ([`kro_library`]) on `context`.
 fn add_functions(context: &mut Context) {
+    kro_library::add(context);
     use crate::functions as f;
     use std::sync::Arc;
     type Answer = Result<cel::Value, cel::ExecutionError>;
@@ -301,7 +304,7 @@ fn depth(e: &IdedExpr) -> usize {
 }
 
 /// `value` as JSON, spending one of `budget` per node.
-fn to_json(value: &cel::Value, budget: &mut usize) -> Result<Value, EvalError> {
+pub(super) fn to_json(value: &cel::Value, budget: &mut usize) -> Result<Value, EvalError> {
     *budget = budget.checked_sub(1).ok_or_else(|| {
         EvalError::Failed(format!("the value has more than {MAX_VALUE_NODES} parts"))
     })?;
@@ -328,7 +331,7 @@ fn to_json(value: &cel::Value, budget: &mut usize) -> Result<Value, EvalError> {
 /// A JSON value as CEL's: every whole number that fits is an `int`
 /// (serde would make positive ones `uint`, which CEL does not compare with
 /// an `int` literal).
-fn to_cel(value: &Value) -> cel::Value {
+pub(super) fn to_cel(value: &Value) -> cel::Value {
     match value {
         Value::Null => cel::Value::Null,
         Value::Bool(b) => cel::Value::Bool(*b),
@@ -417,7 +420,15 @@ fn free_names<'a>(e: &'a IdedExpr, bound: &mut Vec<&'a str>, out: &mut BTreeSet<
     {
         out.insert(name.clone());
     }
+    // `hash` in `hash.sha256(s)` names kro's function, not a value.
+    let namespace = match &e.expr {
+        Expr::Call(call) if kro_library::namespaced(call).is_some() => call.target.as_deref(),
+        _ => None,
+    };
     for (part, binds) in parts(e) {
+        if namespace.is_some_and(|n| std::ptr::eq(n, part)) {
+            continue;
+        }
         let before = bound.len();
         bound.extend(binds);
         free_names(part, bound, out);

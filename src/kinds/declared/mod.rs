@@ -21,6 +21,7 @@ mod example;
 pub mod expressions;
 pub mod file;
 mod handler;
+pub mod kro_library;
 mod object;
 pub mod pack;
 pub mod rbac;
