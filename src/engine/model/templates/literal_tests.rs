@@ -141,6 +141,11 @@ fn cases() -> Vec<Case> {
             expression: "seeded_string(seed=@L@, length=8)",
             gives: |l| json!(crate::functions::seeded_string(l, 8).unwrap()),
         },
+        Case {
+            filter: "kro_seeded_string",
+            expression: "kro_seeded_string(length=8, seed=@L@)",
+            gives: |l| json!(crate::functions::kro::seeded_string(8, l).unwrap()),
+        },
     ]
 }
 
