@@ -161,7 +161,7 @@ pub const FUNCTIONS: [&str; 6] = [
 
 /// Registers [`FUNCTIONS`] and kro's ([`kro_library`]) on `context`.
 fn add_functions(context: &mut Context) {
-    kro_library::add(context);
+    add_kro_functions(context);
     use crate::functions as f;
     use std::sync::Arc;
     type Answer = Result<cel::Value, cel::ExecutionError>;
@@ -192,6 +192,49 @@ fn add_functions(context: &mut Context) {
         f::quantity(&s)
             .map(cel::Value::Float)
             .map_err(|e| failed("quantity", e))
+    });
+}
+
+/// Registers kro's functions ([`kro_library::FUNCTIONS`], with
+/// `crate::functions::kro`'s values) on `context`; the encoders
+/// (`base64.*`) are the environment's ([`kro_library::env`]).
+fn add_kro_functions(context: &mut Context) {
+    use crate::functions::{FunctionError, kro};
+    use std::sync::Arc;
+    type Answer = Result<cel::Value, cel::ExecutionError>;
+    let failed = |name: &str, e: FunctionError| cel::ExecutionError::function_error(name, e);
+    let bytes = |b: Vec<u8>| cel::Value::Bytes(Arc::new(b));
+    // None of these names is CEL's own: registering them cannot conflict.
+    let _ = context.add_function(
+        "random.seededString",
+        move |length: i64, seed: Arc<String>| -> Answer {
+            kro::seeded_string(length, &seed)
+                .map(cel::Value::from)
+                .map_err(|e| failed("random.seededString", e))
+        },
+    );
+    let _ = context.add_function(
+        "random.seededInt",
+        move |min: i64, max: i64, seed: Arc<String>| -> Answer {
+            kro::seeded_int(min, max, &seed)
+                .map(cel::Value::Int)
+                .map_err(|e| failed("random.seededInt", e))
+        },
+    );
+    let _ = context.add_function("hash.fnv64a", move |s: Arc<String>| {
+        bytes(kro::fnv64a(&s).to_vec())
+    });
+    let _ = context.add_function("hash.sha256", move |s: Arc<String>| bytes(kro::sha256(&s)));
+    let _ = context.add_function("json.unmarshal", move |s: Arc<String>| -> Answer {
+        kro::json_unmarshal(&s)
+            .map(|v| to_cel(&v))
+            .map_err(|e| failed("json.unmarshal", e))
+    });
+    let _ = context.add_function("json.marshal", move |v: cel::Value| -> Answer {
+        let mut budget = MAX_VALUE_NODES;
+        let json = to_json(&v, &mut budget)
+            .map_err(|e| cel::ExecutionError::function_error("json.marshal", e))?;
+        Ok(cel::Value::from(kro::json_marshal(&json)))
     });
 }
 
@@ -304,7 +347,7 @@ fn depth(e: &IdedExpr) -> usize {
 }
 
 /// `value` as JSON, spending one of `budget` per node.
-pub(super) fn to_json(value: &cel::Value, budget: &mut usize) -> Result<Value, EvalError> {
+fn to_json(value: &cel::Value, budget: &mut usize) -> Result<Value, EvalError> {
     *budget = budget.checked_sub(1).ok_or_else(|| {
         EvalError::Failed(format!("the value has more than {MAX_VALUE_NODES} parts"))
     })?;
@@ -331,7 +374,7 @@ pub(super) fn to_json(value: &cel::Value, budget: &mut usize) -> Result<Value, E
 /// A JSON value as CEL's: every whole number that fits is an `int`
 /// (serde would make positive ones `uint`, which CEL does not compare with
 /// an `int` literal).
-pub(super) fn to_cel(value: &Value) -> cel::Value {
+fn to_cel(value: &Value) -> cel::Value {
     match value {
         Value::Null => cel::Value::Null,
         Value::Bool(b) => cel::Value::Bool(*b),
