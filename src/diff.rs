@@ -69,7 +69,7 @@ pub async fn diff(
     let prepared = prepare(source, common, OwnedObjects::Read).await?;
     if prepared.placeholder_uid {
         eprintln!(
-            "note: the resource has no metadata.uid, so the ownership marker differs from the live one; diff KIND/NAME compares the resource in the cluster"
+            "note: the resource has no metadata.uid, so the ownership marker, and what templates derive from the uid, differ from the live one (they saw a stand-in); diff KIND/NAME compares the resource in the cluster"
         );
     }
     let mut drift = Drift::None;

@@ -4,6 +4,8 @@
 //! renders the same at every reconcile, and the no-op skip holds), and
 //! Kubernetes quantities as numbers. Each is pure and bounded.
 
+pub mod kro;
+
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use sha2::{Digest, Sha256};

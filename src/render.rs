@@ -68,8 +68,9 @@ pub struct Prepared {
     /// The steps and their rendered overlays.
     pub output: Preview,
     /// The resource had no `metadata.uid` (a file written by hand): the
-    /// ownership marker holds a placeholder instead of the UID the live
-    /// resource has.
+    /// templates and the ownership marker saw a stand-in,
+    /// [`PLACEHOLDER_UID`](crate::kinds::PLACEHOLDER_UID), instead of the
+    /// UID the live resource has.
     pub placeholder_uid: bool,
 }
 
@@ -114,10 +115,11 @@ fn prepare_file(file: &Path, common: &CommonArgs) -> Result<Prepared, RenderComm
         ))
     })?;
     let resource = default_namespace(resource, kind);
+    let (resource, placeholder_uid) = default_uid(resource);
     let output = kind.render(&resource, &rest, &common.kind_options(None), &dir)?;
     Ok(Prepared {
         output,
-        placeholder_uid: resource["metadata"]["uid"].as_str().is_none(),
+        placeholder_uid,
     })
 }
 
@@ -237,6 +239,19 @@ fn default_namespace(
         resource["metadata"]["namespace"] = "default".into();
     }
     resource
+}
+
+/// The API server gives every resource a `metadata.uid`; a file written by
+/// hand has none: it gets the stand-in
+/// [`PLACEHOLDER_UID`](crate::kinds::PLACEHOLDER_UID), so that templates
+/// reading it (`seeded_string(seed=metadata.uid, ...)`) render, and the
+/// ownership marker holds the same. True when the stand-in was given.
+fn default_uid(mut resource: serde_json::Value) -> (serde_json::Value, bool) {
+    let missing = resource["metadata"]["uid"].as_str().is_none();
+    if missing && resource["metadata"].is_object() {
+        resource["metadata"]["uid"] = crate::kinds::PLACEHOLDER_UID.into();
+    }
+    (resource, missing)
 }
 
 async fn client() -> Result<kube::Client, RenderCommandError> {

@@ -193,3 +193,55 @@ async fn a_kept_overlay_is_private_and_goes_with_its_resource() {
     assert!(!kept.exists(), "the kept overlay outlived its resource");
     operator.stop().await;
 }
+
+/// The value of the env var `name` of the first container of the
+/// Deployment that `kubectl kustomize dir` builds.
+fn deployment_env(dir: &Path, name: &str) -> String {
+    let (ok, built, err) = common::kubectl(&["kustomize", dir.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&built).unwrap();
+    let deployment = docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
+    let env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()
+        .unwrap();
+    let var = env.iter().find(|e| e["name"] == name).unwrap();
+    var["value"].as_str().unwrap().to_string()
+}
+
+/// kro's cel-functions instance, as kro's example writes it (no uid), seeds
+/// a string with `metadata.uid`: offline, `render` gives it the stand-in
+/// UID, says so, and renders what the same file with that UID renders.
+#[test]
+fn render_gives_a_file_without_a_uid_a_stand_in_and_says_so() {
+    let work = tempfile::tempdir().unwrap();
+    let kro = common::repo().join("tests/fixtures/kro");
+    let instance = "apiVersion: kro.run/v1alpha1\nkind: Something\n\
+        metadata:\n  name: my-instance-will-cel-functions\n{uid}spec:\n  name: app\n";
+    let stand_in = "00000000-0000-0000-0000-000000000000";
+    let mut seeded = Vec::new();
+    for (file, uid) in [
+        ("no-uid", String::new()),
+        ("stand-in", format!("  uid: {stand_in}\n")),
+    ] {
+        let path = work.path().join(format!("{file}.yaml"));
+        std::fs::write(&path, instance.replace("{uid}", &uid)).unwrap();
+        let out = work.path().join(file);
+        let (code, _, err) = common::operator_command(
+            "render",
+            &[
+                "--kustomize-dir",
+                kro.to_str().unwrap(),
+                "-f",
+                path.to_str().unwrap(),
+                "--out",
+                out.to_str().unwrap(),
+            ],
+        );
+        assert_eq!(code, Some(0), "{file}: {err}");
+        let said = err.contains(&format!("saw the stand-in {stand_in}"));
+        assert_eq!(said, uid.is_empty(), "{file}: {err}");
+        seeded.push(deployment_env(&out, "RANDOM_SEEDED_STRING"));
+    }
+    assert_eq!(seeded[0].len(), 10, "{seeded:?}");
+    assert_eq!(seeded[0], seeded[1], "the stand-in is the seed");
+}

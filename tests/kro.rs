@@ -223,22 +223,93 @@ async fn kros_checksum_restart_rolls_the_deployment_when_the_config_changes() {
     operator.stop().await;
 }
 
+/// kro's `random.seededString(length, seed)`, written here from kro's
+/// `pkg/cel/library/random.go` apart from the operator's: character `i` is
+/// the big-endian word at byte `4i mod 32` of the seed's SHA-256, mod 36.
+fn kros_seeded_string(length: usize, seed: &str) -> String {
+    const CHARS: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    let hash = Sha256::digest(seed);
+    (0..length)
+        .map(|i| {
+            let at = (i * 4) % hash.len();
+            let word = u32::from_be_bytes(hash[at..at + 4].try_into().unwrap());
+            char::from(CHARS[(word % 36) as usize])
+        })
+        .collect()
+}
+
+/// FNV-1a 64 (its published definition), big-endian as Go's `Sum` gives it.
+fn fnv64a(text: &str) -> [u8; 8] {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in text.bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    hash.to_be_bytes()
+}
+
+/// kro's cel-functions example, with kro's instance: the objects carry the
+/// values kro writes, and the status is kro's, field for field (kro's two
+/// fields, and the values kro's example computes with kro's functions,
+/// each as kro computes it).
 #[tokio::test]
-async fn kros_cel_functions_have_their_equivalents() {
+async fn kros_cel_functions_give_kros_values() {
+    use base64::Engine as _;
+    let b64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
+    // The independent renderings above agree with the Python ones
+    // (functions/kro.rs's tests).
+    assert_eq!(kros_seeded_string(10, "test-seed"), "5czheg3o5c");
+    assert_eq!(b64(&fnv64a("app")), "50+nGQVqg4w=");
+
     let (client, ns, apps) = scene("something", "kro-functions").await;
     let operator = operator(&ns.name).await;
+    let name = "my-instance-will-cel-functions";
     apps.create(
         &PostParams::default(),
-        &instance("Something", "thing", json!({"name": "thing"})),
+        &instance("Something", name, json!({"name": "app"})),
     )
     .await
     .unwrap();
-    let thing = ready(&apps, "thing").await;
-    assert_eq!(thing.data["status"]["availableReplicas"], 10, "1 × 10");
+    let thing = ready(&apps, name).await;
+    let uid = thing.metadata.uid.clone().unwrap();
+    let seeded = kros_seeded_string(10, &uid);
     let deployment = Api::<Deployment>::namespaced(client.clone(), &ns.name)
-        .get("thing")
+        .get("app")
         .await
         .unwrap();
+    let status = &thing.data["status"];
+    let conditions: Vec<(String, String)> = deployment
+        .status
+        .clone()
+        .unwrap()
+        .conditions
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.type_, c.status))
+        .collect();
+    let written: Vec<(String, String)> = status["deploymentConditions"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{status:#}"))
+        .iter()
+        .map(|c| {
+            (
+                c["type"].as_str().unwrap().into(),
+                c["status"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    assert_eq!(written, conditions, "{status:#}");
+    for (field, want) in [
+        ("availableReplicas", json!(10)),
+        ("randomSeededString", json!(seeded)),
+        ("jsonUnmarshalExample", json!("exampleJSONValue")),
+        ("jsonMarshalExample", json!(r#"{"name":"app"}"#)),
+        ("hashSha256", json!(b64(&Sha256::digest("app")))),
+        ("hashFnv64a", json!(b64(&fnv64a("app")))),
+    ] {
+        assert_eq!(status[field], want, "{field} in {status:#}");
+    }
+
     let env: Vec<(String, String)> = deployment.spec.unwrap().template.spec.unwrap().containers[0]
         .env
         .clone()
@@ -252,22 +323,17 @@ async fn kros_cel_functions_have_their_equivalents() {
             .map(|(_, v)| v.clone())
             .unwrap_or_else(|| panic!("{name} in {env:?}"))
     };
+    assert_eq!(value("RANDOM_SEEDED_STRING"), seeded, "kro's value");
     assert_eq!(value("FULL_DNS_NAME"), "a.b.c.d.example.com");
     assert_eq!(value("DNS_FIRST_PART"), "a");
     assert_eq!(value("DNS_PARTIALS"), "a");
     assert_eq!(value("JSON_UNMARSHAL_EXAMPLE"), "exampleJSONValue");
     assert_eq!(value("LISTS_SUM"), "600");
     assert_eq!(value("QUANTITY_COMPARISON"), "small");
-    assert_eq!(value("JSON_MARSHAL_EXAMPLE"), r#"{"name":"thing"}"#);
-    assert_eq!(value("HASH_SHA256"), hex::encode(Sha256::digest("thing")));
-    let seeded = value("RANDOM_SEEDED_STRING");
-    assert_eq!(
-        seeded.len(),
-        10,
-        "seeded by the UID: the same at every apply"
-    );
+    assert_eq!(value("JSON_MARSHAL_EXAMPLE"), r#"{"name":"app"}"#);
+    assert_eq!(value("HASH_SHA256"), hex::encode(Sha256::digest("app")));
     let labels = Api::<Service>::namespaced(client.clone(), &ns.name)
-        .get("thing")
+        .get("app")
         .await
         .unwrap()
         .metadata
@@ -276,7 +342,7 @@ async fn kros_cel_functions_have_their_equivalents() {
     assert_eq!(labels["partials"], "a.b.c");
     assert_eq!(labels["first_part"], "a");
 
-    delete(&apps, "thing").await;
+    delete(&apps, name).await;
     operator.stop().await;
 }
 

@@ -241,3 +241,170 @@ fn render_names_an_unknown_kind() {
         "{err}"
     );
 }
+
+/// What the docs show: the files of their examples (a fenced YAML block
+/// whose first line, or a line after `---`, is a `# /tmp/...` path
+/// comment) and what they say an example renders (a block whose first
+/// line is `# rendered from /tmp/<resource>.yaml`).
+#[derive(Default)]
+struct DocExamples {
+    /// Path under `/tmp/` → text.
+    files: Vec<(String, String)>,
+    /// The resource, and the documents it renders (excerpts), with the
+    /// doc they are in.
+    rendered: Vec<(String, String, Vec<serde_json::Value>)>,
+}
+
+/// The path a `# /tmp/...` comment line names, under `/tmp/`.
+fn path_comment(line: &str) -> Option<String> {
+    let rest = line.strip_prefix("# /tmp/")?;
+    let path = rest.split_whitespace().next()?.trim_end_matches(':');
+    Some(path.to_string())
+}
+
+impl DocExamples {
+    fn read(&mut self, doc: &Path) {
+        let text = std::fs::read_to_string(doc).unwrap();
+        let name = doc.file_name().unwrap().to_string_lossy().into_owned();
+        let mut block: Option<Vec<&str>> = None;
+        for line in text.lines() {
+            match (&mut block, line.trim_start().starts_with("```")) {
+                (None, true) if line.trim_start() == "```yaml" => block = Some(Vec::new()),
+                (Some(lines), true) => {
+                    let lines = std::mem::take(lines);
+                    self.block(&name, &lines);
+                    block = None;
+                }
+                (Some(lines), false) => lines.push(line),
+                _ => {}
+            }
+        }
+    }
+
+    fn block(&mut self, doc: &str, lines: &[&str]) {
+        let Some(first) = lines.first() else { return };
+        if let Some(resource) = first.strip_prefix("# rendered from /tmp/") {
+            let resource = resource.split_whitespace().next().unwrap().to_string();
+            let docs = serde_saphyr::from_multiple(&lines[1..].join("\n"))
+                .unwrap_or_else(|e| panic!("{doc}: {first}: {e}"));
+            self.rendered.push((doc.to_string(), resource, docs));
+            return;
+        }
+        let mut current: Option<(String, Vec<&str>)> = None;
+        for (i, line) in lines.iter().enumerate() {
+            let starts = i == 0 || lines[i - 1] == "---";
+            match path_comment(line).filter(|_| starts) {
+                Some(path) => {
+                    if let Some((done, mut text)) = current.take() {
+                        text.pop(); // the `---` before this file
+                        self.files.push((done, text.join("\n") + "\n"));
+                    }
+                    current = Some((path, Vec::new()));
+                }
+                None => {
+                    if let Some((_, text)) = &mut current {
+                        text.push(line);
+                    }
+                }
+            }
+        }
+        if let Some((path, text)) = current {
+            self.files.push((path, text.join("\n") + "\n"));
+        }
+    }
+}
+
+/// True when `actual` has every field `shown` has, with the same value (a
+/// list: the items shown, in order, each a part of the item there).
+fn shows_part_of(shown: &serde_json::Value, actual: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match (shown, actual) {
+        (Value::Object(shown), Value::Object(actual)) => shown
+            .iter()
+            .all(|(k, v)| actual.get(k).is_some_and(|a| shows_part_of(v, a))),
+        (Value::Array(shown), Value::Array(actual)) => {
+            shown.len() <= actual.len()
+                && shown.iter().zip(actual).all(|(s, a)| shows_part_of(s, a))
+        }
+        _ => shown == actual,
+    }
+}
+
+/// Every template example of README.md and docs/ (kind folders written as
+/// `# /tmp/kinds/<kind>/...` blocks) renders as the docs say: each
+/// `# rendered from` block is a part of what `render` and `kubectl
+/// kustomize` give for that resource, and every kind folder shown is
+/// rendered by one.
+#[test]
+fn every_template_example_in_the_docs_renders_as_it_says() {
+    let repo = common::repo();
+    let mut docs = vec![repo.join("README.md"), repo.join("docs/kind-file.md")];
+    let mut kind_docs: Vec<_> = std::fs::read_dir(repo.join("docs/kinds"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    kind_docs.sort();
+    docs.extend(kind_docs);
+    let mut examples = DocExamples::default();
+    for doc in &docs {
+        examples.read(doc);
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    for (path, text) in &examples.files {
+        let file = tmp.path().join(path);
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(&file, text).unwrap();
+    }
+    let kinds: Vec<String> = examples
+        .files
+        .iter()
+        .filter_map(|(p, _)| p.strip_prefix("kinds/")?.strip_suffix("/kind.yaml"))
+        .map(str::to_string)
+        .collect();
+    assert!(
+        kinds.contains(&"website".to_string()) && kinds.len() >= 2,
+        "the docs' kind folders: {kinds:?}"
+    );
+    let dirs = format!(
+        "{},{}",
+        repo.join("kustomize").display(),
+        tmp.path().join("kinds").display()
+    );
+    let mut rendered_kinds = Vec::new();
+    for (doc, resource, shown) in &examples.rendered {
+        let out = tmp.path().join(format!("out-{resource}"));
+        let summary = render_file(
+            &tmp.path().join(resource),
+            &out,
+            &common::render_args_with(&dirs),
+        )
+        .unwrap_or_else(|e| panic!("{doc}: rendering /tmp/{resource}: {e}"));
+        let mut built: Vec<serde_json::Value> = Vec::new();
+        for (_, dir) in &summary.overlays {
+            built
+                .extend(serde_saphyr::from_multiple::<serde_json::Value>(&kustomize(dir)).unwrap());
+        }
+        for document in shown {
+            let same = |b: &&serde_json::Value| {
+                b["kind"] == document["kind"]
+                    && b["metadata"]["name"] == document["metadata"]["name"]
+            };
+            let actual = built.iter().find(same).unwrap_or_else(|| {
+                panic!("{doc}: /tmp/{resource} renders no such object: {document}")
+            });
+            assert!(
+                shows_part_of(document, actual),
+                "{doc}: /tmp/{resource} renders\n{actual:#}\nnot\n{document:#}"
+            );
+        }
+        let text = std::fs::read_to_string(tmp.path().join(resource)).unwrap();
+        let kind: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
+        rendered_kinds.push(kind["kind"].as_str().unwrap().to_lowercase());
+    }
+    for kind in &kinds {
+        assert!(
+            rendered_kinds.contains(kind),
+            "the docs show the kind folder {kind} but render none of its resources"
+        );
+    }
+}

@@ -18,6 +18,7 @@ use cel::{Context, Program};
 use serde_json::Value;
 
 use super::file::KindSpec;
+use super::kro_library;
 use super::typing::{self, Wanted};
 
 /// The longest expression, in characters.
@@ -127,7 +128,7 @@ impl Expression {
 
     /// Its value with `variables` bound (each a JSON value), as JSON.
     pub fn eval(&self, variables: &BTreeMap<&str, Value>) -> Result<Value, EvalError> {
-        let mut context = Context::default();
+        let mut context = Context::with_env(kro_library::env());
         add_functions(&mut context);
         for name in &self.reads {
             if let Some(value) = variables.get(name.as_str()) {
@@ -147,7 +148,8 @@ impl Expression {
 
 /// The functions templates have too (`crate::functions`), under the same
 /// names: `b64encode(s)`, `b64decode(s)`, `sha256(s)`, `from_json(s)`,
-/// `seeded_string(seed, length)`, `quantity(s)`.
+/// `seeded_string(seed, length)`, `quantity(s)`. kro's, under kro's names,
+/// are [`kro_library::FUNCTIONS`].
 pub const FUNCTIONS: [&str; 6] = [
     "b64encode",
     "b64decode",
@@ -157,8 +159,9 @@ pub const FUNCTIONS: [&str; 6] = [
     "quantity",
 ];
 
-/// Registers [`FUNCTIONS`] on `context`.
+/// Registers [`FUNCTIONS`] and kro's ([`kro_library`]) on `context`.
 fn add_functions(context: &mut Context) {
+    add_kro_functions(context);
     use crate::functions as f;
     use std::sync::Arc;
     type Answer = Result<cel::Value, cel::ExecutionError>;
@@ -189,6 +192,49 @@ fn add_functions(context: &mut Context) {
         f::quantity(&s)
             .map(cel::Value::Float)
             .map_err(|e| failed("quantity", e))
+    });
+}
+
+/// Registers kro's functions ([`kro_library::FUNCTIONS`], with
+/// `crate::functions::kro`'s values) on `context`; the encoders
+/// (`base64.*`) are the environment's ([`kro_library::env`]).
+fn add_kro_functions(context: &mut Context) {
+    use crate::functions::{FunctionError, kro};
+    use std::sync::Arc;
+    type Answer = Result<cel::Value, cel::ExecutionError>;
+    let failed = |name: &str, e: FunctionError| cel::ExecutionError::function_error(name, e);
+    let bytes = |b: Vec<u8>| cel::Value::Bytes(Arc::new(b));
+    // None of these names is CEL's own: registering them cannot conflict.
+    let _ = context.add_function(
+        "random.seededString",
+        move |length: i64, seed: Arc<String>| -> Answer {
+            kro::seeded_string(length, &seed)
+                .map(cel::Value::from)
+                .map_err(|e| failed("random.seededString", e))
+        },
+    );
+    let _ = context.add_function(
+        "random.seededInt",
+        move |min: i64, max: i64, seed: Arc<String>| -> Answer {
+            kro::seeded_int(min, max, &seed)
+                .map(cel::Value::Int)
+                .map_err(|e| failed("random.seededInt", e))
+        },
+    );
+    let _ = context.add_function("hash.fnv64a", move |s: Arc<String>| {
+        bytes(kro::fnv64a(&s).to_vec())
+    });
+    let _ = context.add_function("hash.sha256", move |s: Arc<String>| bytes(kro::sha256(&s)));
+    let _ = context.add_function("json.unmarshal", move |s: Arc<String>| -> Answer {
+        kro::json_unmarshal(&s)
+            .map(|v| to_cel(&v))
+            .map_err(|e| failed("json.unmarshal", e))
+    });
+    let _ = context.add_function("json.marshal", move |v: cel::Value| -> Answer {
+        let mut budget = MAX_VALUE_NODES;
+        let json = to_json(&v, &mut budget)
+            .map_err(|e| cel::ExecutionError::function_error("json.marshal", e))?;
+        Ok(cel::Value::from(kro::json_marshal(&json)))
     });
 }
 
@@ -417,7 +463,15 @@ fn free_names<'a>(e: &'a IdedExpr, bound: &mut Vec<&'a str>, out: &mut BTreeSet<
     {
         out.insert(name.clone());
     }
+    // `hash` in `hash.sha256(s)` names kro's function, not a value.
+    let namespace = match &e.expr {
+        Expr::Call(call) if kro_library::namespaced(call).is_some() => call.target.as_deref(),
+        _ => None,
+    };
     for (part, binds) in parts(e) {
+        if namespace.is_some_and(|n| std::ptr::eq(n, part)) {
+            continue;
+        }
         let before = bound.len();
         bound.extend(binds);
         free_names(part, bound, out);

@@ -21,6 +21,9 @@ mod example;
 pub mod expressions;
 pub mod file;
 mod handler;
+pub mod kro_library;
+#[cfg(test)]
+mod kro_tests;
 mod object;
 pub mod pack;
 pub mod rbac;

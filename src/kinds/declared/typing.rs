@@ -171,11 +171,14 @@ impl<'s> Checker<'s> {
                 }
             }
             Expr::Call(call) => {
+                // kro's `hash.sha256(s)`: `hash` is no value, `s` its argument.
+                let kro = super::kro_library::namespaced(call);
+                let target = call.target.as_deref().filter(|_| kro.is_none());
                 let mut args = Vec::with_capacity(call.args.len() + 1);
-                for part in call.target.iter().map(|t| t.as_ref()).chain(&call.args) {
+                for part in target.into_iter().chain(&call.args) {
                     args.push(self.shape(part)?);
                 }
-                call_shape(&call.func_name, &args)
+                call_shape(kro.unwrap_or(&call.func_name), &args)
             }
             Expr::Comprehension(c) => {
                 let range = self.shape(&c.iter_range)?;
@@ -341,10 +344,14 @@ fn call_shape<'s>(function: &str, args: &[Shape<'s>]) -> Shape<'s> {
         "upperAscii",
     ];
     const ARITHMETIC: [&str; 6] = ["_+_", "_-_", "_*_", "_/_", "_%_", "-_"];
+    const KRO_STRING: [&str; 3] = ["random.seededString", "base64.encode", "json.marshal"];
+    const KRO_BYTES: [&str; 3] = ["hash.fnv64a", "hash.sha256", "base64.decode"];
     let known = |t| Shape::Known(t);
     match function {
         f if BOOLEAN.contains(&f) => known(Type::Bool),
-        f if STRING.contains(&f) => known(Type::String),
+        f if STRING.contains(&f) || KRO_STRING.contains(&f) => known(Type::String),
+        f if KRO_BYTES.contains(&f) => known(Type::Bytes),
+        "random.seededInt" => known(Type::Int),
         "size" | "int" | "uint" => known(Type::Int),
         "double" | "quantity" => known(Type::Number),
         "bool" => known(Type::Bool),
@@ -414,6 +421,14 @@ mod tests {
             ("deployment.status.replicas", None),
             ("spec.extra.anything.deeper", None),
             ("spec.replicas > 1 ? 'many' : 1", None),
+            ("base64.encode(hash.sha256(spec.name))", Some(Type::String)),
+            ("hash.fnv64a(spec.name)", Some(Type::Bytes)),
+            (
+                "random.seededString(10, schema.metadata.uid)",
+                Some(Type::String),
+            ),
+            ("random.seededInt(0, 10, spec.name)", Some(Type::Int)),
+            ("json.unmarshal(spec.name).port", None),
         ] {
             assert_eq!(infer_source(source), Ok(expected), "{source}");
         }
@@ -435,6 +450,7 @@ mod tests {
             "{error}"
         );
         assert!(infer_source("has(spec.nmae)").is_err());
+        assert!(infer_source("hash.sha256(spec.nmae)").is_err());
     }
 
     #[test]
@@ -456,6 +472,10 @@ mod tests {
             Ok(())
         );
         assert_eq!(check_source("self.status.ready", Wanted::Boolean), Ok(()));
+        assert_eq!(
+            check_source("hash.sha256(spec.name)", Wanted::Field("string")),
+            Err("gives bytes, where a value of type string is wanted".into())
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@ use tera::ast::{Expr, ExprVal, FunctionCall, Node};
 
 /// The functions a template may call (Tera's own, as this operator
 /// registers them: see `functions.rs`).
-pub const ALLOWED_FUNCTIONS: [&str; 3] = ["range", "seeded_string", "throw"];
+pub const ALLOWED_FUNCTIONS: [&str; 4] = ["range", "seeded_string", "kro_seeded_string", "throw"];
 
 /// Why a template set is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -5,7 +5,8 @@
 //! parse-time check of `checks.rs`; and what kinds need that Tera lacks
 //! (kro's CEL library has them): base64, SHA-256, JSON parsing, a random
 //! string that a seed fixes and Kubernetes quantities, the same functions
-//! CEL expressions get (`crate::functions`).
+//! CEL expressions get (`crate::functions`); and kro's seeded string,
+//! `kro_seeded_string`, the value kro's `random.seededString` gives.
 
 use std::collections::HashMap;
 
@@ -20,6 +21,7 @@ pub const RANGE_LIMIT: usize = 10_000;
 pub fn register(tera: &mut Tera) {
     tera.register_function("range", range);
     tera.register_function("seeded_string", seeded_string);
+    tera.register_function("kro_seeded_string", kro_seeded_string);
     tera.register_filter("b64encode", b64encode);
     tera.register_filter("b64decode", b64decode);
     tera.register_filter("sha256", sha256);
@@ -143,6 +145,26 @@ fn seeded_string(args: &HashMap<String, Value>) -> tera::Result<Value> {
     filtered(functions::seeded_string(seed, length))
 }
 
+/// `kro_seeded_string(length, seed)`: what kro's
+/// `random.seededString(length, seed)` gives (letters and digits, repeating
+/// every 8), so that a kro instance moved here keeps its generated strings.
+fn kro_seeded_string(args: &HashMap<String, Value>) -> tera::Result<Value> {
+    let seed = match args.get("seed") {
+        Some(Value::String(seed)) => seed.as_str(),
+        Some(other) => {
+            return Err(tera::Error::msg(format!(
+                "kro_seeded_string(): seed={other} is not a string"
+            )));
+        }
+        None => return Err(tera::Error::msg("kro_seeded_string(): seed is missing")),
+    };
+    let length = args
+        .get("length")
+        .and_then(Value::as_i64)
+        .ok_or_else(|| tera::Error::msg("kro_seeded_string(): length must be a whole number"))?;
+    filtered(functions::kro::seeded_string(length, seed))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -255,5 +277,17 @@ mod tests {
         assert!(one.starts_with(&short), "a prefix of the longer one");
         let refused = render("{{ seeded_string(seed='x', length=100000) }}").unwrap_err();
         assert!(refused.contains("between 1 and 256"), "{refused}");
+    }
+
+    /// The value kro's `random.seededString(10, 'test-seed')` gives,
+    /// computed from kro's algorithm (see `functions/kro.rs`).
+    #[test]
+    fn kros_seeded_string_is_kros() {
+        assert_eq!(
+            render("{{ kro_seeded_string(length=10, seed='test-seed') }}").unwrap(),
+            "5czheg3o5c"
+        );
+        let refused = render("{{ kro_seeded_string(length=0, seed='x') }}").unwrap_err();
+        assert!(refused.contains("must be positive"), "{refused}");
     }
 }

@@ -10,9 +10,11 @@
 //! (appended when the templates load): a string becomes a JSON string
 //! literal ([`yaml_scalar`]: a double-quoted scalar to YAML and a string to
 //! JSON), a list or an object becomes JSON, so a value can never add keys,
-//! documents, lines or patch operations to a rendered file. (Tera's own
-//! autoescaping, left on too, escapes strings only: a list of strings would
-//! be printed `[a, b]`, its items raw.) A
+//! documents, lines or patch operations to a rendered file. The `data`
+//! filter is the one escaper: Tera's own autoescaping is off, since it
+//! escapes a value again wherever Tera evaluates an expression inside
+//! another (`default`'s value, a list's items, the sides of `==`), and that
+//! value, escaped once already, would be written escaped twice. A
 //! template's name must therefore end (in any case) in `.yaml`, `.yml` or
 //! `.json`, the two formats that escaping is right for; any other name is
 //! refused when the kind folder loads. The `json` filter is the one way to
@@ -31,6 +33,8 @@ use tera::{Context, Tera};
 mod base;
 mod checks;
 mod functions;
+#[cfg(test)]
+mod literal_tests;
 
 /// An error while loading or rendering templates.
 #[derive(Debug, thiserror::Error)]
@@ -377,13 +381,10 @@ impl TemplateFormat {
 }
 
 fn new_tera() -> Tera {
+    // No autoescaping: every `{{ }}` ends in `data` (`every_output_as_data`),
+    // which escapes it once, whatever the template's name.
     let mut tera = Tera::default();
-    // Every name ends in "": every template is escaped, whatever its file
-    // name (Tera matches its suffixes case-sensitively, so listing
-    // extensions would leave `X.YAML` raw). The names that reach it are
-    // checked by `TemplateFormat::of` first; the one escaper suits both.
-    tera.autoescape_on(vec![""]);
-    tera.set_escape_fn(yaml_scalar);
+    tera.autoescape_on(Vec::new());
     tera.register_filter("json", JsonFilter);
     tera.register_filter(DATA_FILTER, DataFilter);
     functions::register(&mut tera);
@@ -476,8 +477,7 @@ fn as_data(nodes: &mut [tera::ast::Node]) {
                 }
             }
             Node::If(branches, _) => {
-                for (_, condition, body) in &mut branches.conditions {
-                    tested_unescaped(condition);
+                for (_, _, body) in &mut branches.conditions {
                     as_data(body);
                 }
                 if let Some((_, body)) = &mut branches.otherwise {
@@ -489,42 +489,18 @@ fn as_data(nodes: &mut [tera::ast::Node]) {
     }
 }
 
-/// Makes a condition test values, not their escaped text: with escaping
-/// on, Tera escapes a string before it tests it, and an empty string
-/// escapes to `""`, which is true. Every operand tested for truth ends in
-/// `safe`, which only says "do not escape" (a condition writes nothing).
-fn tested_unescaped(expr: &mut tera::ast::Expr) {
-    use tera::ast::{ExprVal, LogicExpr, LogicOperator};
-    match &mut expr.val {
-        ExprVal::Logic(LogicExpr {
-            lhs,
-            rhs,
-            operator: LogicOperator::And | LogicOperator::Or,
-        }) => {
-            tested_unescaped(lhs);
-            tested_unescaped(rhs);
-        }
-        ExprVal::Ident(_) | ExprVal::StringConcat(_)
-            if expr.filters.last().is_none_or(|f| f.name != "safe") =>
-        {
-            expr.filters.push(tera::ast::FunctionCall {
-                name: "safe".to_string(),
-                args: HashMap::new(),
-            });
-        }
-        _ => {}
-    }
-}
-
 /// Ends `expr` in the `data` filter, unless it already ends in `json` (or
-/// `data`), calls a macro (whose own `{{ }}` are data) or is negated (a
-/// boolean: Tera negates after the filters).
+/// `data`), is a macro call as it is (whose own `{{ }}` are data) or is
+/// negated (a boolean: Tera negates after the filters). A macro call a
+/// filter rewrites is data again: the filter may have undone its escaping.
 fn append_data(expr: &mut tera::ast::Expr) {
     let serialized = expr
         .filters
         .last()
         .is_some_and(|f| f.name == "json" || f.name == DATA_FILTER);
-    if serialized || expr.negated || matches!(expr.val, tera::ast::ExprVal::MacroCall(_)) {
+    let bare_macro =
+        matches!(expr.val, tera::ast::ExprVal::MacroCall(_)) && expr.filters.is_empty();
+    if serialized || expr.negated || bare_macro {
         return;
     }
     expr.filters.push(tera::ast::FunctionCall {
