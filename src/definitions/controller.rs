@@ -325,10 +325,11 @@ async fn ensure_crd(
     let crd = generation.crd_name();
     status.crd = Some(crd.clone());
     let number = Some(generation.number);
-    if let Some(webhook) = ctx.webhook.as_ref() {
+    if let (Some(webhook), Some(filed)) = (ctx.webhook.as_ref(), &generation.conversions) {
         // Before the CRD: the API server calls the webhook as soon as it
-        // serves the versions.
-        webhook.conversions.set(generation.kind.versions());
+        // serves the versions. Read from the CRD as every replica's
+        // follower reads it: the same conversions whoever files them last.
+        webhook.conversions.file(filed.clone());
     }
     let mut declared = generation.crd.clone();
     if let Some(webhook) = ctx.webhook.as_ref() {
