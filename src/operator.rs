@@ -164,6 +164,12 @@ impl Operator {
             webhook.as_ref().map(|w| w.webhook.clone()),
         )
         .await;
+        // The webhook answers for the kinds of the definitions served.
+        let following = definitions.as_ref().map(|d| crate::conversion::Following {
+            marker: crate::definitions::resource::MARKER_LABEL.to_string(),
+            definitions: crate::definitions::resource::api_resource(),
+            selector: d.selector.clone(),
+        });
         let base_dir = args
             .work_dir
             .clone()
@@ -200,7 +206,7 @@ impl Operator {
         operator.spawn_controllers(controllers, leader);
         operator.spawn_services(args);
         if let (Some(addr), Some(webhook)) = (args.conversion_webhook_addr, webhook) {
-            operator.spawn_webhook(addr, webhook)?;
+            operator.spawn_webhook(addr, webhook, following)?;
         }
         metrics.set_ready(true);
         Ok(operator)
@@ -228,9 +234,15 @@ impl Operator {
         }
     }
 
-    /// Starts the conversion webhook's endpoint on `addr`, and the renewal
-    /// of its certificate.
-    fn spawn_webhook(&mut self, addr: SocketAddr, start: WebhookStart) -> Result<(), StartError> {
+    /// Starts the conversion webhook's endpoint on `addr`, the renewal of
+    /// its certificate, and the following of the CRDs of the definitions
+    /// served (`following`), from which it answers.
+    fn spawn_webhook(
+        &mut self,
+        addr: SocketAddr,
+        start: WebhookStart,
+        following: Option<crate::conversion::Following>,
+    ) -> Result<(), StartError> {
         let WebhookStart {
             webhook,
             certificate,
@@ -257,16 +269,17 @@ impl Operator {
         let token = self.shutdown.clone();
         let conversions = webhook.conversions.clone();
         tracing::info!(%addr, endpoint = ?webhook.endpoint, "conversion webhook: serving");
-        let client = self.engine.client().clone();
-        let following = conversions.clone();
-        let stop = self.shutdown.clone();
-        self.tasks.spawn(async move {
-            let label = crate::definitions::resource::MARKER_LABEL;
-            tokio::select! {
-                () = crate::conversion::follow(client, following, label) => {}
-                () = stop.cancelled() => {}
-            }
-        });
+        if let Some(following) = following {
+            let client = self.engine.client().clone();
+            let filed = conversions.clone();
+            let stop = self.shutdown.clone();
+            self.tasks.spawn(async move {
+                tokio::select! {
+                    () = crate::conversion::follow(client, filed, following) => {}
+                    () = stop.cancelled() => {}
+                }
+            });
+        }
         self.tasks.spawn(async move {
             let drained = token.clone();
             let stop = async move {

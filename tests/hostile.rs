@@ -1457,3 +1457,304 @@ async fn stalled_reviews_of_64_mib_keep_the_webhooks_memory_bounded_and_lists_go
     common::kubectl(&["delete", &kind.crd(), "stored", "-n", &ns.name]);
     kind.delete().await;
 }
+
+
+/// Gives the Greeting a `size` (v1), then, with `up` set, makes it v2:
+/// `replicas`, a required integer, computed from a v1 object by `up`
+/// (CEL), and v1 still served through the operator's webhook.
+fn sized(kind: &GreetingKind, up: Option<&str>) {
+    let language = "      language: {type: string, enum: [en, it], default: en}\n";
+    kind.edit("kind.yaml", |t| {
+        if t.contains("size:") {
+            return t;
+        }
+        t.replace(
+            language,
+            &format!("{language}      size: {{type: string}}\n"),
+        )
+    });
+    let Some(up) = up else { return };
+    kind.edit("kind.yaml", |t| {
+        let hub = t.replace(
+            "    required: [message]\n    properties:\n",
+            "    required: [message, replicas]\n    properties:\n      replicas: {type: integer}\n",
+        );
+        let v1 = format!(
+            "  version: v2\n  versions:\n  - name: v1\n    schema:\n      type: object\n      required: [message]\n      properties:\n        message: {{type: string, minLength: 1, maxLength: 200}}\n  {language}        size: {{type: string}}\n    conversion:\n      up:\n        spec.replicas: \"{up}\"\n"
+        );
+        hub.replace("  version: v1\n", &v1)
+    });
+}
+
+/// The Lease holder of the operators of `ns`.
+fn leader(ns: &str) -> String {
+    let path = "jsonpath={.spec.holderIdentity}";
+    common::kubectl(&["get", "lease", "kustomize-operator", "-n", ns, "-o", path]).1
+}
+
+/// A replica of the operator with leader election in `ns`, serving the
+/// conversion webhook on `addr` while the CRDs it applies name `url`.
+fn replica(kind: &GreetingKind, ns: &str, name: &str, addr: &str, url: &str) -> OperatorProcess {
+    let flags = kind.flags(&[
+        "--conversion-webhook-addr",
+        addr,
+        "--conversion-webhook-url",
+        url,
+        "--leader-elect",
+        "--leader-elect-namespace",
+        ns,
+    ]);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let env = [("NAMESPACE", ns), ("POD_NAME", name)];
+    OperatorProcess::spawn(ns, &env, &flags)
+}
+
+#[tokio::test]
+async fn a_non_leader_computes_required_conversion_fields_and_the_migration_completes() {
+    let client = common::cluster().await;
+    let ns = TestNamespace::new(&client, "hostile-replicas").await;
+    let n = ns.name.as_str();
+    let kind = GreetingKind::new(&ns);
+    sized(&kind, None);
+    let (port_a, port_b) = (common::free_port(), common::free_port());
+    let (addr_a, addr_b) = (format!("127.0.0.1:{port_a}"), format!("127.0.0.1:{port_b}"));
+    // The API server calls the webhook of replica-b, which never leads:
+    // it knows the kind's conversions only from the CRD's annotation.
+    let url_b = format!("https://127.0.0.1:{port_b}");
+    let a = replica(&kind, n, "replica-a", &addr_a, &url_b);
+    common::wait_until(TIMEOUT, "replica-a leading", async || {
+        leader(n) == "replica-a"
+    })
+    .await;
+    let b = replica(&kind, n, "replica-b", &addr_b, &url_b);
+    kind.apply();
+    kind.wait_condition("Serving", "True", "Running").await;
+    kind.write_at(n, "v1", "q1", json!({"message": "big", "size": "large"}));
+    kind.write_at(n, "v1", "q2", json!({"message": "small", "size": "small"}));
+
+    sized(&kind, Some("self.spec.size == 'large' ? 3 : 1"));
+    kind.apply();
+    kind.wait_message("Serving", "True", "Running", "generation 2")
+        .await;
+    let path = "jsonpath={.spec.conversion.webhook.clientConfig.url}";
+    let url = common::kubectl(&["get", "crd", &kind.crd(), "-o", path]).1;
+    assert_eq!(url, format!("{url_b}/convert"), "the CRD calls replica-b");
+    for (name, replicas) in [("q1", 3), ("q2", 1)] {
+        let resource = format!("greetings.v2.{}", kind.group);
+        let spec = common::wait_for(TIMEOUT, format!("{name} read at v2"), async || {
+            let (_, out, err) = common::kubectl(&["get", &resource, name, "-n", n, "-o", "json"]);
+            let object: Value = serde_json::from_str(&out).map_err(|_| err)?;
+            Ok::<_, String>(object["spec"].clone())
+        })
+        .await;
+        assert_eq!(spec["replicas"], replicas, "{name}: {spec}");
+        assert_eq!(spec["size"], if replicas == 3 { "large" } else { "small" });
+    }
+    let migrated = kind
+        .wait_condition("StorageMigrated", "True", "Migrated")
+        .await;
+    assert!(migrated.contains("stored at v2"), "{migrated}");
+    let path = "jsonpath={.status.storedVersions}";
+    let stored = common::kubectl(&["get", "crd", &kind.crd(), "-o", path]).1;
+    assert_eq!(stored, r#"["v2"]"#);
+    assert_eq!(leader(n), "replica-a", "replica-b never led");
+    drop((a, b));
+}
+
+#[tokio::test]
+async fn a_decoy_crd_neither_changes_another_kinds_conversions_nor_removes_them() {
+    let client = common::cluster().await;
+    let ns = TestNamespace::new(&client, "hostile-decoy").await;
+    let n = ns.name.as_str();
+    let kind = GreetingKind::new(&ns);
+    kind.to_v2();
+    let flags = kind.webhook_flags(&[]);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let operator = OperatorProcess::spawn(n, &[("NAMESPACE", n)], &flags);
+    kind.apply();
+    kind.wait_condition("Serving", "True", "Running").await;
+    kind.write_at(n, "v1", "one", json!({"message": "hello"}));
+
+    // Marked as the kind's definition's, carrying its conversions but
+    // moving `message` into the integer `length`.
+    let path = "jsonpath={.metadata.annotations.kustomize-operator\\.io/conversions}";
+    let annotation = common::kubectl(&["get", "crd", &kind.crd(), "-o", path]).1;
+    let mut conversions: Value = serde_json::from_str(&annotation).unwrap();
+    conversions["older"][0]["conversion"]["moves"] =
+        json!([{"from": "spec.message", "to": "spec.length"}]);
+    let decoy_group = format!("decoy.{}", kind.group);
+    let decoy_crd = format!("decoys.{decoy_group}");
+    let decoy = json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": decoy_crd,
+            "labels": {"kustomize-operator.io/kind-definition": kind.name},
+            "annotations": {"kustomize-operator.io/conversions": conversions.to_string()},
+        },
+        "spec": {
+            "group": decoy_group,
+            "names": {"kind": "Decoy", "plural": "decoys"},
+            "scope": "Namespaced",
+            "versions": [{"name": "v1", "served": true, "storage": true, "schema": {
+                "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+            }}],
+        },
+    });
+    apply(&decoy);
+    let _gone = DeleteCrd(decoy_crd.clone());
+    common::wait_until(TIMEOUT, "the decoy refused in the log", async || {
+        logged(&operator, &[&decoy_crd, "is not one this operator serves"])
+    })
+    .await;
+    kind.write_at(n, "v1", "two", json!({"message": "still text"}));
+    let two = kind.greeting_at(n, "v2", "two");
+    assert_eq!(two["spec"]["text"], "still text", "{two}");
+    assert!(two["spec"].get("length").is_none_or(Value::is_i64), "{two}");
+
+    let (ok, _, err) = common::kubectl(&["delete", "crd", &decoy_crd]);
+    assert!(ok, "{err}");
+    common::wait_until(TIMEOUT, "the decoy's deletion seen", async || {
+        logged(&operator, &[&decoy_crd, "the CRD is gone"])
+    })
+    .await;
+    assert_eq!(kind.greeting_at(n, "v1", "one")["spec"]["message"], "hello");
+    kind.write_at(n, "v1", "three", json!({"message": "answered"}));
+    assert_eq!(
+        kind.greeting_at(n, "v2", "three")["spec"]["text"],
+        "answered"
+    );
+}
+
+/// True when a line `operator` logged holds every one of `parts`.
+fn logged(operator: &OperatorProcess, parts: &[&str]) -> bool {
+    let log = operator.log();
+    log.lines()
+        .any(|line| parts.iter().all(|p| line.contains(p)))
+}
+
+/// Deletes a CRD when dropped.
+struct DeleteCrd(String);
+
+impl Drop for DeleteCrd {
+    fn drop(&mut self) {
+        let _ = common::kubectl(&["delete", "crd", &self.0, "--wait=false"]);
+    }
+}
+
+/// A ValidatingAdmissionPolicy (and its binding), named `name`, denying
+/// every update of the Greeting `held` of `group`; deleted when dropped.
+struct Hold(String);
+
+impl Hold {
+    fn new(name: &str, group: &str, held: &str) -> Self {
+        let policy = json!({
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": [{
+                    "apiGroups": [group], "apiVersions": ["*"],
+                    "operations": ["UPDATE"], "resources": ["greetings"],
+                }]},
+                "validations": [{
+                    "expression": format!("object.metadata.name != '{held}'"),
+                    "message": "held by the test",
+                }],
+            },
+        });
+        let binding = json!({
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": name},
+            "spec": {"policyName": name, "validationActions": ["Deny"]},
+        });
+        apply(&policy);
+        apply(&binding);
+        Self(name.to_string())
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        for kind in [
+            "validatingadmissionpolicybinding",
+            "validatingadmissionpolicy",
+        ] {
+            let _ = common::kubectl(&["delete", kind, &self.0, "--wait=false"]);
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_conversion_whose_output_has_the_wrong_type_is_refused_naming_the_field() {
+    let client = common::cluster().await;
+    let ns = TestNamespace::new(&client, "hostile-output").await;
+    let n = ns.name.as_str();
+    let kind = GreetingKind::new(&ns);
+    sized(&kind, None);
+    let flags = kind.webhook_flags(&[]);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let _operator = OperatorProcess::spawn(n, &[("NAMESPACE", n)], &flags);
+    kind.apply();
+    kind.wait_condition("Serving", "True", "Running").await;
+    kind.write_at(n, "v1", "large", json!({"message": "hi", "size": "large"}));
+    kind.write_at(n, "v1", "plain", json!({"message": "hi"}));
+    // Nobody may write `large` again, for now.
+    let hold = Hold::new(&format!("hold-{n}"), &kind.group, "large");
+    let resource = format!("greetings.{}", kind.group);
+    common::wait_until(TIMEOUT, "the hold in force", async || {
+        let (ok, _, err) = common::kubectl(&["label", &resource, "large", "-n", n, "tried=yes"]);
+        !ok && err.contains("held by the test")
+    })
+    .await;
+
+    // v2's `replicas` (an integer) from v1's `size`: 3 for a large one, 1
+    // without a size, and the size itself (a string) otherwise.
+    sized(
+        &kind,
+        Some("!has(self.spec.size) ? 1 : self.spec.size == 'large' ? 3 : self.spec.size"),
+    );
+    kind.apply();
+    kind.wait_message("Serving", "True", "Running", "generation 2")
+        .await;
+    let greeting = json!({
+        "apiVersion": format!("{}/v1", kind.group),
+        "kind": "Greeting",
+        "metadata": {"name": "odd", "namespace": n},
+        "spec": {"message": "hi", "size": "secret-size"},
+    });
+    let (ok, _, err) = common::kubectl_stdin(&["create", "-f", "-"], &greeting.to_string());
+    assert!(!ok, "stored with a string in an integer field");
+    assert!(
+        err.contains(&format!(
+            "{n}/odd: spec.replicas: expected integer, got string"
+        )),
+        "{err}"
+    );
+    assert!(!err.contains("secret-size"), "{err}");
+    let v2 = format!("greetings.v2.{}", kind.group);
+    let (found, _, err) = common::kubectl(&["get", &v2, "odd", "-n", n]);
+    assert!(!found && err.contains("NotFound"), "nothing stored: {err}");
+
+    // The migration writes `plain`, names `large` and leaves v1 stored.
+    let failed = kind
+        .wait_message("StorageMigrated", "False", "MigrationFailed", "1 of the")
+        .await;
+    assert!(failed.contains(&format!("{n}/large: ")), "{failed}");
+    assert!(failed.contains("held by the test"), "{failed}");
+    assert!(!failed.contains("plain"), "{failed}");
+    assert_eq!(kind.greeting_at(n, "v2", "plain")["spec"]["replicas"], 1);
+    let path = "jsonpath={.status.storedVersions}";
+    let stored = common::kubectl(&["get", "crd", &kind.crd(), "-o", path]).1;
+    assert_eq!(stored, r#"["v1","v2"]"#, "v1 still stored");
+
+    // Released: the one that failed is written again, and then v1 goes.
+    drop(hold);
+    kind.wait_condition("StorageMigrated", "True", "Migrated")
+        .await;
+    let stored = common::kubectl(&["get", "crd", &kind.crd(), "-o", path]).1;
+    assert_eq!(stored, r#"["v2"]"#);
+    assert_eq!(kind.greeting_at(n, "v2", "large")["spec"]["replicas"], 3);
+}

@@ -10,6 +10,7 @@
 
 mod budget;
 pub mod certificate;
+mod filed;
 mod follow;
 mod intake;
 pub mod renew;
@@ -17,7 +18,8 @@ mod review;
 pub mod server;
 mod worker;
 
-pub use follow::follow;
+pub use filed::{Filed, Unconverted, Unfiled};
+pub use follow::{Following, follow};
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -75,25 +77,30 @@ impl Endpoint {
     }
 }
 
-/// The conversions of every kind served, by group and kind.
+/// The conversions of every kind served, by group and kind, each filed
+/// from the kind's own CRD ([`Filed::from_crd`]).
 #[derive(Debug, Default)]
-pub struct Conversions(Mutex<HashMap<(String, String), Arc<Versions>>>);
+pub struct Conversions(Mutex<HashMap<(String, String), Arc<Filed>>>);
 
 impl Conversions {
-    /// Answers for `versions`' kind with them from now on.
-    pub fn set(&self, versions: Versions) {
-        let key = (versions.group.clone(), versions.kind.clone());
-        crate::sync::lock(&self.0).insert(key, Arc::new(versions));
+    /// Answers for `filed`'s kind with it from now on.
+    pub fn file(&self, filed: Arc<Filed>) {
+        crate::sync::lock(&self.0).insert(filed.key(), filed);
     }
 
-    /// No longer answers for the kind `kind` of `group`.
-    pub fn remove(&self, group: &str, kind: &str) {
+    /// No longer answers for the kind `kind` of `group` if what it answers
+    /// with was filed from the CRD `crd`: another CRD (a decoy naming the
+    /// same kind, an older CRD of a renamed kind) removes nothing.
+    pub fn remove(&self, group: &str, kind: &str, crd: &str) {
         let key = (group.to_string(), kind.to_string());
-        crate::sync::lock(&self.0).remove(&key);
+        let mut filed = crate::sync::lock(&self.0);
+        if filed.get(&key).is_some_and(|f| f.crd() == crd) {
+            filed.remove(&key);
+        }
     }
 
-    /// The versions of the kind `kind` of `group`, if it is served.
-    pub fn get(&self, group: &str, kind: &str) -> Option<Arc<Versions>> {
+    /// The conversions of the kind `kind` of `group`, if it is served.
+    pub fn get(&self, group: &str, kind: &str) -> Option<Arc<Filed>> {
         let key = (group.to_string(), kind.to_string());
         crate::sync::lock(&self.0).get(&key).cloned()
     }
@@ -149,10 +156,20 @@ impl Webhook {
 
     /// Makes `crd` (of `versions`) call the webhook, which then answers
     /// for it: its `spec.conversion`, and its conversions in [`ANNOTATION`].
-    pub fn attach(&self, crd: &mut CustomResourceDefinition, versions: &Versions) {
+    /// Returns what the webhook answers for it with, read back from it as
+    /// every replica reads it.
+    pub fn attach(
+        &self,
+        crd: &mut CustomResourceDefinition,
+        versions: &Versions,
+    ) -> Result<Filed, Unfiled> {
         crd.spec.conversion = Some(self.conversion());
-        let declared = serde_json::to_string(versions).unwrap_or_default();
+        let declared = serde_json::to_string(versions).map_err(|e| Unfiled::Unreadable {
+            crd: crd.metadata.name.clone().unwrap_or_default(),
+            reason: e.to_string(),
+        })?;
         (crd.metadata.annotations.get_or_insert_default()).insert(ANNOTATION.into(), declared);
+        Filed::from_crd(crd)
     }
 
     /// The `spec.conversion` of a CRD whose versions it converts.

@@ -1,5 +1,6 @@
 //! One `ConversionReview` answered: every object converted to the version
-//! asked for, in order, or a failure naming the first that could not be
+//! asked for, in order, each checked against that version's schema, or a
+//! failure naming the first that could not be, or did not fit, and where
 //! (the API server then fails the request that needed it, and nothing is
 //! written). Never the objects' content in a message.
 
@@ -54,19 +55,53 @@ pub(super) mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::conversion::{ANNOTATION, Filed};
     use crate::kinds::declared::versions::Versions;
 
-    /// Greeting's conversions: v2 the hub, v1's `message` its `text`.
-    pub(in crate::conversion) fn conversions() -> Conversions {
-        let conversions = Conversions::default();
+    /// The CRD of a kind `kind` of `group` stored at v2, serving v1 too,
+    /// carrying `versions` in its annotation.
+    pub(in crate::conversion) fn crd(
+        group: &str,
+        kind: &str,
+        versions: &Versions,
+    ) -> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition
+    {
+        let version = |name: &str, storage: bool, spec: Value| {
+            json!({"name": name, "served": true, "storage": storage, "schema": {"openAPIV3Schema": {
+                "type": "object", "properties": {"spec": spec},
+            }}})
+        };
+        let v2 = json!({"type": "object", "required": ["text"], "properties": {
+            "text": {"type": "string"}, "count": {"type": "integer"},
+        }});
+        let v1 = json!({"type": "object", "properties": {"message": {"type": "string"}}});
+        serde_json::from_value(json!({
+            "metadata": {"name": format!("greetings.{group}"), "annotations": {
+                ANNOTATION: serde_json::to_string(versions).unwrap(),
+            }},
+            "spec": {"group": group, "names": {"kind": kind, "plural": "greetings"},
+                "scope": "Namespaced", "versions": [version("v2", true, v2), version("v1", false, v1)]},
+        }))
+        .unwrap()
+    }
+
+    /// Greeting's conversions: v2 the hub, v1's `message` its `text`, and
+    /// `up` as computed fields of v2.
+    pub(in crate::conversion) fn versions_with(up: Value) -> Versions {
         let v1 = serde_json::from_value(json!({
             "name": "v1",
             "schema": {"type": "object"},
-            "conversion": {"moves": [{"from": "spec.message", "to": "spec.text"}]},
+            "conversion": {"moves": [{"from": "spec.message", "to": "spec.text"}], "up": up},
         }))
         .unwrap();
-        let versions = Versions::new("hello.example.com", "Greeting", "v2", vec![v1]);
-        conversions.set(versions);
+        Versions::new("hello.example.com", "Greeting", "v2", vec![v1]).unwrap()
+    }
+
+    /// Greeting's conversions, filed from its CRD.
+    pub(in crate::conversion) fn conversions() -> Conversions {
+        let conversions = Conversions::default();
+        let crd = crd("hello.example.com", "Greeting", &versions_with(json!({})));
+        conversions.file(std::sync::Arc::new(Filed::from_crd(&crd).unwrap()));
         conversions
     }
 
@@ -124,6 +159,64 @@ pub(super) mod tests {
         assert_eq!(
             response.result.message,
             "the operator serves no kind Other in x.io"
+        );
+    }
+}
+
+#[cfg(test)]
+mod output {
+    use std::sync::Arc;
+
+    use serde_json::{Value, json};
+
+    use super::tests::{crd, versions_with};
+    use super::*;
+    use crate::conversion::Filed;
+
+    fn answered(up: Value, spec: Value) -> kube::core::conversion::ConversionResponse {
+        let conversions = Conversions::default();
+        let crd = crd("hello.example.com", "Greeting", &versions_with(up));
+        conversions.file(Arc::new(Filed::from_crd(&crd).unwrap()));
+        let review = serde_json::from_value(json!({
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "ConversionReview",
+            "request": {"uid": "u-1", "desiredAPIVersion": "hello.example.com/v2", "objects": [
+                {"apiVersion": "hello.example.com/v1", "kind": "Greeting",
+                 "metadata": {"name": "q2", "namespace": "team-a"}, "spec": spec},
+            ]},
+        }))
+        .unwrap();
+        answer(review, &conversions).response.unwrap()
+    }
+
+    #[test]
+    fn what_fits_the_version_asked_for_is_answered() {
+        let response = answered(
+            json!({"spec.count": "size(self.spec.message)"}),
+            json!({"message": "hi"}),
+        );
+        assert!(response.result.is_success(), "{:?}", response.result);
+        assert_eq!(
+            response.converted_objects[0]["spec"],
+            json!({"text": "hi", "count": 2})
+        );
+    }
+
+    #[test]
+    fn a_wrong_type_or_a_missing_required_field_fails_the_review_naming_the_object_and_field() {
+        let up = json!({"spec.count": "self.spec.message"});
+        let response = answered(up, json!({"message": "secret words"}));
+        assert!(response.result.is_failure());
+        assert!(response.converted_objects.is_empty());
+        assert_eq!(
+            response.result.message,
+            "team-a/q2: spec.count: expected integer, got string"
+        );
+        let response = answered(json!({}), json!({}));
+        assert!(response.result.is_failure());
+        assert_eq!(
+            response.result.message,
+            "team-a/q2: spec.text: Required value"
         );
     }
 }

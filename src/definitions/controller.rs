@@ -128,7 +128,7 @@ async fn serve(def: &DynamicObject, ctx: &DefinitionContext) -> Result<Action, D
     accept(def, ctx, &mut status).await;
     let served = ctx.serving.current(&def.name_any());
     serving_condition(ctx, def, served.as_ref(), &mut status);
-    let mut migrating = false;
+    let mut migrating = Next::Nothing;
     if let Some(generation) = &served {
         rights_condition(ctx, &def.name_any(), generation, &mut status).await;
         // Not in the reconcile that starts serving a generation: its
@@ -137,15 +137,18 @@ async fn serve(def: &DynamicObject, ctx: &DefinitionContext) -> Result<Action, D
         if settled && status.is_true(ConditionType::CrdEstablished) {
             migrating = storage_condition(ctx, generation, &mut status).await;
         } else if !settled {
-            migrating = true;
+            migrating = Next::Step;
         }
         rollout::status(ctx, &def.name_any(), &mut status, def.metadata.generation);
         status.resources = match ctx.serving.resources(&def.name_any()) {
             Some(counted) => Some(counted),
-            None => count(&ctx.client, &generation.kind.resource)
-                .await
-                .ok()
-                .map(|names| names.len() as u64),
+            None => {
+                let counted = count(&ctx.client, &generation.kind.resource);
+                (tokio::time::timeout(migration::LIST_WAIT, counted).await)
+                    .ok()
+                    .and_then(Result::ok)
+                    .map(|names| names.len() as u64)
+            }
         };
     }
     let all_well = [
@@ -157,8 +160,10 @@ async fn serve(def: &DynamicObject, ctx: &DefinitionContext) -> Result<Action, D
     .iter()
     .all(|&c| status.is_true(c));
     write_status(&ctx.client, def, &before, &status).await?;
-    if migrating {
-        return Ok(Action::requeue(MIGRATION_STEP));
+    match migrating {
+        Next::Step => return Ok(Action::requeue(MIGRATION_STEP)),
+        Next::Retry => return Ok(Action::requeue(RECHECK_SOON)),
+        Next::Nothing => {}
     }
     Ok(Action::requeue(if all_well {
         RECHECK
@@ -326,10 +331,11 @@ async fn ensure_crd(
     let crd = generation.crd_name();
     status.crd = Some(crd.clone());
     let number = Some(generation.number);
-    if let Some(webhook) = ctx.webhook.as_ref() {
+    if let (Some(webhook), Some(filed)) = (ctx.webhook.as_ref(), &generation.conversions) {
         // Before the CRD: the API server calls the webhook as soon as it
-        // serves the versions.
-        webhook.conversions.set(generation.kind.versions());
+        // serves the versions. Read from the CRD as every replica's
+        // follower reads it: the same conversions whoever files them last.
+        webhook.conversions.file(filed.clone());
     }
     let mut declared = generation.crd.clone();
     if let Some(webhook) = ctx.webhook.as_ref() {
@@ -377,13 +383,25 @@ async fn ensure_crd(
     }
 }
 
+/// What follows a step of the storage migration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Next {
+    /// Nothing: the migration is done, or failed for the whole kind
+    /// (the definition's next check tries again).
+    Nothing,
+    /// The next step, soon.
+    Step,
+    /// Those that could not be written, tried again a little later.
+    Retry,
+}
+
 /// `StorageMigrated`: one step of the walk that writes the kind's
-/// resources again at its storage version. True while steps remain.
+/// resources again at its storage version; what follows.
 async fn storage_condition(
     ctx: &DefinitionContext,
     generation: &Generation,
     status: &mut Status,
-) -> bool {
+) -> Next {
     let number = Some(generation.number);
     let crd = generation.crd_name();
     let storage = &generation.kind.file.spec.version;
@@ -400,9 +418,20 @@ async fn storage_condition(
         && !generation.kind.versions().several()
         && status.condition(ConditionType::StorageMigrated).is_none();
     if quiet {
-        return false;
+        return Next::Nothing;
     }
-    let (ok, reason, message, more) = match step {
+    let (ok, reason, message, next) = storage_outcome(step, storage);
+    status.set(ConditionType::StorageMigrated, ok, reason, &message, number);
+    next
+}
+
+/// The `StorageMigrated` condition a step of the migration to `storage`
+/// ends in (status, reason, message), and what follows.
+fn storage_outcome(
+    step: Result<Storage, migration::StepError>,
+    storage: &str,
+) -> (bool, Reason, String, Next) {
+    match step {
         Ok(Storage::Migrated { version, written }) => {
             let message = format!(
                 "every resource is stored at {version}{}",
@@ -411,25 +440,43 @@ async fn storage_condition(
                     n => format!(" ({n} written again)"),
                 }
             );
-            (true, Reason::Migrated, message, false)
+            (true, Reason::Migrated, message, Next::Nothing)
         }
-        Ok(Storage::Migrating { from, to, written }) => {
+        Ok(Storage::Migrating {
+            from,
+            to,
+            written,
+            failures,
+        }) => {
+            let failed = match failures.count {
+                0 => String::new(),
+                n => format!("; {n} could not be (tried again): {}", failures.described()),
+            };
             let message = format!(
-                "writing the resources stored at {} again at {to}: {written} so far",
-                from.join(", ")
+                "writing the resources stored at {} again at {to}: {written} so far{failed}",
+                from.join(", "),
             );
-            (false, Reason::Migrating, message, true)
+            (false, Reason::Migrating, message, Next::Step)
+        }
+        Ok(Storage::Incomplete {
+            from, to, failures, ..
+        }) => {
+            let from = from.join(", ");
+            let message = format!(
+                "{} of the resources stored at {from} could not be written again at {to}; tried again, and {from} stays stored until they are: {}",
+                failures.count,
+                failures.described()
+            );
+            (false, Reason::MigrationFailed, message, Next::Retry)
         }
         Err(e) => {
             let message = format!(
                 "writing the resources again at {storage}: {}",
                 crate::error_text::kube(&e)
             );
-            (false, Reason::MigrationFailed, message, false)
+            (false, Reason::MigrationFailed, message, Next::Nothing)
         }
-    };
-    status.set(ConditionType::StorageMigrated, ok, reason, &message, number);
-    more
+    }
 }
 
 /// `Serving`: which generation's controller runs.

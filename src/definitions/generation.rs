@@ -13,7 +13,7 @@ use kube::ResourceExt;
 use kube::api::DynamicObject;
 
 use super::resource::{self, Reason};
-use crate::conversion::Webhook;
+use crate::conversion::{Filed, Webhook};
 use crate::engine::host::{Engine, Isolation};
 use crate::kind::KustomizeDir;
 use crate::kinds::declared::breaking::{self, BreakingChange};
@@ -36,6 +36,9 @@ pub struct Generation {
     /// The sha256 of what makes the kind (the spec but its rollout): two
     /// generations of the same digest are one revision.
     pub digest: String,
+    /// What the conversion webhook answers for the kind with, read from
+    /// its CRD as every replica reads it (a kind of several versions).
+    pub conversions: Option<Arc<Filed>>,
 }
 
 impl Generation {
@@ -139,6 +142,7 @@ pub fn load(
         object_types: BTreeSet::new(),
         bytes: text.len(),
         digest: digest(&definition.data["spec"]),
+        conversions: None,
     })
 }
 
@@ -168,8 +172,11 @@ pub fn attach_webhook(
             generation.kind.name()
         )));
     };
-    let versions = generation.kind.versions();
-    webhook.attach(&mut generation.crd, &versions);
+    let kind = generation.kind.clone();
+    let filed = webhook
+        .attach(&mut generation.crd, kind.versions())
+        .map_err(|e| Rejection::Invalid(e.to_string()))?;
+    generation.conversions = Some(Arc::new(filed));
     Ok(())
 }
 

@@ -435,6 +435,7 @@ mod tests {
             object_types: BTreeSet::new(),
             bytes: 10,
             digest: digest.into(),
+            conversions: None,
         }
     }
 

@@ -58,8 +58,8 @@ fn default_columns() -> Vec<PrinterColumn> {
 
 impl DeclaredKind {
     /// Its versions and their conversions.
-    pub fn versions(&self) -> Versions {
-        Versions::of(&self.file.spec)
+    pub fn versions(&self) -> &Versions {
+        &self.versions
     }
 
     /// The CRD (without a conversion webhook: whoever applies a CRD of

@@ -16,6 +16,7 @@
 
 pub mod breaking;
 mod children;
+pub mod conforms;
 pub mod crd;
 mod example;
 pub mod expressions;
@@ -91,6 +92,8 @@ pub struct DeclaredKind {
     recipe: recipe::Recipe,
     /// Its CEL expressions, compiled.
     expressions: Arc<expressions::Compiled>,
+    /// Its versions, their computed fields compiled.
+    versions: versions::Versions,
 }
 
 impl DeclaredKind {
@@ -124,6 +127,11 @@ impl DeclaredKind {
             }
         })?;
         let expressions = Arc::new(expressions);
+        let versions = versions::Versions::of(&file.spec).map_err(|e| KindFileError::Invalid {
+            file: path.clone(),
+            field: "spec.versions".into(),
+            reason: e.to_string(),
+        })?;
         let resource = api_resource(&file);
         let resource_types = resource_types(dir, &path, &file)?;
         let interval = file
@@ -141,6 +149,7 @@ impl DeclaredKind {
             templates: None,
             recipe,
             expressions,
+            versions,
         })
     }
 

@@ -46,9 +46,24 @@ pub enum ConversionError {
     },
 }
 
-/// A kind's versions and their conversions.
+/// A kind's versions and their conversions, their computed fields
+/// compiled. Built only compiled, whatever it is built from (a kind file,
+/// or the annotation of the CRD the operator applied, whose JSON is
+/// [`Declared`]): one whose computed field does not compile is not built
+/// at all, never built without it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "Declared", into = "Declared")]
 pub struct Versions {
+    declared: Declared,
+    /// Their computed fields' CEL, compiled.
+    computed: Computed,
+}
+
+/// A kind's versions as declared: what [`Versions`] is built from, and
+/// what it is written as.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Declared {
     /// The API group.
     pub group: String,
     /// The kind (`Greeting`).
@@ -57,9 +72,36 @@ pub struct Versions {
     pub hub: String,
     /// The older versions, as declared.
     pub older: Vec<OlderVersion>,
-    /// Their computed fields' CEL, compiled.
-    #[serde(skip)]
-    computed: Computed,
+}
+
+/// Why versions could not be built: a computed field that does not
+/// compile.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{version}.conversion.{direction}.{field}: {reason}")]
+pub struct NotCompiled {
+    /// The older version.
+    pub version: String,
+    /// `up` or `down`.
+    pub direction: &'static str,
+    /// The computed field.
+    pub field: String,
+    /// Why (the CEL's error).
+    pub reason: String,
+}
+
+impl TryFrom<Declared> for Versions {
+    type Error = NotCompiled;
+
+    fn try_from(declared: Declared) -> Result<Self, NotCompiled> {
+        let computed = Computed::of(&declared.older)?;
+        Ok(Self { declared, computed })
+    }
+}
+
+impl From<Versions> for Declared {
+    fn from(versions: Versions) -> Self {
+        versions.declared
+    }
 }
 
 /// Which way a conversion goes: to the stored version, or from it.
@@ -69,6 +111,16 @@ pub enum Direction {
     Up,
     /// From the stored version to an older one.
     Down,
+}
+
+impl Direction {
+    /// The field of a conversion that declares it (`up`, `down`).
+    fn field(self) -> &'static str {
+        match self {
+            Self::Up => "up",
+            Self::Down => "down",
+        }
+    }
 }
 
 /// The compiled CEL of every computed field: by older version, direction
@@ -87,9 +139,8 @@ pub fn compile(source: &str) -> Result<Expression, ExpressionError> {
 }
 
 impl Computed {
-    /// The computed fields of `older`, compiled (one that does not compile
-    /// was refused when the kind was loaded, and is left out).
-    fn of(older: &[OlderVersion]) -> Self {
+    /// The computed fields of `older`, every one compiled.
+    fn of(older: &[OlderVersion]) -> Result<Self, NotCompiled> {
         let mut all = BTreeMap::new();
         for version in older {
             let conversion = &version.conversion;
@@ -97,15 +148,23 @@ impl Computed {
                 (Direction::Up, &conversion.up),
                 (Direction::Down, &conversion.down),
             ] {
-                let compiled: Vec<_> = (fields.iter())
-                    .filter_map(|(field, source)| Some((field.clone(), compile(source).ok()?)))
-                    .collect();
+                let compiled = (fields.iter())
+                    .map(|(field, source)| {
+                        let expression = compile(source).map_err(|e| NotCompiled {
+                            version: version.name.clone(),
+                            direction: direction.field(),
+                            field: field.clone(),
+                            reason: e.to_string(),
+                        })?;
+                        Ok((field.clone(), expression))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
                 if !compiled.is_empty() {
                     all.insert((version.name.clone(), direction), compiled);
                 }
             }
         }
-        Self(Arc::new(all))
+        Ok(Self(Arc::new(all)))
     }
 
     /// The values of the computed fields of `version` going `direction`,
@@ -137,8 +196,8 @@ impl Computed {
 }
 
 impl Versions {
-    /// The versions `spec` declares.
-    pub fn of(spec: &KindSpec) -> Self {
+    /// The versions `spec` declares, compiled.
+    pub fn of(spec: &KindSpec) -> Result<Self, NotCompiled> {
         let names = &spec.names;
         Self::new(
             &spec.group,
@@ -148,35 +207,59 @@ impl Versions {
         )
     }
 
-    /// The versions of the kind `kind` of `group`: `hub` stored, `older`
-    /// served and converted as each declares.
-    pub fn new(group: &str, kind: &str, hub: &str, older: Vec<OlderVersion>) -> Self {
-        Self {
+    /// The versions of the kind `kind` of `group`, compiled: `hub` stored,
+    /// `older` served and converted as each declares.
+    pub fn new(
+        group: &str,
+        kind: &str,
+        hub: &str,
+        older: Vec<OlderVersion>,
+    ) -> Result<Self, NotCompiled> {
+        Self::try_from(Declared {
             group: group.into(),
             kind: kind.into(),
             hub: hub.into(),
-            computed: Computed::of(&older),
             older,
-        }
+        })
+    }
+
+    /// The API group.
+    pub fn group(&self) -> &str {
+        &self.declared.group
+    }
+
+    /// The kind (`Greeting`).
+    pub fn kind(&self) -> &str {
+        &self.declared.kind
+    }
+
+    /// The stored version.
+    pub fn hub(&self) -> &str {
+        &self.declared.hub
+    }
+
+    /// The older versions, as declared.
+    pub fn older(&self) -> &[OlderVersion] {
+        &self.declared.older
     }
 
     /// True when the kind serves more than one version.
     pub fn several(&self) -> bool {
-        !self.older.is_empty()
+        !self.declared.older.is_empty()
     }
 
     /// Every version served, the hub first.
     pub fn names(&self) -> impl Iterator<Item = &str> {
-        std::iter::once(self.hub.as_str()).chain(self.older.iter().map(|v| v.name.as_str()))
+        std::iter::once(self.hub()).chain(self.older().iter().map(|v| v.name.as_str()))
     }
 
-    fn older(&self, version: &str) -> Result<&OlderVersion, ConversionError> {
-        self.older
+    fn older_version(&self, version: &str) -> Result<&OlderVersion, ConversionError> {
+        self.older()
             .iter()
             .find(|v| v.name == version)
             .ok_or_else(|| ConversionError::UnknownVersion {
-                group: self.group.clone(),
-                kind: self.kind.clone(),
+                group: self.group().to_string(),
+                kind: self.kind().to_string(),
                 version: version.to_string(),
             })
     }
@@ -188,10 +271,12 @@ impl Versions {
     pub fn convert(&self, mut object: Value, to: &str) -> Result<Value, ConversionError> {
         let from = self.version_of(&object)?;
         if from != to {
-            let target = (to != self.hub).then(|| self.older(to)).transpose()?;
-            if from != self.hub {
+            let target = (to != self.hub())
+                .then(|| self.older_version(to))
+                .transpose()?;
+            if from != self.hub() {
                 let computed = self.computed.values(&from, Direction::Up, &object);
-                up(&mut object, self.older(&from)?);
+                up(&mut object, self.older_version(&from)?);
                 put_all(&mut object, computed);
             }
             if let Some(target) = target {
@@ -200,7 +285,7 @@ impl Versions {
                 put_all(&mut object, computed);
             }
         }
-        object["apiVersion"] = format!("{}/{to}", self.group).into();
+        object["apiVersion"] = format!("{}/{to}", self.group()).into();
         Ok(object)
     }
 
@@ -209,14 +294,14 @@ impl Versions {
         let api_version = object["apiVersion"].as_str().unwrap_or_default();
         let kind = object["kind"].as_str().unwrap_or_default();
         match api_version.split_once('/') {
-            Some((group, version)) if group == self.group && kind == self.kind => {
+            Some((group, version)) if group == self.group() && kind == self.kind() => {
                 Ok(version.to_string())
             }
             _ => Err(ConversionError::NotThisKind {
                 api_version: api_version.to_string(),
                 kind: kind.to_string(),
-                group: self.group.clone(),
-                expected: self.kind.clone(),
+                group: self.group().to_string(),
+                expected: self.kind().to_string(),
             }),
         }
     }

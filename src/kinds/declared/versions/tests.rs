@@ -21,7 +21,7 @@ fn versions() -> Versions {
 
 /// The Greeting's versions: the hub v2 and `older`.
 fn hub_and(older: Vec<OlderVersion>) -> Versions {
-    Versions::new("hello.example.com", "Greeting", "v2", older)
+    Versions::new("hello.example.com", "Greeting", "v2", older).unwrap()
 }
 
 /// v1 says how big (`size`), v2 how many (`replicas`): each computed from
@@ -62,7 +62,7 @@ fn computed_fields_are_cel_over_the_object_before_the_conversion() {
     let down = versions.convert(one, "v1").unwrap();
     assert_eq!(down["spec"]["size"], "small");
     assert_eq!(down["spec"]["name"], "a");
-    round_trip::check(&sized_hub(), "v2", &versions.older[0], 0).unwrap();
+    round_trip::check(&sized_hub(), "v2", &versions.older()[0], 0).unwrap();
 }
 
 #[test]
@@ -174,12 +174,13 @@ fn a_conversion_to_its_own_version_changes_nothing_and_others_are_refused() {
 
 #[test]
 fn moves_that_swap_two_fields_take_both_before_putting_either() {
-    let mut versions = versions();
-    versions.older[0].conversion.moves = serde_json::from_value(json!([
+    let mut older = versions().older().to_vec();
+    older[0].conversion.moves = serde_json::from_value(json!([
         {"from": "spec.a", "to": "spec.b"},
         {"from": "spec.b", "to": "spec.a"},
     ]))
     .unwrap();
+    let versions = hub_and(older);
     let v1 = object("v1", json!({"a": 1, "b": 2}));
     let v2 = versions.convert(v1, "v2").unwrap();
     assert_eq!(v2["spec"]["a"], 2);
@@ -188,13 +189,14 @@ fn moves_that_swap_two_fields_take_both_before_putting_either() {
 
 #[test]
 fn a_declared_conversion_round_trips() {
-    let older = &versions().older[0];
+    let versions = versions();
+    let older = &versions.older()[0];
     round_trip::check(&v2_schema(), "v2", older, 0).unwrap();
 }
 
 #[test]
 fn a_field_one_direction_drops_is_refused_unless_lossy() {
-    let mut older = versions().older.remove(0);
+    let mut older = versions().older()[0].clone();
     older.conversion.lossy.clear();
     let err = round_trip::check(&v2_schema(), "v2", &older, 0).unwrap_err();
     assert!(
@@ -202,7 +204,7 @@ fn a_field_one_direction_drops_is_refused_unless_lossy() {
         "{err}"
     );
     assert!(err.contains("conversion.lossy"), "{err}");
-    let mut older = versions().older.remove(0);
+    let mut older = versions().older()[0].clone();
     older.conversion.moves.clear();
     let err = round_trip::check(&v2_schema(), "v2", &older, 0).unwrap_err();
     assert!(
@@ -213,14 +215,14 @@ fn a_field_one_direction_drops_is_refused_unless_lossy() {
 
 #[test]
 fn what_a_conversion_names_must_exist_and_a_move_keeps_its_type() {
-    let mut older = versions().older.remove(0);
+    let mut older = versions().older()[0].clone();
     older.conversion.moves[0].to = "spec.greeting.txt".into();
     let err = round_trip::check(&v2_schema(), "v2", &older, 0).unwrap_err();
     assert_eq!(
         err,
         "spec.versions[0].conversion.moves[0].to: spec.greeting.txt is not a field of the stored version"
     );
-    let mut older = versions().older.remove(0);
+    let mut older = versions().older()[0].clone();
     older.conversion.moves[0].from = "spec.replicas".into();
     older.conversion.lossy.push("spec.message".into());
     let err = round_trip::check(&v2_schema(), "v2", &older, 0).unwrap_err();
@@ -229,7 +231,7 @@ fn what_a_conversion_names_must_exist_and_a_move_keeps_its_type() {
 
 #[test]
 fn a_field_under_an_object_that_keeps_unknown_fields_has_a_place() {
-    let mut older = versions().older.remove(0);
+    let mut older = versions().older()[0].clone();
     older.schema["properties"]["extra"] =
         json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true});
     older.schema["properties"]["extra"]["properties"] = json!({"color": {"type": "string"}});
@@ -240,4 +242,31 @@ fn a_field_under_an_object_that_keeps_unknown_fields_has_a_place() {
     let mut hub = v2_schema();
     hub["properties"]["greeting"]["x-kubernetes-preserve-unknown-fields"] = true.into();
     round_trip::check(&hub, "v2", &older, 0).unwrap();
+}
+
+#[test]
+fn versions_read_from_their_json_compute_as_those_built_from_the_kind_file() {
+    let built = hub_and(vec![sized(UP, Some(DOWN))]);
+    let written = serde_json::to_string(&built).unwrap();
+    let read: Versions = serde_json::from_str(&written).unwrap();
+    assert_eq!(read, built, "the same, computed fields and all");
+    let large = object("v1", json!({"name": "a", "size": "large"}));
+    assert_eq!(read.convert(large, "v2").unwrap()["spec"]["replicas"], 3);
+}
+
+#[test]
+fn versions_whose_computed_field_does_not_compile_are_not_read_at_all() {
+    let written = serde_json::to_value(hub_and(vec![sized(UP, Some(DOWN))])).unwrap();
+    let mut broken = written.clone();
+    broken["older"][0]["conversion"]["up"]["spec.replicas"] = "self.spec.size +".into();
+    let err = serde_json::from_value::<Versions>(broken).unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("v1.conversion.up.spec.replicas: not CEL"),
+        "{err}"
+    );
+    let mut unknown = written;
+    unknown["computed"] = json!({});
+    assert!(serde_json::from_value::<Versions>(unknown).is_err());
+    assert!(Versions::new("g.io", "K", "v2", vec![sized("self.", None)]).is_err());
 }
