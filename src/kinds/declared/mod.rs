@@ -16,6 +16,7 @@
 
 pub mod breaking;
 mod children;
+pub mod cost;
 pub mod crd;
 mod example;
 pub mod expressions;
