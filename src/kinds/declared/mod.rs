@@ -18,6 +18,7 @@ pub mod breaking;
 mod children;
 pub mod cost;
 pub mod crd;
+pub mod evaluation;
 mod example;
 pub mod expressions;
 pub mod file;
