@@ -106,7 +106,9 @@ impl<'a> Children<'a> {
         field: &str,
         variables: &BTreeMap<&str, Value>,
     ) -> Option<Result<Value, EvalError>> {
-        let ran = expression.eval_within(variables, &mut self.budget.borrow_mut());
+        let mut budget = self.budget.borrow_mut();
+        budget.look().entering(field);
+        let ran = expression.eval_within(variables, &mut budget);
         match ran {
             Ok(result) => Some(result),
             Err(why) => {

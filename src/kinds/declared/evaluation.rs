@@ -3,10 +3,10 @@
 //! reads, and what all of them may cost together), and a small pool of
 //! threads off the async runtime ([`Evaluations`]) with a deadline, past
 //! which the look gives up, the evaluation is told to stop, and the
-//! resource reports it over budget.
+//! resource reports it over budget, naming the field it was in.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::Semaphore;
@@ -50,20 +50,36 @@ pub enum Refusal {
     Stopped,
 }
 
-/// Set when the look an evaluation belongs to has given up: the evaluation
-/// stops at its next read of a variable.
+/// One look at a resource's expressions, as its evaluations and its pool
+/// share it: given up or not (an evaluation stops at its next read of a
+/// variable once it is), and which of the kind file's fields it is in.
 #[derive(Debug, Clone, Default)]
-pub struct Cancel(Arc<AtomicBool>);
+pub struct Look {
+    cancelled: Arc<AtomicBool>,
+    at: Arc<Mutex<String>>,
+}
 
-impl Cancel {
-    /// Tells the evaluations to stop.
-    pub fn set(&self) {
-        self.0.store(true, Ordering::Relaxed);
+impl Look {
+    /// Gives the look up: its evaluations stop.
+    pub fn cancel(&self) {
+        self.cancelled.store(true, Ordering::Relaxed);
     }
 
-    /// Whether they should.
-    pub fn is_set(&self) -> bool {
-        self.0.load(Ordering::Relaxed)
+    /// Whether it was given up.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::Relaxed)
+    }
+
+    /// Records that it evaluates the kind file's `field` now.
+    pub fn entering(&self, field: &str) {
+        let mut at = crate::sync::lock(&self.at);
+        at.clear();
+        at.push_str(field);
+    }
+
+    /// The field it evaluates now (empty before the first).
+    pub fn at(&self) -> String {
+        crate::sync::lock(&self.at).clone()
     }
 }
 
@@ -71,15 +87,15 @@ impl Cancel {
 #[derive(Debug, Clone)]
 pub struct Budget {
     left: u64,
-    cancel: Cancel,
+    look: Look,
 }
 
 impl Budget {
-    /// The budget of one look: [`PER_LOOK_LIMIT`], stopped by `cancel`.
-    pub fn per_look(cancel: Cancel) -> Self {
+    /// The budget of `look`: [`PER_LOOK_LIMIT`].
+    pub fn per_look(look: Look) -> Self {
         Self {
             left: PER_LOOK_LIMIT,
-            cancel,
+            look,
         }
     }
 
@@ -87,13 +103,13 @@ impl Budget {
     pub fn one_call() -> Self {
         Self {
             left: PER_CALL_LIMIT,
-            cancel: Cancel::default(),
+            look: Look::default(),
         }
     }
 
     /// Spends `estimate` on one evaluation, or says why it may not run.
     pub fn spend(&mut self, estimate: u64) -> Result<(), Refusal> {
-        if self.cancel.is_set() {
+        if self.look.is_cancelled() {
             return Err(Refusal::Stopped);
         }
         if estimate > PER_CALL_LIMIT {
@@ -109,14 +125,14 @@ impl Budget {
         Ok(())
     }
 
-    /// The flag that stops the evaluations.
-    pub fn cancel(&self) -> &Cancel {
-        &self.cancel
+    /// The look it belongs to.
+    pub fn look(&self) -> &Look {
+        &self.look
     }
 }
 
-/// A few threads off the async runtime for CEL: at most `slots`
-/// evaluations at once; a look waits for one within its deadline.
+/// A few threads off the async runtime for CEL: at most `slots` looks
+/// at once; a look waits for one, then runs, each within the deadline.
 #[derive(Debug)]
 pub struct Evaluations {
     slots: Arc<Semaphore>,
@@ -126,11 +142,21 @@ pub struct Evaluations {
 /// Why a look at a resource's expressions gave no answer.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum Overdue {
-    /// It ran (or waited for a thread) past the deadline.
-    #[error("the look at this resource's expressions took longer than {0:?}; stopped")]
-    Deadline(Duration),
-    /// The evaluation panicked.
-    #[error("the look at this resource's expressions failed")]
+    /// Every thread stayed busy with other looks for the whole deadline:
+    /// nothing of this resource's was run; it is looked at again.
+    #[error("waiting for a thread to evaluate its expressions: all were busy for {}s", .0.as_secs())]
+    Busy(Duration),
+    /// It ran past the deadline, in the kind file's field `at`, and was
+    /// given up.
+    #[error("{at}: stopped: the look at this resource's expressions ran past its deadline of {}s", after.as_secs())]
+    Deadline {
+        /// The deadline.
+        after: Duration,
+        /// The field it was in.
+        at: String,
+    },
+    /// It panicked.
+    #[error("the look at this resource's expressions failed (the CEL evaluator panicked)")]
     Failed,
 }
 
@@ -153,32 +179,33 @@ impl Evaluations {
         })
     }
 
-    /// Runs `job` on a thread of the pool with a fresh [`Cancel`], and
-    /// waits for it until the deadline; past it, the job is told to stop
-    /// (its thread is freed when it does) and the look gives up.
+    /// Runs `job` on a thread of the pool with a fresh [`Look`], once one
+    /// is free (within the deadline), and waits for it until the deadline;
+    /// past it, the look is given up (its thread is freed when the job
+    /// stops).
     pub async fn run<T: Send + 'static>(
         &self,
-        job: impl FnOnce(Cancel) -> T + Send + 'static,
+        job: impl FnOnce(Look) -> T + Send + 'static,
     ) -> Result<T, Overdue> {
-        let started = tokio::time::Instant::now();
-        let overdue = Overdue::Deadline(self.deadline);
         let slot = tokio::time::timeout(self.deadline, self.slots.clone().acquire_owned())
             .await
-            .map_err(|_| overdue.clone())?
+            .map_err(|_| Overdue::Busy(self.deadline))?
             .map_err(|_| Overdue::Failed)?;
-        let cancel = Cancel::default();
-        let stop = cancel.clone();
+        let look = Look::default();
+        let given = look.clone();
         let handle = tokio::task::spawn_blocking(move || {
             let _slot = slot;
-            job(cancel)
+            job(given)
         });
-        let left = self.deadline.saturating_sub(started.elapsed());
-        match tokio::time::timeout(left, handle).await {
+        match tokio::time::timeout(self.deadline, handle).await {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(_)) => Err(Overdue::Failed),
             Err(_) => {
-                stop.set();
-                Err(overdue)
+                look.cancel();
+                Err(Overdue::Deadline {
+                    after: self.deadline,
+                    at: look.at(),
+                })
             }
         }
     }
@@ -190,7 +217,7 @@ mod tests {
 
     #[test]
     fn a_budget_refuses_one_evaluation_over_the_limit_and_a_look_past_its_total() {
-        let mut budget = Budget::per_look(Cancel::default());
+        let mut budget = Budget::per_look(Look::default());
         assert_eq!(
             budget.spend(PER_CALL_LIMIT + 1),
             Err(Refusal::OverCall {
@@ -215,8 +242,8 @@ mod tests {
             message.contains("2,500,000") && message.contains("1,000,000"),
             "{message}"
         );
-        let stopped = Budget::per_look(Cancel::default());
-        stopped.cancel().set();
+        let stopped = Budget::per_look(Look::default());
+        stopped.look().cancel();
         assert_eq!(stopped.clone().spend(1), Err(Refusal::Stopped));
     }
 
@@ -226,14 +253,19 @@ mod tests {
         let (told, heard) = std::sync::mpsc::channel();
         let started = std::time::Instant::now();
         let result = pool
-            .run(move |cancel| {
-                while !cancel.is_set() {
+            .run(move |look| {
+                look.entering("spec.status[0].expression");
+                while !look.is_cancelled() {
                     std::thread::sleep(Duration::from_millis(5));
                 }
                 told.send(()).unwrap();
             })
             .await;
-        assert_eq!(result, Err(Overdue::Deadline(Duration::from_millis(200))));
+        let overdue = Overdue::Deadline {
+            after: Duration::from_millis(200),
+            at: "spec.status[0].expression".into(),
+        };
+        assert_eq!(result, Err(overdue));
         assert!(started.elapsed() < Duration::from_secs(2));
         heard
             .recv_timeout(Duration::from_secs(2))
@@ -243,7 +275,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_look_waiting_for_a_busy_pool_gives_up_at_its_deadline_too() {
+    async fn a_look_waiting_for_a_busy_pool_gives_up_at_its_deadline_without_running() {
         let pool = Arc::new(Evaluations::new(1, Duration::from_millis(300)));
         let (release, wait) = std::sync::mpsc::channel::<()>();
         let busy = pool.clone();
@@ -253,7 +285,7 @@ mod tests {
         });
         tokio::time::sleep(Duration::from_millis(50)).await;
         let second = pool.run(|_| ()).await;
-        assert_eq!(second, Err(Overdue::Deadline(Duration::from_millis(300))));
+        assert_eq!(second, Err(Overdue::Busy(Duration::from_millis(300))));
         release.send(()).unwrap();
         let _ = first.await;
     }

@@ -29,7 +29,7 @@ use cel::{Context, Program};
 use serde_json::Value;
 
 use super::cost::{self, Bound, STATIC_LIMIT, thousands};
-use super::evaluation::{Budget, Cancel, Refusal};
+use super::evaluation::{Budget, Look, Refusal};
 use super::file::KindSpec;
 use super::typing::{self, Wanted};
 use crate::kind::MAX_INVENTORY;
@@ -173,7 +173,7 @@ impl Expression {
         variables: &BTreeMap<&str, Value>,
         budget: &mut Budget,
     ) -> Result<Result<Value, EvalError>, Refusal> {
-        if budget.cancel().is_set() {
+        if budget.look().is_cancelled() {
             return Err(Refusal::Stopped);
         }
         budget.spend(self.estimate_over(variables))?;
@@ -184,13 +184,13 @@ impl Expression {
                     Some((name.clone(), Box::<dyn Val>::try_from(value).ok()?))
                 })
                 .collect(),
-            cancel: budget.cancel().clone(),
+            look: budget.look().clone(),
         };
         let mut context = Context::default();
         add_functions(&mut context);
         context.set_variable_resolver(&resolver);
         let executed = self.program.execute(&context);
-        if budget.cancel().is_set() {
+        if budget.look().is_cancelled() {
             return Err(Refusal::Stopped);
         }
         let value = match executed {
@@ -211,12 +211,12 @@ impl Expression {
 /// its look is cancelled, which stops the evaluation at its next read.
 struct Variables {
     values: BTreeMap<String, Box<dyn Val>>,
-    cancel: Cancel,
+    look: Look,
 }
 
 impl VariableResolver for Variables {
     fn resolve<'b>(&'b self, variable: &str) -> Option<CowVal<'b, 'b>> {
-        if self.cancel.is_set() {
+        if self.look.is_cancelled() {
             return None;
         }
         let value = self.values.get(variable)?;
@@ -804,7 +804,7 @@ mod tests {
             matches!(&refused, EvalError::Failed(m) if m.contains("over the limit of 1,000,000 for one evaluation")),
             "{refused:?}"
         );
-        let mut budget = Budget::per_look(Cancel::default());
+        let mut budget = Budget::per_look(Look::default());
         let spec = json!({"items": vec!["x"; 300], "big": "y"});
         let ran = e.eval_within(&BTreeMap::from([("spec", spec)]), &mut budget);
         assert_eq!(ran, Ok(Ok(json!(300))));
@@ -819,14 +819,14 @@ mod tests {
         let xs = Value::Array((0..50_000).map(Value::from).collect());
         let variables = BTreeMap::from([("xs", xs), ("k", json!(3))]);
         let started = std::time::Instant::now();
-        let whole = e.eval_within(&variables, &mut Budget::per_look(Cancel::default()));
+        let whole = e.eval_within(&variables, &mut Budget::per_look(Look::default()));
         let whole_took = started.elapsed();
         assert_eq!(whole, Ok(Ok(json!(1))));
-        let cancel = Cancel::default();
-        let mut budget = Budget::per_look(cancel.clone());
+        let look = Look::default();
+        let mut budget = Budget::per_look(look.clone());
         let stop = std::thread::spawn(move || {
             std::thread::sleep(whole_took / 10);
-            cancel.set();
+            look.cancel();
         });
         let started = std::time::Instant::now();
         let stopped = e.eval_within(&variables, &mut budget);

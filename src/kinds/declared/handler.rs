@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use super::DeclaredKind;
 use super::children::Children;
-use super::evaluation::{Budget, Evaluations};
+use super::evaluation::{Budget, Evaluations, Overdue};
 use super::file::{ObjectSelector, ReadinessRule, Scope};
 use super::object::DeclaredObject;
 use super::recipe::Wanted;
@@ -289,15 +289,24 @@ impl Handler for DeclaredHandler {
         let kind = kind.clone();
         let (resource, objects) = (resource.clone(), objects.clone());
         let seen = self.readers.seen(&key(&resource));
-        let read = Evaluations::shared().run(move |cancel| {
-            let budget = Budget::per_look(cancel);
+        let read = Evaluations::shared().run(move |look| {
+            look.entering("the kind file's expressions");
+            let budget = Budget::per_look(look);
             let children = Children::of(&kind, &resource, &objects, seen, budget);
             read_objects(&kind, revision, &resource, &objects, Some(&children))
         });
-        read.await.unwrap_or_else(|overdue| FromObjects {
-            over_budget: vec![overdue.to_string()],
-            ..FromObjects::default()
-        })
+        match read.await {
+            Ok(read) => read,
+            // Nothing of its own was run: it waits, and is looked at again.
+            Err(busy @ Overdue::Busy(_)) => FromObjects {
+                not_ready: vec![busy.to_string()],
+                ..FromObjects::default()
+            },
+            Err(overdue) => FromObjects {
+                over_budget: vec![overdue.to_string()],
+                ..FromObjects::default()
+            },
+        }
     }
 }
 

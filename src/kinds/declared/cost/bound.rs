@@ -167,9 +167,13 @@ impl Bound {
             Parts::Of(part) => part.as_ref().clone(),
             Parts::Within(bytes) => Self::within(*bytes, self.hint.clone()),
             Parts::Unknown => Self::unknown(),
-            Parts::None => (self.fields.values().cloned())
-                .reduce(|a, b| a.union(&b))
-                .unwrap_or_default(),
+            Parts::None => {
+                let mut any = Bound::default();
+                for field in self.fields.values() {
+                    any.merge(field.clone());
+                }
+                any
+            }
         }
     }
 
