@@ -721,7 +721,7 @@ async fn a_costly_cel_expression_is_refused_at_load_or_over_budget_at_run_and_co
     let ns = TestNamespace::new(&client, "hostile-cost").await;
     let other = TestNamespace::new(&client, "hostile-cost-other").await;
     let unbounded = costly_kind(&ns, "u", ("", ""));
-    let bounded = costly_kind(&ns, "b", ("maxItems: 300, ", ", maxLength: 50000"));
+    let bounded = costly_kind(&ns, "b", ("maxItems: 300, ", ", maxLength: 40000"));
     // One operator for every namespace, serving this test's shard only.
     let shard = ns.name.clone();
     let port = common::free_port();
@@ -760,7 +760,7 @@ async fn a_costly_cel_expression_is_refused_at_load_or_over_budget_at_run_and_co
             "apiVersion": format!("{}/v1", bounded.group),
             "kind": "Greeting",
             "metadata": {"name": name, "namespace": ns.name, "labels": labels},
-            "spec": {"message": "hi", "items": vec!["x".repeat(16); 300], "big": "y".repeat(50_000)},
+            "spec": {"message": "hi", "items": vec!["x".repeat(16); 300], "big": "y".repeat(40_000)},
         }));
     }
     let mut web = sample(&other.name, "web", 1);

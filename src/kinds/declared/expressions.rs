@@ -8,8 +8,9 @@
 //! recursion limit, comprehensions (`all`, `exists`, `filter`, `map`) do
 //! not nest (a tenant decides how many children there are: a loop in a loop
 //! over ten thousand would be a hundred million steps), and a value is
-//! converted back to JSON within [`MAX_VALUE_NODES`] nodes (a list of lists
-//! shares its parts in CEL, and would multiply them in JSON).
+//! converted back to JSON within [`MAX_VALUE_NODES`] nodes and
+//! [`MAX_VALUE_BYTES`] of text (a list of lists shares its parts in CEL,
+//! and would multiply them in JSON).
 //!
 //! What an expression may cost is bounded twice, in the API server's own
 //! units ([`super::cost`]): when the kind loads, its estimate over the
@@ -41,6 +42,9 @@ pub const MAX_NESTED_LOOPS: usize = 1;
 /// The most JSON nodes (values, list items, map entries) a value may
 /// convert to.
 pub const MAX_VALUE_NODES: usize = 100_000;
+/// The most bytes of text a value may convert to: 1 MiB (no object the
+/// API server stores holds more than 1.5 MiB).
+pub const MAX_VALUE_BYTES: usize = 1 << 20;
 /// How deep an expression's tree may be (a macro counts several levels).
 pub const MAX_DEPTH: usize = 64;
 /// The stack of the thread that parses one expression: enough for the
@@ -202,8 +206,7 @@ impl Expression {
             }
             Err(other) => return Ok(Err(EvalError::Failed(other.to_string()))),
         };
-        let mut nodes = MAX_VALUE_NODES;
-        Ok(to_json(&value, &mut nodes))
+        Ok(to_json(&value, &mut Room::new()))
     }
 }
 
@@ -439,22 +442,58 @@ fn depth(e: &IdedExpr) -> usize {
         .unwrap_or(0)
 }
 
-/// `value` as JSON, spending one of `budget` per node.
-fn to_json(value: &cel::Value, budget: &mut usize) -> Result<Value, EvalError> {
-    *budget = budget.checked_sub(1).ok_or_else(|| {
-        EvalError::Failed(format!("the value has more than {MAX_VALUE_NODES} parts"))
-    })?;
+/// What a value converted back to JSON may still take: nodes, and bytes
+/// of text (a list of one string a hundred times shares it in CEL, and
+/// would copy it in JSON).
+struct Room {
+    nodes: usize,
+    bytes: usize,
+}
+
+impl Room {
+    fn new() -> Self {
+        Self {
+            nodes: MAX_VALUE_NODES,
+            bytes: MAX_VALUE_BYTES,
+        }
+    }
+
+    /// Takes a node of `bytes` bytes of text.
+    fn take(&mut self, bytes: usize) -> Result<(), EvalError> {
+        self.nodes = self.nodes.checked_sub(1).ok_or_else(|| {
+            EvalError::Failed(format!("the value has more than {MAX_VALUE_NODES} parts"))
+        })?;
+        self.bytes = self.bytes.checked_sub(bytes).ok_or_else(|| {
+            EvalError::Failed(format!(
+                "the value holds more than {} KiB of text",
+                MAX_VALUE_BYTES >> 10
+            ))
+        })?;
+        Ok(())
+    }
+}
+
+/// `value` as JSON, within `room`.
+fn to_json(value: &cel::Value, room: &mut Room) -> Result<Value, EvalError> {
+    let text = match value {
+        cel::Value::String(s) => s.len(),
+        cel::Value::Bytes(b) => b.len().saturating_mul(2),
+        _ => 0,
+    };
+    room.take(text)?;
     Ok(match value {
         cel::Value::List(items) => Value::Array(
             items
                 .iter()
-                .map(|v| to_json(v, budget))
+                .map(|v| to_json(v, room))
                 .collect::<Result<_, _>>()?,
         ),
         cel::Value::Map(map) => {
             let mut object = serde_json::Map::new();
             for (k, v) in map.map.iter() {
-                object.insert(k.to_string(), to_json(v, budget)?);
+                let key = k.to_string();
+                room.take(key.len())?;
+                object.insert(key, to_json(v, room)?);
             }
             Value::Object(object)
         }
@@ -760,6 +799,17 @@ mod tests {
     }
 
     #[test]
+    fn a_value_that_copies_a_string_past_a_mebibyte_is_refused() {
+        let e = Expression::compile("spec.items.map(i, spec.big)", &known(&["spec"])).unwrap();
+        let spec = json!({"items": vec![1; 30], "big": "y".repeat(50_000)});
+        let refused = e.eval(&BTreeMap::from([("spec", spec)]));
+        assert!(
+            matches!(&refused, Err(EvalError::Failed(m)) if m.contains("more than 1024 KiB of text")),
+            "{refused:?}"
+        );
+    }
+
+    #[test]
     fn comprehension_variables_are_not_names_to_declare() {
         let names = known(&["web"]);
         let e = Expression::compile("web.items.exists(i, i.ok)", &names).unwrap();
@@ -798,7 +848,7 @@ mod tests {
             &names,
         )
         .unwrap();
-        let spec = json!({"items": vec!["x"; 300], "big": "y".repeat(50_000)});
+        let spec = json!({"items": vec!["x"; 300], "big": "y".repeat(40_000)});
         let refused = e.eval(&BTreeMap::from([("spec", spec)])).unwrap_err();
         assert!(
             matches!(&refused, EvalError::Failed(m) if m.contains("over the limit of 1,000,000 for one evaluation")),

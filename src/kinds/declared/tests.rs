@@ -780,15 +780,15 @@ fn an_expression_over_what_no_schema_bounds_is_refused_when_the_kind_loads() {
         assert!(refused.contains(part), "{part:?} in {refused}");
     }
     // With bounds that fit, it loads.
-    assert!(load(&finding(("maxItems: 300, ", ", maxLength: 50000"))).is_ok());
+    assert!(load(&finding(("maxItems: 300, ", ", maxLength: 40000"))).is_ok());
 }
 
 #[tokio::test]
 async fn an_evaluation_over_its_limit_is_not_run_and_names_the_field_and_the_budget() {
-    let kind = load(&finding(("maxItems: 300, ", ", maxLength: 50000"))).unwrap();
+    let kind = load(&finding(("maxItems: 300, ", ", maxLength: 40000"))).unwrap();
     let handler = DeclaredHandler::new(std::sync::Arc::new(kind));
     let items = vec!["x".repeat(16); 300];
-    let costly = resource(json!({"message": "x", "items": items, "big": "y".repeat(50_000)}));
+    let costly = resource(json!({"message": "x", "items": items, "big": "y".repeat(40_000)}));
     let read = handler.read_objects(&costly, &deployment(3, 3)).await;
     let [line] = read.over_budget.as_slice() else {
         panic!("{read:?}")

@@ -308,13 +308,15 @@ impl<'a> Coster<'a> {
                 let seed = traversal(self.length(&first)).max(1);
                 (seed.saturating_mul(blocks), Bound::string(length))
             }
-            // `size`, arithmetic, `type`, negation, `@not_strictly_false`
-            // and the optional functions: one step, their value within
-            // their arguments'.
+            // The evaluator counts a string's characters one by one.
+            "size" => (traversal(self.length(&first)).max(1), Bound::scalar()),
+            // Arithmetic, `type`, negation, `@not_strictly_false` and the
+            // optional functions: one step, their value within their
+            // arguments'.
             _ => {
                 let bound = bounds.iter().fold(Bound::scalar(), |a, b| a.union(b));
                 let bound = match call.func_name.as_str() {
-                    "size" | "type" => Bound::scalar(),
+                    "type" => Bound::scalar(),
                     _ => bound,
                 };
                 (1, bound)

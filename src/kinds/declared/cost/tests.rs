@@ -51,18 +51,18 @@ fn the_findings_shape_over_unbounded_inputs_is_far_over_the_limit_and_says_what_
 
 #[test]
 fn bounds_that_fit_the_static_limit_may_still_be_over_the_per_call_limit() {
-    // 300 items of 16 characters (64 bytes), a string of 50,000 (200,000
-    // bytes, 4 a character): each of 300 joins goes over 200,064 bytes, a
-    // tenth of that: 6 million.
+    // 300 items of 16 characters (64 bytes), a string of 40,000 (160,000
+    // bytes, 4 a character): each of 300 joins goes over 160,064 bytes, a
+    // tenth of that, and so does its size(): 9.6 million.
     let schema = json!({"type": "object", "properties": {
         "items": {"type": "array", "maxItems": 300, "items": {"type": "string", "maxLength": 16}},
-        "big": {"type": "string", "maxLength": 50_000},
+        "big": {"type": "string", "maxLength": 40_000},
     }});
     let loaded = cost(FINDING, &[("spec", spec(schema))]);
     assert!(loaded.cost <= STATIC_LIMIT, "{loaded:?}");
     // At its bounds the input (ASCII: a byte a character) is over the
-    // per-call limit: 300 joins over 50,016 bytes.
-    let big = json!({"items": vec!["x".repeat(16); 300], "big": "y".repeat(50_000)});
+    // per-call limit: 300 joins over 40,016 bytes, 2.4 million.
+    let big = json!({"items": vec!["x".repeat(16); 300], "big": "y".repeat(40_000)});
     let running = cost(FINDING, &[("spec", Bound::of_value(&big))]);
     assert!(running.cost > PER_CALL_LIMIT, "{running:?}");
     assert!(
