@@ -19,7 +19,7 @@ pub use crate::engine::contract::{
 pub use crate::engine::kubectl::CommandRecord;
 pub use crate::engine::model::identity::check_account_name;
 pub use crate::engine::model::inventory::{
-    Inventory, OWNER_ANNOTATION, OWNER_LABEL, ObjectId, Owner,
+    Inventory, MAX_INVENTORY, OWNER_ANNOTATION, OWNER_LABEL, ObjectId, Owner,
 };
 pub use crate::engine::model::overlay::{
     ConfigMapGenerator, GeneratorOptions, Labels, Overlay, PatchTemplate, ResourceTemplate, Target,

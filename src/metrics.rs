@@ -2,8 +2,8 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::extract::State;
@@ -53,6 +53,56 @@ pub struct Metrics {
     ready: AtomicBool,
     leading: AtomicBool,
     stopped: std::sync::Mutex<Vec<String>>,
+    progress: Arc<Mutex<Progress>>,
+    stall_after: OnceLock<Duration>,
+}
+
+/// Whether reconciles make progress: how many run now, and since when
+/// none has finished (or since work started, when none ran before).
+#[derive(Debug, Clone, Copy)]
+pub struct Progress {
+    in_flight: u64,
+    since: Instant,
+}
+
+impl Progress {
+    /// No reconcile running, as of `now`.
+    pub fn new(now: Instant) -> Self {
+        Self {
+            in_flight: 0,
+            since: now,
+        }
+    }
+
+    /// A reconcile started at `now`.
+    pub fn started(&mut self, now: Instant) {
+        if self.in_flight == 0 {
+            self.since = now;
+        }
+        self.in_flight += 1;
+    }
+
+    /// A reconcile finished at `now` (however it ended).
+    pub fn finished(&mut self, now: Instant) {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        self.since = now;
+    }
+
+    /// Why reconciles are stalled at `now`, if they are: some run, and
+    /// none has finished for longer than `bound`. Idle is not stalled, and
+    /// a long burst that finishes reconciles as it goes is not either.
+    pub fn stalled(&self, now: Instant, bound: Duration) -> Option<String> {
+        let quiet = now.saturating_duration_since(self.since);
+        (self.in_flight > 0 && quiet > bound).then(|| {
+            format!(
+                "reconciles stalled: none finished for {}s while {} {} running (the bound is {}s)",
+                quiet.as_secs(),
+                self.in_flight,
+                if self.in_flight == 1 { "is" } else { "are" },
+                bound.as_secs()
+            )
+        })
+    }
 }
 
 impl std::fmt::Debug for Metrics {
@@ -149,6 +199,8 @@ impl Metrics {
             ready: AtomicBool::new(false),
             leading: AtomicBool::new(false),
             stopped: std::sync::Mutex::default(),
+            progress: Arc::new(Mutex::new(Progress::new(Instant::now()))),
+            stall_after: OnceLock::new(),
         }
     }
 
@@ -187,14 +239,25 @@ impl Metrics {
             .get()
     }
 
-    /// Counts a reconcile of `kind` as running until the guard is dropped.
+    /// Counts a reconcile of `kind` as running until the guard is dropped
+    /// (its end is progress, for [`Metrics::health`]).
     pub fn reconcile_in_flight(&self, kind: &str) -> InFlight {
         let gauge = self
             .in_flight
             .get_or_create(&KindLabel { kind: kind.into() })
             .clone();
         gauge.inc();
-        InFlight(gauge)
+        crate::sync::lock(&self.progress).started(Instant::now());
+        InFlight {
+            gauge,
+            progress: self.progress.clone(),
+        }
+    }
+
+    /// Makes `/healthz` fail once reconciles run and none has finished for
+    /// longer than `bound` (set once, by the operator).
+    pub fn stall_after(&self, bound: Duration) {
+        let _ = self.stall_after.set(bound);
     }
 
     /// Counts an object of `kind` left out of what the operator reads.
@@ -247,16 +310,21 @@ impl Metrics {
         stopped.push(kind.to_string());
     }
 
-    /// The `/healthz` answer: healthy while every controller that should run does.
+    /// The `/healthz` answer: healthy while every controller that should
+    /// run does, and reconciles make progress ([`Progress::stalled`]).
     pub fn health(&self) -> (bool, String) {
         let stopped = crate::sync::lock(&self.stopped);
-        if stopped.is_empty() {
-            (true, "ok".into())
-        } else {
-            (
+        if !stopped.is_empty() {
+            return (
                 false,
                 format!("controllers stopped unexpectedly: {}", stopped.join(", ")),
-            )
+            );
+        }
+        let progress = *crate::sync::lock(&self.progress);
+        let stalled = (self.stall_after.get()).and_then(|b| progress.stalled(Instant::now(), *b));
+        match stalled {
+            Some(why) => (false, why),
+            None => (true, "ok".into()),
         }
     }
 
@@ -290,13 +358,18 @@ impl Metrics {
     }
 }
 
-/// Decrements the in-flight gauge of a reconcile when dropped.
+/// Decrements the in-flight gauge of a reconcile, and records its end as
+/// progress, when dropped.
 #[derive(Debug)]
-pub struct InFlight(Gauge);
+pub struct InFlight {
+    gauge: Gauge,
+    progress: Arc<Mutex<Progress>>,
+}
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.dec();
+        self.gauge.dec();
+        crate::sync::lock(&self.progress).finished(Instant::now());
     }
 }
 
@@ -408,6 +481,48 @@ mod tests {
         m.set_leading(true);
         assert_eq!(m.readiness(), (true, "ready: leading"));
         assert!(m.encode().contains("kustomize_operator_leader 1"));
+    }
+
+    #[test]
+    fn health_fails_when_reconciles_run_and_none_finishes_within_the_bound() {
+        let bound = Duration::from_secs(250);
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let mut p = Progress::new(t0);
+        // Idle for an hour: not stalled.
+        assert_eq!(p.stalled(at(3600), bound), None);
+        // One starts, nothing finishes: stalled past the bound only.
+        p.started(at(3600));
+        assert_eq!(p.stalled(at(3600 + 250), bound), None);
+        let why = p.stalled(at(3600 + 251), bound).unwrap();
+        assert!(
+            why.contains("none finished for 251s while 1 is running"),
+            "{why}"
+        );
+        // A long burst: 500 running for an hour, one finishing every 30 s.
+        let mut burst = Progress::new(t0);
+        for _ in 0..500 {
+            burst.started(t0);
+        }
+        for i in 1..=120 {
+            burst.finished(at(30 * i));
+            burst.started(at(30 * i));
+            assert_eq!(burst.stalled(at(30 * i + 29), bound), None, "at {i}");
+        }
+        // Once they stop finishing, it is stalled.
+        assert!(burst.stalled(at(3600 + 251), bound).is_some());
+    }
+
+    #[test]
+    fn health_follows_the_reconciles_the_guards_count() {
+        let m = Metrics::new();
+        m.stall_after(Duration::ZERO);
+        assert_eq!(m.health(), (true, "ok".to_string()), "idle");
+        let running = m.reconcile_in_flight("sample");
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(!m.health().0, "running, none finished within a zero bound");
+        drop(running);
+        assert_eq!(m.health(), (true, "ok".to_string()));
     }
 
     #[test]

@@ -154,6 +154,7 @@ impl Operator {
         let templates = Arc::new(templates);
         let kinds = registry.select(&args.kinds).map_err(KindsError::from)?;
         let metrics = Arc::new(Metrics::new());
+        metrics.stall_after(stall_bound(args.kubectl_timeout));
         let (client, guard, unreadable) = connect(args.max_api_requests, &metrics).await?;
         check_crds(&client, &guard, &kinds, args.namespace.as_deref()).await?;
         let webhook = conversion_webhook(args, &client).await?;
@@ -521,6 +522,15 @@ async fn lead(
         }
         Err(_) => tracing::warn!("releasing the leader lease timed out"),
     }
+}
+
+/// How long reconciles may run with none finishing before `/healthz`
+/// fails: one reconcile runs up to three kubectl commands (build, apply,
+/// prune), each within `kubectl_timeout`, after waiting for a slot that
+/// another such run frees; and reads its objects' CEL within its
+/// deadline.
+fn stall_bound(kubectl_timeout: Duration) -> Duration {
+    kubectl_timeout.saturating_mul(4) + crate::kinds::declared::evaluation::DEADLINE
 }
 
 fn default_concurrency() -> usize {

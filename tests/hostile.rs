@@ -1758,3 +1758,139 @@ async fn a_conversion_whose_output_has_the_wrong_type_is_refused_naming_the_fiel
     assert_eq!(stored, r#"["v2"]"#);
     assert_eq!(kind.greeting_at(n, "v2", "large")["spec"]["replicas"], 3);
 }
+
+
+/// A Greeting kind (`tag`) whose status field `joined` is the shape of
+/// issue 58's finding 4: one `filter` over `spec.items`, each item joined
+/// to the string `spec.big`; `bounds` are the two fields' schema keywords.
+fn costly_kind(ns: &TestNamespace, tag: &str, bounds: (&str, &str)) -> GreetingKind {
+    let kind = GreetingKind::tagged(ns, tag);
+    let language = "      language: {type: string, enum: [en, it], default: en}\n";
+    let fields = format!(
+        "{language}      items: {{type: array, {}items: {{type: string, maxLength: 16}}}}\n      big: {{type: string{}}}\n",
+        bounds.0, bounds.1
+    );
+    let expression = "spec.items.filter(i, (i + spec.big).size() > 0).size()";
+    kind.edit("kind.yaml", |text| {
+        text.replace(language, &fields)
+            + &format!(
+                "  status:\n    - {{field: joined, type: integer, expression: {expression:?}}}\n"
+            )
+    });
+    kind
+}
+
+/// The `Ready` condition of `resource` (`kind/name`) in `ns`, as JSON.
+fn ready_condition(ns: &str, resource: &str) -> Value {
+    let path = r#"jsonpath={.status.conditions[?(@.type=="Ready")]}"#;
+    let (_, out, _) = common::kubectl(&["get", resource, "-n", ns, "-o", path]);
+    serde_json::from_str(&out).unwrap_or(Value::Null)
+}
+
+/// Issue 58, finding 4: a status expression whose cost a tenant's spec
+/// decides (a `filter` over 300 items, each joined to a long string) is
+/// refused when its kind loads if nothing bounds its inputs. With bounds
+/// that fit the estimate, an input too costly to evaluate leaves its two
+/// resources `OverBudget` (naming the field and the budget) — while a
+/// Sample of another namespace becomes Ready within 20 s, `/healthz`
+/// answers, and the costly resources are deleted.
+#[tokio::test]
+async fn a_costly_cel_expression_is_refused_at_load_or_over_budget_at_run_and_costs_only_its_resources()
+ {
+    let client = common::cluster().await;
+    let ns = TestNamespace::new(&client, "hostile-cost").await;
+    let other = TestNamespace::new(&client, "hostile-cost-other").await;
+    let unbounded = costly_kind(&ns, "u", ("", ""));
+    let bounded = costly_kind(&ns, "b", ("maxItems: 300, ", ", maxLength: 40000"));
+    // One operator for every namespace, serving this test's shard only.
+    let shard = ns.name.clone();
+    let port = common::free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let flags = bounded.flags(&["--shard", &shard, "--metrics-addr", &addr]);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let operator = OperatorProcess::spawn_all_namespaces(&[], &flags);
+    ready(&operator, port).await;
+
+    // (a) Nothing bounds the inputs: refused when the kind loads.
+    unbounded.apply();
+    let refused = unbounded
+        .wait_message(
+            "Accepted",
+            "False",
+            "Invalid",
+            "spec.status[0].expression: its estimated cost, ",
+        )
+        .await;
+    for part in [
+        "over the limit of 10,000,000",
+        "maxItems to spec.items",
+        "maxLength to spec.big",
+    ] {
+        assert!(refused.contains(part), "{part:?} in {refused}");
+    }
+
+    // (b) Bounds that fit the estimate, an input at them: over the budget
+    // of one evaluation when it runs.
+    bounded.apply();
+    bounded.wait_condition("Serving", "True", "Running").await;
+    let labels = json!({"kustomize-operator.io/shard": shard});
+    let hostile = ["costly-1", "costly-2"];
+    for name in hostile {
+        apply(&json!({
+            "apiVersion": format!("{}/v1", bounded.group),
+            "kind": "Greeting",
+            "metadata": {"name": name, "namespace": ns.name, "labels": labels},
+            "spec": {"message": "hi", "items": vec!["x".repeat(16); 300], "big": "y".repeat(40_000)},
+        }));
+    }
+    let mut web = sample(&other.name, "web", 1);
+    web["metadata"]["labels"] = labels.clone();
+    let created = std::time::Instant::now();
+    apply(&web);
+    common::wait_until(
+        Duration::from_secs(20),
+        "the other namespace's Sample Ready",
+        async || ready_condition(&other.name, "sample/web")["status"] == "True",
+    )
+    .await;
+    let took = created.elapsed();
+    for name in hostile {
+        let resource = format!("greetings.{}/{name}", bounded.group);
+        let ready = common::wait_for(TIMEOUT, format!("{resource} OverBudget"), async || {
+            let ready = ready_condition(&ns.name, &resource);
+            if ready["reason"] == "OverBudget" {
+                Ok(ready)
+            } else {
+                Err(ready)
+            }
+        })
+        .await;
+        assert_eq!(ready["status"], "False", "{ready}");
+        let message = ready["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("spec.status[0].expression: ")
+                && message.contains("over the limit of 1,000,000 for one evaluation"),
+            "{message}"
+        );
+        assert!(
+            common::has_event(&client, &ns.name, name, "OverBudget").await,
+            "a Warning event for {name}"
+        );
+    }
+    assert!(healthy(port).await, "{}", operator.log_tail());
+    eprintln!("the other namespace's Sample was Ready {took:?} after it was created");
+
+    // They are deleted: deletion evaluates nothing.
+    let resources: Vec<String> = (hostile.iter())
+        .map(|name| format!("greetings.{}/{name}", bounded.group))
+        .collect();
+    let mut delete = vec!["delete", "-n", &ns.name, "--timeout=60s"];
+    delete.extend(resources.iter().map(String::as_str));
+    let (ok, _, err) = common::kubectl(&delete);
+    assert!(
+        ok,
+        "deleting the costly Greetings: {err}\n{}",
+        operator.log_tail()
+    );
+    assert!(healthy(port).await, "{}", operator.log_tail());
+}

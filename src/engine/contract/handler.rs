@@ -118,13 +118,15 @@ pub trait Handler: Send + Sync + 'static {
 
     /// What the kind reads from the live state of the objects the resource
     /// owns (each cut down to its metadata, `spec.replicas` and `status`),
-    /// whenever the engine looks at their health. Default: nothing.
+    /// whenever the engine looks at their health. A kind whose reading
+    /// may cost much does it off the async runtime's threads, within a
+    /// deadline. Default: nothing.
     fn read_objects(
         &self,
         _resource: &Self::Resource,
         _objects: &BTreeMap<ObjectId, serde_json::Value>,
-    ) -> FromObjects {
-        FromObjects::default()
+    ) -> impl Future<Output = FromObjects> + Send {
+        std::future::ready(FromObjects::default())
     }
 
     /// Types of objects the kind's resources read without owning them

@@ -161,4 +161,8 @@ pub struct FromObjects {
     /// What `Ready` still waits for besides the engine's health rules, one
     /// line each (`deployment/web: .status.readyReplicas is 1, not at least 3`).
     pub not_ready: Vec<String>,
+    /// What could not be read within the kind's budget (its CEL over
+    /// what it may cost, or past its deadline), one line each naming the
+    /// kind file's field: the resource is `Stalled`, reason `OverBudget`.
+    pub over_budget: Vec<String>,
 }

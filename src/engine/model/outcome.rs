@@ -36,6 +36,9 @@ pub(crate) enum HealthState {
     Waiting(Vec<String>),
     /// Some failed, or did not become healthy in time: which, and why.
     Stalled(Vec<String>),
+    /// What the kind reads from them could not be read within its budget
+    /// (a declared kind's CEL): which expression, and the budget.
+    OverBudget(Vec<String>),
 }
 
 /// A successful run.
@@ -211,6 +214,15 @@ impl Conditions<'_> {
                 self.settle(
                     ConditionStatus::False,
                     Reason::Unhealthy,
+                    &message,
+                    Some(&message),
+                );
+            }
+            HealthState::OverBudget(what) => {
+                let message = what.join("; ");
+                self.settle(
+                    ConditionStatus::False,
+                    Reason::OverBudget,
                     &message,
                     Some(&message),
                 );

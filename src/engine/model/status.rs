@@ -191,6 +191,10 @@ pub enum Reason {
     Migrated,
     /// Writing a defined kind's resources again failed (retried).
     MigrationFailed,
+    /// What a kind reads from a resource's objects (a declared kind's CEL)
+    /// is over the budget of one evaluation or one look, or ran past its
+    /// deadline: the resource is `Stalled` until its input changes.
+    OverBudget,
     /// A reason this version does not know (written by another version).
     #[serde(other)]
     Unknown,
@@ -240,6 +244,7 @@ impl Reason {
             Self::Migrating => "Migrating",
             Self::Migrated => "Migrated",
             Self::MigrationFailed => "MigrationFailed",
+            Self::OverBudget => "OverBudget",
             Self::Unknown => "Unknown",
         }
     }
@@ -250,7 +255,10 @@ impl Reason {
     /// (whatever the health of the result): nothing to apply again until
     /// the resource changes or the resync is due.
     pub fn applied(self) -> bool {
-        matches!(self, Self::Applied | Self::Progressing | Self::Unhealthy)
+        matches!(
+            self,
+            Self::Applied | Self::Progressing | Self::Unhealthy | Self::OverBudget
+        )
     }
 }
 

@@ -629,7 +629,7 @@ async fn look_again<H: Handler>(
     Recheck::Done(settle(ctx, current, record, &checkup).await)
 }
 
-/// Events for changes of health: `Unhealthy` when the resource stalls,
+/// Events for changes of health: `Unhealthy` (or `OverBudget`) when the resource stalls,
 /// `Healthy` when objects it waited for became healthy.
 async fn health_events<H: Handler>(
     ctx: &Context<H>,
@@ -640,22 +640,16 @@ async fn health_events<H: Handler>(
     let stalled = |s: &CommonStatus| {
         s.condition(ConditionType::Stalled)
             .filter(|c| c.status == ConditionStatus::True)
-            .map(|c| c.message.clone())
+            .map(|c| (c.reason, c.message.clone()))
     };
-    let waited = before
-        .ready_reason()
-        .is_some_and(|r| matches!(r, Reason::Progressing | Reason::Unhealthy))
-        && !before.is_ready();
-    if let (None, Some(why)) = (stalled(before), stalled(after)) {
-        publish(
-            ctx,
-            obj,
-            EventType::Warning,
-            Reason::Unhealthy.as_str(),
-            &why,
-            None,
+    let waited = before.ready_reason().is_some_and(|r| {
+        matches!(
+            r,
+            Reason::Progressing | Reason::Unhealthy | Reason::OverBudget
         )
-        .await;
+    }) && !before.is_ready();
+    if let (None, Some((reason, why))) = (stalled(before), stalled(after)) {
+        publish(ctx, obj, EventType::Warning, reason.as_str(), &why, None).await;
     } else if waited && after.is_ready() {
         let note = "every object it applied is healthy";
         publish(ctx, obj, EventType::Normal, "Healthy", note, None).await;

@@ -50,6 +50,8 @@ pub(crate) struct Checkup {
     /// True when all the objects wait for is their controllers' first look
     /// at what was applied (nothing failed, nothing else is missing).
     pub first_look_pending: bool,
+    /// What the kind could not read within its budget.
+    pub over_budget: Vec<String>,
 }
 
 /// Looks at the objects in `ids`, which `obj` owns.
@@ -87,8 +89,9 @@ pub(crate) async fn look<H: Handler>(
     }
     tracing::debug!(?assessed, "health checkup");
     let (mut waiting, failed) = health::summary(&assessed);
-    let read = ctx.handler.read_objects(obj, &objects);
-    let first_look_pending = read.not_ready.is_empty() && only_first_looks(&assessed);
+    let read = ctx.handler.read_objects(obj, &objects).await;
+    let first_look_pending =
+        read.not_ready.is_empty() && read.over_budget.is_empty() && only_first_looks(&assessed);
     waiting.extend(read.not_ready);
     Checkup {
         waiting,
@@ -96,6 +99,7 @@ pub(crate) async fn look<H: Handler>(
         missing,
         fields: read.status,
         first_look_pending,
+        over_budget: read.over_budget,
     }
 }
 
@@ -147,6 +151,9 @@ pub(crate) fn verdict(
 ) -> HealthState {
     if !checkup.failed.is_empty() {
         return HealthState::Stalled(named(checkup.failed.iter().chain(&checkup.waiting)));
+    }
+    if !checkup.over_budget.is_empty() {
+        return HealthState::OverBudget(named(checkup.over_budget.iter()));
     }
     if checkup.waiting.is_empty() {
         return HealthState::Healthy;
@@ -212,6 +219,7 @@ mod tests {
             missing: Vec::new(),
             fields: None,
             first_look_pending: false,
+            over_budget: Vec::new(),
         }
     }
 

@@ -4,13 +4,16 @@
 //! generation; `spec.replicas`, `spec.type`; the whole `status`), a child
 //! without a name as the list of every such object; beside them the
 //! resource's `spec` (defaults filled in), `metadata` and `schema` (the
-//! whole resource).
+//! whole resource). Every evaluation of one look spends from its
+//! [`Budget`]; one refused is left out, named in [`Children::refused`].
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 
 use serde_json::Value;
 
 use super::DeclaredKind;
+use super::evaluation::{Budget, Refusal};
 use super::expressions::{EvalError, Expression, SELF};
 use super::file::Child;
 use super::object::DeclaredObject;
@@ -21,6 +24,10 @@ pub struct Children<'a> {
     variables: BTreeMap<&'a str, Value>,
     /// Named children not applied (or not seen) yet: what each waits for.
     missing: BTreeMap<&'a str, String>,
+    /// What this look may still spend.
+    budget: RefCell<Budget>,
+    /// The expressions refused (by kind file field), and why.
+    refused: RefCell<BTreeMap<String, Refusal>>,
 }
 
 impl<'a> Children<'a> {
@@ -32,6 +39,7 @@ impl<'a> Children<'a> {
         resource: &DeclaredObject,
         objects: &BTreeMap<ObjectId, Value>,
         mut read: BTreeMap<String, Value>,
+        budget: Budget,
     ) -> Self {
         let context = kind.recipe.context(resource);
         let mut variables = BTreeMap::from([
@@ -74,7 +82,44 @@ impl<'a> Children<'a> {
                 }
             }
         }
-        Self { variables, missing }
+        Self {
+            variables,
+            missing,
+            budget: RefCell::new(budget),
+            refused: RefCell::default(),
+        }
+    }
+
+    /// The expressions refused so far, each as the kind file's field and
+    /// why.
+    pub fn refused(&self) -> Vec<String> {
+        (self.refused.borrow().iter())
+            .map(|(field, why)| format!("{field}: {why}"))
+            .collect()
+    }
+
+    /// `expression` (the kind file's `field`) over `variables`, within
+    /// the budget; `None` when refused (recorded).
+    fn run(
+        &self,
+        expression: &Expression,
+        field: &str,
+        variables: &BTreeMap<&str, Value>,
+    ) -> Option<Result<Value, EvalError>> {
+        let mut budget = self.budget.borrow_mut();
+        budget.look().entering(field);
+        let ran = expression.eval_within(variables, &mut budget);
+        match ran {
+            Ok(result) => Some(result),
+            Err(why) => {
+                let mut refused = self.refused.borrow_mut();
+                // One line for a look stopped, whichever expression it was in.
+                if why != Refusal::Stopped || !refused.values().any(|r| *r == Refusal::Stopped) {
+                    refused.entry(field.to_string()).or_insert(why);
+                }
+                None
+            }
+        }
     }
 
     /// What `expression` waits for, if it reads a named child not found.
@@ -84,32 +129,37 @@ impl<'a> Children<'a> {
             .find_map(|name| self.missing.get(name).map(|why| format!("{name}: {why}")))
     }
 
-    /// The value of `expression`: `None` while a child it reads, or a
-    /// field or index, is not there (kro leaves such a field out too); an
-    /// error in words (the expression quoted).
-    pub fn eval(&self, expression: &Expression) -> Result<Option<Value>, String> {
+    /// The value of `expression` (the kind file's `field`): `None` while a
+    /// child it reads, or a field or index, is not there (kro leaves such
+    /// a field out too), or when it is over budget (see
+    /// [`Children::refused`]); an error in words (the expression quoted).
+    pub fn eval(&self, expression: &Expression, field: &str) -> Result<Option<Value>, String> {
         if self.waiting(expression).is_some() {
             return Ok(None);
         }
-        match expression.eval(&self.variables) {
-            Ok(value) => Ok(Some(value)),
-            Err(EvalError::Missing(_)) => Ok(None),
-            Err(EvalError::Failed(e)) => Err(format!("{} failed: {e}", expression.source())),
+        match self.run(expression, field, &self.variables) {
+            None | Some(Err(EvalError::Missing(_))) => Ok(None),
+            Some(Ok(value)) => Ok(Some(value)),
+            Some(Err(EvalError::Failed(e))) => Err(format!("{} failed: {e}", expression.source())),
         }
     }
 
-    /// `None` when `expression` (at `at` in the kind file) is true, else
-    /// what `Ready` waits for.
-    pub fn holds(&self, expression: &Expression, at: &str) -> Option<String> {
+    /// `None` when `expression` (at `at`, the kind file's `field`) is true
+    /// or over budget (see [`Children::refused`]), else what `Ready` waits
+    /// for.
+    pub fn holds(&self, expression: &Expression, at: &str, field: &str) -> Option<String> {
         if let Some(waiting) = self.waiting(expression) {
             return Some(format!("{at}: {waiting}"));
         }
-        verdict(expression.eval(&self.variables), expression, at)
+        let result = self.run(expression, field, &self.variables)?;
+        verdict(result, expression, at)
     }
 
     /// What the child `name`'s `readyWhen` waits for: one entry per object
-    /// it does not hold for (each of a list), none when it holds for all.
+    /// it does not hold for (each of a list), none when it holds for all
+    /// (or when it is over budget: see [`Children::refused`]).
     pub fn ready_when(&self, name: &str, expression: &Expression) -> Vec<String> {
+        let field = format!("spec.children.{name}.readyWhen");
         let at = format!("{name}.readyWhen");
         if let Some(why) = self.missing.get(name) {
             return vec![format!("{at}: {name}: {why}")];
@@ -127,21 +177,17 @@ impl<'a> Children<'a> {
             .filter(|(n, _)| expression.reads().any(|r| r == **n))
             .map(|(n, v)| (*n, v.clone()))
             .collect();
-        objects
-            .into_iter()
-            .filter_map(|object| {
-                let label = object["metadata"]["name"]
-                    .as_str()
-                    .unwrap_or(name)
-                    .to_string();
-                variables.insert(SELF, object.clone());
-                verdict(
-                    expression.eval(&variables),
-                    expression,
-                    &format!("{at} ({label})"),
-                )
-            })
-            .collect()
+        let mut waits = Vec::new();
+        for object in objects {
+            let label = object["metadata"]["name"].as_str().unwrap_or(name);
+            variables.insert(SELF, object.clone());
+            // Refused for one object: the look has spent what it may.
+            let Some(result) = self.run(expression, &field, &variables) else {
+                break;
+            };
+            waits.extend(verdict(result, expression, &format!("{at} ({label})")));
+        }
+        waits
     }
 }
 

@@ -8,18 +8,33 @@
 //! recursion limit, comprehensions (`all`, `exists`, `filter`, `map`) do
 //! not nest (a tenant decides how many children there are: a loop in a loop
 //! over ten thousand would be a hundred million steps), and a value is
-//! converted back to JSON within [`MAX_VALUE_NODES`] nodes (a list of lists
-//! shares its parts in CEL, and would multiply them in JSON).
+//! converted back to JSON within [`MAX_VALUE_NODES`] nodes and
+//! [`MAX_VALUE_BYTES`] of text (a list of lists shares its parts in CEL,
+//! and would multiply them in JSON).
+//!
+//! What an expression may cost is bounded twice, in the API server's own
+//! units ([`super::cost`]): when the kind loads, its estimate over the
+//! bounds of the kind's schema must be within [`STATIC_LIMIT`] (else it is
+//! refused, naming the field, the estimate and what would bound it); and
+//! before each evaluation, its estimate over the values it reads must be
+//! within the [`Budget`] (else it does not run). Variables are read
+//! through a resolver that stops the evaluation once its look at the
+//! resource is cancelled ([`super::evaluation`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use cel::common::ast::{EntryExpr, Expr, IdedExpr};
+use cel::common::value::{CowVal, Val};
+use cel::context::VariableResolver;
 use cel::{Context, Program};
 use serde_json::Value;
 
+use super::cost::{self, Bound, STATIC_LIMIT, thousands};
+use super::evaluation::{Budget, Look, Refusal};
 use super::file::KindSpec;
 use super::kro_library;
 use super::typing::{self, Wanted};
+use crate::kind::MAX_INVENTORY;
 
 /// The longest expression, in characters.
 pub const MAX_SOURCE: usize = 2048;
@@ -28,6 +43,9 @@ pub const MAX_NESTED_LOOPS: usize = 1;
 /// The most JSON nodes (values, list items, map entries) a value may
 /// convert to.
 pub const MAX_VALUE_NODES: usize = 100_000;
+/// The most bytes of text a value may convert to: 1 MiB (no object the
+/// API server stores holds more than 1.5 MiB).
+pub const MAX_VALUE_BYTES: usize = 1 << 20;
 /// How deep an expression's tree may be (a macro counts several levels).
 pub const MAX_DEPTH: usize = 64;
 /// The stack of the thread that parses one expression: enough for the
@@ -111,6 +129,25 @@ impl Expression {
         })
     }
 
+    /// Its estimated cost with the names it reads within `variables`.
+    pub fn estimate(&self, variables: &BTreeMap<&str, Bound>) -> cost::Estimate {
+        cost::estimate(self.tree(), variables)
+    }
+
+    /// Its estimated cost over the values it would read from `variables`
+    /// now.
+    fn estimate_over(&self, variables: &BTreeMap<&str, Value>) -> u64 {
+        let bounds: BTreeMap<&str, Bound> = (self.reads.iter())
+            .filter_map(|name| {
+                Some((
+                    name.as_str(),
+                    Bound::of_value(variables.get(name.as_str())?),
+                ))
+            })
+            .collect();
+        self.estimate(&bounds).cost
+    }
+
     /// The expression as written.
     pub fn source(&self) -> &str {
         &self.source
@@ -126,23 +163,68 @@ impl Expression {
         self.reads.iter().map(String::as_str)
     }
 
-    /// Its value with `variables` bound (each a JSON value), as JSON.
+    /// Its value with `variables` bound (each a JSON value), as JSON,
+    /// within the limit of one evaluation (one over it fails, saying so).
     pub fn eval(&self, variables: &BTreeMap<&str, Value>) -> Result<Value, EvalError> {
+        self.eval_within(variables, &mut Budget::one_call())
+            .unwrap_or_else(|refused| Err(EvalError::Failed(refused.to_string())))
+    }
+
+    /// Its value with `variables` bound, when its estimated cost over
+    /// them fits in `budget` (which it then spends); else why it did not
+    /// run. It stops (refused) once the budget's look is cancelled.
+    pub fn eval_within(
+        &self,
+        variables: &BTreeMap<&str, Value>,
+        budget: &mut Budget,
+    ) -> Result<Result<Value, EvalError>, Refusal> {
+        if budget.look().is_cancelled() {
+            return Err(Refusal::Stopped);
+        }
+        budget.spend(self.estimate_over(variables))?;
+        let resolver = Variables {
+            values: (self.reads.iter())
+                .filter_map(|name| {
+                    let value = to_cel(variables.get(name.as_str())?);
+                    Some((name.clone(), Box::<dyn Val>::try_from(value).ok()?))
+                })
+                .collect(),
+            look: budget.look().clone(),
+        };
         let mut context = Context::with_env(kro_library::env());
         add_functions(&mut context);
-        for name in &self.reads {
-            if let Some(value) = variables.get(name.as_str()) {
-                context.add_variable_from_value(name.as_str(), to_cel(value));
-            }
+        context.set_variable_resolver(&resolver);
+        let executed = self.program.execute(&context);
+        if budget.look().is_cancelled() {
+            return Err(Refusal::Stopped);
         }
-        let value = self.program.execute(&context).map_err(|e| match e {
-            cel::ExecutionError::NoSuchKey(_) | cel::ExecutionError::IndexOutOfBounds(_) => {
-                EvalError::Missing(e.to_string())
+        let value = match executed {
+            Ok(value) => value,
+            Err(
+                e @ (cel::ExecutionError::NoSuchKey(_) | cel::ExecutionError::IndexOutOfBounds(_)),
+            ) => {
+                return Ok(Err(EvalError::Missing(e.to_string())));
             }
-            other => EvalError::Failed(other.to_string()),
-        })?;
-        let mut budget = MAX_VALUE_NODES;
-        to_json(&value, &mut budget)
+            Err(other) => return Ok(Err(EvalError::Failed(other.to_string()))),
+        };
+        Ok(to_json(&value, &mut Room::new()))
+    }
+}
+
+/// The variables of one evaluation, read through the resolver: none once
+/// its look is cancelled, which stops the evaluation at its next read.
+struct Variables {
+    values: BTreeMap<String, Box<dyn Val>>,
+    look: Look,
+}
+
+impl VariableResolver for Variables {
+    fn resolve<'b>(&'b self, variable: &str) -> Option<CowVal<'b, 'b>> {
+        if self.look.is_cancelled() {
+            return None;
+        }
+        let value = self.values.get(variable)?;
+        Some(CowVal::Borrowed(value.as_ref()))
     }
 }
 
@@ -277,10 +359,12 @@ impl Compiled {
         let mut known: BTreeSet<String> = RESOURCE_NAMES.iter().map(|n| n.to_string()).collect();
         known.extend(spec.children.keys().cloned());
         known.extend(spec.references.keys().cloned());
+        let mut bounds = load_bounds(spec);
         let compile = |source: &Option<String>,
                        field: String,
                        known: &BTreeSet<String>,
-                       wanted: Wanted|
+                       wanted: Wanted,
+                       (bounds, times): (&BTreeMap<&str, Bound>, u64)|
          -> Result<Option<Expression>, (String, String)> {
             let Some(source) = source.as_deref() else {
                 return Ok(None);
@@ -288,27 +372,41 @@ impl Compiled {
             let expression =
                 Expression::compile(source, known).map_err(|e| (field.clone(), e.to_string()))?;
             typing::check(expression.tree(), &spec.schema, wanted)
-                .map_err(|e| (field, e.to_string()))?;
+                .map_err(|e| (field.clone(), e.to_string()))?;
+            let estimate = expression.estimate(bounds).times(times);
+            if estimate.cost > STATIC_LIMIT {
+                return Err((field, too_costly(&estimate, times)));
+            }
             Ok(Some(expression))
         };
+        let once = (&bounds, 1);
         let status = (spec.status.iter().enumerate())
             .map(|(i, s)| {
                 let field = format!("spec.status[{i}].expression");
-                compile(&s.expression, field, &known, Wanted::Field(&s.type_))
+                compile(&s.expression, field, &known, Wanted::Field(&s.type_), once)
             })
             .collect::<Result<_, _>>()?;
         let readiness = (spec.readiness.iter().enumerate())
             .map(|(i, r)| {
                 let field = format!("spec.readiness[{i}].expression");
-                compile(&r.expression, field, &known, Wanted::Boolean)
+                compile(&r.expression, field, &known, Wanted::Boolean, once)
             })
             .collect::<Result<_, _>>()?;
         let mut with_self = known.clone();
         with_self.insert(SELF.to_string());
+        // `self` is one object, of a list as many times as it has.
+        bounds.insert(SELF, Bound::unknown());
         let mut ready_when = BTreeMap::new();
         for (name, child) in &spec.children {
             let field = format!("spec.children.{name}.readyWhen");
-            if let Some(e) = compile(&child.ready_when, field, &with_self, Wanted::Boolean)? {
+            let times = if child.name.is_none() {
+                MAX_INVENTORY as u64
+            } else {
+                1
+            };
+            let source = &child.ready_when;
+            if let Some(e) = compile(source, field, &with_self, Wanted::Boolean, (&bounds, times))?
+            {
                 ready_when.insert(name.clone(), e);
             }
         }
@@ -318,6 +416,50 @@ impl Compiled {
             ready_when,
         })
     }
+}
+
+/// What the expressions of `spec` read, as bounded when the kind loads:
+/// `spec` by the kind's schema, `metadata` by Kubernetes' own limits, a
+/// child or a reference (no schema here) as [`Bound::unknown`], a child
+/// without a name as the most objects a resource may own.
+fn load_bounds(spec: &KindSpec) -> BTreeMap<&str, Bound> {
+    let own = Bound::of_schema(&spec.schema, "spec");
+    let mut bounds = BTreeMap::from([
+        ("spec", own.clone()),
+        ("metadata", Bound::metadata()),
+        ("schema", Bound::resource(own)),
+    ]);
+    for (name, child) in &spec.children {
+        let bound = match child.name {
+            Some(_) => Bound::unknown(),
+            None => Bound::list(MAX_INVENTORY as u64, Bound::unknown()),
+        };
+        bounds.insert(name.as_str(), bound);
+    }
+    for name in spec.references.keys() {
+        bounds.insert(name.as_str(), Bound::unknown());
+    }
+    bounds
+}
+
+/// Why an expression estimated at `estimate` (run `times` times for each
+/// look) is refused, and what would make it fit.
+fn too_costly(estimate: &cost::Estimate, times: u64) -> String {
+    let each = if times > 1 {
+        format!(
+            " ({} for each of up to {} objects)",
+            thousands(estimate.cost / times),
+            thousands(times)
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "its estimated cost, {}{each}, is over the limit of {} for one expression (the API server's for a CRD's validation rule): {}",
+        thousands(estimate.cost),
+        thousands(STATIC_LIMIT),
+        estimate.advice()
+    )
 }
 
 /// Parses `source` and checks its shape: its depth, its loops; returns
@@ -346,22 +488,58 @@ fn depth(e: &IdedExpr) -> usize {
         .unwrap_or(0)
 }
 
-/// `value` as JSON, spending one of `budget` per node.
-fn to_json(value: &cel::Value, budget: &mut usize) -> Result<Value, EvalError> {
-    *budget = budget.checked_sub(1).ok_or_else(|| {
-        EvalError::Failed(format!("the value has more than {MAX_VALUE_NODES} parts"))
-    })?;
+/// What a value converted back to JSON may still take: nodes, and bytes
+/// of text (a list of one string a hundred times shares it in CEL, and
+/// would copy it in JSON).
+struct Room {
+    nodes: usize,
+    bytes: usize,
+}
+
+impl Room {
+    fn new() -> Self {
+        Self {
+            nodes: MAX_VALUE_NODES,
+            bytes: MAX_VALUE_BYTES,
+        }
+    }
+
+    /// Takes a node of `bytes` bytes of text.
+    fn take(&mut self, bytes: usize) -> Result<(), EvalError> {
+        self.nodes = self.nodes.checked_sub(1).ok_or_else(|| {
+            EvalError::Failed(format!("the value has more than {MAX_VALUE_NODES} parts"))
+        })?;
+        self.bytes = self.bytes.checked_sub(bytes).ok_or_else(|| {
+            EvalError::Failed(format!(
+                "the value holds more than {} KiB of text",
+                MAX_VALUE_BYTES >> 10
+            ))
+        })?;
+        Ok(())
+    }
+}
+
+/// `value` as JSON, within `room`.
+fn to_json(value: &cel::Value, room: &mut Room) -> Result<Value, EvalError> {
+    let text = match value {
+        cel::Value::String(s) => s.len(),
+        cel::Value::Bytes(b) => b.len().saturating_mul(2),
+        _ => 0,
+    };
+    room.take(text)?;
     Ok(match value {
         cel::Value::List(items) => Value::Array(
             items
                 .iter()
-                .map(|v| to_json(v, budget))
+                .map(|v| to_json(v, room))
                 .collect::<Result<_, _>>()?,
         ),
         cel::Value::Map(map) => {
             let mut object = serde_json::Map::new();
             for (k, v) in map.map.iter() {
-                object.insert(k.to_string(), to_json(v, budget)?);
+                let key = k.to_string();
+                room.take(key.len())?;
+                object.insert(key, to_json(v, room)?);
             }
             Value::Object(object)
         }
@@ -675,6 +853,17 @@ mod tests {
     }
 
     #[test]
+    fn a_value_that_copies_a_string_past_a_mebibyte_is_refused() {
+        let e = Expression::compile("spec.items.map(i, spec.big)", &known(&["spec"])).unwrap();
+        let spec = json!({"items": vec![1; 30], "big": "y".repeat(50_000)});
+        let refused = e.eval(&BTreeMap::from([("spec", spec)]));
+        assert!(
+            matches!(&refused, Err(EvalError::Failed(m)) if m.contains("more than 1024 KiB of text")),
+            "{refused:?}"
+        );
+    }
+
+    #[test]
     fn comprehension_variables_are_not_names_to_declare() {
         let names = known(&["web"]);
         let e = Expression::compile("web.items.exists(i, i.ok)", &names).unwrap();
@@ -703,5 +892,54 @@ mod tests {
             })
             .unwrap();
         handle.join().expect("no stack overflow");
+    }
+
+    #[test]
+    fn an_evaluation_over_the_limit_of_one_is_not_run() {
+        let names = known(&["spec"]);
+        let e = Expression::compile(
+            "spec.items.filter(i, (i + spec.big).size() > 0).size()",
+            &names,
+        )
+        .unwrap();
+        let spec = json!({"items": vec!["x"; 300], "big": "y".repeat(40_000)});
+        let refused = e.eval(&BTreeMap::from([("spec", spec)])).unwrap_err();
+        assert!(
+            matches!(&refused, EvalError::Failed(m) if m.contains("over the limit of 1,000,000 for one evaluation")),
+            "{refused:?}"
+        );
+        let mut budget = Budget::per_look(Look::default());
+        let spec = json!({"items": vec!["x"; 300], "big": "y"});
+        let ran = e.eval_within(&BTreeMap::from([("spec", spec)]), &mut budget);
+        assert_eq!(ran, Ok(Ok(json!(300))));
+    }
+
+    /// A look cancelled (past its deadline) stops the evaluation at its
+    /// next read of a variable, long before its end.
+    #[test]
+    fn a_cancelled_look_stops_its_evaluation() {
+        let names = known(&["xs", "k"]);
+        let e = Expression::compile("xs.filter(x, x == k).size()", &names).unwrap();
+        let xs = Value::Array((0..50_000).map(Value::from).collect());
+        let variables = BTreeMap::from([("xs", xs), ("k", json!(3))]);
+        let started = std::time::Instant::now();
+        let whole = e.eval_within(&variables, &mut Budget::per_look(Look::default()));
+        let whole_took = started.elapsed();
+        assert_eq!(whole, Ok(Ok(json!(1))));
+        let look = Look::default();
+        let mut budget = Budget::per_look(look.clone());
+        let stop = std::thread::spawn(move || {
+            std::thread::sleep(whole_took / 10);
+            look.cancel();
+        });
+        let started = std::time::Instant::now();
+        let stopped = e.eval_within(&variables, &mut budget);
+        let stopped_took = started.elapsed();
+        stop.join().unwrap();
+        assert_eq!(stopped, Err(Refusal::Stopped));
+        assert!(
+            stopped_took < whole_took / 2,
+            "{stopped_took:?} of {whole_took:?}"
+        );
     }
 }

@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use super::DeclaredKind;
 use super::children::Children;
+use super::evaluation::{Budget, Evaluations, Overdue};
 use super::file::{ObjectSelector, ReadinessRule, Scope};
 use super::object::DeclaredObject;
 use super::recipe::Wanted;
@@ -282,8 +283,11 @@ impl Handler for DeclaredHandler {
     }
 
     /// The kind file's status fields, readiness rules and children's
-    /// `readyWhen`, on the objects the resource applied.
-    fn read_objects(
+    /// `readyWhen`, on the objects the resource applied. A kind with CEL
+    /// reads them on a thread of [`Evaluations`], within the budget of one
+    /// look and its deadline; one without (Sample among them) here, paying
+    /// nothing for CEL at each look at its health.
+    async fn read_objects(
         &self,
         resource: &DeclaredObject,
         objects: &BTreeMap<ObjectId, Value>,
@@ -292,47 +296,80 @@ impl Handler for DeclaredHandler {
             Ok(chosen) => chosen,
             Err(_) => (None, &self.kind),
         };
-        let spec = &kind.file.spec;
-        let compiled = &kind.expressions;
-        // Built only for a kind with expressions: the others (Sample among
-        // them) pay nothing for CEL at each look at their health.
-        let children = (!compiled.is_empty()).then(|| {
-            let read = self.readers.seen(&key(resource));
-            Children::of(kind, resource, objects, read)
+        if kind.expressions.is_empty() {
+            return read_objects(kind, revision, resource, objects, None);
+        }
+        let kind = kind.clone();
+        let (resource, objects) = (resource.clone(), objects.clone());
+        let seen = self.readers.seen(&key(&resource));
+        let read = Evaluations::shared().run(move |look| {
+            look.entering("the kind file's expressions");
+            let budget = Budget::per_look(look);
+            let children = Children::of(&kind, &resource, &objects, seen, budget);
+            read_objects(&kind, revision, &resource, &objects, Some(&children))
         });
-        let mut read = FromObjects::default();
-        if !spec.status.is_empty() {
-            read.status = Some(status_fields(
-                kind,
-                children.as_ref(),
-                resource,
-                objects,
-                &mut read.not_ready,
-            ));
+        match read.await {
+            Ok(read) => read,
+            // Nothing of its own was run: it waits, and is looked at again.
+            Err(busy @ Overdue::Busy(_)) => FromObjects {
+                not_ready: vec![busy.to_string()],
+                ..FromObjects::default()
+            },
+            Err(overdue) => FromObjects {
+                over_budget: vec![overdue.to_string()],
+                ..FromObjects::default()
+            },
         }
-        if let Some(revision) =
-            revision.filter(|_| !spec.status.iter().any(|f| f.field == REVISION_FIELD))
-        {
-            let fields = read.status.get_or_insert_default();
-            fields.insert(REVISION_FIELD.into(), revision.into());
-        }
-        for (i, rule) in spec.readiness.iter().enumerate() {
-            let expression = compiled.readiness.get(i).and_then(Option::as_ref);
-            let unmet = match expression.zip(children.as_ref()) {
-                Some((expression, children)) => {
-                    children.holds(expression, &format!("readiness[{i}]"))
-                }
-                None => readiness(&kind.recipe, i, rule, resource, objects),
-            };
-            read.not_ready.extend(unmet);
-        }
-        if let Some(children) = &children {
-            for (name, expression) in &compiled.ready_when {
-                read.not_ready.extend(children.ready_when(name, expression));
-            }
-        }
-        read
     }
+}
+
+/// What `kind` (revision `revision`, if served from revisions) reads from
+/// `objects` for `resource`: its status fields, readiness rules and
+/// children's `readyWhen`, the CEL ones over `children` (a kind with
+/// expressions).
+fn read_objects(
+    kind: &DeclaredKind,
+    revision: Option<u32>,
+    resource: &DeclaredObject,
+    objects: &BTreeMap<ObjectId, Value>,
+    children: Option<&Children>,
+) -> FromObjects {
+    let spec = &kind.file.spec;
+    let compiled = &kind.expressions;
+    let mut read = FromObjects::default();
+    if !spec.status.is_empty() {
+        read.status = Some(status_fields(
+            kind,
+            children,
+            resource,
+            objects,
+            &mut read.not_ready,
+        ));
+    }
+    if let Some(revision) =
+        revision.filter(|_| !spec.status.iter().any(|f| f.field == REVISION_FIELD))
+    {
+        let fields = read.status.get_or_insert_default();
+        fields.insert(REVISION_FIELD.into(), revision.into());
+    }
+    for (i, rule) in spec.readiness.iter().enumerate() {
+        let expression = compiled.readiness.get(i).and_then(Option::as_ref);
+        let unmet = match expression.zip(children) {
+            Some((expression, children)) => {
+                let field = format!("spec.readiness[{i}].expression");
+                children.holds(expression, &format!("readiness[{i}]"), &field)
+            }
+            None => readiness(&kind.recipe, i, rule, resource, objects),
+        };
+        read.not_ready.extend(unmet);
+    }
+    if let Some(children) = children {
+        for (name, expression) in &compiled.ready_when {
+            read.not_ready.extend(children.ready_when(name, expression));
+        }
+        read.over_budget = children.refused();
+    }
+    read
 }
 
 /// What a resource's references read, by reference name.
@@ -360,7 +397,7 @@ fn status_fields(
     for (i, field) in kind.file.spec.status.iter().enumerate() {
         let expression = kind.expressions.status.get(i).and_then(Option::as_ref);
         let value = match expression.zip(children) {
-            Some((expression, children)) => match children.eval(expression) {
+            Some((expression, children)) => match children.eval(expression, &expression_field(i)) {
                 Ok(value) => value,
                 Err(why) => {
                     not_ready.push(format!("status.{}: {why}", field.field));
@@ -383,6 +420,11 @@ fn status_fields(
         }
     }
     fields
+}
+
+/// The kind file's field of status field `i`'s expression.
+fn expression_field(i: usize) -> String {
+    format!("spec.status[{i}].expression")
 }
 
 /// Status field `i`, copied from the object `from` names (by `path`).

@@ -17,7 +17,9 @@
 pub mod breaking;
 mod children;
 pub mod conforms;
+pub mod cost;
 pub mod crd;
+pub mod evaluation;
 mod example;
 pub mod expressions;
 pub mod file;

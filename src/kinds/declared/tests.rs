@@ -543,11 +543,11 @@ fn deployment(ready: i64, available: i64) -> BTreeMap<ObjectId, Value> {
     )])
 }
 
-#[test]
-fn status_fields_and_readiness_read_the_objects() {
+#[tokio::test]
+async fn status_fields_and_readiness_read_the_objects() {
     let handler = DeclaredHandler::new(std::sync::Arc::new(load(VALID).unwrap()));
     let greeting = resource(json!({"message": "x", "replicas": 3}));
-    let read = handler.read_objects(&greeting, &deployment(1, 2));
+    let read = handler.read_objects(&greeting, &deployment(1, 2)).await;
     assert_eq!(
         read.status,
         Some(json!({"available": 2}).as_object().unwrap().clone())
@@ -559,6 +559,7 @@ fn status_fields_and_readiness_read_the_objects() {
     assert!(
         handler
             .read_objects(&greeting, &deployment(3, 3))
+            .await
             .not_ready
             .is_empty()
     );
@@ -570,17 +571,18 @@ fn status_fields_and_readiness_read_the_objects() {
     assert!(
         handler
             .read_objects(&nothing_wanted, &zero)
+            .await
             .not_ready
             .is_empty(),
         "an unset count is 0"
     );
-    let none = handler.read_objects(&greeting, &BTreeMap::new());
+    let none = handler.read_objects(&greeting, &BTreeMap::new()).await;
     assert_eq!(none.status, Some(serde_json::Map::new()), "unset, not null");
     assert_eq!(none.not_ready, ["deployment/web: not found"]);
 }
 
-#[test]
-fn equals_compares_text() {
+#[tokio::test]
+async fn equals_compares_text() {
     let equals = VALID.replace(
         "atLeast: \"{{ spec.replicas }}\"",
         "equals: \"{{ spec.replicas }}\"",
@@ -590,12 +592,14 @@ fn equals_compares_text() {
     assert!(
         handler
             .read_objects(&greeting, &deployment(3, 3))
+            .await
             .not_ready
             .is_empty()
     );
     assert_eq!(
         handler
             .read_objects(&greeting, &deployment(4, 4))
+            .await
             .not_ready
             .len(),
         1
@@ -764,4 +768,63 @@ fn an_expression_is_checked_against_the_schema_and_its_field() {
         wrong.contains("gives a string, where a value of type integer is wanted"),
         "{wrong}"
     );
+}
+
+/// A kind file whose status field is the finding's shape: one `filter`
+/// over `spec.items`, each joined to `spec.big`; `bounds` are the two
+/// fields' schema keywords.
+fn finding(bounds: (&str, &str)) -> String {
+    VALID
+        .replace(
+            "      message: {type: string, maxLength: 200}\n",
+            &format!(
+                "      message: {{type: string, maxLength: 200}}\n      items: {{type: array, {}items: {{type: string, maxLength: 16}}}}\n      big: {{type: string{}}}\n",
+                bounds.0, bounds.1
+            ),
+        )
+        .replace(
+            "  readiness:\n",
+            "    - {field: joined, type: integer, expression: \"spec.items.filter(i, (i + spec.big).size() > 0).size()\"}\n  readiness:\n",
+        )
+}
+
+#[test]
+fn an_expression_over_what_no_schema_bounds_is_refused_when_the_kind_loads() {
+    let refused = load(&finding(("", ""))).unwrap_err().to_string();
+    for part in [
+        "spec.status[1].expression",
+        "its estimated cost, ",
+        "is over the limit of 10,000,000",
+        "maxItems to spec.items",
+        "maxLength to spec.big",
+    ] {
+        assert!(refused.contains(part), "{part:?} in {refused}");
+    }
+    // With bounds that fit, it loads.
+    assert!(load(&finding(("maxItems: 300, ", ", maxLength: 40000"))).is_ok());
+}
+
+#[tokio::test]
+async fn an_evaluation_over_its_limit_is_not_run_and_names_the_field_and_the_budget() {
+    let kind = load(&finding(("maxItems: 300, ", ", maxLength: 40000"))).unwrap();
+    let handler = DeclaredHandler::new(std::sync::Arc::new(kind));
+    let items = vec!["x".repeat(16); 300];
+    let costly = resource(json!({"message": "x", "items": items, "big": "y".repeat(40_000)}));
+    let read = handler.read_objects(&costly, &deployment(3, 3)).await;
+    let [line] = read.over_budget.as_slice() else {
+        panic!("{read:?}")
+    };
+    assert!(line.starts_with("spec.status[1].expression: "), "{line}");
+    assert!(
+        line.contains("over the limit of 1,000,000 for one evaluation"),
+        "{line}"
+    );
+    let fields = read.status.unwrap();
+    assert!(!fields.contains_key("joined"), "left out: {fields:?}");
+    assert_eq!(fields["available"], 3, "the other fields are read");
+    // Small input: read, nothing over budget.
+    let small = resource(json!({"message": "x", "items": ["a", "b"], "big": "y"}));
+    let read = handler.read_objects(&small, &deployment(3, 3)).await;
+    assert!(read.over_budget.is_empty(), "{read:?}");
+    assert_eq!(read.status.unwrap()["joined"], 2);
 }

@@ -445,13 +445,26 @@ impl OperatorProcess {
     /// repo's kustomize dir and the tests' kubectl; `env` is added to (and
     /// `KUBECONFIG` may replace) the test's environment.
     pub fn spawn(namespace: &str, env: &[(&str, &str)], extra: &[&str]) -> Self {
+        Self::start(Some(namespace), env, extra)
+    }
+
+    /// Like [`Self::spawn`], watching every namespace: give it a `--shard`
+    /// of the test's own, and label the test's resources with it, so that
+    /// it leaves everything else on the shared cluster alone.
+    pub fn spawn_all_namespaces(env: &[(&str, &str)], extra: &[&str]) -> Self {
+        assert!(extra.contains(&"--shard"), "a shard of the test's own");
+        Self::start(None, env, extra)
+    }
+
+    fn start(namespace: Option<&str>, env: &[(&str, &str)], extra: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("operator.log");
         let mut cmd = std::process::Command::new(operator_binary());
-        cmd.arg("run")
-            .args(["--namespace", namespace])
-            .arg("--kustomize-dir")
-            .arg(repo().join("kustomize"));
+        cmd.arg("run");
+        if let Some(namespace) = namespace {
+            cmd.args(["--namespace", namespace]);
+        }
+        cmd.arg("--kustomize-dir").arg(repo().join("kustomize"));
         if !extra.contains(&"--kubectl") {
             cmd.arg("--kubectl").arg(kubectl_path());
         }
