@@ -1651,7 +1651,6 @@ async fn a_false_readiness_rule_or_ready_when_holds_ready_back() {
     operator.stop().await;
 }
 
-
 /// The CRD of Things in the API group `group`, with `scope`.
 fn things_crd(group: &str, scope: &str) -> String {
     format!(

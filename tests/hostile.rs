@@ -1458,7 +1458,6 @@ async fn stalled_reviews_of_64_mib_keep_the_webhooks_memory_bounded_and_lists_go
     kind.delete().await;
 }
 
-
 /// Gives the Greeting a `size` (v1), then, with `up` set, makes it v2:
 /// `replicas`, a required integer, computed from a v1 object by `up`
 /// (CEL), and v1 still served through the operator's webhook.
@@ -1758,7 +1757,6 @@ async fn a_conversion_whose_output_has_the_wrong_type_is_refused_naming_the_fiel
     assert_eq!(stored, r#"["v2"]"#);
     assert_eq!(kind.greeting_at(n, "v2", "large")["spec"]["replicas"], 3);
 }
-
 
 /// A Greeting kind (`tag`) whose status field `joined` is the shape of
 /// issue 58's finding 4: one `filter` over `spec.items`, each item joined

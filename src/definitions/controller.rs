@@ -470,10 +470,7 @@ fn storage_outcome(
             (false, Reason::MigrationFailed, message, Next::Retry)
         }
         Err(e) => {
-            let message = format!(
-                "writing the resources again at {storage}: {}",
-                crate::error_text::kube(&e)
-            );
+            let message = format!("writing the resources again at {storage}: {e}");
             (false, Reason::MigrationFailed, message, Next::Nothing)
         }
     }

@@ -87,7 +87,7 @@ async fn keep(ctx: &DefinitionContext, def: &DynamicObject, history: &History, d
     if let Some(latest) = history.latest()
         && let Err(e) = store.save(def, latest, &def.data["spec"]).await
     {
-        tracing::warn!(definition = %name, revision = latest.number, error = %crate::error_text::kube(&e), "cannot keep the revision: a restart will not serve it");
+        tracing::warn!(definition = %name, revision = latest.number, error = %crate::error_text::any(&e), "cannot keep the revision: a restart will not serve it");
     }
     for number in dropped {
         if let Err(e) = store.delete(&name, number).await {

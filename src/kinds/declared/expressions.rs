@@ -313,8 +313,7 @@ fn add_kro_functions(context: &mut Context) {
             .map_err(|e| failed("json.unmarshal", e))
     });
     let _ = context.add_function("json.marshal", move |v: cel::Value| -> Answer {
-        let mut budget = MAX_VALUE_NODES;
-        let json = to_json(&v, &mut budget)
+        let json = to_json(&v, &mut Room::new())
             .map_err(|e| cel::ExecutionError::function_error("json.marshal", e))?;
         Ok(cel::Value::from(kro::json_marshal(&json)))
     });
