@@ -1585,6 +1585,30 @@ async fn plan_dry_runs_as_the_tenant_and_names_what_it_may_not_do_and_what_the_c
     })
     .await;
 
+    // A renamed ConfigMap is a new object; one of that name exists,
+    // not made by the Greeting: the operator would not take it over.
+    kind.edit("resources/configmap.yaml", |t| {
+        t.replace(
+            "  name: {{ metadata.name }}\n",
+            "  name: {{ metadata.name ~ \"-v2\" }}\n",
+        )
+    });
+    let (ok, _, err) = common::kubectl(&["create", "configmap", "a-v2", "-n", &ns.name]);
+    assert!(ok, "{err}");
+    let (code, report, err) = plan_json(&kind, &as_deployer[..4]);
+    assert_eq!(code, Some(1), "{report:#}\n{err}");
+    assert_eq!(planned(&report, "Fails"), ["a"], "{report:#}");
+    let a = &report["resources"][0];
+    let kinds: Vec<&Value> = a["objects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| &o["change"])
+        .collect();
+    assert_eq!(kinds, [&json!("Pruned"), &json!("Added")], "{a:#}");
+    assert_eq!(a["failures"][0]["reason"], "OwnershipConflict", "{a:#}");
+    assert_eq!(a["failures"][0]["object"]["name"], "a-v2", "{a:#}");
+
     // A caller who cannot list the kind is told which right is missing.
     let token = common::TokenKubeconfig::mint(&client, &ns.name, "deployer").await;
     let folder = kind.folder.display().to_string();

@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::Scope;
 use kube::{Client, Resource};
@@ -17,6 +17,7 @@ use serde_json::Value;
 
 use super::report::{Failure, Reason};
 use crate::engine::host::ObjectId;
+use crate::kind::OWNER_LABEL;
 
 /// Where an API serves a kind: its resource, and whether it is namespaced.
 type Served = Result<(ApiResource, bool), String>;
@@ -79,6 +80,42 @@ impl DryRun {
                 status.message.clone(),
             )),
             Err(e) => Err(failure(Reason::Rejected, crate::kind::api_message(&e))),
+        }
+    }
+
+    /// Why the operator would refuse to write `object` for the resource
+    /// of `uid`: it exists without the resource's marker (the engine takes
+    /// over no object it did not create). Read as the caller.
+    pub async fn taken(&self, object: &Value, uid: &str) -> Option<Failure> {
+        let id = ObjectId::of_manifest(object)?;
+        let (resource, namespaced) = self.served(&id).await.ok()?;
+        let api: Api<DynamicObject> = match (id.namespace.as_deref(), namespaced) {
+            (Some(ns), true) => Api::namespaced_with(self.client.clone(), ns, &resource),
+            _ => Api::all_with(self.client.clone(), &resource),
+        };
+        let failure = |message: String| Failure {
+            object: Some(id.clone()),
+            reason: Reason::OwnershipConflict,
+            message,
+        };
+        match api.get_metadata_opt(&id.name).await {
+            Ok(None) => None,
+            Ok(Some(live)) => {
+                let labels = live.metadata.labels.unwrap_or_default();
+                let marker = labels.get(OWNER_LABEL).map(String::as_str);
+                (marker != Some(uid)).then(|| {
+                    failure(
+                        "exists, not created by this resource: the operator does not take over objects it did not create".into(),
+                    )
+                })
+            }
+            Err(e) => Some(Failure {
+                reason: Reason::Forbidden,
+                ..failure(format!(
+                    "cannot tell whether it exists already: {}",
+                    crate::kind::api_message(&e)
+                ))
+            }),
         }
     }
 

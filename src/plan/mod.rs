@@ -34,11 +34,11 @@ use self::change::{Current, Loaded};
 use self::dry_run::{DryRun, Writer};
 use self::fleet::Right;
 pub use self::report::Report;
-use self::report::{Failure, Outcome, Reason, ResourcePlan};
+use self::report::{Change, Failure, Outcome, Reason, ResourcePlan};
 use crate::cli::PlanArgs;
 use crate::engine::host::{
     BatchSettings, BuildJob, Built, FIELD_MANAGER, Identity, Isolation, Kubectl, KubectlConfig,
-    Owner, Queue, Writers, build_runner, for_owner,
+    ObjectId, Owner, Queue, Writers, build_runner, for_owner,
 };
 use crate::kind::Step;
 use crate::kinds::declared::DeclaredKind;
@@ -424,6 +424,28 @@ impl<'a> Planner<'a> {
         let results = futures::future::join_all(runs).await;
         plan.failures
             .extend(results.into_iter().filter_map(Result::err));
+        self.taken(resource, objects, plan).await;
+    }
+
+    /// Objects new to `resource` that exist already and are not its own:
+    /// the engine would refuse them. Unchecked for a kind that adopts
+    /// objects by label.
+    async fn taken(&self, resource: &Value, objects: &Objects, plan: &mut ResourcePlan) {
+        if !self.change.kind.file.spec.reconcile.adopt.is_empty() {
+            return;
+        }
+        let uid = resource["metadata"]["uid"].as_str().unwrap_or_default();
+        let added = (plan.objects.iter())
+            .filter(|o| o.change == Change::Added)
+            .filter_map(|o| {
+                let same = |(v, _): &&(Value, Applied)| {
+                    ObjectId::of_manifest(v).as_ref() == Some(&o.object)
+                };
+                objects.iter().find(same)
+            });
+        let checks = added.map(|(object, _)| self.dry_run.taken(object, uid));
+        let taken = futures::future::join_all(checks).await;
+        plan.failures.extend(taken.into_iter().flatten());
     }
 
     /// Whose rights the writes of `resource` use, as the operator decides.

@@ -182,6 +182,9 @@ pub enum Reason {
     Invalid,
     /// Another field manager owns a field the change sets.
     Conflict,
+    /// A new object exists already, not the resource's: the engine takes
+    /// over no object it did not create.
+    OwnershipConflict,
     /// What an object needs is not there (its namespace, its API).
     NotFound,
     /// The operator would refuse to write for it (a protected namespace,
