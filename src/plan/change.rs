@@ -60,7 +60,7 @@ pub fn folder(
 ) -> Result<Current, PlanError> {
     let (text, what) = read(path)?;
     let loaded = load(&text, what, work, isolation)?;
-    Ok(Current::Folder(loaded))
+    Ok(Current::Folder(Box::new(loaded)))
 }
 
 /// The packed definition at `path`: a kind folder packed, or a file.
@@ -122,7 +122,7 @@ fn load(
 #[derive(Debug)]
 pub enum Current {
     /// One kind serves every resource (`--current`).
-    Folder(Loaded),
+    Folder(Box<Loaded>),
     /// A definition's kept revisions, chosen by its rollout.
     Definition {
         /// The definition's name.

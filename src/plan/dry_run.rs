@@ -52,7 +52,7 @@ impl DryRun {
     pub async fn apply(&self, object: &Value, writer: Writer<'_>) -> Result<(), Failure> {
         let id = ObjectId::of_manifest(object);
         let failure = |reason: Reason, message: String| Failure {
-            object: id.clone(),
+            object: id.clone().map(Box::new),
             reason,
             message,
         };
@@ -94,7 +94,7 @@ impl DryRun {
             _ => Api::all_with(self.client.clone(), &resource),
         };
         let failure = |message: String| Failure {
-            object: Some(id.clone()),
+            object: Some(Box::new(id.clone())),
             reason: Reason::OwnershipConflict,
             message,
         };

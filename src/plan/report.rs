@@ -162,7 +162,7 @@ impl Change {
 pub struct Failure {
     /// The object it is about, if one.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub object: Option<ObjectId>,
+    pub object: Option<Box<ObjectId>>,
     /// Why, in one word.
     pub reason: Reason,
     /// What the API server, the template or the conversion said.
@@ -438,7 +438,7 @@ mod tests {
 
     fn invalid(name: &str) -> Failure {
         Failure {
-            object: Some(object(name)),
+            object: Some(Box::new(object(name))),
             reason: Reason::Invalid,
             message: "Deployment.apps \"x\" is invalid:\n spec.replicas: Invalid value: -1".into(),
         }
