@@ -1624,3 +1624,58 @@ async fn plan_dry_runs_as_the_tenant_and_names_what_it_may_not_do_and_what_the_c
     );
     assert!(err.contains(&missing), "{err}");
 }
+
+#[tokio::test]
+async fn plan_compares_each_greeting_with_the_kept_revision_serving_it() {
+    let client = common::cluster().await;
+    let ns = TestNamespace::new(&client, "kd-plan-rev").await;
+    let kind = GreetingKind::new(&ns);
+    let flags = kind.flags(&["--operator-namespace", &ns.name]);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let operator = common::start_operator(&ns.name, &flags).await;
+    kind.apply();
+    kind.wait_condition("Serving", "True", "Running").await;
+    kind.greet(&ns.name, "stable", "hi", json!({}));
+    kind.greet(&ns.name, "canary", "hi", json!({"track": "canary"}));
+    wait_revisions(&kind, &ns.name, &[("stable", 1), ("canary", 1)], "1:2").await;
+    roll_out(&kind, json!({"stable": 1, "canary": {"track": "canary"}}));
+    kind.edit("resources/configmap.yaml", |t| {
+        t.replace(
+            "  language: {{ spec.language }}",
+            "  language: {{ spec.language }}\n  shout: {{ spec.message | upper }}",
+        )
+    });
+    kind.apply();
+    let canary = [("canary", 2), ("stable", 1)];
+    wait_revisions(&kind, &ns.name, &canary, "1:1 2:1").await;
+    operator.stop().await;
+
+    // The folder is revision 2: the canary already has it, the stable
+    // Greeting (on revision 1, read back from its ControllerRevision)
+    // would gain the field.
+    let (code, report, err) = plan_json(&kind, &["-n", &ns.name, "--operator-namespace", &ns.name]);
+    assert_eq!(code, Some(0), "{report:#}\n{err}");
+    assert_eq!(
+        report["current"],
+        format!(
+            "the KindDefinition {} in the cluster (latest revision 2, stable 1)",
+            kind.name
+        )
+    );
+    let (canary, stable) = (&report["resources"][0], &report["resources"][1]);
+    assert_eq!(
+        (&canary["name"], &canary["revision"]),
+        (&json!("canary"), &json!(2))
+    );
+    assert_eq!(canary["outcome"], "Unchanged", "{report:#}");
+    assert_eq!(
+        (&stable["name"], &stable["revision"]),
+        (&json!("stable"), &json!(1))
+    );
+    assert_eq!(stable["outcome"], "Changes", "{report:#}");
+    assert_eq!(
+        stable["objects"][0]["fields"],
+        json!(["data.shout"]),
+        "{report:#}"
+    );
+}

@@ -202,6 +202,9 @@ pub async fn definition(
     let mut notes = Vec::new();
     let mut kinds = BTreeMap::new();
     match stored(client, &def, namespace).await {
+        Ok(stored) if stored.is_empty() => notes.push(
+            "no kept revisions of it in the cluster (the operator keeps them with --operator-namespace): every resource is compared with the definition as it is".into(),
+        ),
         Ok(stored) => {
             for (number, spec, generation) in stored {
                 let mut then = def.clone();

@@ -169,10 +169,8 @@ pub async fn plan(args: &PlanArgs) -> Result<Report, PlanError> {
         summary: report::Summary::default(),
         guard: versions::guard(&served, &change),
         resources: plans,
+        notes: current.notes().to_vec(),
     };
-    for note in current.notes() {
-        eprintln!("note: {note}");
-    }
     report.count();
     Ok(report)
 }

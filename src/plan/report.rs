@@ -26,6 +26,9 @@ pub struct Report {
     pub guard: Guard,
     /// Every resource of the kind, by namespace and name.
     pub resources: Vec<ResourcePlan>,
+    /// What could not be read of what serves now, in words.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// How many resources the change leaves alone, changes, or would fail on.
@@ -431,6 +434,7 @@ mod tests {
             summary: Summary::default(),
             guard: Guard::default(),
             resources,
+            notes: Vec::new(),
         };
         report.count();
         report
