@@ -259,8 +259,13 @@ impl Report {
     /// resource's changes and lost fields too.
     pub fn table(&self, details: bool) -> String {
         let s = &self.summary;
+        let noun = if s.resources == 1 {
+            "resource"
+        } else {
+            "resources"
+        };
         let mut out = format!(
-            "plan of {}: {} resources: {} unchanged, {} would change, {} would fail",
+            "plan of {}: {} {noun}: {} unchanged, {} would change, {} would fail",
             self.kind, s.resources, s.unchanged, s.would_change, s.would_fail
         );
         if s.would_lose_fields > 0 {
