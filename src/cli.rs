@@ -1,4 +1,4 @@
-//! Command-line interface: `run`, `render`, `diff`, `crd`, `rbac`, `kind`. Every flag can
+//! Command-line interface: `run`, `render`, `diff`, `plan`, `crd`, `rbac`, `kind`. Every flag can
 //! also be set through the environment variable named in its help.
 
 use std::net::SocketAddr;
@@ -54,6 +54,11 @@ pub enum Command {
     /// Show what `run` would change in the cluster now for a resource
     /// (`kubectl diff --server-side`; exit 0 no change, 1 changes, >1 error).
     Diff(DiffArgs),
+    /// Plan a changed kind against every resource of it in the cluster:
+    /// each one's render now and under the change, a server-side dry run
+    /// as the identity that would write it (exit 0 nothing would fail, 1
+    /// something would, >1 error).
+    Plan(Box<PlanArgs>),
     /// Print every CRD as YAML (or write one file per CRD with --out-dir).
     Crd(CrdArgs),
     /// Print the ClusterRole each declared kind needs (aggregated into the operator's).
@@ -409,6 +414,64 @@ pub struct DiffArgs {
     /// The kubectl to run (default: kubectl on PATH).
     #[arg(long, env = "KUBECTL")]
     pub kubectl: Option<PathBuf>,
+}
+
+/// `plan` flags.
+#[derive(Debug, Clone, Args)]
+pub struct PlanArgs {
+    /// The changed kind: a kind folder (holding kind.yaml) or a packed
+    /// KindDefinition file (`kind pack`).
+    #[arg(value_name = "FOLDER|FILE", required_unless_present_any = ["kind", "kind_definition"])]
+    pub change: Option<PathBuf>,
+    /// The changed kind by name: its folder in --kustomize-dir, or its
+    /// definition among --kind-definition files.
+    #[arg(long)]
+    pub kind: Option<String>,
+    /// Shared flags (and every kind's, as for `run`).
+    #[command(flatten)]
+    pub common: Box<CommonArgs>,
+    /// What serves the resources now: the kind folder (or packed file)
+    /// the operator serves them from. Default: the KindDefinition of the
+    /// same name in the cluster, its kept revisions chosen for each
+    /// resource by its `spec.rollout`.
+    #[arg(long, value_name = "FOLDER|FILE")]
+    pub current: Option<PathBuf>,
+    /// Plan only the resources of this namespace (default: every namespace).
+    #[arg(short = 'n', long)]
+    pub namespace: Option<String>,
+    /// As the operator's `--default-service-account`: the dry run of a
+    /// namespaced resource runs as this ServiceAccount of its namespace
+    /// (unless the kind names its own), as the operator would write it.
+    #[arg(long, env = "DEFAULT_SERVICE_ACCOUNT", value_parser = parse_account_name)]
+    pub default_service_account: Option<String>,
+    /// As the operator's `--cluster-service-account`: the identity the dry
+    /// run of a cluster-scoped resource runs as (NAMESPACE/NAME).
+    #[arg(long, env = "CLUSTER_SERVICE_ACCOUNT", value_parser = parse_cluster_account)]
+    pub cluster_service_account: Option<Identity>,
+    /// `table` for a person, `json` for CI.
+    #[arg(short = 'o', long, value_enum, default_value_t = PlanOutput::Table)]
+    pub output: PlanOutput,
+    /// With the table: every resource's changes (objects added, changed
+    /// with their fields, pruned).
+    #[arg(long)]
+    pub details: bool,
+    /// At most this many resources planned at once (renders, builds and
+    /// dry runs in flight).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub concurrency: u16,
+    /// The kubectl that builds overlays kustomize must build (default:
+    /// kubectl on PATH).
+    #[arg(long, env = "KUBECTL")]
+    pub kubectl: Option<PathBuf>,
+}
+
+/// How `plan` prints its report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PlanOutput {
+    /// Counts, then what would fail and why.
+    Table,
+    /// The whole report as JSON.
+    Json,
 }
 
 /// `crd` flags.

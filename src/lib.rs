@@ -30,6 +30,7 @@ pub mod manifests;
 pub mod memory;
 pub mod metrics;
 pub mod operator;
+pub mod plan;
 pub mod render;
 pub mod sandbox;
 pub mod source;

@@ -1,4 +1,4 @@
-//! The `kustomize-operator` command: `run`, `render`, `diff`, `crd`, `rbac`,
+//! The `kustomize-operator` command: `run`, `render`, `diff`, `plan`, `crd`, `rbac`,
 //! `kind pack|unpack`.
 
 use std::process::ExitCode;
@@ -87,6 +87,7 @@ async fn command() -> ExitCode {
                 }
             }
         }
+        Command::Plan(args) => return plan(&args).await,
         Command::Crd(args) => kustomize_operator::manifests::write_crds(&args).map_err(Error::from),
         Command::Rbac(args) => rbac(&args).await,
         Command::Kind(command) => kind(&command),
@@ -150,6 +151,25 @@ async fn render(args: &kustomize_operator::cli::RenderArgs) -> Result<(), Error>
         );
     }
     Ok(())
+}
+
+/// `plan`: the report on standard output; exit 0 when nothing would
+/// fail, 1 when something would, 2 when there is no plan.
+async fn plan(args: &kustomize_operator::cli::PlanArgs) -> ExitCode {
+    use kustomize_operator::cli::PlanOutput;
+    match kustomize_operator::plan::plan(args).await {
+        Ok(report) => {
+            match args.output {
+                PlanOutput::Table => print!("{}", report.table(args.details)),
+                PlanOutput::Json => println!("{}", report.json()),
+            }
+            ExitCode::from(report.exit_code())
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
 }
 
 async fn rbac(args: &kustomize_operator::cli::RbacArgs) -> Result<(), Error> {

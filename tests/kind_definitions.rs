@@ -1469,3 +1469,386 @@ async fn a_kind_that_stopped_is_no_longer_watched() {
     assert_eq!(stops, 1, "said once:\n{log}");
     nested.parent.delete().await;
 }
+
+
+/// `kustomize-operator plan` of the kind's folder as it is now (the
+/// change) with `args` and `-o json`: its exit code, report and stderr.
+fn plan_json(kind: &GreetingKind, args: &[&str]) -> (Option<i32>, Value, String) {
+    let folder = kind.folder.display().to_string();
+    let mut argv = vec![folder.as_str(), "-o", "json"];
+    argv.extend(args);
+    let (code, out, err) = common::operator_command("plan", &argv);
+    let report = serde_json::from_str(&out).unwrap_or(Value::Null);
+    (code, report, err)
+}
+
+/// The resources of a plan's report whose outcome is `outcome`, by name.
+fn planned(report: &Value, outcome: &str) -> Vec<String> {
+    let resources = report["resources"].as_array().into_iter().flatten();
+    resources
+        .filter(|r| r["outcome"] == outcome)
+        .map(|r| r["name"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// The definition served, 20 Greetings made, the operator stopped: only
+/// the plan reads the cluster from there.
+async fn twenty_greetings(ns: &TestNamespace, kind: &GreetingKind) {
+    let flags = kind.flags(&[]);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let operator = common::start_operator(&ns.name, &flags).await;
+    kind.apply();
+    kind.wait_condition("Serving", "True", "Running").await;
+    for i in 0..20 {
+        let message = match i {
+            7 => "hello world".to_string(),
+            _ => format!("hello-{i}"),
+        };
+        kind.greet(&ns.name, &format!("g{i:02}"), &message, json!({}));
+    }
+    for i in 0..20 {
+        wait_ready(kind, &ns.name, &format!("g{i:02}")).await;
+    }
+    operator.stop().await;
+}
+
+#[tokio::test]
+async fn plan_names_the_one_greeting_of_20_a_template_would_break_and_passes_a_good_change() {
+    let client = common::cluster().await;
+    let ns = TestNamespace::new(&client, "kd-plan").await;
+    let kind = GreetingKind::new(&ns);
+    twenty_greetings(&ns, &kind).await;
+    let template = kind.folder.join("resources/configmap.yaml");
+    let served = std::fs::read_to_string(&template).unwrap();
+
+    // A label from the message: valid for 19 messages, not for "hello world".
+    kind.edit("resources/configmap.yaml", |t| {
+        t.replace(
+            "  name: {{ metadata.name }}\n",
+            "  name: {{ metadata.name }}\n  labels:\n    said: {{ spec.message }}\n",
+        )
+    });
+    let (code, report, err) = plan_json(&kind, &["-n", &ns.name]);
+    assert_eq!(code, Some(1), "{report:#}\n{err}");
+    assert_eq!(
+        report["summary"],
+        json!({"resources": 20, "unchanged": 0, "wouldChange": 19, "wouldFail": 1, "wouldLoseFields": 0}),
+        "{report:#}"
+    );
+    assert_eq!(planned(&report, "Fails"), ["g07"]);
+    let g07 = &report["resources"][7];
+    assert_eq!(g07["revision"], 1, "{g07:#}");
+    let failure = &g07["failures"][0];
+    assert_eq!(failure["reason"], "Invalid", "{g07:#}");
+    assert_eq!(failure["object"]["name"], "g07", "{g07:#}");
+    assert!(
+        failure["message"].as_str().unwrap().contains("hello world"),
+        "{failure}"
+    );
+    let g00 = &report["resources"][0];
+    assert_eq!(g00["objects"][0]["fields"], json!(["metadata.labels.said"]));
+    // The table: the counts, then the resource, its reason and the object.
+    let folder = kind.folder.display().to_string();
+    let (code, table, err) = common::operator_command("plan", &[&folder, "-n", &ns.name]);
+    assert_eq!(code, Some(1), "{table}\n{err}");
+    assert!(
+        table.starts_with(&format!(
+            "plan of {}: 20 resources: 0 unchanged, 19 would change, 1 would fail\n",
+            kind.name
+        )),
+        "{table}"
+    );
+    let line = table
+        .lines()
+        .find(|l| l.contains(" g07 "))
+        .unwrap_or_default();
+    assert!(
+        line.contains(&ns.name) && line.contains("Invalid") && line.contains("configmap/g07"),
+        "{table}"
+    );
+    // Nothing was written.
+    let (_, said, _) = common::kubectl(&[
+        "get",
+        "configmap",
+        "g00",
+        "-n",
+        &ns.name,
+        "-o",
+        "jsonpath={.metadata.labels.said}",
+    ]);
+    assert_eq!(said, "", "the plan applied nothing");
+
+    // A good change: every Greeting would change, none fail.
+    std::fs::write(
+        &template,
+        served.replace(
+            "  language: {{ spec.language }}",
+            "  language: {{ spec.language }}\n  shout: {{ spec.message | upper }}",
+        ),
+    )
+    .unwrap();
+    let (code, report, err) = plan_json(&kind, &["-n", &ns.name]);
+    assert_eq!(code, Some(0), "{report:#}\n{err}");
+    assert_eq!(report["summary"]["wouldChange"], 20, "{report:#}");
+    assert_eq!(report["summary"]["wouldFail"], 0, "{report:#}");
+    let resources = report["resources"].as_array().unwrap();
+    assert!(
+        resources
+            .iter()
+            .all(|r| r["objects"] == json!([{"object": {"apiVersion": "v1", "kind": "ConfigMap", "namespace": ns.name, "name": r["name"]}, "change": "Changed", "fields": ["data.shout"]}])),
+        "{report:#}"
+    );
+    // The folder as served: nothing would change.
+    std::fs::write(&template, &served).unwrap();
+    let (code, report, err) = plan_json(&kind, &["-n", &ns.name]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(report["summary"]["unchanged"], 20, "{report:#}");
+}
+
+#[tokio::test]
+async fn plan_of_a_new_version_names_the_stored_fields_it_would_lose() {
+    let client = common::cluster().await;
+    let ns = TestNamespace::new(&client, "kd-plan-v2").await;
+    let kind = GreetingKind::new(&ns);
+    let flags = kind.flags(&[]);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let operator = common::start_operator(&ns.name, &flags).await;
+    kind.apply();
+    kind.wait_condition("Serving", "True", "Running").await;
+    kind.greet(&ns.name, "hello", "Hello", json!({}));
+    kind.write_at(
+        &ns.name,
+        "v1",
+        "ciao",
+        json!({"message": "Ciao", "language": "it"}),
+    );
+    wait_ready(&kind, &ns.name, "ciao").await;
+    operator.stop().await;
+
+    // v2 stores `text` (v1's `message`) and a computed `length`, and has
+    // no `language`: declared lossy, so the kind loads, and every stored
+    // Greeting would lose its language.
+    kind.edit("kind.yaml", |t| {
+        t.replace(
+            "    required: [message]\n    properties:\n      message: {type: string, minLength: 1, maxLength: 200}\n      language: {type: string, enum: [en, it], default: en}\n",
+            "    required: [text]\n    properties:\n      text: {type: string, minLength: 1, maxLength: 200}\n      length: {type: integer}\n",
+        )
+        .replace("jsonPath: .spec.message", "jsonPath: .spec.text")
+        .replace(
+            "  version: v1\n",
+            "  version: v2\n  versions:\n  - name: v1\n    schema:\n      type: object\n      required: [message]\n      properties:\n        message: {type: string, minLength: 1, maxLength: 200}\n        language: {type: string, enum: [en, it], default: en}\n    conversion:\n      moves:\n      - {from: spec.message, to: spec.text}\n      up:\n        spec.length: size(self.spec.message)\n      lossy: [spec.language]\n",
+        )
+    });
+    kind.edit("resources/configmap.yaml", |t| {
+        t.replace(
+            "  message: {{ spec.message }}",
+            "  message: {{ spec.text }}",
+        )
+        .replace(
+            "  language: {{ spec.language }}",
+            "  length: \"{{ spec.length }}\"",
+        )
+    });
+    let (code, report, err) = plan_json(&kind, &["-n", &ns.name]);
+    assert_eq!(
+        code,
+        Some(0),
+        "losing a field declared lossy fails nothing: {report:#}\n{err}"
+    );
+    assert_eq!(report["summary"]["wouldLoseFields"], 2, "{report:#}");
+    assert_eq!(report["guard"]["changes"], json!([]), "v1 is still served");
+    for resource in report["resources"].as_array().unwrap() {
+        assert_eq!(
+            resource["lostFields"],
+            json!(["spec.language"]),
+            "{resource:#}"
+        );
+    }
+    // The change renders the converted object: v1's message as text, its
+    // computed length.
+    let hello = &report["resources"][1];
+    assert_eq!(hello["name"], "hello");
+    let fields = &hello["objects"][0]["fields"];
+    // Its ownerReference names the kind at v2 now.
+    let changed = json!([
+        "data.language",
+        "data.length",
+        "metadata.ownerReferences[0].apiVersion"
+    ]);
+    assert_eq!(fields, &changed, "{hello:#}");
+    let folder = kind.folder.display().to_string();
+    let (_, table, _) = common::operator_command("plan", &[&folder, "-n", &ns.name]);
+    assert!(table.contains("would lose fields:\n"), "{table}");
+    assert!(
+        table.contains(&format!("{}/ciao: spec.language", ns.name)),
+        "{table}"
+    );
+}
+
+#[tokio::test]
+async fn plan_dry_runs_as_the_tenant_and_names_what_it_may_not_do_and_what_the_caller_cannot_read()
+{
+    let client = common::cluster().await;
+    let ns = TestNamespace::new(&client, "kd-plan-as").await;
+    let kind = GreetingKind::new(&ns);
+    // The kind as the operator serves it, from a packed file; its CRD.
+    let current = tempfile::NamedTempFile::new().unwrap();
+    let packed = std::process::Command::new(common::operator_binary())
+        .args(["kind", "pack"])
+        .arg(&kind.folder)
+        .output()
+        .unwrap();
+    assert!(packed.status.success());
+    std::fs::write(current.path(), &packed.stdout).unwrap();
+    let current = current.path().display().to_string();
+    let (code, crd, err) = common::operator_command(
+        "crd",
+        &["--kind-definition", &current, "--kinds", &kind.name],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let (ok, _, err) = common::kubectl_stdin(&["apply", "-f", "-"], &crd);
+    assert!(ok, "{err}");
+    common::wait_established(None, &[&format!("crd/{}", kind.crd())]).unwrap();
+    kind.greet(&ns.name, "a", "Hello", json!({}));
+    kind.greet(&ns.name, "b", "Ciao", json!({}));
+    let role = |verbs: &str| {
+        format!(
+            "apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: deployer, namespace: {ns}}}\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {{name: deployer, namespace: {ns}}}\nrules: [{{apiGroups: [\"\"], resources: [configmaps], verbs: [{verbs}]}}]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: deployer, namespace: {ns}}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: deployer}}\nsubjects: [{{kind: ServiceAccount, name: deployer, namespace: {ns}}}]\n",
+            ns = ns.name
+        )
+    };
+    let (ok, _, err) = common::kubectl_stdin(&["apply", "-f", "-"], &role("get, list"));
+    assert!(ok, "{err}");
+    kind.edit("resources/configmap.yaml", |t| {
+        t.replace(
+            "  language: {{ spec.language }}",
+            "  language: {{ spec.language }}\n  shout: {{ spec.message | upper }}",
+        )
+    });
+    let as_deployer = [
+        "--current",
+        current.as_str(),
+        "-n",
+        &ns.name,
+        "--default-service-account",
+        "deployer",
+    ];
+    let (code, report, err) = plan_json(&kind, &as_deployer);
+    assert_eq!(code, Some(1), "{report:#}\n{err}");
+    assert_eq!(planned(&report, "Fails"), ["a", "b"], "{report:#}");
+    let failure = &report["resources"][0]["failures"][0];
+    assert_eq!(failure["reason"], "Forbidden", "{failure:#}");
+    let message = failure["message"].as_str().unwrap();
+    let account = format!("system:serviceaccount:{}:deployer", ns.name);
+    assert!(
+        message.contains(&account) && message.contains("configmaps"),
+        "{message}"
+    );
+    // The operator's own identity (the caller's here) may.
+    let (code, report, err) = plan_json(&kind, &as_deployer[..4]);
+    assert_eq!(code, Some(0), "{report:#}\n{err}");
+    // Granted the writes, the tenant may too.
+    let (ok, _, err) = common::kubectl_stdin(
+        &["apply", "-f", "-"],
+        &role("get, list, create, patch, update"),
+    );
+    assert!(ok, "{err}");
+    common::wait_until(TIMEOUT, "the plan as the tenant to pass", async || {
+        plan_json(&kind, &as_deployer).0 == Some(0)
+    })
+    .await;
+
+    // A renamed ConfigMap is a new object; one of that name exists,
+    // not made by the Greeting: the operator would not take it over.
+    kind.edit("resources/configmap.yaml", |t| {
+        t.replace(
+            "  name: {{ metadata.name }}\n",
+            "  name: {{ metadata.name ~ \"-v2\" }}\n",
+        )
+    });
+    let (ok, _, err) = common::kubectl(&["create", "configmap", "a-v2", "-n", &ns.name]);
+    assert!(ok, "{err}");
+    let (code, report, err) = plan_json(&kind, &as_deployer[..4]);
+    assert_eq!(code, Some(1), "{report:#}\n{err}");
+    assert_eq!(planned(&report, "Fails"), ["a"], "{report:#}");
+    let a = &report["resources"][0];
+    let kinds: Vec<&Value> = a["objects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| &o["change"])
+        .collect();
+    assert_eq!(kinds, [&json!("Pruned"), &json!("Added")], "{a:#}");
+    assert_eq!(a["failures"][0]["reason"], "OwnershipConflict", "{a:#}");
+    assert_eq!(a["failures"][0]["object"]["name"], "a-v2", "{a:#}");
+
+    // A caller who cannot list the kind is told which right is missing.
+    let token = common::TokenKubeconfig::mint(&client, &ns.name, "deployer").await;
+    let folder = kind.folder.display().to_string();
+    let (code, out, err) = common::operator_command_as(
+        "plan",
+        &[&folder, "--current", &current, "-n", &ns.name],
+        Some(token.path()),
+    );
+    assert_eq!(code, Some(2), "{out}\n{err}");
+    let missing = format!(
+        "missing rights: list greetings.{} in namespace {}",
+        kind.group, ns.name
+    );
+    assert!(err.contains(&missing), "{err}");
+}
+
+#[tokio::test]
+async fn plan_compares_each_greeting_with_the_kept_revision_serving_it() {
+    let client = common::cluster().await;
+    let ns = TestNamespace::new(&client, "kd-plan-rev").await;
+    let kind = GreetingKind::new(&ns);
+    let flags = kind.flags(&["--operator-namespace", &ns.name]);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let operator = common::start_operator(&ns.name, &flags).await;
+    kind.apply();
+    kind.wait_condition("Serving", "True", "Running").await;
+    kind.greet(&ns.name, "stable", "hi", json!({}));
+    kind.greet(&ns.name, "canary", "hi", json!({"track": "canary"}));
+    wait_revisions(&kind, &ns.name, &[("stable", 1), ("canary", 1)], "1:2").await;
+    roll_out(&kind, json!({"stable": 1, "canary": {"track": "canary"}}));
+    kind.edit("resources/configmap.yaml", |t| {
+        t.replace(
+            "  language: {{ spec.language }}",
+            "  language: {{ spec.language }}\n  shout: {{ spec.message | upper }}",
+        )
+    });
+    kind.apply();
+    let canary = [("canary", 2), ("stable", 1)];
+    wait_revisions(&kind, &ns.name, &canary, "1:1 2:1").await;
+    operator.stop().await;
+
+    // The folder is revision 2: the canary already has it, the stable
+    // Greeting (on revision 1, read back from its ControllerRevision)
+    // would gain the field.
+    let (code, report, err) = plan_json(&kind, &["-n", &ns.name, "--operator-namespace", &ns.name]);
+    assert_eq!(code, Some(0), "{report:#}\n{err}");
+    assert_eq!(
+        report["current"],
+        format!(
+            "the KindDefinition {} in the cluster (latest revision 2, stable 1)",
+            kind.name
+        )
+    );
+    let (canary, stable) = (&report["resources"][0], &report["resources"][1]);
+    assert_eq!(
+        (&canary["name"], &canary["revision"]),
+        (&json!("canary"), &json!(2))
+    );
+    assert_eq!(canary["outcome"], "Unchanged", "{report:#}");
+    assert_eq!(
+        (&stable["name"], &stable["revision"]),
+        (&json!("stable"), &json!(1))
+    );
+    assert_eq!(stable["outcome"], "Changes", "{report:#}");
+    assert_eq!(
+        stable["objects"][0]["fields"],
+        json!(["data.shout"]),
+        "{report:#}"
+    );
+}

@@ -12,8 +12,8 @@ pub(crate) use super::kubectl::{
     Invocation, Kubectl, KubectlConfig, KubectlError, in_cluster_kubeconfig,
 };
 pub(crate) use super::live::crds::wait_established;
-pub(crate) use super::model::identity::{Identity, parse_cluster_account};
-pub(crate) use super::model::inventory::ObjectId;
+pub(crate) use super::model::identity::{Identity, Writers, for_owner, parse_cluster_account};
+pub(crate) use super::model::inventory::{ObjectId, Owner};
 pub(crate) use super::model::overlay::{OverlayError, RenderedOverlay, private_dir};
 pub(crate) use super::model::shard;
 pub(crate) use super::model::status::{
@@ -28,6 +28,8 @@ pub(crate) use super::reconcile::events::{Events, Publish};
 pub(crate) use super::reconcile::finalizing::{guarded, release};
 pub(crate) use super::reconcile::preview::{Fate, preview};
 pub(crate) use super::reconcile::status_writer::apply_status;
-pub(crate) use super::run::batch::BatchSettings;
-pub(crate) use super::run::build::{build_base, build_one};
+pub(crate) use super::run::batch::{BatchSettings, Queue};
+pub(crate) use super::run::build::{
+    BuildJob, Built, build_base, build_one, runner as build_runner,
+};
 pub(crate) use super::{Engine, FIELD_MANAGER, FORGET_EVERY, Settings};
