@@ -1470,7 +1470,6 @@ async fn a_kind_that_stopped_is_no_longer_watched() {
     nested.parent.delete().await;
 }
 
-
 /// `kustomize-operator plan` of the kind's folder as it is now (the
 /// change) with `args` and `-o json`: its exit code, report and stderr.
 fn plan_json(kind: &GreetingKind, args: &[&str]) -> (Option<i32>, Value, String) {

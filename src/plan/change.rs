@@ -128,7 +128,7 @@ pub enum Current {
         /// The definition's name.
         name: String,
         /// Its revisions and rule.
-        rollout: Rollout,
+        rollout: Box<Rollout>,
         /// What could not be loaded, in words.
         notes: Vec<String>,
     },
@@ -237,7 +237,7 @@ pub async fn definition(
     let spec: RolloutSpec = (def.data["spec"].get(ROLLOUT_FIELD))
         .and_then(|r| serde_json::from_value(r.clone()).ok())
         .unwrap_or_default();
-    let rollout = match Rollout::new(kinds.clone(), &spec, None) {
+    let rollout = match Rollout::new(kinds.clone(), &spec, &BTreeMap::new(), None) {
         Ok(rollout) => rollout,
         Err(e) => {
             notes.push(format!("{e}: the latest serves every resource not pinned"));
@@ -245,7 +245,7 @@ pub async fn definition(
                 stable: None,
                 ..spec
             };
-            Rollout::new(kinds, &latest, None).map_err(|e| PlanError::Invalid {
+            Rollout::new(kinds, &latest, &BTreeMap::new(), None).map_err(|e| PlanError::Invalid {
                 what: format!("the KindDefinition {name} in the cluster"),
                 reason: e.to_string(),
             })?
@@ -253,7 +253,7 @@ pub async fn definition(
     };
     Ok(Current::Definition {
         name: name.to_string(),
-        rollout,
+        rollout: Box::new(rollout),
         notes,
     })
 }
