@@ -245,9 +245,11 @@ pub async fn definition(
                 stable: None,
                 ..spec
             };
-            Rollout::new(kinds, &latest, &BTreeMap::new(), None).map_err(|e| PlanError::Invalid {
-                what: format!("the KindDefinition {name} in the cluster"),
-                reason: e.to_string(),
+            Rollout::new(kinds, &latest, &BTreeMap::new(), None).map_err(|e| {
+                PlanError::Invalid {
+                    what: format!("the KindDefinition {name} in the cluster"),
+                    reason: e.to_string(),
+                }
             })?
         }
     };
