@@ -213,6 +213,7 @@ impl Bound {
         self.parts = match (std::mem::take(&mut self.parts), other.parts) {
             (Parts::None, p) | (p, Parts::None) => p,
             (Parts::Within(a), Parts::Within(b)) => Parts::Within(a.max(b)),
+            (Parts::Unknown, Parts::Unknown) => Parts::Unknown,
             (Parts::Unknown, p) | (p, Parts::Unknown) => Parts::Of(Arc::new(
                 Self::unknown().union(
                     &Bound {
@@ -486,6 +487,23 @@ mod tests {
         let item = items.part();
         assert_eq!(item.field("a").length, 3);
         assert_eq!(item.field("b").items, 3);
+    }
+
+    /// Two values of unknown parts merged stay unknown (this recursed
+    /// without end, overflowing the stack of whichever thread estimated
+    /// `hash.fnv64a(schema.spec.name)`).
+    #[test]
+    fn unknown_parts_merged_with_unknown_parts_stay_unknown() {
+        let merged = Bound::unknown().union(&Bound::unknown());
+        assert_eq!(merged.parts, Parts::Unknown);
+        let nested = Bound {
+            parts: Parts::Of(Arc::new(Bound::unknown())),
+            ..Bound::default()
+        };
+        assert!(matches!(
+            Bound::unknown().union(&nested).parts,
+            Parts::Of(_)
+        ));
     }
 
     #[test]
