@@ -60,8 +60,10 @@ pub async fn serve(
         None => restore(ctx, def).await,
     };
     let dropped = history.add(generation.clone(), spec.keep(), spec.stable);
+    let latest = history.latest().map_or(0, |r| r.number);
+    let step = super::progress::recorded_step(def, latest, &spec);
     let served = (ctx.serving)
-        .serve(&name, generation, history.clone(), spec.clone())
+        .serve(&name, generation, history.clone(), spec.clone(), step)
         .await;
     if let Err(error) = served {
         let stable_before = before.map(|b| b.rollout.stable());
