@@ -82,6 +82,10 @@ pub async fn look(
             return Some(RECHECK_STEP);
         }
     };
+    if fresh.metadata.generation != def.metadata.generation {
+        // A newer spec than this reconcile accepted: its own reconcile comes.
+        return Some(RECHECK_WRITTEN);
+    }
     let spec = spec_of(&fresh);
     let record = record_of(&fresh);
     let latest = served.rollout.latest();
@@ -121,7 +125,9 @@ pub async fn look(
             }
         }
     }
-    let judged = match (machine::gated_step(&situation), &seen) {
+    // Judged whenever a step is served, to show; decides only while no
+    // pause holds it.
+    let judged = match (shown, &seen) {
         (Some(step), Some(observed)) => {
             let since = record.as_ref().map_or(now, |r| r.since);
             steps
@@ -130,7 +136,9 @@ pub async fn look(
         }
         _ => None,
     };
-    situation.verdict = judged.as_ref().map(|(verdict, _)| verdict);
+    if machine::gated_step(&situation).is_some() {
+        situation.verdict = judged.as_ref().map(|(verdict, _)| verdict);
+    }
     let action = machine::decide(&situation);
     let write = action.write(&situation, now);
     let mut record_now = record.clone();
@@ -180,6 +188,8 @@ fn recheck_after(action: &Action, verdict: Option<&Verdict>) -> Option<Duration>
             Some((*left).clamp(Duration::from_secs(1), RECHECK_STEP))
         }
         (Action::Wait | Action::Start | Action::Advance | Action::Resume, _) => Some(RECHECK_STEP),
+        // Held at a step: shown fresh.
+        (Action::Hold | Action::Pause, Some(_)) => Some(RECHECK_STEP),
         _ => None,
     }
 }
@@ -406,14 +416,11 @@ fn show(
         failed,
         progress,
     });
-    let message = if message.is_empty() {
-        status
-            .rollout
-            .as_ref()
-            .map(|r| r.progress.clone())
-            .unwrap_or_default()
-    } else {
-        message
+    // Under way, the condition says the progress line, then what it waits for.
+    let line = status.rollout.as_ref().map(|r| r.progress.clone());
+    let message = match line {
+        Some(line) if message.is_empty() || message.starts_with("; ") => format!("{line}{message}"),
+        _ => message,
     };
     status.set(ConditionType::RolledOut, ok, reason, &message, generation);
     let under_way = matches!(phase, RolloutPhase::Progressing | RolloutPhase::Paused);
@@ -426,8 +433,8 @@ fn show(
     );
 }
 
-/// The phase, and the `RolledOut` condition (its message empty: the
-/// progress line).
+/// The phase, and the `RolledOut` condition (a message empty, or starting
+/// with `; `, follows the progress line).
 fn condition(view: &View) -> (RolloutPhase, bool, Reason, String) {
     let latest = view.latest;
     let n = view.steps.len();
@@ -515,7 +522,11 @@ fn condition(view: &View) -> (RolloutPhase, bool, Reason, String) {
             let gate = match view.verdict {
                 Some(Verdict::Passed) => "; its gate passed".to_string(),
                 Some(Verdict::Waiting { why, .. }) => format!("; its gate waits: {why}"),
-                _ => String::new(),
+                Some(Verdict::Failed(failure)) => format!(
+                    "; its gate fails: {} (nothing is rolled back while paused)",
+                    failure.message
+                ),
+                None => String::new(),
             };
             let step = view.record.map_or(1, |r| r.step + 1);
             (
