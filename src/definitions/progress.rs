@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 
 use super::context::DefinitionContext;
 use super::resource::{self, ConditionType, Reason, RolloutPhase, RolloutStatus, Status};
-use super::rollout::spec_of;
+use super::rollout::{record_of, spec_of};
 use super::serving::Revisions;
 use super::writes::event;
 use crate::kind::EventType;
@@ -34,7 +34,7 @@ use crate::kinds::declared::rollout::machine::{
     self, Action, RECORD_ANNOTATION, Record, Settled, Situation, Stable, Write,
 };
 use crate::kinds::declared::rollout::steps::Steps;
-use crate::kinds::declared::rollout::{PIN_LABEL, RolloutError, RolloutSpec, stable_revision};
+use crate::kinds::declared::rollout::{PIN_LABEL, RolloutError, stable_revision};
 
 /// How soon a rollout under way is looked at again, at most.
 const RECHECK_STEP: Duration = Duration::from_secs(5);
@@ -44,20 +44,6 @@ const RECHECK_WRITTEN: Duration = Duration::from_secs(1);
 const PAGE: u32 = 500;
 /// The field manager of the operator's writes to a definition.
 const MANAGER: &str = "kustomize-operator";
-
-/// The record of `def`'s rollout, if it has a readable one.
-pub fn record_of(def: &DynamicObject) -> Option<Record> {
-    def.annotations()
-        .get(RECORD_ANNOTATION)
-        .and_then(|text| Record::parse(text))
-}
-
-/// The step (from 0) `def`'s record makes the kind serve the latest
-/// revision `latest` to, under `spec`.
-pub fn recorded_step(def: &DynamicObject, latest: u32, spec: &RolloutSpec) -> Option<usize> {
-    let digest = spec.steps_digest()?;
-    machine::serving_step(record_of(def).as_ref(), latest, spec.stable, &digest)
-}
 
 /// One look at the automatic rollout of `def`: decides, writes, serves and
 /// sets `status.rollout` and `RolledOut`. When to look again, while it

@@ -388,7 +388,7 @@ mod tests {
             };
             assert_eq!(steps.first_step(ns, &name, &none), Some(expected), "{name}");
             assert!(steps.reached(3, ns, &name, &none));
-            assert_eq!(steps.reached(0, ns, &name, &none), false);
+            assert!(!steps.reached(0, ns, &name, &none));
         }
         // Without a step of 100, the last share's outside waits for the promotion.
         let partial = Steps::compile(&[share(1)], None, &BTreeMap::new()).unwrap();
