@@ -311,7 +311,7 @@ async fn tell(
             EventType::Normal,
             "Promoted",
             format!(
-                "every step passed its gate: revision {latest} is stable (spec.rollout.stable){}",
+                "every step passed its gate{}: revision {latest} is stable (spec.rollout.stable)",
                 moved(seen, latest)
             ),
         ),
