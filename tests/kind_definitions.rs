@@ -1550,6 +1550,26 @@ async fn a_change_that_breaks_1_of_20_rolls_back_by_itself_after_its_first_step(
         3.0
     );
 
+    // A gate's CEL is bounded as every expression: a loop in a loop is
+    // refused when the definition is checked, and what served goes on.
+    let nested = "resources.all(r, resources.exists(s, s.metadata.name == r.metadata.name))";
+    roll_out(
+        &kind,
+        json!({"gate": {"window": "15s", "expression": nested}}),
+    );
+    let refused = kind.wait_condition("Accepted", "False", "Invalid").await;
+    assert!(
+        refused.starts_with(
+            "spec.rollout.gate.expression: comprehensions (all, exists, filter, map) may not nest"
+        ),
+        "{refused}"
+    );
+    roll_out(
+        &kind,
+        json!({"gate": {"window": "15s", "expression": null}}),
+    );
+    kind.wait_condition("Accepted", "True", "Valid").await;
+
     // A stable revision that is not kept: nothing starts, the condition says so.
     roll_out(&kind, json!({"stable": 9}));
     let refused = kind
