@@ -1,276 +1,24 @@
-//! A definition's automatic rollout (`spec.rollout.steps`), one look per
-//! reconcile: read where it is, judge the running step's gate on the
-//! resources' statuses, decide ([`machine::decide`]), write the decision,
-//! serve the step it records, and say where it is in the status, an event
-//! and the metrics.
-//!
-//! Where a rollout is lives in the definition's annotation
-//! [`RECORD_ANNOTATION`] ([`Record`]), written by the operator with the
-//! definition's `resourceVersion` as a precondition: it survives a
-//! restart, every replica (and every shard's leader) reads the same, two
-//! replicas deciding at once cannot both write, and whoever may write
-//! only `kinddefinitions/status` cannot change it (the API server ignores
-//! metadata in a status write). The status holds a copy for people and
-//! tools, never read back. The record is read fresh from the API server
-//! at each look, never from the controller's cache, so a look never
-//! serves a step older than one already written.
+//! What a look at a rollout says: the event of a decision, the
+//! `RolledOut` condition and its typed reason, `status.rollout` with its
+//! progress line, and the gauges.
 
-use std::collections::BTreeMap;
-use std::time::Duration;
+use kube::ResourceExt;
+use kube::api::DynamicObject;
 
-use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
-use kube::{Api, ResourceExt};
-use serde_json::{Value, json};
-
-use super::context::DefinitionContext;
-use super::resource::{self, ConditionType, Reason, RolloutPhase, RolloutStatus, Status};
-use super::rollout::{record_of, spec_of};
-use super::serving::Revisions;
-use super::writes::event;
+use super::super::context::DefinitionContext;
+use super::super::resource::{ConditionType, Reason, RolloutPhase, RolloutStatus, Status};
+use super::super::writes::event;
+use super::observe::Observed;
 use crate::kind::EventType;
-use crate::kinds::declared::pack::ROLLOUT_FIELD;
-use crate::kinds::declared::rollout::gate::{self, Cause, Seen, Tally, Verdict};
+use crate::kinds::declared::rollout::RolloutError;
+use crate::kinds::declared::rollout::gate::{Cause, Tally, Verdict};
 use crate::kinds::declared::rollout::machine::{
-    self, Action, RECORD_ANNOTATION, Record, Settled, Situation, Stable, Write,
+    Action, RECORD_ANNOTATION, Record, Settled, Situation, Stable,
 };
 use crate::kinds::declared::rollout::steps::Steps;
-use crate::kinds::declared::rollout::{PIN_LABEL, RolloutError, stable_revision};
-
-/// How soon a rollout under way is looked at again, at most.
-const RECHECK_STEP: Duration = Duration::from_secs(5);
-/// … right after a write (its watch event usually comes first).
-const RECHECK_WRITTEN: Duration = Duration::from_secs(1);
-/// The resources of a kind read per list call.
-const PAGE: u32 = 500;
-/// The field manager of the operator's writes to a definition.
-const MANAGER: &str = "kustomize-operator";
-
-/// One look at the automatic rollout of `def`: decides, writes, serves and
-/// sets `status.rollout` and `RolledOut`. When to look again, while it
-/// runs.
-pub async fn look(
-    ctx: &DefinitionContext,
-    def: &DynamicObject,
-    status: &mut Status,
-) -> Option<Duration> {
-    let name = def.name_any();
-    let served = ctx.serving.revisions(&name);
-    let Some((served, steps)) = served.and_then(|r| r.rollout.steps().cloned().map(|s| (r, s)))
-    else {
-        forget(ctx, &name, status);
-        return None;
-    };
-    let api = Api::<DynamicObject>::all_with(ctx.client.clone(), &resource::api_resource());
-    let fresh = match api.get(&name).await {
-        Ok(fresh) => fresh,
-        Err(e) => {
-            tracing::warn!(definition = %name, error = %e, "cannot read the definition for its rollout");
-            return Some(RECHECK_STEP);
-        }
-    };
-    if fresh.metadata.generation != def.metadata.generation {
-        // A newer spec than this reconcile accepted: its own reconcile comes.
-        return Some(RECHECK_WRITTEN);
-    }
-    let spec = spec_of(&fresh);
-    let record = record_of(&fresh);
-    let latest = served.rollout.latest();
-    let gone = match spec.stable {
-        None => None,
-        Some(_) => stable_revision(
-            &served.history.kinds().keys().copied().collect(),
-            &spec,
-            &served.history.refused_numbers(),
-        )
-        .err(),
-    };
-    let stable = match (spec.stable, &gone) {
-        (None, _) => Stable::Unset,
-        (Some(_), Some(_)) => Stable::Gone,
-        (Some(n), None) => Stable::Servable(n),
-    };
-    let mut situation = Situation {
-        latest,
-        latest_withdrawn: spec.withdrawn().contains(&latest),
-        stable,
-        digest: steps.digest(),
-        steps: steps.len(),
-        paused: spec.is_paused(),
-        record: record.as_ref(),
-        verdict: None,
-    };
-    let shown = machine::serving_step(record.as_ref(), latest, spec.stable, steps.digest());
-    let now = jiff::Timestamp::now();
-    let mut seen = None;
-    if let Some(step) = shown {
-        match observe(ctx, &served, &steps, step, latest).await {
-            Ok(observed) => seen = Some(observed),
-            Err(e) => {
-                tracing::warn!(definition = %name, error = %e, "cannot list the kind's resources for the rollout");
-                return Some(RECHECK_STEP);
-            }
-        }
-    }
-    // Judged whenever a step is served, to show; decides only while no
-    // pause holds it.
-    let judged = match (shown, &seen) {
-        (Some(step), Some(observed)) => {
-            let since = record.as_ref().map_or(now, |r| r.since);
-            steps
-                .step(step)
-                .map(|gate| gate::judge(gate, &observed.members, latest, since, now))
-        }
-        _ => None,
-    };
-    if machine::gated_step(&situation).is_some() {
-        situation.verdict = judged.as_ref().map(|(verdict, _)| verdict);
-    }
-    let action = machine::decide(&situation);
-    let write = action.write(&situation, now);
-    let mut record_now = record.clone();
-    let mut recheck = recheck_after(&action, judged.as_ref().map(|(v, _)| v));
-    if let Some(write) = &write {
-        match persist(&api, &fresh, write).await {
-            Ok(()) => {
-                tell(ctx, def, &action, &situation, &steps, seen.as_ref()).await;
-                if let Some(written) = &write.record {
-                    record_now = Some(written.clone());
-                }
-                recheck = Some(RECHECK_WRITTEN);
-            }
-            Err(e) => {
-                tracing::debug!(definition = %name, error = %e, "the rollout's record was not written (changed meanwhile): looked at again");
-                return Some(RECHECK_WRITTEN);
-            }
-        }
-    }
-    let changes_stable = write.as_ref().is_some_and(|w| w.stable.is_some());
-    // A new stable revision is served with the generation it makes; until
-    // then (or while the spec served is not this one: refused, or not
-    // looked at yet), what is served stays.
-    if !changes_stable && served.spec == spec {
-        let step = machine::serving_step(record_now.as_ref(), latest, spec.stable, steps.digest());
-        ctx.serving.serve_step(&name, step).await;
-    }
-    let view = View {
-        action: &action,
-        record: record_now.as_ref(),
-        latest,
-        stable: write.as_ref().and_then(|w| w.stable).or(spec.stable),
-        steps: &steps,
-        seen: seen.as_ref(),
-        tally: judged.as_ref().map(|(_, tally)| *tally),
-        verdict: judged.as_ref().map(|(verdict, _)| verdict),
-        gone: gone.as_ref(),
-    };
-    show(ctx, &name, &view, status, def.metadata.generation);
-    recheck
-}
-
-/// When to look again after `action` (`None`: the usual recheck).
-fn recheck_after(action: &Action, verdict: Option<&Verdict>) -> Option<Duration> {
-    match (action, verdict) {
-        (Action::Wait, Some(Verdict::Waiting { left, .. })) => {
-            Some((*left).clamp(Duration::from_secs(1), RECHECK_STEP))
-        }
-        (Action::Wait | Action::Start | Action::Advance | Action::Resume, _) => Some(RECHECK_STEP),
-        // Held at a step: shown fresh.
-        (Action::Hold | Action::Pause, Some(_)) => Some(RECHECK_STEP),
-        _ => None,
-    }
-}
-
-/// No steps (any more): no rollout status, condition or gauges.
-fn forget(ctx: &DefinitionContext, name: &str, status: &mut Status) {
-    status.rollout = None;
-    status
-        .conditions
-        .retain(|c| c.type_ != ConditionType::RolledOut);
-    ctx.engine.metrics().rollout_gone(name);
-}
-
-/// The kind's resources, as a rollout at `step` of `steps` to revision
-/// `latest` sees them.
-#[derive(Debug, Default)]
-struct Observed {
-    /// The resources the rollout moves (all but the pinned).
-    resources: u64,
-    /// Of them, those whose status says the latest revision.
-    updated: u64,
-    /// Those of the steps up to `step`, as the gate sees them.
-    members: Vec<Seen>,
-}
-
-/// Lists the resources of the kind the operator serves (its namespace,
-/// or all), a page at a time, keeping what the gate of `step` reads.
-async fn observe(
-    ctx: &DefinitionContext,
-    served: &Revisions,
-    steps: &Steps,
-    step: usize,
-    latest: u32,
-) -> Result<Observed, kube::Error> {
-    let Some(kind) = served.rollout.latest_kind() else {
-        return Ok(Observed::default());
-    };
-    let api = match &ctx.engine.settings().namespace {
-        Some(ns) if kind.namespaced() => {
-            Api::<DynamicObject>::namespaced_with(ctx.client.clone(), ns, &kind.resource)
-        }
-        _ => Api::<DynamicObject>::all_with(ctx.client.clone(), &kind.resource),
-    };
-    let with_view = steps.step(step).is_some_and(|s| s.expression.is_some());
-    let mut observed = Observed::default();
-    let mut params = ListParams::default().limit(PAGE);
-    loop {
-        let page = api.list(&params).await?;
-        for object in &page.items {
-            let labels: BTreeMap<String, String> = object.labels().clone();
-            if labels.contains_key(PIN_LABEL) {
-                continue;
-            }
-            let value = serde_json::to_value(object).unwrap_or(Value::Null);
-            observed.resources += 1;
-            if value["status"]["revision"].as_u64() == Some(u64::from(latest)) {
-                observed.updated += 1;
-            }
-            let namespace = object.namespace();
-            if steps.reached(step, namespace.as_deref(), &object.name_any(), &labels) {
-                observed.members.push(Seen::of(&value, latest, with_view));
-            }
-        }
-        match page.metadata.continue_.filter(|token| !token.is_empty()) {
-            Some(token) => params = params.continue_token(&token),
-            None => return Ok(observed),
-        }
-    }
-}
-
-/// Writes `write` on the definition `def` (a merge patch, on the
-/// condition that it is still the object read).
-async fn persist(
-    api: &Api<DynamicObject>,
-    def: &DynamicObject,
-    write: &Write,
-) -> Result<(), kube::Error> {
-    let mut patch = json!({"metadata": {"resourceVersion": def.resource_version()}});
-    if let Some(record) = &write.record {
-        patch["metadata"]["annotations"] = json!({ RECORD_ANNOTATION: record.to_text() });
-    }
-    if let Some(stable) = write.stable {
-        patch["spec"] = json!({ ROLLOUT_FIELD: {"stable": stable} });
-    }
-    let params = PatchParams {
-        field_manager: Some(MANAGER.into()),
-        ..PatchParams::default()
-    };
-    api.patch(&def.name_any(), &params, &Patch::Merge(&patch))
-        .await?;
-    Ok(())
-}
 
 /// Publishes the event of a decision just written, and counts a rollback.
-async fn tell(
+pub async fn tell(
     ctx: &DefinitionContext,
     def: &DynamicObject,
     action: &Action,
@@ -363,20 +111,20 @@ fn moved(seen: Option<&Observed>, latest: u32) -> String {
 }
 
 /// What the status says of a rollout after a look.
-struct View<'a> {
-    action: &'a Action,
-    record: Option<&'a Record>,
-    latest: u32,
-    stable: Option<u32>,
-    steps: &'a Steps,
-    seen: Option<&'a Observed>,
-    tally: Option<Tally>,
-    verdict: Option<&'a Verdict>,
-    gone: Option<&'a RolloutError>,
+pub struct View<'a> {
+    pub action: &'a Action,
+    pub record: Option<&'a Record>,
+    pub latest: u32,
+    pub stable: Option<u32>,
+    pub steps: &'a Steps,
+    pub seen: Option<&'a Observed>,
+    pub tally: Option<Tally>,
+    pub verdict: Option<&'a Verdict>,
+    pub gone: Option<&'a RolloutError>,
 }
 
 /// Sets `status.rollout`, `RolledOut` and the gauges of `name`.
-fn show(
+pub fn show(
     ctx: &DefinitionContext,
     name: &str,
     view: &View,
@@ -572,8 +320,10 @@ fn progress(
 mod tests {
     use super::*;
 
+    use std::collections::BTreeMap;
+
     use crate::kinds::declared::rollout::gate::Failure;
-    use crate::kinds::declared::rollout::machine::Phase;
+    use crate::kinds::declared::rollout::machine::{self, Phase};
     use crate::kinds::declared::rollout::steps::Step;
 
     fn steps() -> Steps {
