@@ -31,6 +31,11 @@ struct UnreadableLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DefinitionLabel {
+    definition: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RunLabel {
     verb: String,
     exit_code: String,
@@ -50,6 +55,9 @@ pub struct Metrics {
     kubectl_running: Gauge,
     kubectl_stats: OnceLock<Arc<KubectlStats>>,
     leader: Gauge,
+    rollout_steps: Family<DefinitionLabel, Gauge>,
+    rollout_step: Family<DefinitionLabel, Gauge>,
+    rollbacks: Family<DefinitionLabel, Counter>,
     ready: AtomicBool,
     leading: AtomicBool,
     stopped: std::sync::Mutex<Vec<String>>,
@@ -133,6 +141,9 @@ impl Metrics {
         let kubectl_waiting = Gauge::default();
         let kubectl_running = Gauge::default();
         let leader = Gauge::default();
+        let rollout_steps = Family::<DefinitionLabel, Gauge>::default();
+        let rollout_step = Family::<DefinitionLabel, Gauge>::default();
+        let rollbacks = Family::<DefinitionLabel, Counter>::default();
         registry.register(
             "reconciles",
             "Reconciles started, by kind",
@@ -183,6 +194,21 @@ impl Metrics {
             "1 while this replica runs the controllers (holds the leader Lease, or runs without --leader-elect)",
             leader.clone(),
         );
+        registry.register(
+            "rollout_steps",
+            "The steps of a KindDefinition's automatic rollout (spec.rollout.steps), by definition",
+            rollout_steps.clone(),
+        );
+        registry.register(
+            "rollout_step",
+            "The step an automatic rollout is at, from 1 (0: none under way), by definition",
+            rollout_step.clone(),
+        );
+        registry.register(
+            "rollout_rollbacks",
+            "Automatic rollouts rolled back by a failed gate, by definition (counted by the replica that rolled back)",
+            rollbacks.clone(),
+        );
         Self {
             registry,
             reconciles,
@@ -196,6 +222,9 @@ impl Metrics {
             kubectl_running,
             kubectl_stats: OnceLock::new(),
             leader,
+            rollout_steps,
+            rollout_step,
+            rollbacks,
             ready: AtomicBool::new(false),
             leading: AtomicBool::new(false),
             stopped: std::sync::Mutex::default(),
@@ -284,6 +313,36 @@ impl Metrics {
         self.kubectl_seconds
             .get_or_create(&label)
             .observe(duration.as_secs_f64());
+    }
+
+    /// Records where the automatic rollout of `definition` is: at `step`
+    /// (from 1; 0 when none is under way) of `steps`.
+    pub fn rollout_at(&self, definition: &str, step: u32, steps: u32) {
+        let label = DefinitionLabel {
+            definition: definition.into(),
+        };
+        self.rollout_steps
+            .get_or_create(&label)
+            .set(i64::from(steps));
+        self.rollout_step.get_or_create(&label).set(i64::from(step));
+    }
+
+    /// Counts an automatic rollback of `definition`.
+    pub fn rolled_back(&self, definition: &str) {
+        let label = DefinitionLabel {
+            definition: definition.into(),
+        };
+        self.rollbacks.get_or_create(&label).inc();
+    }
+
+    /// Forgets the rollout gauges of `definition` (no steps any more, or
+    /// gone); its rollbacks stay counted.
+    pub fn rollout_gone(&self, definition: &str) {
+        let label = DefinitionLabel {
+            definition: definition.into(),
+        };
+        self.rollout_steps.remove(&label);
+        self.rollout_step.remove(&label);
     }
 
     /// Reads the kubectl waiting/running gauges from `stats` at every scrape.
@@ -533,5 +592,24 @@ mod tests {
         let (healthy, text) = m.health();
         assert!(!healthy);
         assert!(text.contains("sample"), "{text}");
+    }
+
+    #[test]
+    fn a_rollout_shows_its_step_and_counts_its_rollbacks() {
+        let m = Metrics::new();
+        m.rollout_at("greeting", 2, 4);
+        m.rolled_back("greeting");
+        let text = m.encode();
+        for line in [
+            "kustomize_operator_rollout_steps{definition=\"greeting\"} 4",
+            "kustomize_operator_rollout_step{definition=\"greeting\"} 2",
+            "kustomize_operator_rollout_rollbacks_total{definition=\"greeting\"} 1",
+        ] {
+            assert!(text.contains(line), "{line} in\n{text}");
+        }
+        m.rollout_gone("greeting");
+        let text = m.encode();
+        assert!(!text.contains("rollout_step{"), "{text}");
+        assert!(text.contains("rollout_rollbacks_total{definition=\"greeting\"} 1"));
     }
 }

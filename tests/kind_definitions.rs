@@ -1851,3 +1851,528 @@ async fn plan_compares_each_greeting_with_the_kept_revision_serving_it() {
         "{report:#}"
     );
 }
+
+// Automatic rollouts (issue 61, item 3): `spec.rollout.steps` moves the
+// latest revision to more resources step by step, each step gated by the
+// health of the resources it moved, and rolls back by itself.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The record of the definition's automatic rollout (its annotation
+/// `kustomize-operator.io/rollout`), `Null` when it has none.
+fn rollout_record(kind: &GreetingKind) -> Value {
+    let definition = kind.definition().unwrap_or_default();
+    let text = &definition["metadata"]["annotations"]["kustomize-operator.io/rollout"];
+    (text.as_str())
+        .and_then(|t| serde_json::from_str(t).ok())
+        .unwrap_or_default()
+}
+
+/// Each Greeting of `ns`: the revision its status says, and the digest of
+/// what it applied.
+fn greeting_states(kind: &GreetingKind, ns: &str) -> BTreeMap<String, (Value, Value)> {
+    let (ok, out, err) = common::kubectl(&["get", &kind.crd(), "-n", ns, "-o", "json"]);
+    assert!(ok, "{err}");
+    let list: Value = serde_json::from_str(&out).unwrap_or_default();
+    (list["items"].as_array().into_iter().flatten())
+        .map(|g| {
+            let name = g["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            let status = &g["status"];
+            (
+                name,
+                (status["revision"].clone(), status["appliedDigest"].clone()),
+            )
+        })
+        .collect()
+}
+
+/// The names of the ConfigMaps of `ns` whose data has `field`: the
+/// Greetings a revision adding `field` was applied for.
+fn config_maps_with(ns: &str, field: &str) -> BTreeSet<String> {
+    let (ok, out, err) = common::kubectl(&["get", "configmaps", "-n", ns, "-o", "json"]);
+    assert!(ok, "{err}");
+    let list: Value = serde_json::from_str(&out).unwrap_or_default();
+    (list["items"].as_array().into_iter().flatten())
+        .filter(|cm| !cm["data"][field].is_null())
+        .filter_map(|cm| cm["metadata"]["name"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// Creates the Greetings `names` in `ns` (the first labelled
+/// `track=canary`, saying `first`; the others `hi`) and waits until each is
+/// Ready on revision `revision`.
+async fn greet_all(kind: &GreetingKind, ns: &str, names: &[String], first: &str, revision: u32) {
+    for (i, name) in names.iter().enumerate() {
+        let (message, labels) = match i {
+            0 => (first, json!({"track": "canary"})),
+            _ => ("hi", json!({})),
+        };
+        kind.greet(ns, name, message, labels);
+    }
+    common::wait_for(
+        TIMEOUT,
+        format!("{} Greetings Ready on revision {revision}", names.len()),
+        async || {
+            let states = greeting_states(kind, ns);
+            let behind: Vec<&String> = (names.iter())
+                .filter(|n| {
+                    states
+                        .get(*n)
+                        .is_none_or(|(r, d)| *r != json!(revision) || d.is_null())
+                })
+                .collect();
+            if behind.is_empty() {
+                Ok(())
+            } else {
+                Err(behind.len())
+            }
+        },
+    )
+    .await;
+    for name in names {
+        wait_ready(kind, ns, name).await;
+    }
+}
+
+/// The Greetings of `names` a rollout at `step` (from 0) of the steps
+/// `canary, then each of percents` has moved: the canary (the first
+/// name), then those whose namespace/name hashes into the share.
+fn share(ns: &str, names: &[String], percents: &[u8], step: usize) -> BTreeSet<String> {
+    use kustomize_operator::kinds::declared::rollout::steps::in_share;
+    let percent = match step {
+        0 => 0,
+        k => percents[k - 1],
+    };
+    (names.iter().enumerate())
+        .filter(|(i, name)| *i == 0 || (percent > 0 && in_share(Some(ns), name, percent)))
+        .map(|(_, name)| name.clone())
+        .collect()
+}
+
+/// Events about the definition with `reason` (cluster-scoped: in `default`).
+async fn definition_events(
+    client: &kube::Client,
+    kind: &GreetingKind,
+    reason: &str,
+) -> Vec<String> {
+    let events =
+        kube::Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), "default")
+            .list(&Default::default())
+            .await
+            .unwrap();
+    (events.items.into_iter())
+        .filter(|e| {
+            e.reason.as_deref() == Some(reason)
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(kind.name.as_str())
+        })
+        .filter_map(|e| e.note)
+        .collect()
+}
+
+/// The rollout of a template change that breaks one Greeting of 20 — its
+/// ConfigMap rendered invalid for the message `boom` — stops by itself
+/// after its first step (the canary: that Greeting), goes back to the
+/// stable revision byte for byte, leaves the 19 others untouched, does not
+/// promote the latest, and says why in the status, an event and the
+/// metrics. A stable revision that is not kept refuses the rollout.
+#[tokio::test]
+async fn a_change_that_breaks_1_of_20_rolls_back_by_itself_after_its_first_step() {
+    let client = common::cluster().await;
+    let ns = TestNamespace::new(&client, "kd-rollback").await;
+    let kind = GreetingKind::new(&ns);
+    let port = common::free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let flags = kind.flags(&["--operator-namespace", &ns.name, "--metrics-addr", &addr]);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let operator = OperatorProcess::spawn(&ns.name, &[], &flags);
+    kind.apply();
+    kind.wait_condition("Serving", "True", "Running").await;
+    let steps = json!([{"canary": true}, {"percent": 50}, {"percent": 100}]);
+    roll_out(
+        &kind,
+        json!({"canary": {"track": "canary"}, "steps": steps, "gate": {"window": "15s"}}),
+    );
+    // Unset, `stable` is taken to be what serves every resource now.
+    kind.wait_message("RolledOut", "True", "Complete", "revision 1 is stable")
+        .await;
+    let definition = kind.definition().unwrap();
+    assert_eq!(definition["spec"]["rollout"]["stable"], 1);
+    let names: Vec<String> = std::iter::once("boom".to_string())
+        .chain((1..20).map(|i| format!("g-{i:02}")))
+        .collect();
+    greet_all(&kind, &ns.name, &names, "boom", 1).await;
+    let before = greeting_states(&kind, &ns.name);
+
+    // Revision 2 adds `shout`, and for `boom` a data value that is no string.
+    kind.edit("resources/configmap.yaml", |t| {
+        t.replace(
+            "  language: {{ spec.language }}",
+            "  language: {{ spec.language }}\n  shout: {{ spec.message | upper }}\n{%- if spec.message == \"boom\" %}\n  broken: 1\n{%- endif %}",
+        )
+    });
+    kind.apply();
+    let rolled_back = kind
+        .wait_message(
+            "RolledOut",
+            "False",
+            "GateTimedOut",
+            "revision 2 rolled back at step 1 of 3",
+        )
+        .await;
+    assert!(
+        rolled_back.contains(&format!("{}/boom (ApplyFailed", ns.name)),
+        "{rolled_back}"
+    );
+    assert!(rolled_back.contains("back on revision 1"), "{rolled_back}");
+    let record = rollout_record(&kind);
+    assert_eq!(
+        (&record["phase"], &record["step"], &record["revision"]),
+        (&json!("RolledBack"), &json!(0), &json!(2))
+    );
+    // Back on the stable revision, byte for byte: the digest it applied before.
+    common::wait_for(TIMEOUT, "boom back on revision 1, as before", async || {
+        let now = greeting_states(&kind, &ns.name);
+        if now["boom"] == before["boom"] {
+            Ok(())
+        } else {
+            Err(now["boom"].clone())
+        }
+    })
+    .await;
+    wait_ready(&kind, &ns.name, "boom").await;
+    // The 19 others never moved: the same digest, revision 1, no `shout`.
+    let after = greeting_states(&kind, &ns.name);
+    for name in &names[1..] {
+        assert_eq!(after[name], before[name], "{name} was touched");
+    }
+    assert_eq!(config_maps_with(&ns.name, "shout"), BTreeSet::new());
+    // The latest is not promoted.
+    let definition = kind.definition().unwrap();
+    assert_eq!(definition["spec"]["rollout"]["stable"], 1);
+    let status = &definition["status"];
+    assert_eq!(
+        (&status["revision"], &status["stableRevision"]),
+        (&json!(2), &json!(1))
+    );
+    assert_eq!(status["rollout"]["phase"], "RolledBack");
+    assert_eq!(
+        status["rollout"]["progress"],
+        "revision 2 rolled back at step 1 of 3"
+    );
+    let told = common::wait_for(TIMEOUT, "a RolledBack event", async || {
+        let notes = definition_events(&client, &kind, "RolledBack").await;
+        if notes.is_empty() {
+            Err(notes)
+        } else {
+            Ok(notes)
+        }
+    })
+    .await;
+    assert!(
+        told[0].contains("rolled back at step 1 of 3") && told[0].contains("boom"),
+        "{told:?}"
+    );
+    let (_, metrics) = common::http_get(port, "/metrics").await.expect("metrics");
+    let label = format!("definition=\"{}\"", kind.name);
+    assert_eq!(
+        common::metric_sum(
+            &metrics,
+            "kustomize_operator_rollout_rollbacks_total",
+            &[&label]
+        ),
+        1.0
+    );
+    assert_eq!(
+        common::metric_sum(&metrics, "kustomize_operator_rollout_steps", &[&label]),
+        3.0
+    );
+
+    // A gate's CEL is bounded as every expression: a loop in a loop is
+    // refused when the definition is checked, and what served goes on.
+    let nested = "resources.all(r, resources.exists(s, s.metadata.name == r.metadata.name))";
+    roll_out(
+        &kind,
+        json!({"gate": {"window": "15s", "expression": nested}}),
+    );
+    let refused = kind.wait_condition("Accepted", "False", "Invalid").await;
+    assert!(
+        refused.starts_with(
+            "spec.rollout.gate.expression: comprehensions (all, exists, filter, map) may not nest"
+        ),
+        "{refused}"
+    );
+    roll_out(
+        &kind,
+        json!({"gate": {"window": "15s", "expression": null}}),
+    );
+    kind.wait_condition("Accepted", "True", "Valid").await;
+
+    // A stable revision that is not kept: nothing starts, the condition says so.
+    roll_out(&kind, json!({"stable": 9}));
+    let refused = kind
+        .wait_condition("RolledOut", "False", "RevisionNotKept")
+        .await;
+    assert!(
+        refused
+            .contains("does not start: spec.rollout.stable 9 is not a kept revision (kept: 1, 2)"),
+        "{refused}"
+    );
+    assert_eq!(greeting_states(&kind, &ns.name)["g-01"], before["g-01"]);
+    roll_out(&kind, json!({"stable": 1}));
+
+    for name in &names {
+        common::kubectl(&["delete", &kind.crd(), name, "-n", &ns.name, "--wait=false"]);
+    }
+    kind.delete().await;
+    drop(operator);
+}
+
+/// A good change reaches every one of 20 Greetings through every step
+/// with no human action: at each step exactly its hashed share moved
+/// (nothing beyond it, and all of the steps before it), and at the end
+/// every Greeting is on the latest revision, which is stable.
+#[tokio::test]
+async fn a_good_change_reaches_all_20_through_every_step_by_itself() {
+    let client = common::cluster().await;
+    let ns = TestNamespace::new(&client, "kd-steps").await;
+    let kind = GreetingKind::new(&ns);
+    let flags = kind.flags(&["--operator-namespace", &ns.name]);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let operator = OperatorProcess::spawn(&ns.name, &[], &flags);
+    kind.apply();
+    kind.wait_condition("Serving", "True", "Running").await;
+    let percents = [25, 50, 100];
+    let steps = json!([{"canary": true}, {"percent": 25}, {"percent": 50}, {"percent": 100}]);
+    roll_out(
+        &kind,
+        json!({"canary": {"track": "canary"}, "steps": steps}),
+    );
+    kind.wait_message("RolledOut", "True", "Complete", "revision 1 is stable")
+        .await;
+    let names: Vec<String> = (0..20).map(|i| format!("g-{i:02}")).collect();
+    greet_all(&kind, &ns.name, &names, "hi", 1).await;
+    let all: BTreeSet<String> = names.iter().cloned().collect();
+    assert_eq!(
+        share(&ns.name, &names, &percents, 3),
+        all,
+        "the last step takes all"
+    );
+
+    kind.edit("resources/configmap.yaml", |t| {
+        t.replace(
+            "  language: {{ spec.language }}",
+            "  language: {{ spec.language }}\n  shout: {{ spec.message | upper }}",
+        )
+    });
+    kind.apply();
+    // Sampled: the record, the ConfigMaps moved, the record again; a
+    // sample whose two reads agree saw the cluster at that step: nothing
+    // beyond its share moved, and all of the shares before it. (A step
+    // that adds no resource passes at once, between two samples: each
+    // step is checked again below, by what the operator counted.)
+    let mut seen_steps = BTreeSet::new();
+    common::wait_for(
+        Duration::from_secs(180),
+        "the rollout of revision 2 promoted",
+        async || {
+            let record = rollout_record(&kind);
+            let moved = config_maps_with(&ns.name, "shout");
+            if rollout_record(&kind) != record || record["revision"] != 2 {
+                return Err(record);
+            }
+            if record["phase"] == "Promoted" {
+                return Ok(());
+            }
+            assert_eq!(record["phase"], "Progressing", "{record}");
+            let step = record["step"].as_u64().unwrap() as usize;
+            let reached = share(&ns.name, &names, &percents, step);
+            assert!(
+                moved.is_subset(&reached),
+                "at step {step}: moved {moved:?}, beyond {reached:?}"
+            );
+            if step > 0 {
+                let before = share(&ns.name, &names, &percents, step - 1);
+                assert!(
+                    before.is_subset(&moved),
+                    "at step {step}: {before:?} not all moved: {moved:?}"
+                );
+            }
+            seen_steps.insert(step);
+            Err(record)
+        },
+    )
+    .await;
+    assert!(
+        seen_steps.contains(&0),
+        "the first step sampled: {seen_steps:?}"
+    );
+    common::wait_for(TIMEOUT, "every Greeting on revision 2", async || {
+        let moved = config_maps_with(&ns.name, "shout");
+        let on: BTreeSet<String> = (greeting_states(&kind, &ns.name).into_iter())
+            .filter(|(_, (revision, _))| *revision == json!(2))
+            .map(|(name, _)| name)
+            .collect();
+        if moved == all && on == all {
+            Ok(())
+        } else {
+            Err((moved.len(), on.len()))
+        }
+    })
+    .await;
+    let message = kind
+        .wait_message("RolledOut", "True", "Complete", "revision 2")
+        .await;
+    assert!(message.contains("revision 2 is stable"), "{message}");
+    let definition = kind.definition().unwrap();
+    assert_eq!(definition["spec"]["rollout"]["stable"], 2, "promoted");
+    assert_eq!(definition["status"]["stableRevision"], 2);
+    assert_eq!(
+        definition["status"]["rollout"]["progress"],
+        "complete: revision 2 is stable"
+    );
+    let (_, columns, _) = common::kubectl(&["get", "kinddefinition", &kind.name, "--no-headers"]);
+    assert!(
+        columns.contains("complete: revision 2 is stable"),
+        "{columns}"
+    );
+    // Each step passed with exactly its share on revision 2, as counted
+    // when its gate passed (from the resources' statuses).
+    let passed = definition_events(&client, &kind, "RolloutStep").await;
+    for step in 0..3 {
+        let moved = share(&ns.name, &names, &percents, step).len();
+        let note = format!(
+            "step {} of 4 passed its gate: step {} begins ({moved} of 20 resources on revision 2)",
+            step + 1,
+            step + 2
+        );
+        assert!(passed.contains(&note), "{note:?} in {passed:?}");
+    }
+    let promoted = definition_events(&client, &kind, "Promoted").await;
+    let note = "every step passed its gate (20 of 20 resources on revision 2): revision 2 is stable (spec.rollout.stable)";
+    assert_eq!(promoted, [note]);
+
+    for name in &names {
+        common::kubectl(&["delete", &kind.crd(), name, "-n", &ns.name, "--wait=false"]);
+    }
+    kind.delete().await;
+    drop(operator);
+}
+
+/// `spec.rollout.paused` holds a rollout at its step — through a restart
+/// of the operator, which reads where it is from the definition — and
+/// clearing it lets the rollout go on to the end.
+#[tokio::test]
+async fn a_paused_rollout_holds_its_step_across_a_restart_and_goes_on_when_resumed() {
+    let client = common::cluster().await;
+    let ns = TestNamespace::new(&client, "kd-pause").await;
+    let kind = GreetingKind::new(&ns);
+    let flags = kind.flags(&["--operator-namespace", &ns.name]);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let operator = OperatorProcess::spawn(&ns.name, &[], &flags);
+    kind.apply();
+    kind.wait_condition("Serving", "True", "Running").await;
+    let percents = [25, 50, 75, 100];
+    let steps = json!([{"canary": true}, {"percent": 25}, {"percent": 50}, {"percent": 75}, {"percent": 100}]);
+    roll_out(
+        &kind,
+        json!({"canary": {"track": "canary"}, "steps": steps}),
+    );
+    kind.wait_message("RolledOut", "True", "Complete", "revision 1 is stable")
+        .await;
+    let names: Vec<String> = (0..10).map(|i| format!("p-{i:02}")).collect();
+    greet_all(&kind, &ns.name, &names, "hi", 1).await;
+
+    kind.edit("resources/configmap.yaml", |t| {
+        t.replace(
+            "  language: {{ spec.language }}",
+            "  language: {{ spec.language }}\n  shout: {{ spec.message | upper }}",
+        )
+    });
+    kind.apply();
+    common::wait_for(
+        TIMEOUT,
+        "the rollout of revision 2 at its second step",
+        async || {
+            let record = rollout_record(&kind);
+            if record["revision"] == 2 && record["step"].as_u64() >= Some(1) {
+                Ok(())
+            } else {
+                Err(record)
+            }
+        },
+    )
+    .await;
+    roll_out(&kind, json!({"paused": true}));
+    // Held: its gate passed (every resource of the step moved), no step more.
+    kind.wait_message("RolledOut", "False", "Paused", "its gate passed")
+        .await;
+    let held = rollout_record(&kind);
+    assert_eq!(held["phase"], "Paused", "{held}");
+    let step = held["step"].as_u64().unwrap() as usize;
+    assert!(step < 4, "paused at step {step} of 5");
+    let moved = config_maps_with(&ns.name, "shout");
+    assert_eq!(
+        moved,
+        share(&ns.name, &names, &percents, step),
+        "at step {step}"
+    );
+
+    // A new operator reads where the rollout is, and holds it there.
+    drop(operator);
+    let port = common::free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let flags = kind.flags(&["--operator-namespace", &ns.name, "--metrics-addr", &addr]);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let operator = OperatorProcess::spawn(&ns.name, &[], &flags);
+    let label = format!("definition=\"{}\"", kind.name);
+    common::wait_for(TIMEOUT, "the new operator at the paused step", async || {
+        let text = common::http_get(port, "/metrics")
+            .await
+            .map(|(_, t)| t)
+            .unwrap_or_default();
+        let at = common::metric_sum(&text, "kustomize_operator_rollout_step", &[&label]);
+        if at == (step + 1) as f64 {
+            Ok(())
+        } else {
+            Err(at)
+        }
+    })
+    .await;
+    assert_eq!(rollout_record(&kind), held, "the record is as it was");
+    assert_eq!(config_maps_with(&ns.name, "shout"), moved, "nothing moved");
+    let status = kind.definition().unwrap()["status"]["rollout"].clone();
+    assert_eq!(status["phase"], "Paused");
+    assert!(
+        status["progress"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("paused at step {} of 5", step + 1)),
+        "{status}"
+    );
+
+    // Resumed: on to the end.
+    roll_out(&kind, json!({"paused": null}));
+    kind.wait_message("RolledOut", "True", "Complete", "revision 2")
+        .await;
+    let all: BTreeSet<String> = names.iter().cloned().collect();
+    common::wait_for(TIMEOUT, "every Greeting on revision 2", async || {
+        let moved = config_maps_with(&ns.name, "shout");
+        if moved == all { Ok(()) } else { Err(moved) }
+    })
+    .await;
+    assert_eq!(kind.definition().unwrap()["spec"]["rollout"]["stable"], 2);
+    assert!(
+        !definition_events(&client, &kind, "RolloutResumed")
+            .await
+            .is_empty()
+    );
+
+    for name in &names {
+        common::kubectl(&["delete", &kind.crd(), name, "-n", &ns.name, "--wait=false"]);
+    }
+    kind.delete().await;
+    drop(operator);
+}

@@ -29,7 +29,7 @@ use super::generation::{self, Generation, Rejection};
 use super::migration::{self, Storage};
 use super::resource::{self, ConditionType, Reason, Status};
 use super::writes::{count, event, status_of, write_status};
-use super::{deletion, rights, rollout};
+use super::{deletion, progress, rights, rollout};
 use crate::engine::host::{guarded, stopped_before_first_list};
 use crate::kind::EventType;
 use crate::kinds::declared::rbac;
@@ -129,6 +129,7 @@ async fn serve(def: &DynamicObject, ctx: &DefinitionContext) -> Result<Action, D
     let served = ctx.serving.current(&def.name_any());
     serving_condition(ctx, def, served.as_ref(), &mut status);
     let mut migrating = Next::Nothing;
+    let mut stepping = None;
     if let Some(generation) = &served {
         rights_condition(ctx, &def.name_any(), generation, &mut status).await;
         // Not in the reconcile that starts serving a generation: its
@@ -139,6 +140,7 @@ async fn serve(def: &DynamicObject, ctx: &DefinitionContext) -> Result<Action, D
         } else if !settled {
             migrating = Next::Step;
         }
+        stepping = progress::look(ctx, def, &mut status).await;
         rollout::status(ctx, &def.name_any(), &mut status, def.metadata.generation);
         status.resources = match ctx.serving.resources(&def.name_any()) {
             Some(counted) => Some(counted),
@@ -165,11 +167,10 @@ async fn serve(def: &DynamicObject, ctx: &DefinitionContext) -> Result<Action, D
         Next::Retry => return Ok(Action::requeue(RECHECK_SOON)),
         Next::Nothing => {}
     }
-    Ok(Action::requeue(if all_well {
-        RECHECK
-    } else {
-        RECHECK_SOON
-    }))
+    let recheck = if all_well { RECHECK } else { RECHECK_SOON };
+    Ok(Action::requeue(
+        stepping.map_or(recheck, |s| s.min(recheck)),
+    ))
 }
 
 /// Checks the definition's generation, unless it is the one served, and

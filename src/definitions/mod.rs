@@ -16,6 +16,8 @@
 //! - `deletion`: its deletion;
 //! - [`revisions`]: every accepted change of its files, kept;
 //! - `rollout`: which revision serves whom, and what its status says;
+//! - `progress`: the automatic rollout of `spec.rollout.steps`, one look
+//!   per reconcile;
 //! - [`signing`]: the key that signs the revisions kept in the cluster;
 //! - `writes`: its status, finalizer and events.
 
@@ -25,6 +27,7 @@ pub mod crds;
 mod deletion;
 pub mod generation;
 mod migration;
+mod progress;
 pub mod resource;
 pub mod revisions;
 pub mod rights;

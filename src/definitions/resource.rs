@@ -76,6 +76,7 @@ pub fn api_resource() -> ApiResource {
     printcolumn = r#"{"name": "Revision", "type": "integer", "jsonPath": ".status.revision"}"#,
     printcolumn = r#"{"name": "Stable", "type": "integer", "jsonPath": ".status.stableRevision"}"#,
     printcolumn = r#"{"name": "On Revisions", "type": "string", "jsonPath": ".status.onRevisions"}"#,
+    printcolumn = r#"{"name": "Rollout", "type": "string", "jsonPath": ".status.rollout.progress"}"#,
     printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#
 )]
 #[schemars(transform = without_defaults)]
@@ -88,7 +89,8 @@ pub struct KindDefinitionSpec {
     #[schemars(extend("maxProperties" = MAX_FILES))]
     pub files: BTreeMap<String, String>,
     /// Which revision serves which resources: `stable` (an older one rolls
-    /// back), `canary` labels that try the latest first, how many to `keep`.
+    /// back), `canary` labels that try the latest first, how many to `keep`,
+    /// and `steps` that roll the latest out by themselves.
     /// Not part of the kind: changing it makes no revision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<RolloutSpec>,
@@ -153,10 +155,62 @@ pub struct Status {
     /// How many resources each revision serves (`1:99 2:1`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_revisions: Option<String>,
+    /// Where the automatic rollout (`spec.rollout.steps`) is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<RolloutStatus>,
     /// `Accepted`, `CRDEstablished`, `RightsGranted`, `Serving`,
-    /// `StorageMigrated`, `RevisionsVerified`.
+    /// `StorageMigrated`, `RevisionsVerified`, `RolledOut`.
     #[serde(default)]
     pub conditions: Vec<Condition>,
+}
+
+/// Where a definition's automatic rollout is: a copy, for people and
+/// tools, of what the operator keeps in the definition's annotation
+/// `kustomize-operator.io/rollout` (never read back from here).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutStatus {
+    /// The revision rolling out (the latest).
+    pub revision: u32,
+    /// The step under way, or the one it ended at (from 1; 0 before the first).
+    pub step: u32,
+    /// How many steps.
+    pub steps: u32,
+    /// Where it is.
+    pub phase: RolloutPhase,
+    /// Resources of the kind the rollout moves (all but the pinned), when
+    /// counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<u64>,
+    /// Of them, on `revision`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated: Option<u64>,
+    /// Of the step's, failing (`Ready=False`) or `Stalled`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed: Option<u64>,
+    /// One line: `step 2 of 4: 37 of 120 resources on revision 5, 0 failed`.
+    pub progress: String,
+}
+
+/// Where an automatic rollout is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum RolloutPhase {
+    /// Its first step has not started (paused before it).
+    #[default]
+    Waiting,
+    /// A step is under way.
+    Progressing,
+    /// Held at its step by `spec.rollout.paused`.
+    Paused,
+    /// A gate failed: every resource is back on the stable revision.
+    RolledBack,
+    /// The latest revision is stable.
+    Complete,
+    /// `spec.rollout.stable` was set by hand: the rollout ended there.
+    Stopped,
+    /// It cannot start: the stable revision cannot serve, or the latest
+    /// is withdrawn.
+    Refused,
 }
 
 /// One kept revision of a definition.
@@ -267,6 +321,7 @@ mod tests {
                 "Revision",
                 "Stable",
                 "On Revisions",
+                "Rollout",
                 "Age"
             ]
         );

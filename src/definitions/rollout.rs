@@ -16,6 +16,7 @@ use super::serving::Revisions;
 use super::writes::{event, status_of};
 use crate::kind::EventType;
 use crate::kinds::declared::pack::ROLLOUT_FIELD;
+use crate::kinds::declared::rollout::machine::{self, RECORD_ANNOTATION, Record};
 use crate::kinds::declared::rollout::{RolloutError, RolloutSpec};
 
 /// The rollout `def` asks for (none: every resource on the latest).
@@ -23,6 +24,20 @@ pub fn spec_of(def: &DynamicObject) -> RolloutSpec {
     (def.data["spec"].get(ROLLOUT_FIELD))
         .and_then(|rollout| serde_json::from_value(rollout.clone()).ok())
         .unwrap_or_default()
+}
+
+/// The record of `def`'s rollout, if it has a readable one.
+pub fn record_of(def: &DynamicObject) -> Option<Record> {
+    def.annotations()
+        .get(RECORD_ANNOTATION)
+        .and_then(|text| Record::parse(text))
+}
+
+/// The step (from 0) `def`'s record makes the kind serve the latest
+/// revision `latest` to, under `spec`.
+pub fn recorded_step(def: &DynamicObject, latest: u32, spec: &RolloutSpec) -> Option<usize> {
+    let digest = spec.steps_digest()?;
+    machine::serving_step(record_of(def).as_ref(), latest, spec.stable, &digest)
 }
 
 /// A rollout that cannot serve, and what serves meanwhile.
@@ -60,8 +75,10 @@ pub async fn serve(
         None => restore(ctx, def).await,
     };
     let dropped = history.add(generation.clone(), spec.keep(), spec.stable);
+    let latest = history.latest().map_or(0, |r| r.number);
+    let step = recorded_step(def, latest, &spec);
     let served = (ctx.serving)
-        .serve(&name, generation, history.clone(), spec.clone())
+        .serve(&name, generation, history.clone(), spec.clone(), step)
         .await;
     if let Err(error) = served {
         let stable_before = before.map(|b| b.rollout.stable());

@@ -120,20 +120,23 @@ impl Serving {
     }
 
     /// Serves `generation` for `name`, the latest of `history`, each
-    /// resource by the revision `spec` chooses, in place of what served
-    /// before. Fails (and changes nothing) when the stable revision `spec`
-    /// names is not kept, refused at restore or withdrawn.
+    /// resource by the revision `spec` chooses (with steps, the latest to
+    /// those of the steps up to `step`), in place of what served before.
+    /// Fails (and changes nothing) when the stable revision `spec` names
+    /// is not kept, refused at restore or withdrawn, or its steps cannot
+    /// run.
     pub async fn serve(
         &self,
         name: &str,
         generation: Generation,
         history: History,
         spec: RolloutSpec,
+        step: Option<usize>,
     ) -> Result<(), RolloutError> {
         let nudge = self.nudge(name);
         let moved: OnMove = nudge.clone();
         let refused = history.refused_numbers();
-        let rollout = Rollout::new(history.kinds(), &spec, &refused, Some(moved))?;
+        let rollout = Rollout::new(history.kinds(), &spec, &refused, Some(moved))?.at_step(step);
         let rollout = Arc::new(rollout);
         let revisions = Revisions {
             history,
@@ -155,11 +158,34 @@ impl Serving {
         let Some(revisions) = self.revisions(name) else {
             return;
         };
+        let step = revisions.rollout.step();
         let served = self
-            .serve(name, generation, revisions.history, revisions.spec)
+            .serve(name, generation, revisions.history, revisions.spec, step)
             .await;
         if let Err(e) = served {
             tracing::warn!(definition = name, error = %e, "cannot serve again");
+        }
+    }
+
+    /// Serves `name` as it is, but with its automatic rollout's steps
+    /// reached up to `step` (`None`: none), unless it serves so already.
+    /// True when that moved the step.
+    pub async fn serve_step(&self, name: &str, step: Option<usize>) -> bool {
+        let (Some(generation), Some(revisions)) = (self.current(name), self.revisions(name)) else {
+            return false;
+        };
+        if revisions.rollout.step() == step || revisions.rollout.steps().is_none() {
+            return false;
+        }
+        let served = self
+            .serve(name, generation, revisions.history, revisions.spec, step)
+            .await;
+        match served {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(definition = name, error = %e, "cannot serve the rollout's step");
+                false
+            }
         }
     }
 

@@ -135,16 +135,18 @@ pub enum Current {
 }
 
 impl Current {
-    /// The revision serving a resource with `labels` (`None` for a folder)
-    /// and its kind.
+    /// The revision serving the resource `namespace/name` with `labels`
+    /// (`None` for a folder) and its kind.
     pub fn choose(
         &self,
+        namespace: Option<&str>,
+        name: &str,
         labels: &BTreeMap<String, String>,
     ) -> Result<(Option<u32>, Arc<DeclaredKind>), String> {
         match self {
             Self::Folder(loaded) => Ok((None, loaded.kind.clone())),
             Self::Definition { rollout, .. } => rollout
-                .choose(labels)
+                .choose(namespace, name, labels)
                 .map(|(n, kind)| (Some(n), kind.clone()))
                 .map_err(|e| e.to_string()),
         }

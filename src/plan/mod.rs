@@ -288,7 +288,12 @@ impl<'a> Planner<'a> {
     async fn now(&self, resource: &Value, plan: &mut ResourcePlan) -> Option<Objects> {
         let labels: BTreeMap<String, String> =
             serde_json::from_value(resource["metadata"]["labels"].clone()).unwrap_or_default();
-        let (revision, kind) = match self.current.choose(&labels) {
+        let meta = &resource["metadata"];
+        let (namespace, name) = (meta["namespace"].as_str(), meta["name"].as_str());
+        let chosen = self
+            .current
+            .choose(namespace, name.unwrap_or_default(), &labels);
+        let (revision, kind) = match chosen {
             Ok(chosen) => chosen,
             Err(why) => {
                 plan.notes.push(format!("no revision serves it now: {why}"));

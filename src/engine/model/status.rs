@@ -60,6 +60,9 @@ pub enum ConditionType {
     /// Every revision a definition keeps in the cluster, restored at start,
     /// is one the operator recorded (its digest and signature).
     RevisionsVerified,
+    /// A definition's automatic rollout (`spec.rollout.steps`) brought its
+    /// latest revision to every resource, and made it stable.
+    RolledOut,
     /// A condition this version does not maintain (written by another version).
     #[serde(other)]
     Other,
@@ -76,7 +79,8 @@ impl ConditionType {
             | Self::RightsGranted
             | Self::Serving
             | Self::StorageMigrated
-            | Self::RevisionsVerified => DEFINITION_MESSAGE_LIMIT,
+            | Self::RevisionsVerified
+            | Self::RolledOut => DEFINITION_MESSAGE_LIMIT,
             Self::Ready | Self::Reconciling | Self::Stalled | Self::Other => MESSAGE_LIMIT,
         }
     }
@@ -195,6 +199,22 @@ pub enum Reason {
     /// is over the budget of one evaluation or one look, or ran past its
     /// deadline: the resource is `Stalled` until its input changes.
     OverBudget,
+    /// A definition's latest revision is stable: its rollout is complete.
+    Complete,
+    /// A definition's automatic rollout is held at its step.
+    Paused,
+    /// A definition's rollout was rolled back: a resource of a step was
+    /// `Stalled` on the latest revision.
+    GateStalled,
+    /// A definition's rollout was rolled back: a step's resources were not
+    /// all `Ready` on the latest revision within the gate's window.
+    GateTimedOut,
+    /// A definition's rollout was rolled back: a step's gate expression was
+    /// not true within its window.
+    GateConditionFailed,
+    /// A definition's `spec.rollout.stable` was set by hand during or after
+    /// its automatic rollout, which ended there.
+    StableSetByHand,
     /// A reason this version does not know (written by another version).
     #[serde(other)]
     Unknown,
@@ -245,6 +265,12 @@ impl Reason {
             Self::Migrated => "Migrated",
             Self::MigrationFailed => "MigrationFailed",
             Self::OverBudget => "OverBudget",
+            Self::Complete => "Complete",
+            Self::Paused => "Paused",
+            Self::GateStalled => "GateStalled",
+            Self::GateTimedOut => "GateTimedOut",
+            Self::GateConditionFailed => "GateConditionFailed",
+            Self::StableSetByHand => "StableSetByHand",
             Self::Unknown => "Unknown",
         }
     }

@@ -18,6 +18,8 @@ use super::file::{ObjectSelector, ReadinessRule, Scope};
 use super::object::DeclaredObject;
 use super::recipe::Wanted;
 use super::references::{self, Readers};
+/// The status field a resource served from revisions shows its revision in.
+pub use super::rollout::REVISION_FIELD;
 use super::rollout::Rollout;
 use crate::kind::{
     Beyond, CommonStatus, Deletion, EventType, FromObjects, Handler, HandlerError, Inventory,
@@ -95,8 +97,13 @@ impl DeclaredHandler {
         let Some(rollout) = &self.rollout else {
             return Ok((None, &self.kind));
         };
+        let namespace = resource.namespace();
         let (number, kind) = rollout
-            .choose(resource.labels())
+            .choose(
+                namespace.as_deref(),
+                &resource.name_any(),
+                resource.labels(),
+            )
             .map_err(|e| HandlerError::Invalid(e.to_string()))?;
         Ok((Some(number), kind))
     }
@@ -379,9 +386,6 @@ type Read = BTreeMap<String, Value>;
 fn key(resource: &DeclaredObject) -> references::Key {
     (resource.namespace(), resource.name_any())
 }
-
-/// The status field a resource served from revisions shows its revision in.
-pub const REVISION_FIELD: &str = "revision";
 
 /// The kind file's status fields of `resource`, computed (`children`, for a
 /// kind with expressions) or copied from its objects; what cannot be said

@@ -14,6 +14,11 @@
 //! 3. every other one, by `stable` (default: the latest), which must be
 //!    kept and not withdrawn.
 //!
+//! With `steps` the rollout runs itself ([`machine`]): rule 2 gives way to
+//! the steps reached so far ([`steps`]), each resource of them served by
+//! the latest revision, the others by the stable one; each step's gate
+//! ([`gate`]) decides when the next starts, and whether to roll back.
+//!
 //! A revision is the whole kind as it was accepted (its templates, recipe
 //! and expressions), so a resource moved back to it renders byte for byte
 //! what it rendered then.
@@ -27,6 +32,15 @@ use serde::{Deserialize, Serialize};
 use super::DeclaredKind;
 use super::references::Key;
 use crate::kind::Reason;
+
+pub mod gate;
+pub mod machine;
+pub mod steps;
+
+use steps::{Gate, Step, Steps, StepsError};
+
+/// The status field a resource served from revisions shows its revision in.
+pub const REVISION_FIELD: &str = "revision";
 
 /// The label that pins a resource to one revision of its definition
 /// (`"3"`).
@@ -81,6 +95,22 @@ pub struct RolloutSpec {
     /// a label.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pin_by: Option<PinBy>,
+    /// The steps of an automatic rollout: each moves more resources to
+    /// the latest revision (the canary's, then a share chosen by a stable
+    /// hash of namespace/name), and the next starts when its gate passes;
+    /// after the last, the latest becomes `stable`. A gate that fails
+    /// rolls every resource back to `stable`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = steps::MAX_STEPS))]
+    pub steps: Option<Vec<Step>>,
+    /// The gate of every step without its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gate: Option<Gate>,
+    /// Holds an automatic rollout at its step: nothing moves, no gate
+    /// decides, until it is false again (the step's window then starts
+    /// anew).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<bool>,
 }
 
 /// Who may set or change a resource's pin.
@@ -103,6 +133,17 @@ impl RolloutSpec {
     /// The revisions withdrawn.
     pub fn withdrawn(&self) -> BTreeSet<u32> {
         self.withdrawn.iter().flatten().copied().collect()
+    }
+
+    /// True while `paused` is set.
+    pub fn is_paused(&self) -> bool {
+        self.paused == Some(true)
+    }
+
+    /// The digest of the steps' selection, when there are steps.
+    pub fn steps_digest(&self) -> Option<String> {
+        let canary = self.canary.clone().unwrap_or_default();
+        (self.steps.as_deref()).map(|steps| steps::digest(steps, &canary))
     }
 }
 
@@ -153,6 +194,14 @@ pub enum RolloutError {
         /// The revisions a resource may pin.
         pinnable: Vec<u32>,
     },
+    /// The steps of an automatic rollout cannot run.
+    #[error(transparent)]
+    Steps(#[from] StepsError),
+    /// The kind declares the status field a resource's revision is shown in.
+    #[error(
+        "spec.rollout.steps: the kind's status declares its own field {REVISION_FIELD:?}, where a resource served from revisions shows its revision and the steps' gates read it; rename that field to roll out in steps"
+    )]
+    RevisionFieldTaken,
 }
 
 impl RolloutError {
@@ -164,6 +213,7 @@ impl RolloutError {
             Self::Refused { .. } => Reason::RevisionRefused,
             Self::Withdrawn { .. } => Reason::RevisionWithdrawn,
             Self::NotPinnable { .. } => Reason::InvalidSpec,
+            Self::Steps(_) | Self::RevisionFieldTaken => Reason::Invalid,
         }
     }
 }
@@ -193,6 +243,11 @@ pub struct Rollout {
     withdrawn: BTreeSet<u32>,
     /// Revisions refused when they were restored (none of them kept), and why.
     refused: BTreeMap<u32, String>,
+    /// The steps of an automatic rollout, if it has them.
+    steps: Option<Arc<Steps>>,
+    /// The step (from 0) whose resources the latest serves, while an
+    /// automatic rollout is under way.
+    step: Option<usize>,
     on: Mutex<HashMap<Key, u32>>,
     moved: Option<OnMove>,
 }
@@ -207,6 +262,8 @@ impl std::fmt::Debug for Rollout {
             .field("pinnable", &self.pinnable)
             .field("withdrawn", &self.withdrawn)
             .field("refused", &self.refused.keys().collect::<Vec<_>>())
+            .field("steps", &self.steps.as_ref().map(|s| s.len()))
+            .field("step", &self.step)
             .finish_non_exhaustive()
     }
 }
@@ -215,7 +272,9 @@ impl Rollout {
     /// The rule of `spec` over the kept `revisions` (by number; not
     /// empty), those `refused` at restore (by number, why) named when
     /// something asks for them. Fails when the stable revision is not
-    /// kept, or withdrawn.
+    /// kept, or withdrawn, or the steps cannot run. An automatic rollout
+    /// serves the latest to no resource until [`Rollout::at_step`] says
+    /// which step it is at.
     pub fn new(
         revisions: BTreeMap<u32, Arc<DeclaredKind>>,
         spec: &RolloutSpec,
@@ -223,33 +282,19 @@ impl Rollout {
         moved: Option<OnMove>,
     ) -> Result<Self, RolloutError> {
         let latest = revisions.keys().next_back().copied().unwrap_or_default();
-        let stable = spec.stable.unwrap_or(latest);
+        let numbers: BTreeSet<u32> = revisions.keys().copied().collect();
+        let stable = stable_revision(&numbers, spec, refused)?;
         let kept = |n: &u32| revisions.contains_key(n);
         let withdrawn: BTreeSet<u32> = spec.withdrawn().into_iter().filter(kept).collect();
         let refused: BTreeMap<u32, String> = (refused.iter())
             .filter(|(n, _)| !kept(n))
             .map(|(n, why)| (*n, why.clone()))
             .collect();
-        let what = match spec.stable {
-            Some(stable) => format!("spec.rollout.stable {stable}"),
-            None => {
-                format!("the stable revision {stable} (the latest: spec.rollout.stable is unset)")
-            }
-        };
-        if !kept(&stable) {
-            return Err(missing(&revisions, &refused, what, Some(stable)));
-        }
-        if withdrawn.contains(&stable) {
-            let servable = (revisions.keys())
-                .filter(|n| !withdrawn.contains(n))
-                .copied()
-                .collect();
-            return Err(RolloutError::Withdrawn { what, servable });
-        }
         let named = spec.pinnable.iter().flatten().copied();
         let pinnable = ([stable, latest].into_iter().chain(named))
             .filter(|n| kept(n) && !withdrawn.contains(n))
             .collect();
+        let steps = compile_steps(spec, revisions.get(&latest))?;
         Ok(Self {
             revisions,
             latest,
@@ -258,9 +303,39 @@ impl Rollout {
             pinnable,
             withdrawn,
             refused,
+            steps,
+            step: None,
             on: Mutex::default(),
             moved,
         })
+    }
+
+    /// The rollout with its steps reached up to `step` (from 0; `None`:
+    /// none), when it has steps.
+    pub fn at_step(mut self, step: Option<usize>) -> Self {
+        self.step = step.filter(|_| self.steps.is_some());
+        self
+    }
+
+    /// The steps of an automatic rollout, checked.
+    pub fn steps(&self) -> Option<&Arc<Steps>> {
+        self.steps.as_ref()
+    }
+
+    /// The step (from 0) up to which the latest serves, while an
+    /// automatic rollout is under way.
+    pub fn step(&self) -> Option<usize> {
+        self.step
+    }
+
+    /// The numbers of the kept revisions.
+    fn kept(&self) -> BTreeSet<u32> {
+        self.revisions.keys().copied().collect()
+    }
+
+    /// True when `number` is kept and not withdrawn.
+    pub fn servable(&self, number: u32) -> bool {
+        self.revisions.contains_key(&number) && !self.withdrawn.contains(&number)
     }
 
     /// The latest revision's number.
@@ -290,19 +365,21 @@ impl Rollout {
         self.pinnable.iter().copied().collect()
     }
 
-    /// The revision serving a resource with these labels.
+    /// The revision serving the resource `namespace/name` with these labels.
     pub fn choose(
         &self,
+        namespace: Option<&str>,
+        name: &str,
         labels: &BTreeMap<String, String>,
     ) -> Result<(u32, &Arc<DeclaredKind>), RolloutError> {
         let number = match labels.get(PIN_LABEL) {
             Some(pinned) => self.pinned(pinned)?,
-            None if self.in_canary(labels) && !self.withdrawn.contains(&self.latest) => self.latest,
+            None if self.takes_latest(namespace, name, labels) => self.latest,
             None => self.stable,
         };
         let kind = self.revisions.get(&number).ok_or_else(|| {
             missing(
-                &self.revisions,
+                &self.kept(),
                 &self.refused,
                 format!("revision {number}"),
                 Some(number),
@@ -316,7 +393,7 @@ impl Rollout {
         let what = format!("the label {PIN_LABEL}={value:?}");
         let number = value.trim().parse::<u32>().ok();
         let Some(number) = number.filter(|n| self.revisions.contains_key(n)) else {
-            return Err(missing(&self.revisions, &self.refused, what, number));
+            return Err(missing(&self.kept(), &self.refused, what, number));
         };
         if self.withdrawn.contains(&number) {
             return Ok(self.stable);
@@ -341,6 +418,25 @@ impl Rollout {
             "the label {PIN_LABEL}={value:?} pins revision {number}, which is withdrawn (spec.rollout.withdrawn): served by the stable revision {}",
             self.stable
         ))
+    }
+
+    /// True when a resource not pinned is served by the latest revision:
+    /// with steps, once a step reached takes it; without, when it is in
+    /// the canary. Never while the latest is withdrawn.
+    fn takes_latest(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> bool {
+        if self.withdrawn.contains(&self.latest) {
+            return false;
+        }
+        match (&self.steps, self.step) {
+            (Some(steps), Some(step)) => steps.reached(step, namespace, name, labels),
+            (Some(_), None) => false,
+            (None, _) => self.in_canary(labels),
+        }
     }
 
     fn in_canary(&self, labels: &BTreeMap<String, String>) -> bool {
@@ -373,10 +469,59 @@ impl Rollout {
     }
 }
 
+/// The stable revision `spec` names among those `kept` (the latest when
+/// it names none), or why it cannot serve: not kept (`refused` at restore,
+/// by number, and why), or withdrawn.
+pub fn stable_revision(
+    kept: &BTreeSet<u32>,
+    spec: &RolloutSpec,
+    refused: &BTreeMap<u32, String>,
+) -> Result<u32, RolloutError> {
+    let latest = kept.last().copied().unwrap_or_default();
+    let stable = spec.stable.unwrap_or(latest);
+    let what = match spec.stable {
+        Some(stable) => format!("spec.rollout.stable {stable}"),
+        None => format!("the stable revision {stable} (the latest: spec.rollout.stable is unset)"),
+    };
+    if !kept.contains(&stable) {
+        let refused: BTreeMap<u32, String> = (refused.iter())
+            .filter(|(n, _)| !kept.contains(n))
+            .map(|(n, why)| (*n, why.clone()))
+            .collect();
+        return Err(missing(kept, &refused, what, Some(stable)));
+    }
+    let withdrawn = spec.withdrawn();
+    if withdrawn.contains(&stable) {
+        let servable = kept.difference(&withdrawn).copied().collect();
+        return Err(RolloutError::Withdrawn { what, servable });
+    }
+    Ok(stable)
+}
+
+/// The steps of `spec`, checked, if it has any; `latest` is the kind they
+/// roll out, whose status must leave [`REVISION_FIELD`] to the revision.
+fn compile_steps(
+    spec: &RolloutSpec,
+    latest: Option<&Arc<DeclaredKind>>,
+) -> Result<Option<Arc<Steps>>, RolloutError> {
+    let Some(steps) = spec.steps.as_deref() else {
+        return Ok(None);
+    };
+    let canary = spec.canary.clone().unwrap_or_default();
+    let steps = Steps::compile(steps, spec.gate.as_ref(), &canary)?;
+    let taken = latest.is_some_and(|kind| {
+        (kind.file.spec.status.iter()).any(|field| field.field == REVISION_FIELD)
+    });
+    if taken {
+        return Err(RolloutError::RevisionFieldTaken);
+    }
+    Ok(Some(Arc::new(steps)))
+}
+
 /// Why `what` names no kept revision: `number` was refused at restore,
 /// or is not kept.
 fn missing(
-    revisions: &BTreeMap<u32, Arc<DeclaredKind>>,
+    kept: &BTreeSet<u32>,
     refused: &BTreeMap<u32, String>,
     what: String,
     number: Option<u32>,
@@ -389,7 +534,7 @@ fn missing(
         },
         None => RolloutError::NotKept {
             what,
-            kept: revisions.keys().copied().collect(),
+            kept: kept.iter().copied().collect(),
         },
     }
 }
@@ -418,7 +563,9 @@ mod tests {
     }
 
     fn chosen(rollout: &Rollout, pairs: &[(&str, &str)]) -> Result<u32, RolloutError> {
-        rollout.choose(&labels(pairs)).map(|(n, _)| n)
+        rollout
+            .choose(Some("ns"), "r", &labels(pairs))
+            .map(|(n, _)| n)
     }
 
     #[test]
@@ -589,6 +736,68 @@ mod tests {
         );
         // A kept revision of a refused number is the kept one.
         assert_eq!(chosen(&rollout, &[(PIN_LABEL, "2")]), Ok(2));
+    }
+
+    #[test]
+    fn with_steps_the_latest_serves_the_steps_reached_the_canary_included() {
+        let spec = RolloutSpec {
+            stable: Some(1),
+            canary: Some(labels(&[("track", "canary")])),
+            steps: Some(vec![
+                Step {
+                    canary: true,
+                    ..Step::default()
+                },
+                Step {
+                    percent: Some(50),
+                    ..Step::default()
+                },
+            ]),
+            ..RolloutSpec::default()
+        };
+        let name = |inside: bool| {
+            (0..100)
+                .map(|i| format!("r-{i}"))
+                .find(|n| steps::in_share(Some("ns"), n, 50) == inside)
+                .unwrap()
+        };
+        let (inside, outside) = (name(true), name(false));
+        let on = |rollout: &Rollout, name: &str, pairs: &[(&str, &str)]| {
+            rollout
+                .choose(Some("ns"), name, &labels(pairs))
+                .map(|(n, _)| n)
+        };
+        // Not started: every resource on the stable one, the canary too.
+        let rollout = rule(&[1, 2], &spec).unwrap();
+        assert_eq!(on(&rollout, &inside, &[("track", "canary")]), Ok(1));
+        let first = rule(&[1, 2], &spec).unwrap().at_step(Some(0));
+        assert_eq!(on(&first, &outside, &[("track", "canary")]), Ok(2));
+        assert_eq!(on(&first, &inside, &[]), Ok(1));
+        let second = rule(&[1, 2], &spec).unwrap().at_step(Some(1));
+        assert_eq!(second.step(), Some(1));
+        assert_eq!(on(&second, &inside, &[]), Ok(2));
+        assert_eq!(on(&second, &outside, &[]), Ok(1));
+        assert_eq!(
+            on(&second, &inside, &[(PIN_LABEL, "1")]),
+            Ok(1),
+            "a pin stays"
+        );
+        // Without steps, a step means nothing.
+        let manual = rule(&[1, 2], &RolloutSpec::default())
+            .unwrap()
+            .at_step(Some(1));
+        assert_eq!(manual.step(), None);
+        // Bad steps are refused as the definition's spec.
+        let bad = RolloutSpec {
+            steps: Some(vec![Step::default()]),
+            ..spec.clone()
+        };
+        let err = rollout_err(&[1, 2], &bad);
+        assert_eq!(err.reason(), Reason::Invalid);
+        assert!(
+            err.to_string().starts_with("spec.rollout.steps[0]: "),
+            "{err}"
+        );
     }
 
     #[test]
