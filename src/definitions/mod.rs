@@ -15,6 +15,8 @@
 //! - `controller`: the reconcile of a definition;
 //! - `deletion`: its deletion;
 //! - [`revisions`]: every accepted change of its files, kept;
+//! - `migration`, `migrator`: a kind's storage migrated when its storage
+//!   version changes, by the API server where it can, else by the operator;
 //! - `rollout`: which revision serves whom, and what its status says;
 //! - [`signing`]: the key that signs the revisions kept in the cluster;
 //! - `writes`: its status, finalizer and events.
@@ -25,6 +27,7 @@ pub mod crds;
 mod deletion;
 pub mod generation;
 mod migration;
+mod migrator;
 pub mod resource;
 pub mod revisions;
 pub mod rights;
@@ -109,6 +112,7 @@ pub(crate) async fn serve(
         webhook: config.webhook,
         budget: config.budget,
         walks: migration::Walks::default(),
+        migrator: migrator::Migrator::default(),
         store: (config.namespace.as_deref())
             .map(|ns| revisions::Store::new(engine_client.clone(), ns)),
         rejected: std::sync::Mutex::default(),
