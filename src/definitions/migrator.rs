@@ -80,14 +80,11 @@ pub struct Migrator {
 
 impl Migrator {
     /// True when the API server serves storage version migrations. A
-    /// failed discovery answers false for now and is asked again.
-    pub async fn served(&self, client: &Client) -> bool {
+    /// failed discovery is asked again at the next step (no path is
+    /// chosen on a guess).
+    pub async fn served(&self, client: &Client) -> Result<bool, kube::Error> {
         let asked = self.served.get_or_try_init(|| discover(client)).await;
-        asked.copied().unwrap_or_else(|e| {
-            let error = crate::error_text::kube(&e);
-            tracing::warn!(%error, "cannot discover storagemigration.k8s.io: the operator migrates storage itself for now");
-            false
-        })
+        asked.copied()
     }
 }
 
@@ -345,7 +342,7 @@ pub async fn step(
         ..
     } = *subject;
     let name = name_of(crd, storage);
-    let served = migrator.served(client).await;
+    let served = migrator.served(client).await?;
     // The migration before the CRD: its controller trims storedVersions
     // before it marks it no longer running.
     let (found, lost) = match served {
@@ -416,18 +413,25 @@ async fn find(
         Duration::try_from(age).unwrap_or(Duration::ZERO)
     });
     let progress = progress(&migration.data["status"], age);
+    let lost = lost(&migration, &progress);
+    Ok((Found::Ours(progress), lost))
+}
+
+/// The versions `migration` (where `progress` says it stands) recorded as
+/// stored, to list as stored again: once it failed and its controller
+/// trimmed them, unless the operator did so already.
+fn lost(migration: &DynamicObject, progress: &Progress) -> Option<Vec<String>> {
     let annotations = migration.annotations();
     let restored = annotations
         .get(RESTORED_ANNOTATION)
         .is_some_and(|v| v == "true");
-    let lost = (progress == Progress::Failed { settled: true } && !restored).then(|| {
+    (*progress == Progress::Failed { settled: true } && !restored).then(|| {
         let recorded = annotations.get(STORED_ANNOTATION);
         (recorded.into_iter().flat_map(|v| v.split(',')))
             .filter(|v| !v.is_empty())
             .map(str::to_string)
             .collect()
-    });
-    Ok((Found::Ours(progress), lost))
+    })
 }
 
 /// The CRD's `storedVersions` (`stored`) with the versions `recorded`
@@ -536,7 +540,8 @@ fn migration_object(name: &str, subject: &Subject<'_>, from: &[String]) -> Dynam
 
 /// Deletes the definition's finished migrations of `subject`'s kind but
 /// `name`: they were for another storage version, and one left would read
-/// as done when the kind comes back to it. Best effort.
+/// as done when the kind comes back to it. What a failed one trimmed is
+/// listed as stored again first. Best effort.
 async fn clear_finished(client: &Client, name: &str, subject: &Subject<'_>) {
     let api = Api::<DynamicObject>::all_with(client.clone(), &api_resource());
     let selector = format!("{MARKER_LABEL}={}", subject.definition.name_any());
@@ -549,18 +554,29 @@ async fn clear_finished(client: &Client, name: &str, subject: &Subject<'_>) {
         }
     };
     for migration in listed.items {
-        let of_kind = migrates(&migration, subject.resource);
+        let progress = progress(&migration.data["status"], Duration::ZERO);
         let finished = matches!(
-            progress(&migration.data["status"], Duration::ZERO),
+            progress,
             Progress::Failed { settled: true } | Progress::Succeeded { settled: true }
         );
         let finished_name = migration.name_any();
-        if of_kind && finished && finished_name != name {
-            let deleted = api.delete(&finished_name, &DeleteParams::default()).await;
-            if let Err(e) = deleted {
-                let error = crate::error_text::kube(&e);
-                tracing::debug!(migration = %finished_name, %error, "cannot delete a finished storage version migration");
-            }
+        if !migrates(&migration, subject.resource) || !finished || finished_name == name {
+            continue;
+        }
+        let restored = match lost(&migration, &progress) {
+            Some(lost) => restore(client, subject.crd, &lost).await,
+            None => Ok(()),
+        };
+        let deleted = match restored {
+            Ok(()) => api
+                .delete(&finished_name, &DeleteParams::default())
+                .await
+                .map(|_| ()),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = deleted {
+            let error = crate::error_text::kube(&e);
+            tracing::debug!(migration = %finished_name, %error, "cannot clear a finished storage version migration");
         }
     }
 }
