@@ -1703,8 +1703,14 @@ async fn a_conversion_whose_output_has_the_wrong_type_is_refused_naming_the_fiel
     // Nobody may write `large` again, for now.
     let hold = Hold::new(&format!("hold-{n}"), &kind.group, "large");
     let resource = format!("greetings.{}", kind.group);
+    // A new value each time: kubectl sends nothing for a label it already
+    // has, and one try before the policy is in force would set it.
+    let mut tries = 0;
     common::wait_until(TIMEOUT, "the hold in force", async || {
-        let (ok, _, err) = common::kubectl(&["label", &resource, "large", "-n", n, "tried=yes"]);
+        tries += 1;
+        let label = format!("tried={tries}");
+        let (ok, _, err) =
+            common::kubectl(&["label", "--overwrite", &resource, "large", "-n", n, &label]);
         !ok && err.contains("held by the test")
     })
     .await;

@@ -287,6 +287,32 @@ async fn a_kind_gains_a_version_with_a_rename_converted_by_the_operators_webhook
         .wait_condition("StorageMigrated", "True", "Migrated")
         .await;
     assert!(migrated.contains("stored at v2"), "{migrated}");
+    // Where the API server serves StorageVersionMigrations (Kubernetes
+    // 1.37), its own did it: the operator's, owned by the definition.
+    let migration = format!("{}-v2", kind.crd());
+    let by_the_api_server = serves_storage_migrations();
+    if by_the_api_server {
+        let by = format!("by the API server's StorageVersionMigration {migration}");
+        assert!(migrated.contains(&by), "{migrated}");
+        let made: Value = serde_json::from_str(
+            &common::kubectl(&["get", "storageversionmigration", &migration, "-o", "json"]).1,
+        )
+        .unwrap();
+        let succeeded = (made["status"]["conditions"].as_array().unwrap().iter())
+            .any(|c| c["type"] == "Succeeded" && c["status"] == "True");
+        assert!(succeeded, "{made}");
+        assert_eq!(
+            made["metadata"]["labels"]["kustomize-operator.io/kind-definition"],
+            kind.name.as_str()
+        );
+        let owner = &made["metadata"]["ownerReferences"][0];
+        assert_eq!(
+            (&owner["kind"], &owner["name"]),
+            (&json!("KindDefinition"), &json!(kind.name))
+        );
+    } else {
+        assert!(!migrated.contains("API server"), "{migrated}");
+    }
     let stored = common::kubectl(&[
         "get",
         "crd",
@@ -345,11 +371,30 @@ async fn a_kind_gains_a_version_with_a_rename_converted_by_the_operators_webhook
     ]);
     assert!(ok, "{err}");
     kind.delete().await;
+    if by_the_api_server {
+        common::wait_until(
+            TIMEOUT,
+            "the migration deleted with its definition",
+            async || {
+                let (_, _, err) = common::kubectl(&["get", "storageversionmigration", &migration]);
+                err.contains("NotFound")
+            },
+        )
+        .await;
+    }
     assert!(
         operator.running(),
         "the operator exited:\n{}",
         operator.log_tail()
     );
+}
+
+/// True when the API server serves `storagemigration.k8s.io/v1`
+/// (Kubernetes 1.37 and later).
+fn serves_storage_migrations() -> bool {
+    let (ok, _, err) = common::kubectl(&["get", "--raw", "/apis/storagemigration.k8s.io/v1"]);
+    assert!(ok || err.contains("NotFound"), "{err}");
+    ok
 }
 
 /// Every kind folder of the repository with a kind file, packed.

@@ -533,7 +533,8 @@ fn every_kind_has_its_rbac_file_listed_and_granted() {
 }
 
 /// The operator may serve KindDefinitions: watch them, write their
-/// finalizer and status, and apply and delete the CRDs they declare.
+/// finalizer and status, apply and delete the CRDs they declare, and make
+/// the StorageVersionMigrations of their kinds.
 #[test]
 fn the_operator_may_serve_kind_definitions() {
     let docs = deploy_documents();
@@ -562,6 +563,11 @@ fn the_operator_may_serve_kind_definitions() {
     assert_eq!(
         verbs("apiextensions.k8s.io", "customresourcedefinitions"),
         ["get", "list", "watch", "create", "patch", "delete"]
+    );
+    // A kind's storage migrated by the API server, where it serves them.
+    assert_eq!(
+        verbs("storagemigration.k8s.io", "storageversionmigrations"),
+        ["get", "list", "create", "patch", "delete"]
     );
 }
 

@@ -11,6 +11,7 @@ use kube::api::DynamicObject;
 
 use super::generation::{self, Rejection, Taken};
 use super::migration::Walks;
+use super::migrator::Migrator;
 use super::revisions::Store;
 use super::serving::Serving;
 use crate::conversion::Webhook;
@@ -53,8 +54,10 @@ pub(super) struct DefinitionContext {
     pub isolation: Option<Arc<dyn Isolation>>,
     /// The operator's conversion webhook, if it serves one.
     pub webhook: Option<Arc<Webhook>>,
-    /// Where each kind's storage migration is.
+    /// Where each kind's storage migration by the operator is.
     pub walks: Walks,
+    /// Whether the API server migrates storage itself.
+    pub migrator: Migrator,
     /// Where revisions are kept (`None`: the operator's namespace is not
     /// known, and they live only as long as the process).
     pub store: Option<Store>,

@@ -27,6 +27,7 @@ use super::context::{Checked, DefinitionContext, DefinitionError, NAMES_SHOWN};
 use super::crds::{self, CrdError};
 use super::generation::{self, Generation, Rejection};
 use super::migration::{self, Storage};
+use super::migrator::{self, Fallback, Outcome, Progress};
 use super::resource::{self, ConditionType, Reason, Status};
 use super::writes::{count, event, status_of, write_status};
 use super::{deletion, progress, rights, rollout};
@@ -43,6 +44,8 @@ const RECHECK: Duration = Duration::from_secs(120);
 const RECHECK_SOON: Duration = Duration::from_secs(10);
 /// How soon the next page of a storage migration is written.
 const MIGRATION_STEP: Duration = Duration::from_millis(200);
+/// How soon the API server's storage migration is looked at again.
+const MIGRATION_FOLLOW: Duration = Duration::from_secs(2);
 
 /// Runs the controller of definitions matching `selector` until `shutdown`
 /// is cancelled; then stops the kinds' controllers. A name received on
@@ -136,7 +139,7 @@ async fn serve(def: &DynamicObject, ctx: &DefinitionContext) -> Result<Action, D
         // status is written first, and the walk goes on from the next.
         let settled = before.serving_generation == Some(generation.number);
         if settled && status.is_true(ConditionType::CrdEstablished) {
-            migrating = storage_condition(ctx, generation, &mut status).await;
+            migrating = storage_condition(ctx, def, generation, &mut status).await;
         } else if !settled {
             migrating = Next::Step;
         }
@@ -164,6 +167,7 @@ async fn serve(def: &DynamicObject, ctx: &DefinitionContext) -> Result<Action, D
     write_status(&ctx.client, def, &before, &status).await?;
     match migrating {
         Next::Step => return Ok(Action::requeue(MIGRATION_STEP)),
+        Next::Follow => return Ok(Action::requeue(MIGRATION_FOLLOW)),
         Next::Retry => return Ok(Action::requeue(RECHECK_SOON)),
         Next::Nothing => {}
     }
@@ -394,28 +398,35 @@ enum Next {
     Step,
     /// Those that could not be written, tried again a little later.
     Retry,
+    /// The API server's migration, looked at again.
+    Follow,
 }
 
-/// `StorageMigrated`: one step of the walk that writes the kind's
-/// resources again at its storage version; what follows.
+/// `StorageMigrated`: one step of the migration of the kind's resources to
+/// its storage version (the API server's, or the operator's walk); what
+/// follows.
 async fn storage_condition(
     ctx: &DefinitionContext,
+    def: &DynamicObject,
     generation: &Generation,
     status: &mut Status,
 ) -> Next {
     let number = Some(generation.number);
     let crd = generation.crd_name();
     let storage = &generation.kind.file.spec.version;
-    let step = migration::step(
-        &ctx.client,
-        &ctx.walks,
-        &crd,
-        &generation.kind.resource,
+    let subject = migrator::Subject {
+        definition: def,
+        crd: &crd,
+        resource: &generation.kind.resource,
         storage,
-    );
-    let step = step.await;
+    };
+    let step = migrator::step(&ctx.client, &ctx.migrator, &ctx.walks, &subject).await;
     // A kind of one version that never migrated has nothing to say.
-    let quiet = matches!(step, Ok(Storage::Migrated { written: 0, .. }))
+    let nothing = Storage::Migrated {
+        version: storage.clone(),
+        written: 0,
+    };
+    let quiet = matches!(&step, Ok(Outcome::Walked { storage, .. }) if *storage == nothing)
         && !generation.kind.versions().several()
         && status.condition(ConditionType::StorageMigrated).is_none();
     if quiet {
@@ -429,50 +440,92 @@ async fn storage_condition(
 /// The `StorageMigrated` condition a step of the migration to `storage`
 /// ends in (status, reason, message), and what follows.
 fn storage_outcome(
-    step: Result<Storage, migration::StepError>,
+    step: Result<Outcome, migration::StepError>,
     storage: &str,
 ) -> (bool, Reason, String, Next) {
     match step {
-        Ok(Storage::Migrated { version, written }) => {
+        Ok(Outcome::Walked { storage, after }) => walk_outcome(storage, after.as_ref()),
+        Ok(Outcome::Migrated { name, version }) => {
+            let message = format!(
+                "every resource is stored at {version} (written again by the API server's StorageVersionMigration {name})"
+            );
+            (true, Reason::Migrated, message, Next::Nothing)
+        }
+        Ok(Outcome::Migrating {
+            name,
+            from,
+            to,
+            progress,
+        }) => {
+            let stands = match progress {
+                Progress::Running(said) => format!("it says: {said}"),
+                Progress::Succeeded { .. } => {
+                    "it succeeded, and its controller trims storedVersions next".to_string()
+                }
+                Progress::Failed { .. } => {
+                    "it failed; the operator writes them itself once kube-controller-manager is done with the CRD".to_string()
+                }
+                Progress::Waiting | Progress::NotStarted => {
+                    "waiting for kube-controller-manager to start it".to_string()
+                }
+            };
+            let message = format!(
+                "writing the resources stored at {} again at {to} by the API server's StorageVersionMigration {name}: {stands}",
+                from.join(", "),
+            );
+            (false, Reason::Migrating, message, Next::Follow)
+        }
+        Err(e) => {
+            let message = format!("writing the resources again at {storage}: {e}");
+            (false, Reason::MigrationFailed, message, Next::Nothing)
+        }
+    }
+}
+
+/// The `StorageMigrated` condition a step of the operator's walk ends in,
+/// taken after `after` where the API server's migration was tried.
+fn walk_outcome(step: Storage, after: Option<&Fallback>) -> (bool, Reason, String, Next) {
+    let by = match after {
+        Some(fallback) => format!("by the operator ({fallback})"),
+        None => "by the operator".to_string(),
+    };
+    match step {
+        Storage::Migrated { version, written } => {
             let message = format!(
                 "every resource is stored at {version}{}",
                 match written {
                     0 => String::new(),
-                    n => format!(" ({n} written again)"),
+                    n => format!(" ({n} written again {by})"),
                 }
             );
             (true, Reason::Migrated, message, Next::Nothing)
         }
-        Ok(Storage::Migrating {
+        Storage::Migrating {
             from,
             to,
             written,
             failures,
-        }) => {
+        } => {
             let failed = match failures.count {
                 0 => String::new(),
                 n => format!("; {n} could not be (tried again): {}", failures.described()),
             };
             let message = format!(
-                "writing the resources stored at {} again at {to}: {written} so far{failed}",
+                "writing the resources stored at {} again at {to} {by}: {written} so far{failed}",
                 from.join(", "),
             );
             (false, Reason::Migrating, message, Next::Step)
         }
-        Ok(Storage::Incomplete {
+        Storage::Incomplete {
             from, to, failures, ..
-        }) => {
+        } => {
             let from = from.join(", ");
             let message = format!(
-                "{} of the resources stored at {from} could not be written again at {to}; tried again, and {from} stays stored until they are: {}",
+                "{} of the resources stored at {from} could not be written again at {to} {by}; tried again, and {from} stays stored until they are: {}",
                 failures.count,
                 failures.described()
             );
             (false, Reason::MigrationFailed, message, Next::Retry)
-        }
-        Err(e) => {
-            let message = format!("writing the resources again at {storage}: {e}");
-            (false, Reason::MigrationFailed, message, Next::Nothing)
         }
     }
 }
@@ -674,5 +727,122 @@ impl Writer {
             ),
             Self::Cluster(user) => format!("; the objects are written as {user}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::definitions::migration::Failures;
+    use crate::definitions::migrator::FallbackReason;
+
+    const NAME: &str = "greetings.g.example-v2";
+
+    fn said(outcome: Outcome) -> (bool, Reason, String, Next) {
+        storage_outcome(Ok(outcome), "v2")
+    }
+
+    #[test]
+    fn the_api_servers_migration_is_said_as_the_condition_with_its_path() {
+        let migrating = |progress| Outcome::Migrating {
+            name: NAME.into(),
+            from: vec!["v1".into()],
+            to: "v2".into(),
+            progress,
+        };
+        let running = "The migration is running, 3/107 objects not yet migrated";
+        let (ok, reason, message, next) = said(migrating(Progress::Running(running.into())));
+        assert_eq!((ok, reason, next), (false, Reason::Migrating, Next::Follow));
+        assert_eq!(
+            message,
+            format!(
+                "writing the resources stored at v1 again at v2 by the API server's StorageVersionMigration {NAME}: it says: {running}"
+            )
+        );
+        let (_, _, message, _) = said(migrating(Progress::Waiting));
+        assert!(
+            message.ends_with("waiting for kube-controller-manager to start it"),
+            "{message}"
+        );
+        let (_, reason, message, _) = said(migrating(Progress::Succeeded { settled: false }));
+        assert_eq!(
+            reason,
+            Reason::Migrating,
+            "not before storedVersions is trimmed"
+        );
+        assert!(message.contains("trims storedVersions next"), "{message}");
+        let migrated = Outcome::Migrated {
+            name: NAME.into(),
+            version: "v2".into(),
+        };
+        let (ok, reason, message, next) = said(migrated);
+        assert_eq!((ok, reason, next), (true, Reason::Migrated, Next::Nothing));
+        assert_eq!(
+            message,
+            format!(
+                "every resource is stored at v2 (written again by the API server's StorageVersionMigration {NAME})"
+            )
+        );
+    }
+
+    #[test]
+    fn the_operators_walk_is_said_as_the_condition_with_why_it_walks() {
+        let failures = Failures {
+            count: 1,
+            named: vec!["team-a/large: held by the test".into()],
+        };
+        let incomplete = Storage::Incomplete {
+            from: vec!["v1".into()],
+            to: "v2".into(),
+            written: 1,
+            failures,
+        };
+        let after = Fallback {
+            name: NAME.into(),
+            why: FallbackReason::Failed,
+        };
+        let walked = Outcome::Walked {
+            storage: incomplete.clone(),
+            after: Some(after),
+        };
+        let (ok, reason, message, next) = said(walked);
+        assert_eq!(
+            (ok, reason, next),
+            (false, Reason::MigrationFailed, Next::Retry)
+        );
+        assert_eq!(
+            message,
+            format!(
+                "1 of the resources stored at v1 could not be written again at v2 by the operator (the API server's StorageVersionMigration {NAME} failed); tried again, and v1 stays stored until they are: team-a/large: held by the test"
+            )
+        );
+        let own = Outcome::Walked {
+            storage: Storage::Migrating {
+                from: vec!["v1".into()],
+                to: "v2".into(),
+                written: 100,
+                failures: Failures::default(),
+            },
+            after: None,
+        };
+        let (_, reason, message, next) = said(own);
+        assert_eq!((reason, next), (Reason::Migrating, Next::Step));
+        assert_eq!(
+            message,
+            "writing the resources stored at v1 again at v2 by the operator: 100 so far"
+        );
+        let done = Outcome::Walked {
+            storage: Storage::Migrated {
+                version: "v2".into(),
+                written: 107,
+            },
+            after: None,
+        };
+        let (ok, _, message, _) = said(done);
+        assert!(ok);
+        assert_eq!(
+            message,
+            "every resource is stored at v2 (107 written again by the operator)"
+        );
     }
 }

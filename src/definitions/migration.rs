@@ -1,10 +1,12 @@
-//! Storage migration. When a kind's storage version changes, the objects
-//! stored before stay at the old version until they are written again,
-//! and the CRD's `status.storedVersions` keeps naming it: the old version
-//! cannot be removed without orphaning them. The operator writes each
-//! resource again (an empty patch: the API server stores it at the
-//! storage version), one page per reconcile of the definition, then trims
-//! `storedVersions` to the storage version.
+//! Storage migration by the operator. When a kind's storage version
+//! changes, the objects stored before stay at the old version until they
+//! are written again, and the CRD's `status.storedVersions` keeps naming
+//! it: the old version cannot be removed without orphaning them. Where
+//! the API server has no StorageVersionMigration to do it (before
+//! Kubernetes 1.37), or that migration failed ([`super::migrator`]
+//! chooses), the operator writes each resource again (an empty patch: the
+//! API server stores it at the storage version), one page per reconcile
+//! of the definition, then trims `storedVersions` to the storage version.
 //!
 //! One resource that cannot be written again (its conversion fails, or
 //! what it converts to is invalid) costs only itself: the walk writes
@@ -28,7 +30,6 @@ use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
-use super::crds;
 use crate::engine::host::FIELD_MANAGER;
 
 /// How many resources one step writes again.
@@ -239,24 +240,24 @@ impl Failures {
     }
 }
 
-/// One step of the walk of the kind `resource` whose CRD is `crd`, once
-/// that CRD stores `storage`: a page of its resources written again, or
-/// those that failed tried again, or `storedVersions` trimmed when none is
-/// left.
-pub async fn step(
+/// The versions the live `crd` still lists as stored besides `storage`,
+/// once it stores `storage`: `None` when there is nothing to migrate (no
+/// CRD, no older version stored, or the new CRD not applied yet).
+pub fn pending(crd: Option<&CustomResourceDefinition>, storage: &str) -> Option<Vec<String>> {
+    let crd = crd.filter(|crd| stores(crd, storage))?;
+    Some(older_stored(crd, storage)).filter(|from| !from.is_empty())
+}
+
+/// One step of the walk of the kind `resource` whose CRD is `crd`, while
+/// it still lists `from` as stored besides `storage`.
+pub async fn walk(
     client: &Client,
     walks: &Walks,
     crd: &str,
     resource: &ApiResource,
     storage: &str,
+    from: Vec<String>,
 ) -> Result<Storage, StepError> {
-    let Some(live) = crds::live(client, crd).await? else {
-        return Ok(done(walks, crd, storage));
-    };
-    let from = older_stored(&live, storage);
-    if from.is_empty() || !stores(&live, storage) {
-        return Ok(done(walks, crd, storage));
-    }
     let mut walk = (crate::sync::lock(&walks.0).get(crd).cloned())
         .filter(|w| w.storage == storage)
         .unwrap_or_else(|| Walk::new(storage));
@@ -310,7 +311,9 @@ pub async fn step(
     Ok(state)
 }
 
-fn done(walks: &Walks, crd: &str, storage: &str) -> Storage {
+/// `Migrated`: nothing is left to write again at `storage` (with how many
+/// the walk that ends here wrote).
+pub fn done(walks: &Walks, crd: &str, storage: &str) -> Storage {
     let written = crate::sync::lock(&walks.0)
         .remove(crd)
         .map_or(0, |w| w.written);

@@ -15,6 +15,8 @@
 //! - `controller`: the reconcile of a definition;
 //! - `deletion`: its deletion;
 //! - [`revisions`]: every accepted change of its files, kept;
+//! - `migration`, `migrator`: a kind's storage migrated when its storage
+//!   version changes, by the API server where it can, else by the operator;
 //! - `rollout`: which revision serves whom, and what its status says;
 //! - `progress`: the automatic rollout of `spec.rollout.steps`, one look
 //!   per reconcile;
@@ -27,6 +29,7 @@ pub mod crds;
 mod deletion;
 pub mod generation;
 mod migration;
+mod migrator;
 mod progress;
 pub mod resource;
 pub mod revisions;
@@ -112,6 +115,7 @@ pub(crate) async fn serve(
         webhook: config.webhook,
         budget: config.budget,
         walks: migration::Walks::default(),
+        migrator: migrator::Migrator::default(),
         store: (config.namespace.as_deref())
             .map(|ns| revisions::Store::new(engine_client.clone(), ns)),
         rejected: std::sync::Mutex::default(),
