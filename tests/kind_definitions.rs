@@ -2421,3 +2421,106 @@ async fn a_paused_rollout_holds_its_step_across_a_restart_and_goes_on_when_resum
     kind.delete().await;
     drop(operator);
 }
+
+/// A change of the files is planned in the cluster before it is served
+/// (issue 61, item 2). With `spec.rollout.plan: Wait`, a template that
+/// breaks 1 Greeting of 20 waits: the plan's summary in the status names
+/// it, `Planned` and `Accepted` say why, revision 1 keeps serving and
+/// nothing is applied. Fixed, the change is planned again, passes and is
+/// served to all 20.
+#[tokio::test]
+async fn a_change_whose_plan_fails_waits_with_the_plan_in_the_status_and_a_good_one_is_served() {
+    let client = common::cluster().await;
+    let ns = TestNamespace::new(&client, "kd-plan-wait").await;
+    let kind = GreetingKind::new(&ns);
+    let flags = kind.flags(&[]);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let operator = common::start_operator(&ns.name, &flags).await;
+    kind.apply();
+    kind.wait_condition("Serving", "True", "Running").await;
+    for i in 0..20 {
+        let message = match i {
+            7 => "hello world".to_string(),
+            _ => format!("hello-{i}"),
+        };
+        kind.greet(&ns.name, &format!("g{i:02}"), &message, json!({}));
+    }
+    for i in 0..20 {
+        wait_ready(&kind, &ns.name, &format!("g{i:02}")).await;
+    }
+    roll_out(&kind, json!({"plan": "Wait"}));
+    // A label from the message: valid for 19 messages, not for "hello world".
+    kind.edit("resources/configmap.yaml", |t| {
+        t.replace(
+            "  name: {{ metadata.name }}\n",
+            "  name: {{ metadata.name }}\n  labels:\n    said: {{ spec.message }}\n",
+        )
+    });
+    kind.apply();
+    let accepted = kind
+        .wait_message("Accepted", "False", "PlanFailed", "it waits")
+        .await;
+    let status = kind.definition().unwrap()["status"].clone();
+    let plan = &status["plan"];
+    assert_eq!(
+        (&plan["resources"], &plan["wouldChange"], &plan["wouldFail"]),
+        (&json!(20), &json!(19), &json!(1)),
+        "{status:#}"
+    );
+    let first = plan["failures"][0].as_str().unwrap_or_default();
+    assert!(
+        first.starts_with(&format!("{}/g07: Invalid: ", ns.name)) && first.contains("hello world"),
+        "{status:#}"
+    );
+    assert!(
+        accepted.contains("generation 1 keeps serving"),
+        "{accepted}"
+    );
+    let planned = kind.wait_condition("Planned", "False", "PlanFailed").await;
+    assert!(planned.contains("1 would fail"), "{planned}");
+    assert_eq!(status["revision"], 1, "no revision 2: {status:#}");
+    assert!(
+        config_maps_with(&ns.name, "language").len() == 20,
+        "the Greetings' ConfigMaps stay"
+    );
+    let (_, said, _) = common::kubectl(&[
+        "get",
+        "configmaps",
+        "-n",
+        &ns.name,
+        "-o",
+        "jsonpath={.items[*].metadata.labels.said}",
+    ]);
+    assert_eq!(said, "", "nothing of the waiting change was applied");
+
+    // Fixed: planned again, it passes and is served to every Greeting.
+    kind.edit("resources/configmap.yaml", |t| {
+        t.replace("  labels:\n    said: {{ spec.message }}\n", "")
+            .replace(
+                "  language: {{ spec.language }}",
+                "  language: {{ spec.language }}\n  shout: {{ spec.message | upper }}",
+            )
+    });
+    kind.apply();
+    let planned = kind.wait_condition("Planned", "True", "PlanPassed").await;
+    assert!(
+        planned.contains("20 would change, 0 would fail"),
+        "{planned}"
+    );
+    kind.wait_condition("Accepted", "True", "Valid").await;
+    common::wait_for(TIMEOUT, "every Greeting's ConfigMap shouting", async || {
+        let shouting = config_maps_with(&ns.name, "shout");
+        if shouting.len() == 20 {
+            Ok(())
+        } else {
+            Err(shouting)
+        }
+    })
+    .await;
+    for i in 0..20 {
+        let name = format!("g{i:02}");
+        common::kubectl(&["delete", &kind.crd(), &name, "-n", &ns.name, "--wait=false"]);
+    }
+    kind.delete().await;
+    drop(operator);
+}

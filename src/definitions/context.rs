@@ -64,6 +64,8 @@ pub(super) struct DefinitionContext {
     /// The last rejection of each definition that only a change of the
     /// definition can lift, with what it was made for.
     pub rejected: Mutex<HashMap<String, (Checked, Rejection)>>,
+    /// The last plan of each definition's change of its files.
+    pub plans: super::planned::Plans,
 }
 
 /// What a check looked at: the generation, and whether breaking changes

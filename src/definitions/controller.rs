@@ -30,7 +30,7 @@ use super::migration::{self, Storage};
 use super::migrator::{self, Fallback, Outcome, Progress};
 use super::resource::{self, ConditionType, Reason, Status};
 use super::writes::{count, event, status_of, write_status};
-use super::{deletion, progress, rights, rollout};
+use super::{deletion, planning, progress, rights, rollout};
 use crate::engine::host::{guarded, stopped_before_first_list};
 use crate::kind::EventType;
 use crate::kinds::declared::rbac;
@@ -218,6 +218,14 @@ async fn accept(def: &DynamicObject, ctx: &DefinitionContext, status: &mut Statu
             }
         }
         Ok(generation) => {
+            let verdict = planning::plan(ctx, def, &generation, status).await;
+            if let planning::Verdict::Wait(why) = verdict {
+                waits(status, served.as_ref(), &why, number);
+                if let Some(generation) = &served {
+                    ensure_crd(ctx, &name, generation, status).await;
+                }
+                return;
+            }
             accepted(status, &generation, number);
             if ensure_crd(ctx, &name, &generation, status).await {
                 let note = format!(
@@ -254,6 +262,23 @@ async fn not_served(
     if !told {
         event(ctx, def, EventType::Warning, "Rejected", &message).await;
     }
+}
+
+/// `Accepted=False`, `PlanFailed`: the generation is valid, but its plan
+/// fails and `spec.rollout.plan` is `Wait`; what served goes on serving.
+fn waits(status: &mut Status, served: Option<&Generation>, why: &str, number: Option<i64>) {
+    let keeps = match served {
+        Some(g) => format!("; generation {} keeps serving", g.number),
+        None => String::new(),
+    };
+    let message = format!("{why}: it waits (spec.rollout.plan: Wait){keeps}");
+    status.set(
+        ConditionType::Accepted,
+        false,
+        Reason::PlanFailed,
+        &message,
+        number,
+    );
 }
 
 /// `Accepted=True`: `generation` passed every check.

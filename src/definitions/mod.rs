@@ -18,6 +18,8 @@
 //! - `migration`, `migrator`: a kind's storage migrated when its storage
 //!   version changes, by the API server where it can, else by the operator;
 //! - `rollout`: which revision serves whom, and what its status says;
+//! - `planning`: a change of the files planned against every resource of
+//!   the kind before it is served;
 //! - `progress`: the automatic rollout of `spec.rollout.steps`, one look
 //!   per reconcile;
 //! - [`signing`]: the key that signs the revisions kept in the cluster;
@@ -30,6 +32,8 @@ mod deletion;
 pub mod generation;
 mod migration;
 mod migrator;
+mod planned;
+mod planning;
 mod progress;
 pub mod resource;
 pub mod revisions;
@@ -119,6 +123,7 @@ pub(crate) async fn serve(
         store: (config.namespace.as_deref())
             .map(|ns| revisions::Store::new(engine_client.clone(), ns)),
         rejected: std::sync::Mutex::default(),
+        plans: planned::Plans::default(),
     });
     controller::run(ctx, config.selector, nudged, shutdown).await;
 }

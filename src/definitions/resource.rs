@@ -158,11 +158,42 @@ pub struct Status {
     /// Where the automatic rollout (`spec.rollout.steps`) is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<RolloutStatus>,
+    /// The plan of the latest change of the files against every resource
+    /// of the kind, summed up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<PlanStatus>,
     /// `Accepted`, `CRDEstablished`, `RightsGranted`, `Serving`,
     /// `StorageMigrated`, `RevisionsVerified`, `RolledOut`.
     #[serde(default)]
     pub conditions: Vec<Condition>,
 }
+
+/// The plan of a change of a definition's files, summed up (`kustomize-operator
+/// plan` gives the same plan in full).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanStatus {
+    /// The generation planned.
+    pub generation: i64,
+    /// Resources planned.
+    pub resources: u64,
+    /// Resources whose objects would change.
+    pub would_change: u64,
+    /// Resources the change would fail on.
+    pub would_fail: u64,
+    /// Resources whose stored fields a change of versions would lose.
+    pub would_lose_fields: u64,
+    /// The first failures: `namespace/name: Reason: message`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = PLAN_FAILURES_SHOWN))]
+    pub failures: Vec<String>,
+    /// Why no plan was made, when none was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// How many failures a definition's plan status names.
+pub const PLAN_FAILURES_SHOWN: usize = 5;
 
 /// Where a definition's automatic rollout is: a copy, for people and
 /// tools, of what the operator keeps in the definition's annotation

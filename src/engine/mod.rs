@@ -189,6 +189,11 @@ impl Engine {
         &self.metrics
     }
 
+    /// The queue building overlays with `kubectl kustomize`.
+    pub(crate) fn builds(&self) -> &Queue<BuildJob, Built> {
+        &self.builds
+    }
+
     /// Builds the base of the kind folder `kind` alone (`kubectl
     /// kustomize`), from `templates` (default: the engine's): what it
     /// produces, or why it does not build.

@@ -128,7 +128,7 @@ pub enum Current {
         /// The definition's name.
         name: String,
         /// Its revisions and rule.
-        rollout: Box<Rollout>,
+        rollout: Arc<Rollout>,
         /// What could not be loaded, in words.
         notes: Vec<String>,
     },
@@ -257,7 +257,7 @@ pub async fn definition(
     };
     Ok(Current::Definition {
         name: name.to_string(),
-        rollout: Box::new(rollout),
+        rollout: Arc::new(rollout),
         notes,
     })
 }

@@ -30,7 +30,7 @@ use futures::StreamExt;
 use kube::Client;
 use serde_json::Value;
 
-use self::change::{Current, Loaded};
+pub(crate) use self::change::{Current, Loaded};
 use self::dry_run::{DryRun, Writer};
 use self::fleet::Right;
 pub use self::report::Report;
@@ -143,22 +143,85 @@ pub async fn plan(args: &PlanArgs) -> Result<Report, PlanError> {
             change::definition(&client, changed.name(), namespace, work.path(), isolation).await?
         }
     };
+    let setup = Setup::of(args);
+    fleet(&client, &setup, &current, &change).await
+}
+
+/// How a plan builds objects, whose rights its dry runs use, and how
+/// much of the fleet it plans at once.
+pub(crate) struct Setup {
+    /// Where overlays that need `kubectl kustomize` are built (`None`:
+    /// kubectl was not found; such resources fail to build).
+    pub builds: Option<Queue<BuildJob, Built>>,
+    /// The kinds' options.
+    pub options: KindOptions,
+    /// The ServiceAccount the writes of a tenant's resources use unless
+    /// the kind names one (`--default-service-account`).
+    pub account: Option<String>,
+    /// Whose rights the writes of cluster-scoped resources use.
+    pub cluster_account: Option<Identity>,
+    /// The operator's namespace.
+    pub operator_namespace: Option<String>,
+    /// Only the resources of this namespace (default: all).
+    pub namespace: Option<String>,
+    /// Resources planned at once.
+    pub concurrency: usize,
+}
+
+impl Setup {
+    /// The setup the command line gives, with a build queue of its own.
+    fn of(args: &PlanArgs) -> Self {
+        let builds = KubectlConfig::one_shot(args.kubectl.as_deref())
+            .ok()
+            .map(|mut config| {
+                config.max_concurrent = 2;
+                let kubectl = Kubectl::new(config);
+                let settings = BatchSettings {
+                    window: std::time::Duration::from_millis(20),
+                    max: 100,
+                };
+                let runner = build_runner(kubectl.clone(), std::env::temp_dir());
+                Queue::start(kubectl, settings, runner)
+            });
+        Self {
+            builds,
+            options: args.common.kind_options(None),
+            account: args.default_service_account.clone(),
+            cluster_account: args.cluster_service_account.clone(),
+            operator_namespace: args.common.operator_namespace.clone(),
+            namespace: args.namespace.clone(),
+            concurrency: usize::from(args.concurrency),
+        }
+    }
+}
+
+/// Plans `change` against every live resource of the kind `current`
+/// serves: the operator's in-cluster plan of a new generation and the
+/// command's alike.
+pub(crate) async fn fleet(
+    client: &Client,
+    setup: &Setup,
+    current: &Current,
+    change: &Loaded,
+) -> Result<Report, PlanError> {
+    let changed = &change.kind;
     let Some(served) = current.kind().cloned() else {
         return Err(PlanError::NoCurrent(changed.name().to_string()));
     };
-    fleet::served(&client, &served.resource).await?;
+    fleet::served(client, &served.resource).await?;
     let resources = fleet::list(
-        &client,
+        client,
         &served.resource,
         served.namespaced(),
-        args.namespace.as_deref(),
+        setup.namespace.as_deref(),
     )
     .await?;
-    let planner = Planner::new(args, client, &current, &change, &served);
-    let concurrency = usize::from(args.concurrency);
-    let mut plans: Vec<ResourcePlan> = futures::stream::iter(&resources)
-        .map(|resource| planner.one(resource))
-        .buffer_unordered(concurrency)
+    let planner = Planner::new(setup, client.clone(), current, change, &served);
+    // The futures made first: a stream mapping borrowed resources is not
+    // `Send` for every lifetime, as the operator's reconcile needs.
+    let planned: Vec<_> = resources.iter().map(|r| planner.one(r)).collect();
+    let mut plans: Vec<ResourcePlan> = futures::stream::iter(planned)
+        .buffer_unordered(setup.concurrency.max(1))
         .collect()
         .await;
     plans.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
@@ -167,7 +230,7 @@ pub async fn plan(args: &PlanArgs) -> Result<Report, PlanError> {
         current: current.describe(),
         change: change.what.clone(),
         summary: report::Summary::default(),
-        guard: versions::guard(&served, &change),
+        guard: versions::guard(&served, change),
         resources: plans,
         notes: current.notes().to_vec(),
     };
@@ -223,37 +286,24 @@ struct Planner<'a> {
 
 impl<'a> Planner<'a> {
     fn new(
-        args: &PlanArgs,
+        setup: &Setup,
         client: Client,
         current: &'a Current,
         change: &'a Loaded,
         served: &DeclaredKind,
     ) -> Self {
-        let builds = KubectlConfig::one_shot(args.kubectl.as_deref())
-            .ok()
-            .map(|mut config| {
-                config.max_concurrent = 2;
-                let kubectl = Kubectl::new(config);
-                let settings = BatchSettings {
-                    window: std::time::Duration::from_millis(20),
-                    max: 100,
-                };
-                let runner = build_runner(kubectl.clone(), std::env::temp_dir());
-                Queue::start(kubectl, settings, runner)
-            });
         let reconcile = &change.kind.file.spec.reconcile;
         Self {
             dry_run: DryRun::new(client.clone()),
             client,
-            options: args.common.kind_options(None),
+            options: setup.options.clone(),
             current,
             change,
             converts: versions::converts(served, &change.kind),
-            builds,
-            account: (reconcile.service_account_name.clone())
-                .or_else(|| args.default_service_account.clone()),
-            cluster_account: args.cluster_service_account.clone(),
-            operator_namespace: args.common.operator_namespace.clone(),
+            builds: setup.builds.clone(),
+            account: (reconcile.service_account_name.clone()).or_else(|| setup.account.clone()),
+            cluster_account: setup.cluster_account.clone(),
+            operator_namespace: setup.operator_namespace.clone(),
         }
     }
 

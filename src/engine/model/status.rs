@@ -63,6 +63,9 @@ pub enum ConditionType {
     /// A definition's automatic rollout (`spec.rollout.steps`) brought its
     /// latest revision to every resource, and made it stable.
     RolledOut,
+    /// A definition's latest change of its files was planned against every
+    /// resource of its kind, and nothing would fail.
+    Planned,
     /// A condition this version does not maintain (written by another version).
     #[serde(other)]
     Other,
@@ -80,7 +83,8 @@ impl ConditionType {
             | Self::Serving
             | Self::StorageMigrated
             | Self::RevisionsVerified
-            | Self::RolledOut => DEFINITION_MESSAGE_LIMIT,
+            | Self::RolledOut
+            | Self::Planned => DEFINITION_MESSAGE_LIMIT,
             Self::Ready | Self::Reconciling | Self::Stalled | Self::Other => MESSAGE_LIMIT,
         }
     }
@@ -215,6 +219,15 @@ pub enum Reason {
     /// A definition's `spec.rollout.stable` was set by hand during or after
     /// its automatic rollout, which ended there.
     StableSetByHand,
+    /// A definition's change, planned against every resource of its kind,
+    /// fails for none.
+    PlanPassed,
+    /// A definition's change, planned against every resource of its kind,
+    /// would fail for some (named).
+    PlanFailed,
+    /// A definition's change could not be planned (the cluster could not
+    /// be read, or the plan ran past its deadline).
+    PlanNotMade,
     /// A reason this version does not know (written by another version).
     #[serde(other)]
     Unknown,
@@ -271,6 +284,9 @@ impl Reason {
             Self::GateTimedOut => "GateTimedOut",
             Self::GateConditionFailed => "GateConditionFailed",
             Self::StableSetByHand => "StableSetByHand",
+            Self::PlanPassed => "PlanPassed",
+            Self::PlanFailed => "PlanFailed",
+            Self::PlanNotMade => "PlanNotMade",
             Self::Unknown => "Unknown",
         }
     }

@@ -111,6 +111,22 @@ pub struct RolloutSpec {
     /// anew).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused: Option<bool>,
+    /// What a change of the files waits for: a plan against every resource
+    /// of the kind is made either way and summed up in the status; with
+    /// `Wait`, a change whose plan fails for any resource is not served
+    /// (what served goes on) until its plan passes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<PlanGate>,
+}
+
+/// Whether a change whose plan fails is served.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum PlanGate {
+    /// The plan is reported; the change is served anyway (the default).
+    #[default]
+    Report,
+    /// A change whose plan fails waits, and is planned again.
+    Wait,
 }
 
 /// Who may set or change a resource's pin.
