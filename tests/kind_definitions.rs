@@ -2308,9 +2308,11 @@ async fn a_good_change_reaches_all_20_through_every_step_by_itself() {
 
 /// `spec.rollout.paused` holds a rollout at its step — through a restart
 /// of the operator, which reads where it is from the definition — and
-/// clearing it lets the rollout go on to the end.
+/// clearing it lets the rollout go on to the end. A change of the files
+/// in the middle of a rollout starts it over for the new revision and
+/// leaves no resource on the one it replaces, which is no longer kept.
 #[tokio::test]
-async fn a_paused_rollout_holds_its_step_across_a_restart_and_goes_on_when_resumed() {
+async fn a_paused_rollout_holds_across_a_restart_and_a_change_midway_starts_over() {
     let client = common::cluster().await;
     let ns = TestNamespace::new(&client, "kd-pause").await;
     let kind = GreetingKind::new(&ns);
@@ -2414,6 +2416,80 @@ async fn a_paused_rollout_holds_its_step_across_a_restart_and_goes_on_when_resum
             .await
             .is_empty()
     );
+
+    // A change in the middle of a rollout: revision 3 (adding `whisper`)
+    // at its second step when revision 4 (adding `hush`) comes; keeping 2
+    // revisions, 3 is dropped. The rollout starts over for 4, and no
+    // Greeting is left on 3: each goes back to the stable 2, then on to 4.
+    roll_out(&kind, json!({"keep": 2}));
+    kind.edit("resources/configmap.yaml", |t| {
+        t.replace(
+            "  shout: {{ spec.message | upper }}",
+            "  shout: {{ spec.message | upper }}\n  whisper: {{ spec.message | lower }}",
+        )
+    });
+    kind.apply();
+    common::wait_for(
+        TIMEOUT,
+        "the rollout of revision 3 at its second step",
+        async || {
+            let record = rollout_record(&kind);
+            let ok = record["revision"] == 3 && record["step"].as_u64() >= Some(1);
+            if ok { Ok(()) } else { Err(record) }
+        },
+    )
+    .await;
+    assert!(
+        config_maps_with(&ns.name, "whisper").contains("p-00"),
+        "the canary on 3"
+    );
+    kind.edit("resources/configmap.yaml", |t| {
+        t.replace(
+            "  whisper: {{ spec.message | lower }}",
+            "  whisper: {{ spec.message | lower }}\n  hush: \"...\"",
+        )
+    });
+    kind.apply();
+    common::wait_for(
+        TIMEOUT,
+        "revision 3 dropped, no Greeting left on it",
+        async || {
+            let record = rollout_record(&kind);
+            let status = kind.definition().unwrap_or_default()["status"].clone();
+            let kept: Vec<Value> = (status["revisions"].as_array().into_iter().flatten())
+                .map(|r| r["revision"].clone())
+                .collect();
+            let on_3: BTreeSet<String> = config_maps_with(&ns.name, "whisper")
+                .difference(&config_maps_with(&ns.name, "hush"))
+                .cloned()
+                .collect();
+            let from = &record["from"];
+            if record["revision"] == 4
+                && *from == 2
+                && kept == [json!(2), json!(4)]
+                && on_3.is_empty()
+            {
+                Ok(())
+            } else {
+                Err((record, kept, on_3))
+            }
+        },
+    )
+    .await;
+    kind.wait_message("RolledOut", "True", "Complete", "revision 4")
+        .await;
+    common::wait_for(TIMEOUT, "every Greeting on revision 4", async || {
+        let on_4 = config_maps_with(&ns.name, "hush");
+        let states = greeting_states(&kind, &ns.name);
+        let on_3 = states.values().filter(|(r, _)| *r == json!(3)).count();
+        if on_4 == all && on_3 == 0 {
+            Ok(())
+        } else {
+            Err((on_4.len(), on_3))
+        }
+    })
+    .await;
+    assert_eq!(kind.definition().unwrap()["spec"]["rollout"]["stable"], 4);
 
     for name in &names {
         common::kubectl(&["delete", &kind.crd(), name, "-n", &ns.name, "--wait=false"]);
