@@ -43,15 +43,13 @@ pub fn serve() -> ExitCode {
 /// Exits the process once its parent is gone (it is then another
 /// process's child), looking every second.
 fn watch_parent() {
-    // SAFETY: getppid cannot fail.
-    let parent = unsafe { libc::getppid() };
+    let parent = std::os::unix::process::parent_id();
     let watcher = std::thread::Builder::new()
         .name("parent".into())
         .spawn(move || {
             loop {
                 std::thread::sleep(std::time::Duration::from_secs(1));
-                // SAFETY: as above.
-                if unsafe { libc::getppid() } != parent {
+                if std::os::unix::process::parent_id() != parent {
                     std::process::exit(1);
                 }
             }

@@ -110,12 +110,6 @@ impl Reach {
                 _ => false,
             })
     }
-
-    /// True for a kind whose objects must stay in the resource's namespace
-    /// unless declared otherwise.
-    pub fn is_confined(&self) -> bool {
-        matches!(self, Self::Confined(_))
-    }
 }
 
 /// A namespace pattern: a name, `prefix-*`, or `*`.
