@@ -2218,7 +2218,6 @@ async fn a_good_change_reaches_all_20_through_every_step_by_itself() {
     // beyond its share moved, and all of the shares before it. (A step
     // that adds no resource passes at once, between two samples: each
     // step is checked again below, by what the operator counted.)
-    let mut seen_steps = BTreeSet::new();
     common::wait_for(
         Duration::from_secs(180),
         "the rollout of revision 2 promoted",
@@ -2245,15 +2244,13 @@ async fn a_good_change_reaches_all_20_through_every_step_by_itself() {
                     "at step {step}: {before:?} not all moved: {moved:?}"
                 );
             }
-            seen_steps.insert(step);
             Err(record)
         },
     )
     .await;
-    assert!(
-        seen_steps.contains(&0),
-        "the first step sampled: {seen_steps:?}"
-    );
+    // Which steps were sampled depends on timing (a step whose resources
+    // are Ready at once may pass between two samples); every step is
+    // checked below by the count the operator gave when its gate passed.
     common::wait_for(TIMEOUT, "every Greeting on revision 2", async || {
         let moved = config_maps_with(&ns.name, "shout");
         let on: BTreeSet<String> = (greeting_states(&kind, &ns.name).into_iter())
