@@ -2597,3 +2597,34 @@ async fn a_change_whose_plan_fails_waits_with_the_plan_in_the_status_and_a_good_
     kind.delete().await;
     drop(operator);
 }
+
+/// A kind of two versions from its first generation, a Greeting written
+/// at the older one: the API server's server-side apply of the operator at
+/// v2 reads the live object through the webhook, and a field the older
+/// version does not declare in the webhook's answer (`spec.length`,
+/// computed going up, kept going down) failed every apply with "field not
+/// declared in schema" on Kubernetes 1.37: the webhook prunes its answer to
+/// the version's schema.
+#[tokio::test]
+async fn a_greeting_written_at_the_older_version_of_a_new_two_version_kind_is_ready() {
+    let client = common::cluster().await;
+    let ns = TestNamespace::new(&client, "kd-v1-into-v2").await;
+    let kind = GreetingKind::new(&ns);
+    let flags = kind.webhook_flags(&[]);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let env = [("NAMESPACE", ns.name.as_str())];
+    let operator = OperatorProcess::spawn(&ns.name, &env, &flags);
+    kind.to_v2();
+    kind.apply();
+    kind.wait_condition("Serving", "True", "Running").await;
+    kind.write_at(&ns.name, "v1", "one", json!({"message": "before"}));
+    wait_ready(&kind, &ns.name, "one").await;
+    let at_v1 = kind.greeting_at(&ns.name, "v1", "one");
+    assert_eq!(at_v1["spec"]["message"], "before", "{at_v1}");
+    assert!(at_v1["spec"].get("length").is_none(), "pruned: {at_v1}");
+    let at_v2 = kind.greeting_at(&ns.name, "v2", "one");
+    assert_eq!(at_v2["spec"]["text"], "before", "{at_v2}");
+    common::kubectl(&["delete", &kind.crd(), "one", "-n", &ns.name]);
+    kind.delete().await;
+    drop(operator);
+}

@@ -881,6 +881,9 @@ async fn crash_saying(client: &Client, words: &str) -> (String, String, String) 
     .await
 }
 
+/// The install's binding of the Sample's ClusterRole.
+const SAMPLE_BINDING: &str = "kustomize-operator-sample";
+
 #[tokio::test]
 async fn a_missing_rbac_grant_is_named_in_the_pods_log() {
     let _node = NODE.lock().await;
@@ -891,20 +894,18 @@ async fn a_missing_rbac_grant_is_named_in_the_pods_log() {
     }
     let mut route = OnRealNode::new(&client, NAMESPACE).await;
     route.restore = deploy_roles();
-    // The install without the binding that grants the declared kinds' rules
-    // (the Sample's): the operator may not even list Samples.
+    // The install without the binding that grants the Sample's rules (its
+    // own, since the install's declared kinds are bound, not aggregated):
+    // the operator may not even list Samples.
     let _ = common::kubectl(&[
         "delete",
         "clusterrolebinding",
-        "kustomize-operator-kinds",
+        SAMPLE_BINDING,
         "--ignore-not-found",
     ]);
     let docs: Vec<Value> = common::kustomize_documents("deploy")
         .into_iter()
-        .filter(|d| {
-            !(d["kind"] == "ClusterRoleBinding"
-                && d["metadata"]["name"] == "kustomize-operator-kinds")
-        })
+        .filter(|d| !(d["kind"] == "ClusterRoleBinding" && d["metadata"]["name"] == SAMPLE_BINDING))
         .collect();
     apply_documents(&docs);
     let (pod, state, log) = crash_saying(

@@ -191,16 +191,25 @@ impl Filed {
         &self.versions
     }
 
-    /// `object` at `version`, as its kind's conversions make it, checked
-    /// against that version's schema (the types, the required fields of
-    /// `spec`) unless it was at `version` already.
+    /// `object` at `version`, as its kind's conversions make it, its
+    /// `spec` pruned to that version's schema and checked against it (the
+    /// types, the required fields) unless it was at `version` already.
     pub fn convert(&self, object: Value, version: &str) -> Result<Value, Unconverted> {
         let before = object["apiVersion"].clone();
-        let converted = self.versions.convert(object, version)?;
+        let mut converted = self.versions.convert(object, version)?;
         if converted["apiVersion"] == before {
             return Ok(converted);
         }
         let schema = self.schemas.get(version).unwrap_or(&Value::Null);
+        // What the version does not declare is dropped here, as the API
+        // server prunes: it does not in every path (the live object of a
+        // server-side apply at that version), and an undeclared field there
+        // fails the apply ("field not declared in schema").
+        if schema.is_object()
+            && let Some(spec) = converted.get_mut("spec")
+        {
+            conforms::prune(spec, schema);
+        }
         let spec = converted.get("spec");
         let fits = match spec {
             Some(spec) => conforms::check(spec, schema, "spec"),

@@ -11,6 +11,7 @@ use super::report::{Failure, Guard, Reason};
 use crate::definitions::generation;
 use crate::kinds::declared::DeclaredKind;
 use crate::kinds::declared::breaking;
+use crate::kinds::declared::conforms::prune;
 
 /// The guard's verdict on the change from `current`, as the operator
 /// would give it for a new generation.
@@ -106,40 +107,6 @@ fn dotted<'a>(value: &'a Value, path: &str) -> Option<&'a Value> {
         .try_fold(value, |v, key| v.as_object()?.get(key))
 }
 
-/// Drops from `value` what `schema` does not declare, as the API server
-/// prunes unknown fields: an object keeps its `properties` (each pruned by
-/// its own schema), or every key under `additionalProperties`, or all of
-/// itself with `x-kubernetes-preserve-unknown-fields`; a list's items are
-/// pruned by `items`.
-pub fn prune(value: &mut Value, schema: &Value) {
-    if schema["x-kubernetes-preserve-unknown-fields"] == true {
-        return;
-    }
-    match value {
-        Value::Object(fields) => {
-            if let Some(properties) = schema["properties"].as_object() {
-                fields.retain(|key, _| properties.contains_key(key));
-                for (key, field) in fields.iter_mut() {
-                    prune(field, &properties[key]);
-                }
-            } else if let Some(each) = schema.get("additionalProperties").filter(|s| s.is_object())
-            {
-                for field in fields.values_mut() {
-                    prune(field, each);
-                }
-            } else if schema["additionalProperties"] != true {
-                fields.clear();
-            }
-        }
-        Value::Array(items) => {
-            for item in items {
-                prune(item, &schema["items"]);
-            }
-        }
-        _ => {}
-    }
-}
-
 /// The paths under `path` where `before` had a value that `after` lacks
 /// or holds otherwise.
 fn lost_paths(before: &Value, after: &Value, path: &str, lost: &mut Vec<String>) {
@@ -162,27 +129,6 @@ fn lost_paths(before: &Value, after: &Value, path: &str, lost: &mut Vec<String>)
 mod tests {
     use super::*;
     use serde_json::json;
-
-    #[test]
-    fn pruning_keeps_what_the_schema_declares() {
-        let schema = json!({"type": "object", "properties": {
-            "a": {"type": "string"},
-            "m": {"type": "object", "additionalProperties": {"type": "object", "properties": {"x": {}}}},
-            "l": {"type": "array", "items": {"type": "object", "properties": {"y": {}}}},
-            "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}
-        }});
-        let mut value = json!({
-            "a": "1", "gone": 2,
-            "m": {"k": {"x": 1, "z": 2}},
-            "l": [{"y": 1, "z": 2}],
-            "free": {"anything": {"at": "all"}}
-        });
-        prune(&mut value, &schema);
-        assert_eq!(
-            value,
-            json!({"a": "1", "m": {"k": {"x": 1}}, "l": [{"y": 1}], "free": {"anything": {"at": "all"}}})
-        );
-    }
 
     #[test]
     fn lost_paths_are_what_did_not_come_back() {

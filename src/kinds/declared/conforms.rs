@@ -12,7 +12,8 @@
 //! rules are the API server's, on every write; a conversion cannot widen a
 //! field into them without changing its type. The walk follows the schema,
 //! so it goes no deeper than the schema does, however deep the value.
-//! Messages name the field and what is wrong, never the value.
+//! Messages name the field and what is wrong, never the value. [`prune`]
+//! drops what a schema does not declare, as the API server prunes.
 
 use serde_json::Value;
 
@@ -93,6 +94,40 @@ fn walk(value: &Value, schema: &Value, path: &str, found: &mut Vec<Misfit>) {
     }
 }
 
+/// Drops from `value` what `schema` does not declare, as the API server
+/// prunes unknown fields: an object keeps its `properties` (each pruned by
+/// its own schema), or every key under `additionalProperties`, or all of
+/// itself with `x-kubernetes-preserve-unknown-fields`; a list's items are
+/// pruned by `items`.
+pub fn prune(value: &mut Value, schema: &Value) {
+    if schema["x-kubernetes-preserve-unknown-fields"] == true {
+        return;
+    }
+    match value {
+        Value::Object(fields) => {
+            if let Some(properties) = schema["properties"].as_object() {
+                fields.retain(|key, _| properties.contains_key(key));
+                for (key, field) in fields.iter_mut() {
+                    prune(field, &properties[key]);
+                }
+            } else if let Some(each) = schema.get("additionalProperties").filter(|s| s.is_object())
+            {
+                for field in fields.values_mut() {
+                    prune(field, each);
+                }
+            } else if schema["additionalProperties"] != true {
+                fields.clear();
+            }
+        }
+        Value::Array(items) => {
+            for item in items {
+                prune(item, &schema["items"]);
+            }
+        }
+        _ => {}
+    }
+}
+
 /// The type a schema node declares, if it declares one the walk checks.
 fn expected(schema: &Value) -> Option<&'static str> {
     if schema["x-kubernetes-int-or-string"] == true {
@@ -157,6 +192,27 @@ mod tests {
             Ok(()) => Vec::new(),
             Err(found) => found.iter().map(ToString::to_string).collect(),
         }
+    }
+
+    #[test]
+    fn pruning_keeps_what_the_schema_declares() {
+        let schema = json!({"type": "object", "properties": {
+            "a": {"type": "string"},
+            "m": {"type": "object", "additionalProperties": {"type": "object", "properties": {"x": {}}}},
+            "l": {"type": "array", "items": {"type": "object", "properties": {"y": {}}}},
+            "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}
+        }});
+        let mut value = json!({
+            "a": "1", "gone": 2,
+            "m": {"k": {"x": 1, "z": 2}},
+            "l": [{"y": 1, "z": 2}],
+            "free": {"anything": {"at": "all"}}
+        });
+        prune(&mut value, &schema);
+        assert_eq!(
+            value,
+            json!({"a": "1", "m": {"k": {"x": 1}}, "l": [{"y": 1}], "free": {"anything": {"at": "all"}}})
+        );
     }
 
     #[test]

@@ -267,7 +267,8 @@ impl Versions {
     /// `object` (one of the kind's, at any version it serves) at `to`:
     /// up to the hub through its version's conversion, then down to `to`
     /// through that version's. Fields the target version does not declare
-    /// are left for the API server to prune.
+    /// are left in: the webhook prunes them by the CRD's schemas
+    /// (`conversion::filed`).
     pub fn convert(&self, mut object: Value, to: &str) -> Result<Value, ConversionError> {
         let from = self.version_of(&object)?;
         if from != to {
