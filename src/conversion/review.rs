@@ -71,10 +71,13 @@ pub(super) mod tests {
                 "type": "object", "properties": {"spec": spec},
             }}})
         };
+        let extra = json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true});
         let v2 = json!({"type": "object", "required": ["text"], "properties": {
-            "text": {"type": "string"}, "count": {"type": "integer"},
+            "text": {"type": "string"}, "count": {"type": "integer"}, "extra": extra,
         }});
-        let v1 = json!({"type": "object", "properties": {"message": {"type": "string"}}});
+        let v1 = json!({"type": "object", "properties": {
+            "message": {"type": "string"}, "extra": extra,
+        }});
         serde_json::from_value(json!({
             "metadata": {"name": format!("greetings.{group}"), "annotations": {
                 ANNOTATION: serde_json::to_string(versions).unwrap(),
@@ -117,6 +120,24 @@ pub(super) mod tests {
     fn greeting(version: &str, spec: Value) -> Value {
         json!({"apiVersion": format!("hello.example.com/{version}"), "kind": "Greeting",
                "metadata": {"name": "a"}, "spec": spec})
+    }
+
+    /// What the version asked for does not declare is not in the answer:
+    /// the API server would prune it when it reads, but not in the live
+    /// object of a server-side apply, where it fails the apply.
+    #[test]
+    fn a_field_the_version_asked_for_does_not_declare_is_pruned() {
+        let objects = json!([greeting(
+            "v2",
+            json!({"text": "two", "count": 2, "extra": {"k": 1}})
+        )]);
+        let answer = answer(review("hello.example.com/v1", objects), &conversions());
+        let response = answer.response.unwrap();
+        assert!(response.result.is_success(), "{:?}", response.result);
+        assert_eq!(
+            response.converted_objects,
+            [greeting("v1", json!({"message": "two", "extra": {"k": 1}}))]
+        );
     }
 
     #[test]
