@@ -1743,7 +1743,24 @@ async fn a_conversion_whose_output_has_the_wrong_type_is_refused_naming_the_fiel
     let (found, _, err) = common::kubectl(&["get", &v2, "odd", "-n", n]);
     assert!(!found && err.contains("NotFound"), "nothing stored: {err}");
 
-    // The migration writes `plain`, names `large` and leaves v1 stored.
+    let path = "jsonpath={.status.storedVersions}";
+    // Where the API server migrates storage itself (storagemigration.k8s.io/v1,
+    // Kubernetes 1.37), its migration rewrote `large` although the policy
+    // holds every update of it (seen: the hold is for clients' writes),
+    // each through the webhook, `large` computed to 3.
+    if common::kubectl(&["get", "--raw", "/apis/storagemigration.k8s.io/v1"]).0 {
+        let migrated = kind
+            .wait_condition("StorageMigrated", "True", "Migrated")
+            .await;
+        assert!(migrated.contains("StorageVersionMigration"), "{migrated}");
+        assert_eq!(kind.greeting_at(n, "v2", "plain")["spec"]["replicas"], 1);
+        assert_eq!(kind.greeting_at(n, "v2", "large")["spec"]["replicas"], 3);
+        let stored = common::kubectl(&["get", "crd", &kind.crd(), "-o", path]).1;
+        assert_eq!(stored, r#"["v2"]"#);
+        return;
+    }
+    // Elsewhere the operator's own walk writes `plain`, names `large` and
+    // leaves v1 stored.
     let failed = kind
         .wait_message("StorageMigrated", "False", "MigrationFailed", "1 of the")
         .await;
@@ -1751,7 +1768,6 @@ async fn a_conversion_whose_output_has_the_wrong_type_is_refused_naming_the_fiel
     assert!(failed.contains("held by the test"), "{failed}");
     assert!(!failed.contains("plain"), "{failed}");
     assert_eq!(kind.greeting_at(n, "v2", "plain")["spec"]["replicas"], 1);
-    let path = "jsonpath={.status.storedVersions}";
     let stored = common::kubectl(&["get", "crd", &kind.crd(), "-o", path]).1;
     assert_eq!(stored, r#"["v1","v2"]"#, "v1 still stored");
 
