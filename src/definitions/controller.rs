@@ -189,6 +189,7 @@ async fn accept(def: &DynamicObject, ctx: &DefinitionContext, status: &mut Statu
         // own finalizer patch, seen before its status write), and the
         // status written replaces the conditions as a whole.
         accepted(status, generation, number);
+        planning::restate(ctx, def, generation, status);
         if ensure_crd(ctx, &name, generation, status).await && !ctx.serving.running(&name) {
             ctx.serving.serve_again(&name).await;
         }

@@ -21,6 +21,12 @@ impl Plans {
     pub fn keep(&self, name: String, made: Made) {
         crate::sync::lock(&self.0).insert(name, made);
     }
+
+    /// The last plan of `name`, if it was of the change `digest`.
+    pub fn made(&self, name: &str, digest: &str) -> Option<Made> {
+        let plans = crate::sync::lock(&self.0);
+        plans.get(name).filter(|m| m.digest == digest).cloned()
+    }
 }
 
 /// A plan made: of which change, when, what it found.

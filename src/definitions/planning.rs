@@ -70,13 +70,35 @@ pub(super) async fn plan(
             made
         }
     };
+    let message = say(status, &made, def.metadata.generation);
+    match spec_of(def).plan.unwrap_or_default() {
+        PlanGate::Wait if !made.passed => Verdict::Wait(message),
+        _ => Verdict::Serve,
+    }
+}
+
+/// Says again what the plan of the generation served found, if one was
+/// made: a reconcile may be given the definition as it was before the
+/// status that told it, and the status written replaces the conditions.
+pub(super) fn restate(
+    ctx: &DefinitionContext,
+    def: &DynamicObject,
+    generation: &Generation,
+    status: &mut Status,
+) {
+    if let Some(made) = ctx.plans.made(&def.name_any(), &generation.digest) {
+        say(status, &made, def.metadata.generation);
+    }
+}
+
+/// `status.plan` and `Planned` from `made`; the message.
+fn say(status: &mut Status, made: &Made, number: Option<i64>) -> String {
     let message = in_words(&made.summary);
     let reason = match (&made.summary.error, made.passed) {
         (Some(_), _) => Reason::PlanNotMade,
         (None, true) => Reason::PlanPassed,
         (None, false) => Reason::PlanFailed,
     };
-    let number = def.metadata.generation;
     status.set(
         ConditionType::Planned,
         made.passed,
@@ -84,11 +106,8 @@ pub(super) async fn plan(
         &message,
         number,
     );
-    status.plan = Some(made.summary);
-    match spec_of(def).plan.unwrap_or_default() {
-        PlanGate::Wait if !made.passed => Verdict::Wait(message),
-        _ => Verdict::Serve,
-    }
+    status.plan = Some(made.summary.clone());
+    message
 }
 
 /// Makes the plan of `generation` against what `current` serves, within
