@@ -735,21 +735,6 @@ impl Drop for Unbind {
     }
 }
 
-/// Sets the definition's `spec.rollout` (a merge patch: `null` removes a field).
-fn roll_out(kind: &GreetingKind, rollout: Value) {
-    let patch = json!({"spec": {"rollout": rollout}}).to_string();
-    let (ok, _, err) = common::kubectl(&[
-        "patch",
-        "kinddefinition",
-        &kind.name,
-        "--type",
-        "merge",
-        "-p",
-        &patch,
-    ]);
-    assert!(ok, "patching the rollout: {err}");
-}
-
 /// Waits until the definition's `status.<field>` is `want`.
 async fn wait_definition_status(kind: &GreetingKind, field: &str, want: Value) {
     let what = format!("{} status.{field} = {want}", kind.name);
@@ -1030,9 +1015,9 @@ async fn a_pin_the_definition_does_not_allow_is_refused_at_admission_and_never_s
 
     // Made pinnable, it serves; withdrawn, its resource moves to the stable
     // one (told), and it may not be made stable.
-    roll_out(&kind, json!({"pinnable": [1]}));
+    kind.roll_out(json!({"pinnable": [1]}));
     wait_served_by(&kind, n, "web", 1, ("legacy", "yes")).await;
-    roll_out(&kind, json!({"pinnable": [1], "withdrawn": [1]}));
+    kind.roll_out(json!({"pinnable": [1], "withdrawn": [1]}));
     wait_served_by(&kind, n, "web", 2, ("legacy", "")).await;
     let events = greeting_events(n, "web", "RevisionWithdrawn");
     assert!(
@@ -1042,7 +1027,7 @@ async fn a_pin_the_definition_does_not_allow_is_refused_at_admission_and_never_s
         "{events:?}"
     );
     wait_definition_status(&kind, "pinnable", json!([2])).await;
-    roll_out(&kind, json!({"stable": 1}));
+    kind.roll_out(json!({"stable": 1}));
     let withdrawn = kind
         .wait_condition("Accepted", "False", "RevisionWithdrawn")
         .await;
@@ -1051,7 +1036,7 @@ async fn a_pin_the_definition_does_not_allow_is_refused_at_admission_and_never_s
         "{withdrawn}"
     );
     assert_eq!(greeting(&kind, n, "web")["status"]["revision"], json!(2));
-    roll_out(&kind, json!({"stable": null}));
+    kind.roll_out(json!({"stable": null}));
     kind.wait_condition("Accepted", "True", "Valid").await;
 
     // With the guard: the tenant's pin is checked before it is stored.
@@ -1088,7 +1073,7 @@ async fn a_pin_the_definition_does_not_allow_is_refused_at_admission_and_never_s
     assert!(ok, "the tenant may pin the stable revision: {err}");
 
     // pinBy: Granted: only with the verb pin on the definition.
-    roll_out(&kind, json!({"pinBy": "Granted"}));
+    kind.roll_out(json!({"pinBy": "Granted"}));
     let refused =
         common::wait_for(
             TIMEOUT,
@@ -1251,7 +1236,7 @@ async fn a_forged_revision_is_not_served_after_a_restart_by_pin_or_by_stable() {
     assert_eq!(kept, [(json!(1), 64), (json!(2), 64)]);
 
     // Nor by spec.rollout.stable: refused, what served keeps serving.
-    roll_out(&kind, json!({"stable": 7}));
+    kind.roll_out(json!({"stable": 7}));
     let refused = kind
         .wait_condition("Accepted", "False", "RevisionRefused")
         .await;
@@ -1262,7 +1247,7 @@ async fn a_forged_revision_is_not_served_after_a_restart_by_pin_or_by_stable() {
     );
     assert_eq!(greeting(&kind, n, "web")["status"]["revision"], json!(2));
     assert_eq!(common::greeting::config_map_field(n, "web", "forged"), "");
-    roll_out(&kind, json!({"stable": null}));
+    kind.roll_out(json!({"stable": null}));
 
     for name in ["web", "pinned"] {
         common::kubectl(&["delete", &kind.crd(), name, "-n", n]);

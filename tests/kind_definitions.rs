@@ -1090,21 +1090,6 @@ fn greeting_status(kind: &GreetingKind, ns: &str, name: &str, field: &str) -> Va
     greeting["status"][field].clone()
 }
 
-/// Sets the definition's `spec.rollout` (a merge patch: `null` removes a field).
-fn roll_out(kind: &GreetingKind, rollout: Value) {
-    let patch = json!({"spec": {"rollout": rollout}}).to_string();
-    let (ok, _, err) = common::kubectl(&[
-        "patch",
-        "kinddefinition",
-        &kind.name,
-        "--type",
-        "merge",
-        "-p",
-        &patch,
-    ]);
-    assert!(ok, "patching the rollout: {err}");
-}
-
 /// Waits until each Greeting is served by its revision, its ConfigMap
 /// applied by it (`shout` only from revision 2), and the definition counts
 /// them.
@@ -1171,7 +1156,7 @@ async fn a_change_reaches_the_canary_first_all_on_promote_and_a_rollback_renders
     let before: Vec<Value> = ["stable", "canary"].map(digest).to_vec();
 
     // Revision 2 goes to the canary only.
-    roll_out(&kind, json!({"stable": 1, "canary": {"track": "canary"}}));
+    kind.roll_out(json!({"stable": 1, "canary": {"track": "canary"}}));
     kind.edit("resources/configmap.yaml", |t| {
         t.replace(
             "  language: {{ spec.language }}",
@@ -1216,17 +1201,17 @@ async fn a_change_reaches_the_canary_first_all_on_promote_and_a_rollback_renders
 
     // Promoted: all but the pinned one move to revision 2 (revision 1,
     // neither stable nor latest now, may be pinned only when named so).
-    roll_out(&kind, json!({"stable": 2, "canary": null, "pinnable": [1]}));
+    kind.roll_out(json!({"stable": 2, "canary": null, "pinnable": [1]}));
     let promoted = [("stable", 2), ("canary", 2), ("pinned", 1)];
     wait_revisions(&kind, &ns.name, &promoted, "1:1 2:2").await;
 
     // Rolled back: revision 1 renders what it rendered, byte for byte.
-    roll_out(&kind, json!({"stable": 1, "pinnable": null}));
+    kind.roll_out(json!({"stable": 1, "pinnable": null}));
     wait_revisions(&kind, &ns.name, &all_on_1, "1:3").await;
     assert_eq!(["stable", "canary"].map(digest).to_vec(), before);
 
     // A revision that is not kept is refused; what served goes on.
-    roll_out(&kind, json!({"stable": 7}));
+    kind.roll_out(json!({"stable": 7}));
     let refused = kind
         .wait_condition("Accepted", "False", "RevisionNotKept")
         .await;
@@ -1238,7 +1223,7 @@ async fn a_change_reaches_the_canary_first_all_on_promote_and_a_rollback_renders
         greeting_status(&kind, &ns.name, "stable", "revision"),
         json!(1)
     );
-    roll_out(&kind, Value::Null);
+    kind.roll_out(Value::Null);
 
     for name in ["stable", "canary", "pinned"] {
         common::kubectl(&["delete", &kind.crd(), name, "-n", &ns.name]);
@@ -1855,7 +1840,7 @@ async fn plan_compares_each_greeting_with_the_kept_revision_serving_it() {
     kind.greet(&ns.name, "stable", "hi", json!({}));
     kind.greet(&ns.name, "canary", "hi", json!({"track": "canary"}));
     wait_revisions(&kind, &ns.name, &[("stable", 1), ("canary", 1)], "1:2").await;
-    roll_out(&kind, json!({"stable": 1, "canary": {"track": "canary"}}));
+    kind.roll_out(json!({"stable": 1, "canary": {"track": "canary"}}));
     kind.edit("resources/configmap.yaml", |t| {
         t.replace(
             "  language: {{ spec.language }}",
@@ -2036,8 +2021,7 @@ async fn a_change_that_breaks_1_of_20_rolls_back_by_itself_after_its_first_step(
     kind.apply();
     kind.wait_condition("Serving", "True", "Running").await;
     let steps = json!([{"canary": true}, {"percent": 50}, {"percent": 100}]);
-    roll_out(
-        &kind,
+    kind.roll_out(
         json!({"canary": {"track": "canary"}, "steps": steps, "gate": {"window": "15s"}}),
     );
     // Unset, `stable` is taken to be what serves every resource now.
@@ -2138,10 +2122,7 @@ async fn a_change_that_breaks_1_of_20_rolls_back_by_itself_after_its_first_step(
     // A gate's CEL is bounded as every expression: a loop in a loop is
     // refused when the definition is checked, and what served goes on.
     let nested = "resources.all(r, resources.exists(s, s.metadata.name == r.metadata.name))";
-    roll_out(
-        &kind,
-        json!({"gate": {"window": "15s", "expression": nested}}),
-    );
+    kind.roll_out(json!({"gate": {"window": "15s", "expression": nested}}));
     let refused = kind.wait_condition("Accepted", "False", "Invalid").await;
     assert!(
         refused.starts_with(
@@ -2149,14 +2130,11 @@ async fn a_change_that_breaks_1_of_20_rolls_back_by_itself_after_its_first_step(
         ),
         "{refused}"
     );
-    roll_out(
-        &kind,
-        json!({"gate": {"window": "15s", "expression": null}}),
-    );
+    kind.roll_out(json!({"gate": {"window": "15s", "expression": null}}));
     kind.wait_condition("Accepted", "True", "Valid").await;
 
     // A stable revision that is not kept: nothing starts, the condition says so.
-    roll_out(&kind, json!({"stable": 9}));
+    kind.roll_out(json!({"stable": 9}));
     let refused = kind
         .wait_condition("RolledOut", "False", "RevisionNotKept")
         .await;
@@ -2166,7 +2144,7 @@ async fn a_change_that_breaks_1_of_20_rolls_back_by_itself_after_its_first_step(
         "{refused}"
     );
     assert_eq!(greeting_states(&kind, &ns.name)["g-01"], before["g-01"]);
-    roll_out(&kind, json!({"stable": 1}));
+    kind.roll_out(json!({"stable": 1}));
 
     for name in &names {
         common::kubectl(&["delete", &kind.crd(), name, "-n", &ns.name, "--wait=false"]);
@@ -2191,10 +2169,7 @@ async fn a_good_change_reaches_all_20_through_every_step_by_itself() {
     kind.wait_condition("Serving", "True", "Running").await;
     let percents = [25, 50, 100];
     let steps = json!([{"canary": true}, {"percent": 25}, {"percent": 50}, {"percent": 100}]);
-    roll_out(
-        &kind,
-        json!({"canary": {"track": "canary"}, "steps": steps}),
-    );
+    kind.roll_out(json!({"canary": {"track": "canary"}, "steps": steps}));
     kind.wait_message("RolledOut", "True", "Complete", "revision 1 is stable")
         .await;
     let names: Vec<String> = (0..20).map(|i| format!("g-{i:02}")).collect();
@@ -2320,10 +2295,7 @@ async fn a_paused_rollout_holds_across_a_restart_and_a_change_midway_starts_over
     kind.wait_condition("Serving", "True", "Running").await;
     let percents = [25, 50, 75, 100];
     let steps = json!([{"canary": true}, {"percent": 25}, {"percent": 50}, {"percent": 75}, {"percent": 100}]);
-    roll_out(
-        &kind,
-        json!({"canary": {"track": "canary"}, "steps": steps}),
-    );
+    kind.roll_out(json!({"canary": {"track": "canary"}, "steps": steps}));
     kind.wait_message("RolledOut", "True", "Complete", "revision 1 is stable")
         .await;
     let names: Vec<String> = (0..10).map(|i| format!("p-{i:02}")).collect();
@@ -2349,7 +2321,7 @@ async fn a_paused_rollout_holds_across_a_restart_and_a_change_midway_starts_over
         },
     )
     .await;
-    roll_out(&kind, json!({"paused": true}));
+    kind.roll_out(json!({"paused": true}));
     // Held: its gate passed (every resource of the step moved), no step more.
     kind.wait_message("RolledOut", "False", "Paused", "its gate passed")
         .await;
@@ -2398,7 +2370,7 @@ async fn a_paused_rollout_holds_across_a_restart_and_a_change_midway_starts_over
     );
 
     // Resumed: on to the end.
-    roll_out(&kind, json!({"paused": null}));
+    kind.roll_out(json!({"paused": null}));
     kind.wait_message("RolledOut", "True", "Complete", "revision 2")
         .await;
     let all: BTreeSet<String> = names.iter().cloned().collect();
@@ -2418,7 +2390,7 @@ async fn a_paused_rollout_holds_across_a_restart_and_a_change_midway_starts_over
     // at its second step when revision 4 (adding `hush`) comes; keeping 2
     // revisions, 3 is dropped. The rollout starts over for 4, and no
     // Greeting is left on 3: each goes back to the stable 2, then on to 4.
-    roll_out(&kind, json!({"keep": 2}));
+    kind.roll_out(json!({"keep": 2}));
     kind.edit("resources/configmap.yaml", |t| {
         t.replace(
             "  shout: {{ spec.message | upper }}",
@@ -2521,7 +2493,7 @@ async fn a_change_whose_plan_fails_waits_with_the_plan_in_the_status_and_a_good_
     for i in 0..20 {
         wait_ready(&kind, &ns.name, &format!("g{i:02}")).await;
     }
-    roll_out(&kind, json!({"plan": "Wait"}));
+    kind.roll_out(json!({"plan": "Wait"}));
     // A label from the message: valid for 19 messages, not for "hello world".
     kind.edit("resources/configmap.yaml", |t| {
         t.replace(

@@ -99,6 +99,22 @@ impl GreetingKind {
     }
 
     /// `kind pack` of the folder, labelled for the test, applied.
+    /// Sets the definition's `spec.rollout` (a merge patch: `null`
+    /// removes a field).
+    pub fn roll_out(&self, rollout: Value) {
+        let patch = json!({"spec": {"rollout": rollout}}).to_string();
+        let (ok, _, err) = crate::kubectl(&[
+            "patch",
+            "kinddefinition",
+            &self.name,
+            "--type",
+            "merge",
+            "-p",
+            &patch,
+        ]);
+        assert!(ok, "patching the rollout: {err}");
+    }
+
     pub fn apply(&self) {
         self.apply_with(|_| {});
     }
