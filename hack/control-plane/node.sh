@@ -272,13 +272,18 @@ registerWithTaints:
   - {key: $NODE_TAINT_KEY, value: $NODE_TAINT_VALUE, effect: NoSchedule}
 maxPods: 30
 # Images come from load-image, with no registry to pull them again: never
-# collected. Eviction only when the machine is nearly full.
+# collected. Eviction (and the disk-pressure taint that keeps every Pod
+# off the node) only when the machine is nearly full, in absolute sizes: a
+# percentage of a large disk is gigabytes, and a build beside the tests
+# (a fresh clone's target directory) once took the disk under 2% of 252G
+# and left every Pod of the real-node tests Unschedulable.
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard:
   memory.available: 100Mi
-  nodefs.available: 2%
-  imagefs.available: 2%
+  nodefs.available: 256Mi
+  imagefs.available: 256Mi
+  nodefs.inodesFree: "1%"
 EOF
 }
 
@@ -356,6 +361,14 @@ node_ready() {
   [[ "$(kubectl_admin get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" == True ]]
 }
 
+# The node's taints other than its own (disk or memory pressure, not-ready):
+# any of them keeps every Pod of the tests off the node.
+node_other_taints() {
+  kubectl_admin get node "$NODE_NAME" -o jsonpath='{range .spec.taints[*]}{.key}{"\n"}{end}' 2>/dev/null |
+    grep -vx "$NODE_TAINT_KEY" || true
+}
+node_schedulable() { [[ -z "$(node_other_taints)" ]]; }
+
 cmd_node_up() {
   plane_is_real || die "the plane was not started for a real node (its API server is on loopback only); restart it with KO_REAL_NODE=1 $0 up"
   pid_alive kube-apiserver || die "the control plane is not running; run KO_REAL_NODE=1 $0 up"
@@ -413,6 +426,11 @@ cmd_node_up() {
     --hostname-override="$NODE_NAME" --node-ip="$(node_ip)" \
     --node-labels="$NODE_TAINT_KEY=$NODE_TAINT_VALUE,kustomize-operator.io/real-node=true" --v=1
   wait_for "the real node $NODE_NAME Ready" 90 node_ready
+  local deadline=$((SECONDS + 30))
+  until node_schedulable || ((SECONDS >= deadline)); do sleep 1; done
+  if ! node_schedulable; then
+    die "the real node $NODE_NAME is Ready but tainted $(node_other_taints | paste -sd, -) (free on /: $(df -h --output=avail / | tail -1 | tr -d ' ')): no Pod of the tests would run on it"
+  fi
 
   log "starting kube-proxy"
   start kube-proxy --config="$NODE/kube-proxy.yaml" --v=1
