@@ -245,3 +245,38 @@ fn render_gives_a_file_without_a_uid_a_stand_in_and_says_so() {
     assert_eq!(seeded[0].len(), 10, "{seeded:?}");
     assert_eq!(seeded[0], seeded[1], "the stand-in is the seed");
 }
+
+/// The JSON log lines of `log` whose message is `message`.
+fn lines_saying(log: &str, message: &str) -> Vec<serde_json::Value> {
+    log.lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|line| line["fields"]["message"] == message)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_reconciles_log_lines_carry_its_span_naming_the_kind_the_resource_and_its_generation() {
+    let client = common::cluster().await;
+    let ns = common::TestNamespace::new(&client, "dbg-span").await;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    let operator = common::OperatorProcess::spawn(&ns.name, &[("LOG_FORMAT", "json")], &[]);
+    ready_sample(&client, &ns.name, "web", 1).await;
+    // A deleted Deployment: the reconcile that applies it again says so.
+    deployments
+        .delete("web", &DeleteParams::default())
+        .await
+        .unwrap();
+    let said = "owned objects were deleted; applying again";
+    common::wait_until(
+        TIMEOUT,
+        format!("the operator's log saying {said:?}"),
+        || async { !lines_saying(&operator.log(), said).is_empty() },
+    )
+    .await;
+    let line = &lines_saying(&operator.log(), said)[0];
+    let span = &line["span"];
+    assert_eq!(span["name"], "reconcile", "{line}");
+    assert_eq!(span["kind"], "Sample", "{line}");
+    assert_eq!(span["object"], format!("{}/web", ns.name), "{line}");
+    assert_eq!(span["generation"], 1, "{line}");
+}

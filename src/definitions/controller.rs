@@ -22,6 +22,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::context::{Checked, DefinitionContext, DefinitionError, NAMES_SHOWN};
 use super::crds::{self, CrdError};
@@ -113,12 +114,18 @@ async fn reconcile(
     ctx: Arc<DefinitionContext>,
 ) -> Result<Action, FinalizerError> {
     let api = Api::<DynamicObject>::all_with(ctx.client.clone(), &resource::api_resource());
+    let span = tracing::info_span!(
+        "definition",
+        name = %def.name_any(),
+        generation = def.metadata.generation
+    );
     guarded(&api, resource::FINALIZER, def, |event| async {
         match event {
             FinalizerEvent::Apply(def) => serve(&def, &ctx).await,
             FinalizerEvent::Cleanup(def) => deletion::remove(&def, &ctx).await,
         }
     })
+    .instrument(span)
     .await
 }
 

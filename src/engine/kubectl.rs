@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
 use tokio::sync::Semaphore;
+use tracing::Instrument;
 
 pub use self::cache::{group_of, unserved_resources};
 
@@ -518,7 +519,30 @@ impl Kubectl {
     }
 
     /// Like [`Kubectl::run`], with a slot already held (released when the run ends).
+    /// Its log lines carry a `kubectl` span naming the verb.
     pub async fn run_with(
+        &self,
+        slot: Slot,
+        invocation: &Invocation,
+        stdin: Option<Vec<u8>>,
+    ) -> Result<CommandRecord, KubectlError> {
+        let span = tracing::info_span!("kubectl", verb = invocation.verb());
+        let record = self
+            .run_in_span(slot, invocation, stdin)
+            .instrument(span.clone())
+            .await?;
+        span.in_scope(|| {
+            tracing::debug!(
+                exit_code = record.exit_code,
+                duration_ms = record.duration_ms,
+                timed_out = record.timed_out,
+                "kubectl ran"
+            );
+        });
+        Ok(record)
+    }
+
+    async fn run_in_span(
         &self,
         slot: Slot,
         invocation: &Invocation,

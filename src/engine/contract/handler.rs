@@ -18,6 +18,15 @@ use crate::engine::model::templates::KustomizeDir;
 /// The dynamic type of a kind's resources (`()` for typed kinds).
 pub type DynType<K> = <K as Resource>::DynamicType;
 
+/// One revision of a kind's files, chosen for a resource.
+#[derive(Clone, Debug)]
+pub struct Revision {
+    /// Its number (the definition's generation it came from).
+    pub number: u32,
+    /// Its templates; `None`: the kind's own.
+    pub templates: Option<Arc<KustomizeDir>>,
+}
+
 /// A kind's logic: resource in, plan out.
 pub trait Handler: Send + Sync + 'static {
     /// The custom resource.
@@ -149,10 +158,10 @@ pub trait Handler: Send + Sync + 'static {
     /// Forgets what the kind remembers of a resource that is gone.
     fn forget(&self, _resource: &Self::Resource) {}
 
-    /// The templates the resource's overlay renders from when they are not
-    /// the kind's own (a declared kind's resource served by another
-    /// revision of its definition). Default: the kind's.
-    fn templates_for(&self, _resource: &Self::Resource) -> Option<Arc<KustomizeDir>> {
+    /// The revision of the kind's files that renders the resource, where
+    /// the kind has several (a declared kind's resource served by one
+    /// revision of its definition). Default: none, the kind's own templates.
+    fn revision_for(&self, _resource: &Self::Resource) -> Option<Revision> {
         None
     }
 

@@ -14,6 +14,7 @@ use super::context::{Context, ReconcileError, marking};
 use super::parked::{ApplyRecord, Parked};
 use super::status_writer::{self, Current};
 use super::steps::{self, Actor, Done};
+use super::traced;
 use crate::engine::contract::{EventType, Handler, OnFailure, Plan, PlannedEvent, Step};
 use crate::engine::model::inventory::{Inventory, ObjectId, Owner};
 use crate::engine::model::outcome::{self, Applied, Failure, HealthState, Outcome};
@@ -123,7 +124,11 @@ pub(crate) async fn apply<H: Handler>(
         return fail(ctx, &current, failure, Some(&plan), false).await;
     };
     let marking = marking(&*ctx.handler, owner);
-    let revision = ctx.handler.templates_for(&current.object);
+    let revision = ctx.handler.revision_for(&current.object);
+    if let Some(revision) = &revision {
+        traced::record_revision(revision.number);
+    }
+    let revision = revision.and_then(|r| r.templates);
     let templates = revision.as_deref().unwrap_or_else(|| ctx.templates());
     let rendered = match render(&plan, templates, &marking) {
         Ok(r) => r,

@@ -11,12 +11,13 @@ use kube::runtime::finalizer::Event as FinalizerEvent;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{Controller, WatchStreamExt, reflector, watcher};
 use kube::{Resource, ResourceExt};
+use tracing::Instrument;
 
 use super::context::{Context, ReconcileError};
 use super::finalizing::{add_finalizer, guarded, needs_finalizer};
 use super::primer::Primer;
 use super::triggers::Triggers;
-use super::{apply_path, cleanup};
+use super::{apply_path, cleanup, traced};
 use crate::engine::contract::{DynType, Handler};
 use crate::engine::{Engine, backoff};
 
@@ -189,7 +190,17 @@ pub(crate) fn slim<K: Resource>(obj: &mut K) {
 
 pub(super) type FinalizerError = kube::runtime::finalizer::Error<ReconcileError>;
 
+/// One reconcile of `obj`, in its span ([`traced::reconcile_span`]).
 pub(super) async fn reconcile_one<H: Handler>(
+    obj: Arc<H::Resource>,
+    ctx: Arc<Context<H>>,
+) -> Result<Action, FinalizerError> {
+    let kind = H::Resource::kind(&ctx.handler.info().dyn_type);
+    let span = traced::reconcile_span(&kind, obj.meta());
+    reconcile_in_span(obj, ctx).instrument(span).await
+}
+
+async fn reconcile_in_span<H: Handler>(
     obj: Arc<H::Resource>,
     ctx: Arc<Context<H>>,
 ) -> Result<Action, FinalizerError> {
@@ -251,6 +262,8 @@ pub(super) fn error_policy<H: Handler>(
     error: &FinalizerError,
     ctx: Arc<Context<H>>,
 ) -> Action {
+    let kind = H::Resource::kind(&ctx.handler.info().dyn_type);
+    let _inside = traced::reconcile_span(&kind, obj.meta()).entered();
     let engine = &ctx.engine;
     let kind = ctx.handler.info().name.as_str();
     engine.metrics.reconcile_error(kind);

@@ -6,7 +6,8 @@
 //! checkup after an apply ([`checkup`]), the one status writer
 //! ([`status_writer`]) and the statuses parked until a first look
 //! ([`parked`]), events ([`events`]) and the expiring tables they remember
-//! things in ([`expiring`]). Scenarios of whole reconciles against a
+//! things in ([`expiring`]), and the span each reconcile's log lines
+//! carry ([`traced`]). Scenarios of whole reconciles against a
 //! mocked API server and a fake kubectl are its tests (`scenarios/`).
 //!
 //! Imports point one way: `controller` → `apply` / `cleanup` → `steps`,
@@ -29,4 +30,5 @@ pub(in crate::engine) mod primer;
 mod scenarios;
 pub(in crate::engine) mod status_writer;
 pub(in crate::engine) mod steps;
+pub(crate) mod traced;
 pub(in crate::engine) mod triggers;

@@ -23,7 +23,7 @@ pub use super::rollout::REVISION_FIELD;
 use super::rollout::Rollout;
 use crate::kind::{
     Beyond, CommonStatus, Deletion, EventType, FromObjects, Handler, HandlerError, Inventory,
-    KindInfo, KustomizeDir, ObjectId, Plan, PlannedEvent, Policy, Reach, ReadAs, Reason,
+    KindInfo, ObjectId, Plan, PlannedEvent, Policy, Reach, ReadAs, Reason, Revision,
 };
 
 /// The finalizer the resources of a declared kind of API group `group`
@@ -273,9 +273,13 @@ impl Handler for DeclaredHandler {
         kind.file.spec.reconcile.deletion_policy
     }
 
-    fn templates_for(&self, resource: &DeclaredObject) -> Option<Arc<KustomizeDir>> {
+    fn revision_for(&self, resource: &DeclaredObject) -> Option<Revision> {
         self.rollout.as_ref()?;
-        self.kind_for(resource).ok()?.1.templates.clone()
+        let (number, kind) = self.kind_for(resource).ok()?;
+        Some(Revision {
+            number: number?,
+            templates: kind.templates.clone(),
+        })
     }
 
     /// Objects carrying every `reconcile.adopt` label (values rendered for

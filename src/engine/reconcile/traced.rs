@@ -1,0 +1,82 @@
+//! The span every log line of one reconcile carries: the kind, the
+//! resource, its generation and, once the handler has chosen it, the
+//! revision of the kind's files that renders it.
+
+use kube::api::ObjectMeta;
+use tracing::Span;
+
+/// The span's field a handler fills in when it chooses a revision
+/// ([`record_revision`]).
+const REVISION: &str = "revision";
+
+/// The span of one reconcile of the resource `meta` of `kind`.
+pub(crate) fn reconcile_span(kind: &str, meta: &ObjectMeta) -> Span {
+    let object = match &meta.namespace {
+        Some(namespace) => format!("{namespace}/{}", meta.name.as_deref().unwrap_or_default()),
+        None => meta.name.clone().unwrap_or_default(),
+    };
+    tracing::info_span!(
+        "reconcile",
+        kind,
+        object,
+        generation = meta.generation,
+        revision = tracing::field::Empty
+    )
+}
+
+/// Says in the current reconcile's span which revision of the kind's files
+/// renders the resource (a no-op outside a reconcile).
+pub(crate) fn record_revision(number: u32) {
+    Span::current().record(REVISION, number);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+    use tracing_subscriber::layer::SubscriberExt;
+
+    /// Collects what the fmt layer writes.
+    #[derive(Clone, Default)]
+    struct Lines(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().expect("lines").extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_log_line_inside_a_reconcile_names_the_kind_the_resource_its_generation_and_revision() {
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let layer = tracing_subscriber::fmt::layer()
+            .json()
+            .with_writer(move || writer.clone());
+        let subscriber = tracing_subscriber::registry().with(layer);
+        let meta = ObjectMeta {
+            namespace: Some("team-a".into()),
+            name: Some("hello".into()),
+            generation: Some(3),
+            ..ObjectMeta::default()
+        };
+        tracing::subscriber::with_default(subscriber, || {
+            let _inside = reconcile_span("Greeting", &meta).entered();
+            record_revision(2);
+            tracing::warn!("applying failed");
+        });
+        let text = String::from_utf8(lines.0.lock().expect("lines").clone()).expect("utf-8");
+        let line: serde_json::Value = serde_json::from_str(text.trim()).expect(&text);
+        assert_eq!(line["fields"]["message"], "applying failed");
+        let span = &line["span"];
+        assert_eq!(span["name"], "reconcile");
+        assert_eq!(span["kind"], "Greeting");
+        assert_eq!(span["object"], "team-a/hello");
+        assert_eq!(span["generation"], 3);
+        assert_eq!(span["revision"], 2);
+    }
+}
