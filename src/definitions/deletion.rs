@@ -61,6 +61,7 @@ pub(super) async fn remove(
         }
     }
     crate::sync::lock(&ctx.rejected).remove(&name);
+    ctx.plans.forget(&name);
     Ok(Action::await_change())
 }
 

@@ -27,6 +27,11 @@ impl Plans {
         let plans = crate::sync::lock(&self.0);
         plans.get(name).filter(|m| m.digest == digest).cloned()
     }
+
+    /// Forgets the plans of `name` (its definition is gone).
+    pub fn forget(&self, name: &str) {
+        crate::sync::lock(&self.0).remove(name);
+    }
 }
 
 /// A plan made: of which change, when, what it found.
@@ -72,5 +77,10 @@ mod tests {
         assert!(recent(&plans, "k", "d1").is_none(), "planned again");
         crate::sync::lock(&plans.0).insert("k".into(), made(true, long_ago));
         assert!(recent(&plans, "k", "d1").is_some());
+        plans.forget("k");
+        assert!(
+            plans.made("k", "d1").is_none(),
+            "a deleted definition's plan goes"
+        );
     }
 }
