@@ -10,6 +10,7 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 
 use super::context::Context;
+use super::parked::Waiting;
 use crate::engine::contract::Handler;
 use crate::engine::live::health::{self, Health};
 use crate::engine::live::watch::Seen;
@@ -111,16 +112,6 @@ fn only_first_looks(assessed: &[(ObjectId, Health)]) -> bool {
         && assessed
             .iter()
             .all(|(_, h)| unobserved(h) || *h == Health::Current)
-}
-
-/// When the objects started becoming healthy, from the status before:
-/// `None` when they were already found stalled for the same desired state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Waiting {
-    /// Since this moment.
-    Since(jiff::Timestamp),
-    /// They already were stalled.
-    Stalled,
 }
 
 /// How long the objects of `before` have been waiting, for a look at `now`

@@ -9,7 +9,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{Resource, ResourceExt};
 
 use super::triggers::Triggers;
-use crate::engine::Engine;
 use crate::engine::contract::{Handler, ReadAs};
 use crate::engine::model::identity::{self, Identity};
 use crate::engine::model::inventory::Owner;
@@ -17,6 +16,7 @@ use crate::engine::model::outcome::Failure;
 use crate::engine::model::overlay::Marking;
 use crate::engine::model::status::Reason;
 use crate::engine::model::templates::KustomizeDir;
+use crate::engine::reconcile::runtime::Engine;
 
 /// Why a reconcile did not succeed (its status says it in full).
 #[derive(Debug, thiserror::Error)]

@@ -19,7 +19,7 @@ use super::primer::Primer;
 use super::triggers::Triggers;
 use super::{apply_path, cleanup, traced};
 use crate::engine::contract::{DynType, Handler};
-use crate::engine::{Engine, backoff};
+use crate::engine::reconcile::runtime::{Engine, backoff};
 
 /// Runs the controller for one kind until `shutdown` resolves.
 pub async fn run<H: Handler>(

@@ -1,18 +1,21 @@
-//! The reconcile: the controller of a kind ([`controller`]: the watch, the
-//! finalizer, backoff; [`triggers`]: which changes start a reconcile;
-//! [`primer`]: the first look at owned objects), what every reconcile
-//! shares ([`context`]), the apply and deletion paths ([`apply`],
-//! [`cleanup`]), a plan's steps carried out ([`steps`]), the health
-//! checkup after an apply ([`checkup`]), the one status writer
-//! ([`status_writer`]) and the statuses parked until a first look
-//! ([`parked`]), events ([`events`]) and the expiring tables they remember
-//! things in ([`expiring`]), and the span each reconcile's log lines
-//! carry ([`traced`]). Scenarios of whole reconciles against a
-//! mocked API server and a fake kubectl are its tests (`scenarios/`).
+//! The reconcile: the runtime's state every controller shares
+//! ([`runtime`]: the engine, its settings, backoff), the controller of a
+//! kind ([`controller`]: the watch, the finalizer, backoff; [`triggers`]:
+//! which changes start a reconcile; [`primer`]: the first look at owned
+//! objects), what every reconcile shares ([`context`]), the apply and
+//! deletion paths ([`apply_path`], [`cleanup`]), a plan's steps carried
+//! out ([`steps`]), the health checkup after an apply ([`checkup`]), the
+//! one status writer ([`status_writer`]) with its memory of what it wrote
+//! ([`status_memo`]), the statuses parked until a first look ([`parked`]),
+//! events ([`events`]), the expiring tables they remember things in
+//! ([`expiring`]), and the span each reconcile's log lines carry
+//! ([`traced`]). Scenarios of whole reconciles against a mocked API server
+//! and a fake kubectl are its tests (`scenarios/`).
 //!
-//! Imports point one way: `controller` → `apply` / `cleanup` → `steps`,
-//! `checkup`, `status_writer` → `parked`, `context` (a leaf), and down to
-//! `run`, `live`, `model` and `kubectl`.
+//! Imports point one way: `controller` → `apply_path` / `cleanup` →
+//! `steps`, `checkup`, `status_writer` → `context` → `runtime` →
+//! `parked`, `status_memo`, `events` → `expiring`, and down to `run`,
+//! `live`, `model` and `kubectl`.
 
 pub(in crate::engine) mod apply_path;
 pub(in crate::engine) mod checkup;
@@ -26,8 +29,10 @@ pub(crate) mod finalizing;
 pub(in crate::engine) mod parked;
 pub(crate) mod preview;
 pub(in crate::engine) mod primer;
+pub(crate) mod runtime;
 #[cfg(test)]
 mod scenarios;
+pub(in crate::engine) mod status_memo;
 pub(in crate::engine) mod status_writer;
 pub(in crate::engine) mod steps;
 pub(crate) mod traced;

@@ -23,10 +23,19 @@ use std::sync::{Arc, Mutex};
 use serde_json::Value;
 use tokio::time::{Duration, Instant};
 
-use super::checkup::Waiting;
 use super::expiring::Expiring;
 use crate::engine::model::outcome::Applied;
 use crate::engine::model::status::{CommonStatus, StatusText};
+
+/// When the objects started becoming healthy, from the status before:
+/// `None` when they were already found stalled for the same desired state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Waiting {
+    /// Since this moment.
+    Since(jiff::Timestamp),
+    /// They already were stalled.
+    Stalled,
+}
 
 /// A parked status is dropped this long after its deadline at the latest
 /// (its resource went away, or this process stopped reconciling it).

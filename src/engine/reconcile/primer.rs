@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use kube::runtime::watcher;
 
-use crate::engine::Engine;
 use crate::engine::contract::Handler;
 use crate::engine::model::inventory::{Inventory, ObjectId};
+use crate::engine::reconcile::runtime::Engine;
 
 /// A kind of owned object in one namespace: `apps/v1`, `Deployment`, namespace.
 type KindIn = (String, String, Option<String>);

@@ -21,9 +21,9 @@ use crate::engine::model::inventory::{MAX_INVENTORY, ObjectId, Owner};
 use crate::engine::model::outcome::Failure;
 use crate::engine::model::overlay::RenderedOverlay;
 use crate::engine::model::status::Reason;
+use crate::engine::reconcile::runtime::{Engine, FIELD_MANAGER};
 use crate::engine::run::build::BuildJob;
 use crate::engine::run::kubectl_apply::{ApplyJob, Document};
-use crate::engine::{Engine, FIELD_MANAGER};
 
 /// Objects per `kubectl apply` (larger applies are split).
 const APPLY_CHUNK: usize = 500;

@@ -36,8 +36,8 @@ use super::context::Context;
 use super::controller::{error_policy, reconcile_one};
 use super::status_writer;
 use super::triggers::Triggers;
-use crate::engine::Engine;
 use crate::engine::contract::Handler;
+use crate::engine::reconcile::runtime::Engine;
 
 /// A handler whose kinds are known at run time (an [`ApiResource`] each):
 /// the declared kinds'.

@@ -28,8 +28,8 @@ use crate::engine::model::inventory::OWNER_LABEL;
 use crate::engine::model::overlay::Overlay;
 use crate::engine::model::status::{CommonStatus, ConditionStatus, ConditionType, Reason};
 use crate::engine::model::templates::KustomizeDir;
+use crate::engine::reconcile::runtime::{Engine, Settings};
 use crate::engine::run::batch::BatchSettings;
-use crate::engine::{Engine, Settings};
 
 const NAMESPACE: &str = "ns";
 const WIDGETS: &str = "/apis/test.example.com/v1/namespaces/ns/widgets";
