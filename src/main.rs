@@ -144,6 +144,9 @@ async fn render(args: &kustomize_operator::cli::RenderArgs) -> Result<(), Error>
     for object in &summary.deletes {
         println!("delete: {object}");
     }
+    for hint in &summary.hints {
+        eprintln!("note: {hint}");
+    }
     if summary.placeholder_uid {
         eprintln!(
             "note: the resource has no metadata.uid; the templates and the ownership marker saw the stand-in {} (render KIND/NAME, or `kubectl get -o yaml` output, to see the real one)",

@@ -84,6 +84,10 @@ pub struct RenderSummary {
     pub deletes: Vec<String>,
     /// See [`Prepared::placeholder_uid`].
     pub placeholder_uid: bool,
+    /// Lines of rendered templates that YAML will likely refuse, each
+    /// with its file under the overlay written and the fix (a value
+    /// written next to text).
+    pub hints: Vec<String>,
 }
 
 /// Renders the resource from `source`; `owned` says whether a resource
@@ -175,6 +179,7 @@ fn write(prepared: &Prepared, out: &Path) -> Result<RenderSummary, RenderCommand
         overlays: Vec::new(),
         deletes: Vec::new(),
         placeholder_uid: prepared.placeholder_uid,
+        hints: Vec::new(),
     };
     for (i, (step, overlay)) in plan.steps.iter().zip(&plan.overlays).enumerate() {
         let verb = match step {
@@ -201,6 +206,9 @@ fn write(prepared: &Prepared, out: &Path) -> Result<RenderSummary, RenderCommand
         rendered
             .write_to(&target)
             .map_err(|e| output_err(e.to_string()))?;
+        if let Some(hint) = rendered.build_hint() {
+            summary.hints.push(format!("{}/{hint}", target.display()));
+        }
         summary.overlays.push((verb.to_string(), target));
     }
     Ok(summary)

@@ -697,6 +697,80 @@ async fn an_empty_render_is_ready_and_prunes_what_was_owned() {
     operator.stop().await;
 }
 
+const JOINED: &str = "apiVersion: kustomize-operator.io/v1alpha1
+kind: KindDefinition
+metadata: {name: joined}
+spec:
+  group: joined.example.com
+  version: v1
+  names: {kind: Joined, plural: joineds}
+  schema: {type: object}
+  overlay:
+    resources:
+      - template: settings.yaml
+";
+
+/// A template writing a value next to text (`{{ metadata.name }}-v2`)
+/// renders a quoted string followed by text, which kustomize does not
+/// parse: the failure names the rendered file and line, with the fix.
+#[tokio::test]
+async fn a_value_written_next_to_text_fails_naming_the_line_and_the_fix() {
+    let client = common::cluster().await;
+    let folder = kind_folder(
+        "joined",
+        JOINED,
+        &[("kustomization.yaml", "resources: []\n")],
+    );
+    resource_template(
+        &folder,
+        "joined",
+        "settings.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ metadata.name }}-v2\ndata: {on: \"yes\"}\n",
+    );
+    let joined = folder_kind(&client, &folder, "joined").await;
+    let ns = common::TestNamespace::new(&client, "joined").await;
+    let operator = folder_operator(&ns.name, &folder, "joined", &[]).await;
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &ns.name, &api_resource(&joined));
+    let resource: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "joined.example.com/v1", "kind": "Joined",
+        "metadata": {"name": "shop"}, "spec": {},
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &resource).await.unwrap();
+    let failed = wait_reason_saying(
+        &api,
+        "shop",
+        "RenderFailed",
+        "templated/00-settings.yaml line 4: a value written next to text is a quoted string of its own",
+    )
+    .await;
+    let message = condition(&failed, "Ready").unwrap()["message"].clone();
+    assert!(
+        message
+            .as_str()
+            .unwrap()
+            .contains("{{ metadata.name ~ \"-v2\" }}"),
+        "{message}"
+    );
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    assert!(
+        config_maps
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .all(|c| !c
+                .metadata
+                .name
+                .as_deref()
+                .unwrap_or_default()
+                .starts_with("shop"))
+    );
+    operator.stop().await;
+}
+
 const WIDGETS_CRD: &str = "apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
 metadata: {name: widgets.inert.example.com}

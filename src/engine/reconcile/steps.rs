@@ -255,7 +255,10 @@ pub(crate) async fn build_owned<'a>(
         Some(Ok(manifests)) => Ok(Cow::Owned(manifests)),
         Some(Err(failure)) => Err(Failure {
             reason: Reason::RenderFailed,
-            message: failure.message,
+            message: match overlay.build_hint() {
+                Some(hint) => format!("{hint}; {}", failure.message),
+                None => failure.message,
+            },
             record: failure.record.map(Box::new),
             inventory: None,
         }),

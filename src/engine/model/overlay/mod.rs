@@ -19,6 +19,7 @@ use sha2::{Digest, Sha256};
 use super::inventory::{OWNER_ANNOTATION, OWNER_LABEL, Owner};
 use super::templates::{KustomizeDir, TemplateError};
 
+mod hints;
 mod in_process;
 mod secrets;
 
@@ -619,6 +620,13 @@ impl RenderedOverlay {
             || *self
                 .holds_secret
                 .get_or_init(|| secrets::holds_secret(&self.files))
+    }
+
+    /// A hint to add to a failed build of this overlay: the first line of
+    /// a rendered template where a value touches text (`hints.rs`), shown
+    /// unless the overlay may hold Secret data.
+    pub fn build_hint(&self) -> Option<String> {
+        hints::quoted_next_to_text(&self.files, !self.is_sensitive())
     }
 
     /// sha256 over every file's path and content.
