@@ -5,22 +5,29 @@
 use std::time::Duration;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{ApiResource, DynamicObject};
 use kube::{Api, Client};
+use serde_json::Value;
 
 /// How long a new CRD may take to be established.
 pub(crate) const ESTABLISH_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often it is looked at meanwhile.
 const ESTABLISH_POLL: Duration = Duration::from_millis(200);
 
-/// True once the CRD `name` is established (within [`ESTABLISH_TIMEOUT`]).
+/// True once the CRD `name` is established (within [`ESTABLISH_TIMEOUT`])
+/// at its current generation, where the API server says (see
+/// [`is_established`]).
 pub(crate) async fn wait_established(client: &Client, name: &str) -> Result<bool, kube::Error> {
-    let api = Api::<CustomResourceDefinition>::all(client.clone());
+    let api = Api::<DynamicObject>::all_with(client.clone(), &crd_resource());
     let deadline = tokio::time::Instant::now() + ESTABLISH_TIMEOUT;
     loop {
-        let established = api
-            .get_opt(name)
-            .await?
-            .is_some_and(|crd| is_established(&crd));
+        let established = api.get_opt(name).await?.is_some_and(|crd| {
+            let object = serde_json::json!({
+                "metadata": {"generation": crd.metadata.generation},
+                "status": crd.data["status"],
+            });
+            is_established(&object)
+        });
         if established || tokio::time::Instant::now() >= deadline {
             return Ok(established);
         }
@@ -28,12 +35,59 @@ pub(crate) async fn wait_established(client: &Client, name: &str) -> Result<bool
     }
 }
 
-/// True when the CRD's `Established` condition is `True`.
-fn is_established(crd: &CustomResourceDefinition) -> bool {
-    crd.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .into_iter()
-        .flatten()
-        .any(|c| c.type_ == "Established" && c.status == "True")
+/// What kube needs to read CRDs as JSON: the conditions' `observedGeneration`
+/// (in the API since Kubernetes 1.35) is not in the 1.33 API types the
+/// operator is built with.
+fn crd_resource() -> ApiResource {
+    ApiResource::erase::<CustomResourceDefinition>(&())
+}
+
+/// True when the CRD's `Established` condition is `True` for its current
+/// generation: where the condition says which generation it was set for
+/// (`observedGeneration`, in the API since Kubernetes 1.35 though no
+/// controller sets it yet as of 1.37.2), a condition of an earlier one (a
+/// schema changed a moment ago) does not count yet; where it does not
+/// say, `True` is enough.
+pub(crate) fn is_established(crd: &Value) -> bool {
+    established_at(crd).is_some_and(|observed| {
+        match (observed, crd["metadata"]["generation"].as_i64()) {
+            (Some(observed), Some(current)) => observed >= current,
+            _ => true,
+        }
+    })
+}
+
+/// The `observedGeneration` of a `True` `Established` condition (`Some(None)`
+/// when it names none); `None` when the CRD is not established.
+pub(crate) fn established_at(crd: &Value) -> Option<Option<i64>> {
+    crd["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "Established" && c["status"] == "True")
+        .map(|c| c["observedGeneration"].as_i64())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn crd(generation: i64, condition: Value) -> Value {
+        json!({"metadata": {"generation": generation}, "status": {"conditions": [condition]}})
+    }
+
+    #[test]
+    fn established_counts_for_the_current_generation_where_the_server_says_which() {
+        let at = |g: i64| json!({"type": "Established", "status": "True", "observedGeneration": g});
+        assert!(is_established(&crd(2, at(2))));
+        assert!(!is_established(&crd(3, at(2))), "set for the schema before");
+        let unsaid = json!({"type": "Established", "status": "True"});
+        assert!(
+            is_established(&crd(3, unsaid)),
+            "1.33 and 1.34 say no generation"
+        );
+        let not = json!({"type": "Established", "status": "False", "observedGeneration": 3});
+        assert!(!is_established(&crd(3, not)));
+        assert!(!is_established(&json!({"metadata": {"generation": 1}})));
+    }
 }

@@ -225,8 +225,14 @@ fn crd(c: &Value) -> Health {
     if let Some(("False", reason, message)) = condition(c, "NamesAccepted") {
         return Health::Failed(format!("names not accepted ({reason}): {message}"));
     }
-    match condition(c, "Established") {
-        Some(("True", _, _)) => Health::Current,
+    if super::crds::is_established(c) {
+        return Health::Current;
+    }
+    match super::crds::established_at(c) {
+        Some(Some(observed)) => Health::InProgress(format!(
+            "established for generation {observed}, not yet for generation {}",
+            c["metadata"]["generation"]
+        )),
         _ => Health::InProgress("not established yet".into()),
     }
 }
@@ -407,6 +413,16 @@ mod tests {
                 Some(&crd)
             ),
             Health::Current
+        );
+        let changed = json!({"metadata": {"generation": 3}, "status": {"conditions": [
+            {"type": "Established", "status": "True", "observedGeneration": 2}
+        ]}});
+        assert_eq!(
+            assess(
+                &id("apiextensions.k8s.io/v1", "CustomResourceDefinition"),
+                Some(&changed)
+            ),
+            Health::InProgress("established for generation 2, not yet for generation 3".into())
         );
         let not_ready = json!({"status": {"conditions": [{"type": "Ready", "status": "False", "reason": "Waiting"}]}});
         assert!(matches!(
