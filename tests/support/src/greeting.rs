@@ -98,23 +98,28 @@ impl GreetingKind {
         std::fs::write(&path, change(text)).unwrap();
     }
 
-    /// `kind pack` of the folder, labelled for the test, applied.
     /// Sets the definition's `spec.rollout` (a merge patch: `null`
     /// removes a field).
     pub fn roll_out(&self, rollout: Value) {
         let patch = json!({"spec": {"rollout": rollout}}).to_string();
-        let (ok, _, err) = crate::kubectl(&[
+        let (ok, _, err) = self.merge_patch(&patch);
+        assert!(ok, "patching the rollout: {err}");
+    }
+
+    /// `kubectl patch --type merge` of the definition.
+    fn merge_patch(&self, patch: &str) -> (bool, String, String) {
+        crate::kubectl(&[
             "patch",
             "kinddefinition",
             &self.name,
             "--type",
             "merge",
             "-p",
-            &patch,
-        ]);
-        assert!(ok, "patching the rollout: {err}");
+            patch,
+        ])
     }
 
+    /// `kind pack` of the folder, labelled for the test, applied.
     pub fn apply(&self) {
         self.apply_with(|_| {});
     }
@@ -288,16 +293,9 @@ impl GreetingKind {
 /// its CRD.
 impl Drop for GreetingKind {
     fn drop(&mut self) {
-        let _ = crate::kubectl(&[
-            "patch",
-            "kinddefinition",
-            &self.name,
-            "--type",
-            "merge",
-            "-p",
-            // Orphan: the guard admits the deletion whatever the count.
-            r#"{"metadata":{"finalizers":null},"spec":{"onDelete":"Orphan"}}"#,
-        ]);
+        // Orphan: the guard admits the deletion whatever the count.
+        let _ =
+            self.merge_patch(r#"{"metadata":{"finalizers":null},"spec":{"onDelete":"Orphan"}}"#);
         let _ = crate::kubectl(&["delete", "kinddefinition", &self.name, "--wait=false"]);
         let columns = "custom-columns=NS:.metadata.namespace,NAME:.metadata.name";
         let (_, listed, _) =
