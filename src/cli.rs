@@ -66,6 +66,28 @@ pub enum Command {
     /// Pack a kind folder into one KindDefinition, or unpack one.
     #[command(subcommand)]
     Kind(KindCommand),
+    /// Show how the replicas of `--auto-shard` share the work: the
+    /// members, the slots each holds, and how many resources each owns.
+    Shards(ShardsArgs),
+}
+
+/// `shards` flags.
+#[derive(Debug, Clone, Args)]
+pub struct ShardsArgs {
+    /// Where the ring's Leases and table live (the operator's namespace).
+    #[arg(
+        long,
+        short = 'n',
+        env = "NAMESPACE",
+        default_value = "kustomize-operator-system"
+    )]
+    pub namespace: String,
+    /// The ring's name.
+    #[arg(long, default_value = DEFAULT_LEASE_NAME, value_parser = shard::parse_name)]
+    pub ring: String,
+    /// Where the kinds come from (their resources are counted).
+    #[command(flatten)]
+    pub dirs: KindsDir,
 }
 
 /// `kind pack` / `kind unpack`.
@@ -330,8 +352,19 @@ pub struct RunArgs {
     #[arg(long, env = "RENDER_WORKERS", default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=64))]
     pub render_workers: u64,
     /// Run the controllers only while this replica holds a Lease (for several replicas).
-    #[arg(long, env = "LEADER_ELECT")]
+    #[arg(long, env = "LEADER_ELECT", conflicts_with = "auto_shard")]
     pub leader_elect: bool,
+    /// Share the resources between every replica running with this flag
+    /// (the same `--auto-shard-ring`) by themselves: each reconciles its
+    /// share, handed over without a gap or an overlap when replicas come
+    /// and go (docs/deploy.md, "Automatic sharding"). Uses the Leases'
+    /// namespace, identity and durations of `--leader-elect-*`.
+    #[arg(long, env = "AUTO_SHARD")]
+    pub auto_shard: bool,
+    /// The ring the replicas of `--auto-shard` share (default:
+    /// `kustomize-operator`, or `kustomize-operator-<shard>` with `--shard`).
+    #[arg(long, env = "AUTO_SHARD_RING", value_parser = shard::parse_name)]
+    pub auto_shard_ring: Option<String>,
     /// The Lease's namespace (default: the operator's namespace, NAMESPACE).
     #[arg(long, env = "LEADER_ELECT_NAMESPACE")]
     pub leader_elect_namespace: Option<String>,

@@ -33,6 +33,7 @@ pub mod operator;
 pub mod plan;
 pub mod render;
 pub mod sandbox;
+pub mod sharding;
 pub mod source;
 pub mod support_range;
 pub(crate) mod sync;
@@ -58,8 +59,11 @@ pub enum Error {
     /// `kind pack` or `kind unpack` failed.
     #[error(transparent)]
     Pack(#[from] kinds::declared::pack::PackError),
+    /// `shards` failed.
+    #[error(transparent)]
+    Shards(#[from] sharding::report::ShardsError),
     /// This replica lost the leader Lease; it exits so that it restarts as a candidate.
-    #[error("lost the leader lease")]
+    #[error("lost its Lease: the leader's, or with --auto-shard its membership of the ring")]
     LostLeadership,
     /// Waiting for a signal failed.
     #[error("cannot install signal handlers: {0}")]

@@ -91,6 +91,7 @@ async fn command() -> ExitCode {
         Command::Crd(args) => kustomize_operator::manifests::write_crds(&args).map_err(Error::from),
         Command::Rbac(args) => rbac(&args).await,
         Command::Kind(command) => kind(&command),
+        Command::Shards(args) => shards(&args).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -179,6 +180,19 @@ async fn rbac(args: &kustomize_operator::cli::RbacArgs) -> Result<(), Error> {
     for (_, yaml) in kustomize_operator::manifests::rbac_yaml(args).await? {
         println!("---\n{}", yaml.trim_end());
     }
+    Ok(())
+}
+
+/// `shards`: the ring of `--auto-shard` as it stands.
+async fn shards(args: &kustomize_operator::cli::ShardsArgs) -> Result<(), Error> {
+    use kustomize_operator::sharding::report::{self, ShardsError};
+    let (_, registry) = args.dirs.load().map_err(ShardsError::from)?;
+    let kinds: Vec<_> = registry.all().iter().map(|k| k.api_resource().0).collect();
+    let client = kube::Client::try_default()
+        .await
+        .map_err(ShardsError::Connect)?;
+    let report = report::read(client, &args.namespace, &args.ring, &kinds).await?;
+    print!("{report}");
     Ok(())
 }
 

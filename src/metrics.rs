@@ -36,6 +36,11 @@ struct DefinitionLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DirectionLabel {
+    direction: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RunLabel {
     verb: String,
     exit_code: String,
@@ -58,11 +63,66 @@ pub struct Metrics {
     rollout_steps: Family<DefinitionLabel, Gauge>,
     rollout_step: Family<DefinitionLabel, Gauge>,
     rollbacks: Family<DefinitionLabel, Counter>,
+    sharing: Sharing,
     ready: AtomicBool,
     leading: AtomicBool,
     stopped: std::sync::Mutex<Vec<String>>,
     progress: Arc<Mutex<Progress>>,
     stall_after: OnceLock<Duration>,
+}
+
+/// The metrics of automatic sharding.
+struct Sharing {
+    members: Gauge,
+    slots: Gauge,
+    resources: Gauge,
+    foreign: Gauge,
+    handovers: Family<DirectionLabel, Counter>,
+    unowned: Histogram,
+}
+
+impl Sharing {
+    fn register(registry: &mut Registry) -> Self {
+        let sharing = Self {
+            members: Gauge::default(),
+            slots: Gauge::default(),
+            resources: Gauge::default(),
+            foreign: Gauge::default(),
+            handovers: Family::default(),
+            unowned: Histogram::new(exponential_buckets(0.25, 2.0, 10)),
+        };
+        registry.register(
+            "shard_members",
+            "Live members of this replica's ring (--auto-shard), itself included",
+            sharing.members.clone(),
+        );
+        registry.register(
+            "shard_slots",
+            "Slots of the ring (of 64) this replica holds",
+            sharing.slots.clone(),
+        );
+        registry.register(
+            "shard_resources",
+            "Resources in this replica's share, as its watches hold them",
+            sharing.resources.clone(),
+        );
+        registry.register(
+            "shard_foreign_read",
+            "Resources this replica's watches read outside its share and left out (none where the API server filters by shard at the source)",
+            sharing.foreign.clone(),
+        );
+        registry.register(
+            "shard_handovers",
+            "Slots handed over by this replica, given back or taken",
+            sharing.handovers.clone(),
+        );
+        registry.register(
+            "shard_unowned_seconds",
+            "How long each slot this replica took had been without a working owner (since given back, or since its gone owner last renewed)",
+            sharing.unowned.clone(),
+        );
+        sharing
+    }
 }
 
 /// Whether reconciles make progress: how many run now, and since when
@@ -209,7 +269,9 @@ impl Metrics {
             "Automatic rollouts rolled back by a failed gate, by definition (counted by the replica that rolled back)",
             rollbacks.clone(),
         );
+        let sharing = Sharing::register(&mut registry);
         Self {
+            sharing,
             registry,
             reconciles,
             errors,
@@ -353,6 +415,37 @@ impl Metrics {
     /// Marks the operator ready (started, not shutting down) or not.
     pub fn set_ready(&self, ready: bool) {
         self.ready.store(ready, Ordering::Relaxed);
+    }
+
+    /// What this replica sees of its ring (`--auto-shard`): live members,
+    /// the slots it holds, the resources in them.
+    pub fn shard_view(&self, members: usize, slots: usize, resources: u64) {
+        let gauge = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        self.sharing.members.set(gauge(members as u64));
+        self.sharing.slots.set(gauge(slots as u64));
+        self.sharing.resources.set(gauge(resources));
+    }
+
+    /// Resources this replica's watches read outside its share so far.
+    pub fn shard_foreign(&self, read: u64) {
+        self.sharing
+            .foreign
+            .set(i64::try_from(read).unwrap_or(i64::MAX));
+    }
+
+    /// `slots` slots handed over (`given` back or `taken`).
+    pub fn handed_over(&self, direction: &str, slots: usize) {
+        self.sharing
+            .handovers
+            .get_or_create(&DirectionLabel {
+                direction: direction.into(),
+            })
+            .inc_by(slots as u64);
+    }
+
+    /// A slot taken had been without a working owner for `unowned`.
+    pub fn unowned_for(&self, unowned: Duration) {
+        self.sharing.unowned.observe(unowned.as_secs_f64());
     }
 
     /// Marks this replica as running the controllers (leading) or standing by.

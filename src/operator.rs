@@ -15,6 +15,7 @@ use crate::conversion::Webhook;
 use crate::conversion::certificate::Certificate;
 use crate::conversion::renew::Renewing;
 use crate::engine::host::Dynamic;
+use crate::engine::host::share::Share;
 use crate::engine::host::{
     BatchSettings, Engine, Kubectl, KubectlConfig, KubectlError, KubectlStats, OUTPUT_LIMIT,
     Settings, in_cluster_kubeconfig,
@@ -25,6 +26,7 @@ use crate::kinds::registry::Kind;
 use crate::kinds::{KindOptions, Served};
 use crate::leader::{LeaderConfig, LeaderConfigError, LeaderElector};
 use crate::metrics::Metrics;
+use crate::sharding::{Sharing, SharingConfig};
 
 /// Why the operator could not start.
 #[derive(Debug, thiserror::Error)]
@@ -76,6 +78,16 @@ pub enum StartError {
     /// The API server's Kubernetes version is outside the supported range.
     #[error(transparent)]
     Version(#[from] crate::support_range::VersionError),
+    /// Automatic sharding is asked for without a namespace for its Leases.
+    #[error(
+        "--auto-shard needs a namespace for its Leases and table: set NAMESPACE (the downward API does in the Deployment) or --leader-elect-namespace"
+    )]
+    ShardingNamespace,
+    /// Automatic sharding is asked for while KindDefinitions are served.
+    #[error(
+        "--auto-shard does not serve KindDefinitions yet (one replica would have to write each definition's status while every replica serves its kind): run with --serve-kind-definitions=false, as the chart's autoSharding does"
+    )]
+    ShardedDefinitions,
     /// Leader election is asked for but cannot work as configured.
     #[error("leader election: {0}")]
     LeaderElection(#[from] LeaderConfigError),
@@ -118,6 +130,42 @@ fn lease_name(args: &RunArgs) -> String {
     }
 }
 
+/// The automatic sharding settings from the command line, checked; None
+/// without `--auto-shard`.
+pub fn sharing_config(args: &RunArgs) -> Result<Option<SharingConfig>, StartError> {
+    if !args.auto_shard {
+        return Ok(None);
+    }
+    if args.serve_kind_definitions {
+        return Err(StartError::ShardedDefinitions);
+    }
+    let namespace = args
+        .leader_elect_namespace
+        .clone()
+        .or_else(|| args.common.operator_namespace.clone())
+        .ok_or(StartError::ShardingNamespace)?;
+    let identity = args
+        .leader_elect_identity
+        .clone()
+        .unwrap_or_else(crate::leader::default_identity);
+    let config = SharingConfig {
+        ring: args
+            .auto_shard_ring
+            .clone()
+            .unwrap_or_else(|| match &args.shard {
+                Some(shard) => format!("{}-{shard}", crate::cli::DEFAULT_LEASE_NAME),
+                None => crate::cli::DEFAULT_LEASE_NAME.to_string(),
+            }),
+        namespace,
+        identity: crate::sharding::member_name(&identity),
+        lease_duration: args.leader_elect_lease_duration,
+        renew_deadline: args.leader_elect_renew_deadline,
+        retry_period: args.leader_elect_retry_period,
+    };
+    config.validate()?;
+    Ok(Some(config))
+}
+
 /// The leader election settings from the command line, checked; None without `--leader-elect`.
 pub fn leader_config(args: &RunArgs) -> Result<Option<LeaderConfig>, StartError> {
     if !args.leader_elect {
@@ -148,6 +196,8 @@ impl Operator {
     /// Checks prerequisites and starts one controller per selected kind.
     pub async fn start(args: &RunArgs) -> Result<Self, StartError> {
         let leader = leader_config(args)?;
+        let sharing = sharing_config(args)?;
+        let share = sharing.as_ref().map(|_| Arc::new(Share::new()));
         let kubectl_path = KubectlConfig::locate(args.kubectl.as_deref())?;
         let (templates, registry) = args.common.dirs.load()?;
         registry.refuse_versions().map_err(KindsError::from)?;
@@ -155,7 +205,8 @@ impl Operator {
         let kinds = registry.select(&args.kinds).map_err(KindsError::from)?;
         let metrics = Arc::new(Metrics::new());
         metrics.stall_after(stall_bound(args.kubectl_timeout));
-        let (client, guard, unreadable) = connect(args.max_api_requests, &metrics).await?;
+        let (client, guard, unreadable) =
+            connect(args.max_api_requests, &metrics, share.clone()).await?;
         check_crds(&client, &guard, &kinds, args.namespace.as_deref()).await?;
         let webhook = conversion_webhook(args, &client).await?;
         let definitions = definitions_config(
@@ -181,7 +232,7 @@ impl Operator {
             client.clone(),
             kubectl,
             templates,
-            settings(args, work_dir.path.clone()),
+            settings(args, work_dir.path.clone(), share.clone()),
             metrics.clone(),
         ));
         check_bases(&engine, &kinds).await?;
@@ -204,6 +255,17 @@ impl Operator {
         operator
             .tasks
             .spawn(crate::guard::report::run(client, unreadable, stop));
+        if let (Some(config), Some(share)) = (sharing, share) {
+            tracing::info!(ring = %config.ring, namespace = %config.namespace, identity = %config.identity, "automatic sharding: sharing the resources with the ring's other replicas");
+            let sharing = Sharing::new(
+                operator.engine.client().clone(),
+                config,
+                share,
+                metrics.clone(),
+            );
+            let (stop, lost) = (operator.shutdown.clone(), operator.lost.clone());
+            operator.tasks.spawn(sharing.run(stop, lost));
+        }
         operator.spawn_controllers(controllers, leader);
         operator.spawn_services(args);
         if let (Some(addr), Some(webhook)) = (args.conversion_webhook_addr, webhook) {
@@ -541,10 +603,12 @@ fn default_concurrency() -> usize {
 /// answer, with at most `max_requests` requests in flight (HTTP/1.1 needs a
 /// connection per request, and each idle connection costs memory), whose
 /// responses pass the guard (`crate::guard`): the objects it leaves out are
-/// counted in `metrics` and queued in the reports returned.
+/// counted in `metrics` and queued in the reports returned. With a share
+/// (`--auto-shard`), lists and watches of the sharded kinds name it.
 async fn connect(
     max_requests: u16,
     metrics: &Arc<Metrics>,
+    share: Option<Arc<Share>>,
 ) -> Result<(kube::Client, Arc<Guard>, crate::guard::report::Reports), StartError> {
     let config = kube::Config::infer()
         .await
@@ -561,6 +625,7 @@ async fn connect(
         .with_layer(&tower::limit::ConcurrencyLimitLayer::new(usize::from(
             max_requests,
         )))
+        .with_layer(&crate::sharding::selector::SelectorLayer::new(share))
         .build();
     let version = (client.apiserver_version().await).map_err(StartError::Connect)?;
     if crate::support_range::check(&version)? == crate::support_range::Standing::Newer {
@@ -795,7 +860,7 @@ fn kubectl(args: &RunArgs, path: PathBuf, base_dir: &Path, metrics: &Arc<Metrics
     }
 }
 
-fn settings(args: &RunArgs, work_dir: PathBuf) -> Settings {
+fn settings(args: &RunArgs, work_dir: PathBuf, share: Option<Arc<Share>>) -> Settings {
     Settings {
         resync_interval: args.resync_interval,
         health_timeout: args.health_timeout,
@@ -803,6 +868,7 @@ fn settings(args: &RunArgs, work_dir: PathBuf) -> Settings {
         work_dir,
         namespace: args.namespace.clone(),
         shard: args.shard.clone(),
+        share,
         reporter: match &args.shard {
             Some(shard) => format!("kustomize-operator-{shard}"),
             None => "kustomize-operator".into(),

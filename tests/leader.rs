@@ -321,3 +321,273 @@ async fn a_leader_that_loses_its_lease_stops_and_exits() {
     );
     assert_eq!(holder(&leases).await.as_deref(), Some("intruder"));
 }
+
+// ---- Automatic sharding (`--auto-shard`): replicas share the Samples ----
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::events::v1::Event as ApiEvent;
+use kustomize_operator::sharding::table::Table;
+use kustomize_operator::sharding::{Slots, slot_of};
+
+impl Replica {
+    /// Starts `name` sharing the Samples of `ns` with the other replicas
+    /// of the ring there (short durations: a Lease of 3 s).
+    fn sharing(name: &'static str, ns: &str) -> Self {
+        let port = common::free_port();
+        let addr = format!("127.0.0.1:{port}");
+        let process = OperatorProcess::spawn(
+            ns,
+            &[("POD_NAME", name)],
+            &[
+                "--kinds",
+                "sample",
+                "--metrics-addr",
+                &addr,
+                "--auto-shard",
+                "--leader-elect-namespace",
+                ns,
+                "--leader-elect-lease-duration",
+                "3s",
+                "--leader-elect-renew-deadline",
+                "2s",
+                "--leader-elect-retry-period",
+                "250ms",
+            ],
+        );
+        Self {
+            process,
+            name,
+            port,
+        }
+    }
+
+    /// A gauge or counter of its metrics, summed.
+    async fn metric(&self, name: &str) -> f64 {
+        common::metric_sum(&self.metrics().await, name, &[])
+    }
+}
+
+/// The ring's table as it stands.
+async fn table(client: &Client, ns: &str) -> Table {
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    cms.get_opt("kustomize-operator-shards")
+        .await
+        .unwrap()
+        .and_then(|cm| cm.data)
+        .map(|data| Table::from_data(&data))
+        .unwrap_or_default()
+}
+
+/// Waits until exactly `members` hold every slot between them.
+async fn wait_table(client: &Client, ns: &str, members: &[&str]) -> Table {
+    let mut seen = Table::default();
+    common::wait_until(
+        TIMEOUT,
+        format!("the ring's slots all held by {members:?}"),
+        async || {
+            seen = table(client, ns).await;
+            let holders: Vec<&str> = seen.owners.keys().map(String::as_str).collect();
+            holders == members && seen.free().is_empty()
+        },
+    )
+    .await;
+    seen
+}
+
+/// Creates Samples `prefix-0` .. `prefix-(n-1)`.
+async fn create_samples(client: &Client, ns: &str, prefix: &str, n: usize) {
+    for i in 0..n {
+        create_sample(client, ns, &format!("{prefix}-{i}")).await;
+    }
+}
+
+/// Waits until every Sample of `ns` (there are `n`) is Ready.
+async fn wait_all_ready(client: &Client, ns: &str, n: usize) {
+    let samples: Api<Sample> = Api::namespaced(client.clone(), ns);
+    common::wait_until(TIMEOUT, format!("{n} Samples Ready"), || async {
+        let list = samples.list(&Default::default()).await.unwrap();
+        list.items.len() == n
+            && list
+                .items
+                .iter()
+                .all(|s| s.status.as_ref().is_some_and(|s| s.is_ready()))
+    })
+    .await;
+}
+
+/// The replicas whose events are about each Sample, by the Sample's UID.
+async fn reporters(client: &Client, ns: &str) -> std::collections::BTreeMap<String, Vec<String>> {
+    let events: Api<ApiEvent> = Api::namespaced(client.clone(), ns);
+    let mut by_uid: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for event in events.list(&Default::default()).await.unwrap() {
+        let Some(uid) = event.regarding.and_then(|r| {
+            (r.kind.as_deref() == Some("Sample"))
+                .then_some(r.uid)
+                .flatten()
+        }) else {
+            continue;
+        };
+        let instance = event.reporting_instance.unwrap_or_default();
+        let seen = by_uid.entry(uid).or_default();
+        if !seen.contains(&instance) {
+            seen.push(instance);
+        }
+    }
+    by_uid
+}
+
+#[tokio::test]
+async fn three_replicas_share_the_samples_and_take_over_a_killed_ones_share() {
+    let client = common::cluster().await;
+    let ns = common::TestNamespace::new(&client, "sharing").await;
+    let _cleanup = common::StripFinalizersOnDrop(ns.name.clone());
+    let replicas = [
+        Replica::sharing("share-a", &ns.name),
+        Replica::sharing("share-b", &ns.name),
+        Replica::sharing("share-c", &ns.name),
+    ];
+    let ring = wait_table(&client, &ns.name, &["share-a", "share-b", "share-c"]).await;
+    for member in ring.owners.values() {
+        assert!((18..=24).contains(&member.len()), "an even share: {ring:?}");
+    }
+    create_samples(&client, &ns.name, "web", 24).await;
+    wait_all_ready(&client, &ns.name, 24).await;
+
+    // Each Sample was reconciled by the replica whose slots hold its UID,
+    // and by no other (events name the replica that reported them).
+    let samples: Api<Sample> = Api::namespaced(client.clone(), &ns.name);
+    let by_uid = reporters(&client, &ns.name).await;
+    for sample in samples.list(&Default::default()).await.unwrap() {
+        let uid = sample.metadata.uid.clone().unwrap();
+        let owner = ring.owner_of(slot_of(&uid)).unwrap().to_string();
+        assert_eq!(
+            by_uid.get(&uid),
+            Some(&vec![owner]),
+            "{:?}",
+            sample.metadata.name
+        );
+    }
+    let mut held = 0.0;
+    for replica in &replicas {
+        held += replica.metric("kustomize_operator_shard_resources").await;
+        assert_eq!(
+            replica.metric("kustomize_operator_shard_members").await,
+            3.0
+        );
+    }
+    assert_eq!(held, 24.0, "every Sample in exactly one replica's share");
+    // From 1.36 the local plane serves KEP-5866's shard selector: no
+    // replica reads another's Samples. Before, each filters as it reads.
+    let version = client.apiserver_version().await.unwrap();
+    let minor: u32 = version.minor.trim_end_matches('+').parse().unwrap();
+    for replica in &replicas {
+        let foreign = replica
+            .metric("kustomize_operator_shard_foreign_read")
+            .await;
+        if minor >= 36 {
+            assert_eq!(
+                foreign, 0.0,
+                "{} read Samples of other shares",
+                replica.name
+            );
+        } else {
+            assert!(
+                foreign > 0.0,
+                "{} read only its own: filtered where?",
+                replica.name
+            );
+        }
+    }
+
+    // A replica killed: its share goes to the others once its Lease ran
+    // out, and the Samples created meanwhile are reconciled.
+    let [a, b, c] = replicas;
+    c.process.signal(libc::SIGKILL);
+    create_samples(&client, &ns.name, "late", 6).await;
+    let after = wait_table(&client, &ns.name, &["share-a", "share-b"]).await;
+    assert_eq!(
+        after.held_by("share-a").union(after.held_by("share-b")),
+        Slots::ALL
+    );
+    wait_all_ready(&client, &ns.name, 30).await;
+    let taken = a
+        .metric("kustomize_operator_shard_unowned_seconds_count")
+        .await
+        + b.metric("kustomize_operator_shard_unowned_seconds_count")
+            .await;
+    assert!(
+        taken >= ring.held_by("share-c").len() as f64,
+        "the killed replica's slots were taken"
+    );
+    common::wait_until(TIMEOUT, "30 Samples in the two shares", || async {
+        a.metric("kustomize_operator_shard_resources").await
+            + b.metric("kustomize_operator_shard_resources").await
+            == 30.0
+    })
+    .await;
+    drop(c);
+}
+
+#[tokio::test]
+async fn replicas_joining_and_leaving_during_a_burst_hand_over_without_overlap() {
+    let client = common::cluster().await;
+    let ns = common::TestNamespace::new(&client, "resharing").await;
+    let _cleanup = common::StripFinalizersOnDrop(ns.name.clone());
+    // The checker: every version of the table the test sees holds each
+    // slot at most once (a watch from the start, kept in the background).
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    let versions = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Table>::new()));
+    let seen = versions.clone();
+    let checker = tokio::spawn(async move {
+        use futures::StreamExt;
+        use kube::runtime::WatchStreamExt;
+        let config = kube::runtime::watcher::Config::default()
+            .fields("metadata.name=kustomize-operator-shards");
+        let mut events = kube::runtime::watcher(cms, config)
+            .applied_objects()
+            .boxed();
+        while let Some(Ok(cm)) = events.next().await {
+            seen.lock()
+                .unwrap()
+                .push(Table::from_data(&cm.data.unwrap_or_default()));
+        }
+    });
+    let a = Replica::sharing("solo", &ns.name);
+    wait_table(&client, &ns.name, &["solo"]).await;
+    // 1 -> 3 during a burst.
+    let burst = create_samples(&client, &ns.name, "burst", 40);
+    let joined = async {
+        let b = Replica::sharing("joined-b", &ns.name);
+        let c = Replica::sharing("joined-c", &ns.name);
+        (b, c)
+    };
+    let (_, (b, c)) = tokio::join!(burst, joined);
+    wait_table(&client, &ns.name, &["joined-b", "joined-c", "solo"]).await;
+    wait_all_ready(&client, &ns.name, 40).await;
+    // 3 -> 1 during another: the two stop gracefully and hand back.
+    let burst = create_samples(&client, &ns.name, "more", 20);
+    b.process.signal(libc::SIGTERM);
+    c.process.signal(libc::SIGTERM);
+    burst.await;
+    wait_table(&client, &ns.name, &["solo"]).await;
+    wait_all_ready(&client, &ns.name, 60).await;
+    common::wait_until(TIMEOUT, "60 Samples in the one share", || async {
+        a.metric("kustomize_operator_shard_resources").await == 60.0
+    })
+    .await;
+    checker.abort();
+    let versions = versions.lock().unwrap();
+    assert!(
+        versions.len() >= 4,
+        "the checker saw the handovers: {}",
+        versions.len()
+    );
+    for table in versions.iter() {
+        let mut held = Slots::NONE;
+        for slots in table.owners.values() {
+            assert_eq!(held.0 & slots.0, 0, "a slot held twice: {table:?}");
+            held = held.union(*slots);
+        }
+    }
+    drop((b, c));
+}

@@ -16,6 +16,7 @@ pub(crate) use super::model::identity::{Identity, Writers, for_owner, parse_clus
 pub(crate) use super::model::inventory::{ObjectId, Owner};
 pub(crate) use super::model::overlay::{OverlayError, RenderedOverlay, private_dir};
 pub(crate) use super::model::shard;
+pub(crate) use super::model::share;
 pub(crate) use super::model::status::{
     ConditionStatus, ConditionUpdate, OUTPUT_LIMIT, set_condition,
 };

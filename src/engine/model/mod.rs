@@ -2,7 +2,8 @@
 //! ([`status`]) and the mapping of an outcome to status ([`outcome`]), what
 //! a resource owns ([`inventory`]), whose rights its writes use
 //! ([`identity`]), overlays as data and their templates ([`overlay`],
-//! [`templates`]), shards ([`shard`]) and the dynamic kind of a declared
+//! [`templates`]), shards ([`shard`]), a replica's share when replicas
+//! share the work ([`share`]) and the dynamic kind of a declared
 //! resource ([`dynamic_kind`]). Pure: no process, no API call; it names
 //! nothing of the engine but [`crate::engine::kubectl`]'s command record.
 
@@ -12,5 +13,6 @@ pub(crate) mod inventory;
 pub(crate) mod outcome;
 pub(crate) mod overlay;
 pub mod shard;
+pub mod share;
 pub(crate) mod status;
 pub(crate) mod templates;

@@ -43,7 +43,8 @@ pub async fn run<H: Handler>(
     let triggers = Arc::new(Triggers::default());
     let admitted = triggers.clone();
     let cached = engine.clone();
-    let objects = watcher(api, watch)
+    let share = engine.settings.share.clone();
+    let objects = super::shared_watch::watch(api, watch, share)
         .modify(slim::<H::Resource>)
         .inspect(move |event| {
             if let Ok(event) = event {
@@ -205,6 +206,16 @@ async fn reconcile_in_span<H: Handler>(
     ctx: Arc<Context<H>>,
 ) -> Result<Action, FinalizerError> {
     let engine = &ctx.engine;
+    // Sharing the work: only a resource in this replica's share, counted
+    // as running in its slot until done (a slot given up waits for it).
+    let _entered = match (&engine.settings.share, obj.meta().uid.as_deref()) {
+        (None, _) => None,
+        (Some(share), Some(uid)) => match share.enter(uid) {
+            Some(entered) => Some(entered),
+            None => return Ok(Action::await_change()),
+        },
+        (Some(_), None) => return Ok(Action::await_change()),
+    };
     let kind = ctx.handler.info().name.as_str();
     engine.metrics.reconcile(kind);
     let _in_flight = engine.metrics.reconcile_in_flight(kind);

@@ -32,6 +32,7 @@ pub(in crate::engine) mod primer;
 pub(crate) mod runtime;
 #[cfg(test)]
 mod scenarios;
+pub(in crate::engine) mod shared_watch;
 pub(in crate::engine) mod status_memo;
 pub(in crate::engine) mod status_writer;
 pub(in crate::engine) mod steps;

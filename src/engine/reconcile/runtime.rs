@@ -54,6 +54,9 @@ pub struct Settings {
     pub namespace: Option<String>,
     /// Reconcile only the resources of this shard (`None`: the unlabelled).
     pub shard: Option<String>,
+    /// With replicas sharing the work by themselves, this replica's share:
+    /// only its resources are watched and reconciled (`None`: all).
+    pub share: Option<Arc<crate::engine::model::share::Share>>,
     /// Name reported on events.
     pub reporter: String,
     /// How kubectl runs are coalesced.

@@ -39,7 +39,8 @@ pub(super) async fn resources<H: super::DynamicHandler>(
     let selector =
         crate::engine::model::shard::combine(handler.watch_selector(namespace.as_deref()), &shard);
     let config = watcher::Config::default().any_semantic().labels(&selector);
-    let mut events = watcher(api, config)
+    let share = engine.settings.share.clone();
+    let mut events = crate::engine::reconcile::shared_watch::watch(api, config, share)
         .default_backoff()
         .modify(slim::<H::Resource>)
         .boxed();

@@ -290,6 +290,7 @@ fn settings(dir: &Path) -> Settings {
         work_dir: dir.to_path_buf(),
         namespace: None,
         shard: None,
+        share: None,
         reporter: "kustomize-operator".into(),
         batch: BatchSettings {
             window: Duration::ZERO,
