@@ -413,6 +413,29 @@ fn copyrator_namespaces_render_what_the_overlay_installs() {
     );
 }
 
+/// ... and with `autoSharding` (three replicas, no leader election),
+/// overlays/auto-sharding.
+#[test]
+fn an_auto_sharding_release_renders_what_the_overlay_installs() {
+    let helm = helm_or_skip!();
+    let overlay = common::kustomize_documents("overlays/auto-sharding");
+    let rendered = helm.template(
+        "kustomize-operator",
+        "kustomize-operator-system",
+        &[
+            "--set",
+            "autoSharding.enabled=true,leaderElection.enabled=false,replicas=3",
+        ],
+    );
+    assert_same_objects(
+        &overlay,
+        &rendered,
+        "helm template vs kubectl kustomize overlays/auto-sharding",
+    );
+    let refused = helm.template_error(&["--set", "autoSharding.enabled=true"]);
+    assert!(refused.contains("set leaderElection.enabled=false"), "{refused}");
+}
+
 /// ... and locked down, writing as `kustomize-writer`, overlays/locked-down.
 #[test]
 fn a_locked_down_release_renders_what_the_overlay_installs() {

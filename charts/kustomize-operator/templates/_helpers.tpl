@@ -65,7 +65,7 @@ they take): always, but locked down only with writeAs.kindDefinitions, as
 overlays/locked-down and its component kind-definitions/.
 */}}
 {{- define "kustomize-operator.servesKindDefinitions" -}}
-{{- if or (not .Values.writeAs.lockedDown) .Values.writeAs.kindDefinitions -}}true{{- end -}}
+{{- if and (not .Values.autoSharding.enabled) (or (not .Values.writeAs.lockedDown) .Values.writeAs.kindDefinitions) -}}true{{- end -}}
 {{- end -}}
 
 {{/*
@@ -88,8 +88,14 @@ with a message naming the value.
 {{- fail (printf "kinds: unknown kind %q; known kinds: %s" . (join ", " $all)) -}}
 {{- end -}}
 {{- end -}}
-{{- if and (gt (int .Values.replicas) 1) (not .Values.leaderElection.enabled) -}}
-{{- fail (printf "replicas: %d replicas need leaderElection.enabled=true (each would run the controllers)" (int .Values.replicas)) -}}
+{{- if and (gt (int .Values.replicas) 1) (not .Values.leaderElection.enabled) (not .Values.autoSharding.enabled) -}}
+{{- fail (printf "replicas: %d replicas need leaderElection.enabled=true or autoSharding.enabled=true (each would run the controllers on every resource)" (int .Values.replicas)) -}}
+{{- end -}}
+{{- if and .Values.autoSharding.enabled .Values.leaderElection.enabled -}}
+{{- fail "autoSharding.enabled replaces leader election: set leaderElection.enabled=false" -}}
+{{- end -}}
+{{- if and .Values.autoSharding.enabled .Values.writeAs.kindDefinitions -}}
+{{- fail "autoSharding.enabled serves no KindDefinitions yet: writeAs.kindDefinitions cannot go with it" -}}
 {{- end -}}
 {{- if and .Values.writeAs.lockedDown (not .Values.writeAs.serviceAccountName) -}}
 {{- fail "writeAs.lockedDown needs writeAs.serviceAccountName: the account of each namespace that writes for its resources" -}}
@@ -110,7 +116,7 @@ with a message naming the value.
 {{- fail (printf "copyratorNamespaces lists a namespace twice: %s" (join "," .Values.copyratorNamespaces)) -}}
 {{- end -}}
 {{- if and .Values.conversionWebhook.enabled (not (include "kustomize-operator.servesKindDefinitions" .)) -}}
-{{- fail "conversionWebhook.enabled serves KindDefinitions of several versions, and this release serves no KindDefinitions (writeAs.lockedDown without writeAs.kindDefinitions)" -}}
+{{- fail "conversionWebhook.enabled serves KindDefinitions of several versions, and this release serves no KindDefinitions (writeAs.lockedDown without writeAs.kindDefinitions, or autoSharding.enabled)" -}}
 {{- end -}}
 {{- $fromValues := dict "DEFAULT_SERVICE_ACCOUNT" "writeAs.serviceAccountName" "KINDS" "kinds" "WATCH_NAMESPACE" "watchNamespace" "COPYRATOR_NAMESPACES" "copyratorNamespaces" "LEADER_ELECT" "leaderElection.enabled" "NAMESPACE" "the release's namespace" "POD_NAME" "the Pod's name" "SHARD" "shard" "SERVE_KIND_DEFINITIONS" "writeAs.lockedDown and writeAs.kindDefinitions" "CLUSTER_SERVICE_ACCOUNT" "writeAs.clusterServiceAccount" "CONVERSION_WEBHOOK_ADDR" "conversionWebhook.enabled" "CONVERSION_WEBHOOK_SERVICE" "conversionWebhook.enabled" "CONVERSION_WEBHOOK_SECRET" "conversionWebhook.enabled" -}}
 {{- range .Values.extraEnv -}}
@@ -184,6 +190,10 @@ the order of the values' variables, then deploy/operator/deployment.yaml's.
 {{- if not (include "kustomize-operator.servesKindDefinitions" .) }}
 - name: SERVE_KIND_DEFINITIONS
   value: "false"
+{{- end }}
+{{- if .Values.autoSharding.enabled }}
+- name: AUTO_SHARD
+  value: "true"
 {{- end }}
 {{- with .Values.writeAs.clusterServiceAccount }}
 - name: CLUSTER_SERVICE_ACCOUNT
