@@ -281,8 +281,18 @@ impl Operator {
             None => {
                 self.engine.metrics().set_leading(true);
                 let mut running = controllers.start(&self.shutdown);
-                self.tasks
-                    .spawn(async move { while running.join_next().await.is_some() {} });
+                let lost = self.lost.clone();
+                self.tasks.spawn(async move {
+                    tokio::select! {
+                        () = async { while running.join_next().await.is_some() {} } => return,
+                        () = lost.cancelled() => {}
+                    }
+                    // Automatic sharding could not renew this replica's
+                    // Lease: its share may be another's soon, so its
+                    // reconciles stop at once (dropped, their kubectl killed).
+                    running.abort_all();
+                    while running.join_next().await.is_some() {}
+                });
             }
             Some(config) => {
                 tracing::info!(lease = %config.lease_name, namespace = %config.namespace, identity = %config.identity, "leader election: waiting for the lease before starting the controllers");

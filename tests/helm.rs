@@ -433,7 +433,10 @@ fn an_auto_sharding_release_renders_what_the_overlay_installs() {
         "helm template vs kubectl kustomize overlays/auto-sharding",
     );
     let refused = helm.template_error(&["--set", "autoSharding.enabled=true"]);
-    assert!(refused.contains("set leaderElection.enabled=false"), "{refused}");
+    assert!(
+        refused.contains("set leaderElection.enabled=false"),
+        "{refused}"
+    );
 }
 
 /// ... and locked down, writing as `kustomize-writer`, overlays/locked-down.

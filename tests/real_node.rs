@@ -8,7 +8,8 @@
 //!   because the readiness probe passes; one replica leads; a Sample becomes
 //!   Ready with its status and events written by the Pod; the leader's Pod
 //!   deleted, the other carries on where it left off;
-//! - `helm install` of the chart, and the locked-down install
+//! - `helm install` of the chart (one replica; three sharing the work
+//!   by themselves), and the locked-down install
 //!   (`overlays/locked-down`), the same way;
 //! - `overlays/conversion-webhook`: a kind of two versions converted by the
 //!   Pods' webhook through its Service, lists at the older version answered
@@ -636,6 +637,109 @@ async fn helm_install_runs_the_chart_on_the_real_node() {
         BTreeSet::from([leader])
     );
     common::deploy::sample_scaled_and_deleted(&client, &watched.name).await;
+}
+
+#[tokio::test]
+async fn the_charts_three_replicas_share_the_work_as_pods_on_the_real_node() {
+    let _node = NODE.lock().await;
+    let Some(node) = real_node() else { return };
+    let Some(helm) = common::helm_path() else {
+        return;
+    };
+    let client = common::cluster().await;
+    if !load_image() {
+        return;
+    }
+    let release_ns = common::TestNamespace::new(&client, "shardnode").await;
+    let _route = OnRealNode::new(&client, &release_ns.name).await;
+    let watched = common::TestNamespace::new(&client, "shardwatched").await;
+    let _cleanup = common::StripFinalizersOnDrop(watched.name.clone());
+    let release = "ko-shards";
+    let _uninstall = Uninstall {
+        helm: helm.clone(),
+        release: release.into(),
+        namespace: release_ns.name.clone(),
+    };
+    let out = Command::new(&helm)
+        .args(["install", release])
+        .arg(common::repo().join("charts/kustomize-operator"))
+        .args(["--namespace", &release_ns.name])
+        .args([
+            "--set",
+            "replicas=3,leaderElection.enabled=false,autoSharding.enabled=true",
+        ])
+        .args(["--set", &format!("watchNamespace={}", watched.name)])
+        .args(["--set-json", r#"kinds=["sample"]"#])
+        .args(["--wait", "--timeout", "180s"])
+        .output()
+        .expect("run helm");
+    assert!(
+        out.status.success(),
+        "helm install --wait: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    rollout(&release_ns.name, "ko-shards-kustomize-operator");
+    let pods: BTreeSet<String> = operator_pods(&client, &release_ns.name)
+        .await
+        .iter()
+        .inspect(|p| assert_eq!(node_of(p), node, "{} off the real node", name_of(p)))
+        .map(name_of)
+        .collect();
+    assert_eq!(pods.len(), 3, "{pods:?}");
+    // The ring: the three Pods hold every slot between them.
+    let tables: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(client.clone(), &release_ns.name);
+    let ring = common::wait_for(TIMEOUT, "the three Pods holding every slot", || async {
+        let table = tables
+            .get_opt("kustomize-operator-shards")
+            .await
+            .unwrap()
+            .and_then(|cm| cm.data)
+            .map(|data| kustomize_operator::sharding::table::Table::from_data(&data))
+            .unwrap_or_default();
+        let holders: BTreeSet<String> = table.owners.keys().cloned().collect();
+        if holders == pods && table.free().is_empty() {
+            Ok(table)
+        } else {
+            Err(table)
+        }
+    })
+    .await;
+    // Each Sample is reconciled by the Pod whose slots hold it, alone.
+    let samples: Api<Sample> = Api::namespaced(client.clone(), &watched.name);
+    for i in 0..12 {
+        let sample = Sample::new(&format!("web-{i}"), common::sample::SampleSpec { count: 0 });
+        samples
+            .create(&kube::api::PostParams::default(), &sample)
+            .await
+            .unwrap();
+    }
+    common::wait_until(TIMEOUT, "12 Samples Ready", || async {
+        let list = samples.list(&ListParams::default()).await.unwrap();
+        list.items.len() == 12
+            && list
+                .items
+                .iter()
+                .all(|s| s.status.as_ref().is_some_and(|s| s.is_ready()))
+    })
+    .await;
+    let mut owners = BTreeSet::new();
+    for sample in samples.list(&ListParams::default()).await.unwrap() {
+        let name = sample.metadata.name.clone().unwrap();
+        let uid = sample.metadata.uid.clone().unwrap();
+        let owner = ring
+            .owner_of(kustomize_operator::sharding::slot_of(&uid))
+            .unwrap()
+            .to_string();
+        assert_eq!(
+            event_reporters(&client, &watched.name, &name).await,
+            BTreeSet::from([owner.clone()]),
+            "{name}"
+        );
+        owners.insert(owner);
+    }
+    assert!(owners.len() >= 2, "12 Samples all in one share: {owners:?}");
 }
 
 /// `helm uninstall` when dropped.

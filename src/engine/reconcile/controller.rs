@@ -131,6 +131,10 @@ async fn write_parked<H: Handler>(ctx: &Context<H>, store: &reflector::Store<H::
         else {
             continue;
         };
+        // Given up meanwhile (automatic sharding): its new owner writes.
+        let Some(_entered) = ctx.engine.enter(Some(&uid)) else {
+            continue;
+        };
         let status = parked.status.value();
         if let Err(e) = super::status_writer::write(&ctx.engine, &*ctx.handler, &obj, status).await
         {
@@ -208,13 +212,8 @@ async fn reconcile_in_span<H: Handler>(
     let engine = &ctx.engine;
     // Sharing the work: only a resource in this replica's share, counted
     // as running in its slot until done (a slot given up waits for it).
-    let _entered = match (&engine.settings.share, obj.meta().uid.as_deref()) {
-        (None, _) => None,
-        (Some(share), Some(uid)) => match share.enter(uid) {
-            Some(entered) => Some(entered),
-            None => return Ok(Action::await_change()),
-        },
-        (Some(_), None) => return Ok(Action::await_change()),
+    let Some(_entered) = engine.enter(obj.meta().uid.as_deref()) else {
+        return Ok(Action::await_change());
     };
     let kind = ctx.handler.info().name.as_str();
     engine.metrics.reconcile(kind);

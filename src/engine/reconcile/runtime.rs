@@ -18,6 +18,7 @@ use crate::engine::kubectl::Kubectl;
 use crate::engine::live::ownership::Discovery;
 use crate::engine::live::watch::ObjectCache;
 use crate::engine::model::identity::Identity;
+use crate::engine::model::share::Entered;
 use crate::engine::model::templates::KustomizeDir;
 use crate::engine::run::batch::{BatchSettings, Queue};
 use crate::engine::run::build::{self, BuildJob, Built};
@@ -239,6 +240,18 @@ impl Engine {
         self.parked.forget_expired(now);
         self.memo.forget_expired(now);
         crate::sync::lock(&self.failures).forget_expired(now);
+    }
+
+    /// Whether this replica may work on the resource with `uid` now: always
+    /// without a share; with one, only in a slot it holds, entered for the
+    /// work (the slot waits for it before it is given up) until the guard
+    /// returned drops. None: not this replica's to touch.
+    pub(super) fn enter(&self, uid: Option<&str>) -> Option<Option<Entered<'_>>> {
+        match (&self.settings.share, uid) {
+            (None, _) => Some(None),
+            (Some(share), Some(uid)) => share.enter(uid).map(Some),
+            (Some(_), None) => None,
+        }
     }
 
     /// Counts a failure of `key` (returns how many in a row), or clears them.

@@ -383,6 +383,10 @@ async fn write_parked<H: DynamicHandler>(shared: &Shared<H>, served: &Served<H>)
         if held.object.uid().as_deref() != Some(uid.as_str()) {
             continue;
         }
+        // Given up meanwhile (automatic sharding): its new owner writes.
+        let Some(_entered) = ctx.engine.enter(Some(&uid)) else {
+            continue;
+        };
         let status = parked.status.value();
         if let Err(e) = status_writer::write(&ctx.engine, &*ctx.handler, &held.object, status).await
         {
