@@ -591,3 +591,95 @@ async fn replicas_joining_and_leaving_during_a_burst_hand_over_without_overlap()
     }
     drop((b, c));
 }
+
+/// Deletes a cluster-scoped object when dropped.
+struct DeleteOnDrop(Vec<String>);
+
+impl Drop for DeleteOnDrop {
+    fn drop(&mut self) {
+        for object in &self.0 {
+            let _ = common::kubectl(&["delete", object, "--ignore-not-found"]);
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_sharing_replica_that_cannot_renew_its_lease_stops_and_its_share_moves() {
+    let client = common::cluster().await;
+    let ns = common::TestNamespace::new(&client, "unrenewed").await;
+    let _cleanup = common::StripFinalizersOnDrop(ns.name.clone());
+    let mut victim = Replica::sharing("victim", &ns.name);
+    let survivor = Replica::sharing("survivor", &ns.name);
+    wait_table(&client, &ns.name, &["survivor", "victim"]).await;
+    create_samples(&client, &ns.name, "web", 8).await;
+    wait_all_ready(&client, &ns.name, 8).await;
+
+    // The API server refuses the victim's renewals from now on (an
+    // admission policy on its Lease), as a partition would.
+    let policy = format!("ko-test-{}", ns.name);
+    let _policy = DeleteOnDrop(vec![
+        format!("validatingadmissionpolicybinding.admissionregistration.k8s.io/{policy}"),
+        format!("validatingadmissionpolicy.admissionregistration.k8s.io/{policy}"),
+    ]);
+    let documents = serde_json::json!({
+        "apiVersion": "v1", "kind": "List", "items": [
+            {
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "ValidatingAdmissionPolicy",
+                "metadata": {"name": policy},
+                "spec": {
+                    "failurePolicy": "Fail",
+                    "matchConstraints": {"resourceRules": [{
+                        "apiGroups": ["coordination.k8s.io"], "apiVersions": ["v1"],
+                        "operations": ["UPDATE"], "resources": ["leases"],
+                    }]},
+                    "validations": [{
+                        "expression": "object.metadata.name != 'kustomize-operator-member-victim'",
+                        "message": "the test cuts the victim off",
+                    }],
+                },
+            },
+            {
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "ValidatingAdmissionPolicyBinding",
+                "metadata": {"name": policy},
+                "spec": {
+                    "policyName": policy,
+                    "validationActions": ["Deny"],
+                    "matchResources": {"namespaceSelector": {
+                        "matchLabels": {"kubernetes.io/metadata.name": ns.name},
+                    }},
+                },
+            },
+        ],
+    });
+    let (ok, _, err) = common::kubectl_stdin(&["apply", "-f", "-"], &documents.to_string());
+    assert!(ok, "{err}");
+
+    // It stops working and exits (failing: a restart makes it a member
+    // again); the survivor takes its share once its Lease ran out, and
+    // the Samples created meanwhile are reconciled.
+    let status = victim.process.wait_exit(TIMEOUT).await;
+    assert!(
+        status.is_some_and(|s| !s.success()),
+        "{status:?}: {}",
+        victim.process.log_tail()
+    );
+    assert!(
+        victim
+            .process
+            .log()
+            .contains("could not renew this replica's Lease before the renew deadline"),
+        "{}",
+        victim.process.log_tail()
+    );
+    create_samples(&client, &ns.name, "late", 8).await;
+    wait_table(&client, &ns.name, &["survivor"]).await;
+    wait_all_ready(&client, &ns.name, 16).await;
+    assert!(
+        survivor
+            .metric("kustomize_operator_shard_unowned_seconds_count")
+            .await
+            > 0.0
+    );
+}
