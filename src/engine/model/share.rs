@@ -161,6 +161,7 @@ pub struct Share {
     resources: std::sync::atomic::AtomicI64,
     collections: std::sync::Mutex<std::collections::HashSet<String>>,
     foreign: AtomicU64,
+    epoch: AtomicU64,
     changed: tokio::sync::watch::Sender<Slots>,
 }
 
@@ -179,6 +180,7 @@ impl Share {
             resources: std::sync::atomic::AtomicI64::new(0),
             collections: std::sync::Mutex::default(),
             foreign: AtomicU64::new(0),
+            epoch: AtomicU64::new(0),
             changed: tokio::sync::watch::Sender::new(Slots::NONE),
         }
     }
@@ -193,9 +195,19 @@ impl Share {
         self.held.store(slots.0, Ordering::SeqCst);
         self.changed.send_if_modified(|held| {
             let changed = *held != slots;
+            if changed {
+                self.epoch.fetch_add(1, Ordering::SeqCst);
+            }
             *held = slots;
             changed
         });
+    }
+
+    /// How many times the slots held changed: a resource seen before a
+    /// change may have been another replica's since, or skipped while it
+    /// was, so the watches' filter of unchanged resources starts afresh.
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::SeqCst)
     }
 
     /// Counts `n` more (or fewer) resources held in the watches' stores.

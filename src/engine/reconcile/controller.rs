@@ -40,7 +40,7 @@ pub async fn run<H: Handler>(
     let writer = reflector::store::Writer::new(dyn_type.clone());
     let reader = writer.as_reader();
     let mut primer = Primer::new(engine.clone(), handler.clone());
-    let triggers = Arc::new(Triggers::default());
+    let triggers = Arc::new(Triggers::sharing(engine.settings.share.clone()));
     let admitted = triggers.clone();
     let cached = engine.clone();
     let share = engine.settings.share.clone();

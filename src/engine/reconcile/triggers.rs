@@ -10,7 +10,10 @@
 //! requeues, which this filter never sees.
 //!
 //! Per resource the filter keeps two hashes (16 bytes of payload): of its
-//! UID, and of what starts a reconcile as last seen.
+//! UID, and of what starts a reconcile as last seen. With replicas sharing
+//! the work, the second also hashes how many times this replica's share
+//! changed: after a change every resource passes once, since one seen
+//! before may have been skipped, or been another replica's, meanwhile.
 //!
 //! It also remembers the resources being deleted whose finalizer the
 //! operator has removed: until the watch brings that removal, the cache
@@ -20,20 +23,31 @@
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use kube::runtime::watcher::Event;
+
+use crate::engine::model::share::Share;
 
 /// The last seen fingerprint of each resource's reconcile input.
 #[derive(Debug, Default)]
 pub(crate) struct Triggers {
     seen: Mutex<HashMap<u64, u64>>,
     finalized: Mutex<HashSet<u64>>,
+    share: Option<Arc<Share>>,
 }
 
 impl Triggers {
+    /// The filter of a controller whose watches follow `share` (if any).
+    pub fn sharing(share: Option<Arc<Share>>) -> Self {
+        Self {
+            share,
+            ..Self::default()
+        }
+    }
+
     /// True when `event` should reach the controller: a resource seen for
     /// the first time, or whose reconcile input changed; list markers and
     /// deletions pass (a deletion is forgotten here).
@@ -52,7 +66,8 @@ impl Triggers {
     /// finalizer, whose echo then starts nothing); true when it differs
     /// from what was seen before.
     pub fn changed(&self, meta: &ObjectMeta) -> bool {
-        let (key, print) = (identity(meta), fingerprint(meta));
+        let epoch = self.share.as_ref().map_or(0, |s| s.epoch());
+        let (key, print) = (identity(meta), fingerprint(meta, epoch));
         let mut seen = crate::sync::lock(&self.seen);
         seen.insert(key, print) != Some(print)
     }
@@ -96,8 +111,9 @@ fn identity(meta: &ObjectMeta) -> u64 {
 
 /// A hash of what starts a reconcile. Without a generation (a resource
 /// with no status subresource counts every write), every version differs.
-fn fingerprint(meta: &ObjectMeta) -> u64 {
+fn fingerprint(meta: &ObjectMeta, epoch: u64) -> u64 {
     let mut hasher = DefaultHasher::new();
+    epoch.hash(&mut hasher);
     match meta.generation {
         Some(generation) => generation.hash(&mut hasher),
         None => meta.resource_version.hash(&mut hasher),
@@ -194,5 +210,23 @@ mod tests {
         assert!(triggers.admit(&Event::Apply(obj.clone())));
         obj.metadata.resource_version = Some("11".into());
         assert!(triggers.admit(&Event::Apply(obj)));
+    }
+
+    #[test]
+    fn after_the_share_changes_every_resource_passes_once() {
+        let share = Arc::new(Share::new());
+        let triggers = Triggers::sharing(Some(share.clone()));
+        let meta = ObjectMeta {
+            uid: Some("u".into()),
+            generation: Some(1),
+            ..Default::default()
+        };
+        assert!(triggers.changed(&meta), "seen first");
+        assert!(!triggers.changed(&meta), "unchanged");
+        share.set(crate::engine::model::share::Slots::ALL);
+        assert!(triggers.changed(&meta), "the share changed: it passes once");
+        assert!(!triggers.changed(&meta));
+        share.set(crate::engine::model::share::Slots::ALL);
+        assert!(!triggers.changed(&meta), "the same slots: no change");
     }
 }

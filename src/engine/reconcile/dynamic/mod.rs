@@ -135,7 +135,7 @@ impl<H: DynamicHandler> Dynamic<H> {
             ctx: Arc::new(Context {
                 engine: engine.clone(),
                 handler: Arc::new(handler),
-                triggers: Arc::new(Triggers::default()),
+                triggers: Arc::new(Triggers::sharing(engine.settings.share.clone())),
             }),
             stop: CancellationToken::new(),
             watch: Mutex::default(),
