@@ -31,6 +31,13 @@ struct Replica {
 impl Replica {
     /// Starts `name` with leader election in `ns` (the Lease lives there too).
     fn start(name: &'static str, ns: &str, lease: &str, renew: &str, retry: &str) -> Self {
+        Self::spawn(name, ns, "--leader-elect", [lease, renew, retry])
+    }
+
+    /// Starts `name` in `ns` with `mode` (`--leader-elect` or
+    /// `--auto-shard`), its Leases in `ns`, and their lease duration,
+    /// renew deadline and retry period.
+    fn spawn(name: &'static str, ns: &str, mode: &str, [lease, renew, retry]: [&str; 3]) -> Self {
         let port = common::free_port();
         let addr = format!("127.0.0.1:{port}");
         let process = OperatorProcess::spawn(
@@ -41,7 +48,7 @@ impl Replica {
                 "sample",
                 "--metrics-addr",
                 &addr,
-                "--leader-elect",
+                mode,
                 "--leader-elect-namespace",
                 ns,
                 "--leader-elect-lease-duration",
@@ -333,32 +340,7 @@ impl Replica {
     /// Starts `name` sharing the Samples of `ns` with the other replicas
     /// of the ring there (short durations: a Lease of 3 s).
     fn sharing(name: &'static str, ns: &str) -> Self {
-        let port = common::free_port();
-        let addr = format!("127.0.0.1:{port}");
-        let process = OperatorProcess::spawn(
-            ns,
-            &[("POD_NAME", name)],
-            &[
-                "--kinds",
-                "sample",
-                "--metrics-addr",
-                &addr,
-                "--auto-shard",
-                "--leader-elect-namespace",
-                ns,
-                "--leader-elect-lease-duration",
-                "3s",
-                "--leader-elect-renew-deadline",
-                "2s",
-                "--leader-elect-retry-period",
-                "250ms",
-            ],
-        );
-        Self {
-            process,
-            name,
-            port,
-        }
+        Self::spawn(name, ns, "--auto-shard", ["3s", "2s", "250ms"])
     }
 
     /// A gauge or counter of its metrics, summed.
