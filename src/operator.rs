@@ -83,11 +83,6 @@ pub enum StartError {
         "--auto-shard needs a namespace for its Leases and table: set NAMESPACE (the downward API does in the Deployment) or --leader-elect-namespace"
     )]
     ShardingNamespace,
-    /// Automatic sharding is asked for while KindDefinitions are served.
-    #[error(
-        "--auto-shard does not serve KindDefinitions yet (one replica would have to write each definition's status while every replica serves its kind): run with --serve-kind-definitions=false, as the chart's autoSharding does"
-    )]
-    ShardedDefinitions,
     /// Leader election is asked for but cannot work as configured.
     #[error("leader election: {0}")]
     LeaderElection(#[from] LeaderConfigError),
@@ -135,9 +130,6 @@ fn lease_name(args: &RunArgs) -> String {
 pub fn sharing_config(args: &RunArgs) -> Result<Option<SharingConfig>, StartError> {
     if !args.auto_shard {
         return Ok(None);
-    }
-    if args.serve_kind_definitions {
-        return Err(StartError::ShardedDefinitions);
     }
     let namespace = args
         .leader_elect_namespace
@@ -205,8 +197,12 @@ impl Operator {
         let kinds = registry.select(&args.kinds).map_err(KindsError::from)?;
         let metrics = Arc::new(Metrics::new());
         metrics.stall_after(stall_bound(args.kubectl_timeout));
-        let (client, guard, unreadable) =
-            connect(args.max_api_requests, &metrics, share.clone()).await?;
+        let Connected {
+            client,
+            reader,
+            guard,
+            unreadable,
+        } = connect(args.max_api_requests, &metrics, share.clone()).await?;
         check_crds(&client, &guard, &kinds, args.namespace.as_deref()).await?;
         let webhook = conversion_webhook(args, &client).await?;
         let definitions = definitions_config(
@@ -228,13 +224,16 @@ impl Operator {
             .unwrap_or_else(|| std::env::temp_dir().join("kustomize-operator"));
         let work_dir = WorkDir::prepare(&base_dir)?;
         let kubectl = kubectl(args, kubectl_path, &base_dir, &metrics);
-        let engine = Arc::new(Engine::new(
-            client.clone(),
-            kubectl,
-            templates,
-            settings(args, work_dir.path.clone(), share.clone()),
-            metrics.clone(),
-        ));
+        let engine = Arc::new(
+            Engine::new(
+                client.clone(),
+                kubectl,
+                templates,
+                settings(args, work_dir.path.clone(), share.clone()),
+                metrics.clone(),
+            )
+            .reading_with(reader),
+        );
         check_bases(&engine, &kinds).await?;
         let names = kinds.iter().map(|k| k.name().to_string()).collect();
         let controllers = Controllers {
@@ -609,34 +608,52 @@ fn default_concurrency() -> usize {
     std::thread::available_parallelism().map_or(2, |n| n.get() * 2)
 }
 
+/// The clients of the cluster, and what their guard leaves out.
+struct Connected {
+    /// For every request.
+    client: kube::Client,
+    /// For the watches of the resources served: with a share
+    /// (`--auto-shard`), their lists and watches name it; else `client`.
+    reader: kube::Client,
+    guard: Arc<Guard>,
+    unreadable: crate::guard::report::Reports,
+}
+
 /// A client for the cluster in KUBECONFIG (or in-cluster), checked to
 /// answer, with at most `max_requests` requests in flight (HTTP/1.1 needs a
 /// connection per request, and each idle connection costs memory), whose
 /// responses pass the guard (`crate::guard`): the objects it leaves out are
 /// counted in `metrics` and queued in the reports returned. With a share
-/// (`--auto-shard`), lists and watches of the sharded kinds name it.
+/// (`--auto-shard`), a second client under the same limit and guard reads
+/// the watched resources naming it: every other read (a count, a
+/// migration, a rollout's gate) sees the whole kind.
 async fn connect(
     max_requests: u16,
     metrics: &Arc<Metrics>,
     share: Option<Arc<Share>>,
-) -> Result<(kube::Client, Arc<Guard>, crate::guard::report::Reports), StartError> {
+) -> Result<Connected, StartError> {
     let config = kube::Config::infer()
         .await
         .map_err(|e| StartError::Config(kube::Error::InferConfig(e)))?;
-    let (sink, reports) = crate::guard::report::channel();
+    let (sink, unreadable) = crate::guard::report::channel();
     let counted = metrics.clone();
     let guard = Guard::new(move |skipped| {
         counted.unreadable(&skipped.identity.kind, &skipped.reason);
         sink.send(skipped);
     });
-    let client = kube::client::ClientBuilder::try_from(config)
-        .map_err(StartError::Config)?
-        .with_layer(&guard.layer())
-        .with_layer(&tower::limit::ConcurrencyLimitLayer::new(usize::from(
-            max_requests,
-        )))
-        .with_layer(&crate::sharding::selector::SelectorLayer::new(share))
-        .build();
+    let limit = tower::limit::GlobalConcurrencyLimitLayer::new(usize::from(max_requests));
+    let builder = || {
+        kube::client::ClientBuilder::try_from(config.clone())
+            .map_err(StartError::Config)
+            .map(|b| b.with_layer(&guard.layer()).with_layer(&limit))
+    };
+    let client = builder()?.build();
+    let reader = match share {
+        Some(share) => builder()?
+            .with_layer(&crate::sharding::selector::SelectorLayer::new(Some(share)))
+            .build(),
+        None => client.clone(),
+    };
     let version = (client.apiserver_version().await).map_err(StartError::Connect)?;
     if crate::support_range::check(&version)? == crate::support_range::Standing::Newer {
         tracing::warn!(
@@ -646,7 +663,12 @@ async fn connect(
             crate::support_range::NEWEST_MINOR
         );
     }
-    Ok((client, guard, reports))
+    Ok(Connected {
+        client,
+        reader,
+        guard,
+        unreadable,
+    })
 }
 
 /// How long the conversion webhook goes on answering once the operator
@@ -735,7 +757,13 @@ async fn definitions_config(
             isolation: sandbox(args),
             budget: usize::try_from(args.kind_definitions_budget_kib << 10).unwrap_or(usize::MAX),
             webhook,
-            namespace: args.common.operator_namespace.clone(),
+            // Under automatic sharding, every replica reads the revisions
+            // its definitions' writers keep: in the ring's namespace when
+            // the operator has none of its own.
+            namespace: (args.common.operator_namespace.clone()).or_else(|| {
+                args.auto_shard
+                    .then(|| args.leader_elect_namespace.clone())?
+            }),
         }),
         Ok(Served::NotInstalled) => {
             tracing::warn!(

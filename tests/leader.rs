@@ -10,6 +10,7 @@ use ko_test_support as common;
 use std::time::{Duration, Instant};
 
 use common::OperatorProcess;
+use common::greeting::{GreetingKind, config_map_field, wait_ready};
 use common::sample::{Sample, SampleSpec};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -37,28 +38,37 @@ impl Replica {
     /// Starts `name` in `ns` with `mode` (`--leader-elect` or
     /// `--auto-shard`), its Leases in `ns`, and their lease duration,
     /// renew deadline and retry period.
-    fn spawn(name: &'static str, ns: &str, mode: &str, [lease, renew, retry]: [&str; 3]) -> Self {
+    fn spawn(name: &'static str, ns: &str, mode: &str, durations: [&str; 3]) -> Self {
+        Self::spawn_with(name, ns, mode, durations, &[])
+    }
+
+    /// [`Self::spawn`], then `extra` flags.
+    fn spawn_with(
+        name: &'static str,
+        ns: &str,
+        mode: &str,
+        [lease, renew, retry]: [&str; 3],
+        extra: &[&str],
+    ) -> Self {
         let port = common::free_port();
         let addr = format!("127.0.0.1:{port}");
-        let process = OperatorProcess::spawn(
+        let mut flags = vec![
+            "--kinds",
+            "sample",
+            "--metrics-addr",
+            &addr,
+            mode,
+            "--leader-elect-namespace",
             ns,
-            &[("POD_NAME", name)],
-            &[
-                "--kinds",
-                "sample",
-                "--metrics-addr",
-                &addr,
-                mode,
-                "--leader-elect-namespace",
-                ns,
-                "--leader-elect-lease-duration",
-                lease,
-                "--leader-elect-renew-deadline",
-                renew,
-                "--leader-elect-retry-period",
-                retry,
-            ],
-        );
+            "--leader-elect-lease-duration",
+            lease,
+            "--leader-elect-renew-deadline",
+            renew,
+            "--leader-elect-retry-period",
+            retry,
+        ];
+        flags.extend_from_slice(extra);
+        let process = OperatorProcess::spawn(ns, &[("POD_NAME", name)], &flags);
         Self {
             process,
             name,
@@ -340,7 +350,12 @@ impl Replica {
     /// Starts `name` sharing the Samples of `ns` with the other replicas
     /// of the ring there (short durations: a Lease of 3 s).
     fn sharing(name: &'static str, ns: &str) -> Self {
-        Self::spawn(name, ns, "--auto-shard", ["3s", "2s", "250ms"])
+        Self::sharing_with(name, ns, &[])
+    }
+
+    /// [`Self::sharing`], then `extra` flags.
+    fn sharing_with(name: &'static str, ns: &str, extra: &[&str]) -> Self {
+        Self::spawn_with(name, ns, "--auto-shard", ["3s", "2s", "250ms"], extra)
     }
 
     /// A gauge or counter of its metrics, summed.
@@ -399,14 +414,21 @@ async fn wait_all_ready(client: &Client, ns: &str, n: usize) {
 
 /// The replicas whose events are about each Sample, by the Sample's UID.
 async fn reporters(client: &Client, ns: &str) -> std::collections::BTreeMap<String, Vec<String>> {
-    let events: Api<ApiEvent> = Api::namespaced(client.clone(), ns);
+    reporters_of(Api::namespaced(client.clone(), ns), "Sample").await
+}
+
+/// The replicas whose events (of `events`) are about each object of
+/// `kind`, by the object's UID.
+async fn reporters_of(
+    events: Api<ApiEvent>,
+    kind: &str,
+) -> std::collections::BTreeMap<String, Vec<String>> {
     let mut by_uid: std::collections::BTreeMap<String, Vec<String>> = Default::default();
     for event in events.list(&Default::default()).await.unwrap() {
-        let Some(uid) = event.regarding.and_then(|r| {
-            (r.kind.as_deref() == Some("Sample"))
-                .then_some(r.uid)
-                .flatten()
-        }) else {
+        let Some(uid) = event
+            .regarding
+            .and_then(|r| (r.kind.as_deref() == Some(kind)).then_some(r.uid).flatten())
+        else {
             continue;
         };
         let instance = event.reporting_instance.unwrap_or_default();
@@ -664,4 +686,208 @@ async fn a_sharing_replica_that_cannot_renew_its_lease_stops_and_its_share_moves
             .await
             > 0.0
     );
+}
+
+/// The UID of the Greeting `name` in `ns`.
+fn greeting_uid(kind: &GreetingKind, ns: &str, name: &str) -> String {
+    let resource = format!("greetings.{}/{name}", kind.group);
+    let path = "jsonpath={.metadata.uid}";
+    common::kubectl(&["get", &resource, "-n", ns, "-o", path]).1
+}
+
+/// Waits until the ConfigMap of each of `names` says `shout`.
+async fn wait_shouting(ns: &str, names: &[String], shout: &str) {
+    common::wait_until(
+        TIMEOUT,
+        format!("every Greeting shouting {shout:?}"),
+        async || {
+            names
+                .iter()
+                .all(|name| config_map_field(ns, name, "shout") == shout)
+        },
+    )
+    .await;
+}
+
+/// The template of the test's Greeting kind, shouting `shout` (the
+/// definition's next generation once applied).
+fn shout(kind: &GreetingKind, shout: &str) {
+    kind.edit("resources/configmap.yaml", |t| {
+        let kept: Vec<&str> = t.lines().filter(|l| !l.contains("shout:")).collect();
+        let mut text = kept.join("\n").replace(
+            "  language: {{ spec.language }}",
+            &format!("  language: {{{{ spec.language }}}}\n  shout: {shout}"),
+        );
+        text.push('\n');
+        text
+    });
+    kind.apply();
+}
+
+#[tokio::test]
+async fn sharing_replicas_serve_a_kind_definition_one_writes_it_every_one_serves_its_share() {
+    let client = common::cluster().await;
+    let ns = common::TestNamespace::new(&client, "sharing-kd").await;
+    let _cleanup = common::StripFinalizersOnDrop(ns.name.clone());
+    let kind = GreetingKind::new(&ns);
+    let flags = [
+        "--serve-kind-definitions=true",
+        "--kind-definition-selector",
+        &kind.label,
+    ];
+    let names = ["kd-a", "kd-b", "kd-c"];
+    let replicas = names.map(|name| Replica::sharing_with(name, &ns.name, &flags));
+    let ring = wait_table(&client, &ns.name, &names).await;
+
+    kind.apply();
+    kind.wait_condition("Serving", "True", "Running").await;
+    let greetings: Vec<String> = (0..12).map(|i| format!("hello-{i}")).collect();
+    for name in &greetings {
+        kind.greet(&ns.name, name, "hello", serde_json::json!({}));
+    }
+    for name in &greetings {
+        wait_ready(&kind, &ns.name, name).await;
+    }
+
+    // Every replica served the kind, each for the Greetings of its share
+    // alone; one replica, the one whose share holds the definition,
+    // wrote it (its events say so).
+    let by_uid = reporters_of(Api::namespaced(client.clone(), &ns.name), "Greeting").await;
+    let mut serving = std::collections::BTreeSet::new();
+    for name in &greetings {
+        let uid = greeting_uid(&kind, &ns.name, name);
+        let owner = ring.owner_of(slot_of(&uid)).unwrap().to_string();
+        assert_eq!(by_uid.get(&uid), Some(&vec![owner.clone()]), "{name}");
+        serving.insert(owner);
+    }
+    assert!(
+        serving.len() > 1,
+        "one replica served them all: {serving:?}"
+    );
+    let definition = kind.definition().unwrap();
+    let def_uid = definition["metadata"]["uid"].as_str().unwrap().to_string();
+    let writer = ring.owner_of(slot_of(&def_uid)).unwrap().to_string();
+    let by_definition = reporters_of(Api::all(client.clone()), "KindDefinition").await;
+    assert_eq!(by_definition.get(&def_uid), Some(&vec![writer.clone()]));
+
+    // A new generation: the writer accepts it, every replica serves it.
+    shout(&kind, "once");
+    wait_shouting(&ns.name, &greetings, "once").await;
+
+    // The writer killed: another replica takes its share, the definition
+    // with it, and accepts the next generation; every replica serves it.
+    let mut replicas = Vec::from(replicas);
+    let at = names.iter().position(|n| *n == writer).unwrap();
+    let killed = replicas.remove(at);
+    killed.process.signal(libc::SIGKILL);
+    let left: Vec<&str> = names.into_iter().filter(|n| *n != writer).collect();
+    let after = wait_table(&client, &ns.name, &left).await;
+    shout(&kind, "twice");
+    wait_shouting(&ns.name, &greetings, "twice").await;
+    kind.wait_message("Accepted", "True", "Valid", "generation 3")
+        .await;
+    // Its status counts the resources of every share by revision (looked
+    // at again on any change of the definition: a label here).
+    let (ok, _, err) = common::kubectl(&["label", "kinddefinition", &kind.name, "poked=yes"]);
+    assert!(ok, "{err}");
+    common::wait_until(
+        TIMEOUT,
+        "12 Greetings counted on the latest revision",
+        async || {
+            let status = kind.definition().unwrap()["status"].clone();
+            let latest = status["revision"].clone();
+            (status["revisions"].as_array().into_iter().flatten())
+                .any(|r| r["revision"] == latest && r["resources"] == 12)
+        },
+    )
+    .await;
+    let next = after.owner_of(slot_of(&def_uid)).unwrap().to_string();
+    let by_definition = reporters_of(Api::all(client.clone()), "KindDefinition").await;
+    let reported = by_definition.get(&def_uid).cloned().unwrap_or_default();
+    assert!(
+        reported.iter().all(|r| *r == writer || *r == next),
+        "the definition written only by its writers: {reported:?}"
+    );
+    for replica in &mut replicas {
+        assert!(replica.process.running(), "{}", replica.process.log_tail());
+    }
+
+    // Deleted, once its resources are: each replica cleans up its share,
+    // the writer removes the CRD, and every replica stops serving.
+    let all = format!("greetings.{}", kind.group);
+    let (ok, _, err) = common::kubectl(&["delete", &all, "--all", "-n", &ns.name]);
+    assert!(ok, "{err}");
+    kind.delete().await;
+    for replica in &replicas {
+        common::wait_until(
+            TIMEOUT,
+            format!("{} stopped the kind", replica.name),
+            async || {
+                (replica.process.log().lines())
+                    .any(|l| l.contains("stopped") && l.contains(&kind.name))
+            },
+        )
+        .await;
+    }
+    drop(killed);
+}
+
+#[tokio::test]
+async fn sharing_replicas_all_stop_serving_a_kind_whose_deleted_definition_orphans_it() {
+    let client = common::cluster().await;
+    let ns = common::TestNamespace::new(&client, "sharing-orphan").await;
+    let _cleanup = common::StripFinalizersOnDrop(ns.name.clone());
+    let kind = GreetingKind::new(&ns);
+    let flags = [
+        "--serve-kind-definitions=true",
+        "--kind-definition-selector",
+        &kind.label,
+    ];
+    let names = ["orphan-a", "orphan-b"];
+    let replicas = names.map(|name| Replica::sharing_with(name, &ns.name, &flags));
+    wait_table(&client, &ns.name, &names).await;
+    kind.apply_with(|d| d["spec"]["onDelete"] = "Orphan".into());
+    kind.wait_condition("Serving", "True", "Running").await;
+    let greetings: Vec<String> = (0..8).map(|i| format!("kept-{i}")).collect();
+    for name in &greetings {
+        kind.greet(&ns.name, name, "kept", serde_json::json!({}));
+    }
+    for name in &greetings {
+        wait_ready(&kind, &ns.name, name).await;
+    }
+
+    // Deleted: every replica stops serving the kind before the writer
+    // takes the finalizers off, and none puts one back.
+    let (ok, _, err) = common::kubectl(&["delete", "kinddefinition", &kind.name, "--wait=false"]);
+    assert!(ok, "{err}");
+    common::wait_until(TIMEOUT, "the orphaning definition gone", async || {
+        kind.definition().is_none()
+    })
+    .await;
+    for replica in &replicas {
+        common::wait_until(
+            TIMEOUT,
+            format!("{} stopped the kind", replica.name),
+            async || {
+                (replica.process.log().lines())
+                    .any(|l| l.contains("stopped") && l.contains(&kind.name))
+            },
+        )
+        .await;
+    }
+    let all = format!("greetings.{}", kind.group);
+    let path = "jsonpath={range .items[*]}{.metadata.name}={.metadata.finalizers}{\"\\n\"}{end}";
+    let (ok, listed, err) = common::kubectl(&["get", &all, "-n", &ns.name, "-o", path]);
+    assert!(ok, "{err}");
+    let lines: Vec<&str> = listed.lines().collect();
+    assert_eq!(
+        lines.len(),
+        greetings.len(),
+        "every Greeting stays: {listed}"
+    );
+    assert!(
+        lines.iter().all(|l| l.ends_with('=')),
+        "no finalizer is left that nobody removes: {listed}"
+    );
+    assert_eq!(config_map_field(&ns.name, "kept-0", "message"), "kept");
 }

@@ -35,6 +35,11 @@ pub enum DefinitionError {
     /// (or another of the same kind) can be created again at once.
     #[error("the deletion waits for the CRD {0} to be removed")]
     CrdTerminating(String),
+    /// Under automatic sharding, the deletion of a definition orphaning
+    /// its resources waits a moment ([`super::following::ORPHAN_GRACE`])
+    /// for every replica to stop serving the kind.
+    #[error("the deletion waits for every replica to stop serving the kind")]
+    Orphaning,
 }
 
 /// What every reconcile of a definition shares.

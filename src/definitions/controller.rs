@@ -31,7 +31,7 @@ use super::migration::{self, Storage};
 use super::migrator::{self, Fallback, Outcome, Progress};
 use super::resource::{self, ConditionType, Reason, Status};
 use super::writes::{count, event, status_of, write_status};
-use super::{deletion, planning, progress, rights, rollout};
+use super::{deletion, following, planning, progress, rights, rollout};
 use crate::engine::host::{guarded, stopped_before_first_list};
 use crate::kind::EventType;
 use crate::kinds::declared::rbac;
@@ -70,8 +70,21 @@ pub(super) async fn run(
         let name = nudged.recv().await?;
         Some((ObjectRef::new_with(&name, resource::api_resource()), nudged))
     });
-    let controller =
+    let mut controller =
         Controller::new_with(api, config, resource::api_resource()).reconcile_on(nudges);
+    if let Some(share) = ctx.engine.settings().share.clone() {
+        // Which definitions this replica writes changes with its share.
+        let changes = futures::stream::unfold(share.subscribe(), |mut held| async move {
+            held.changed().await.ok()?;
+            Some(((), held))
+        });
+        controller = controller.reconcile_all_on(changes);
+        tokio::spawn(following::forget_deleted(
+            ctx.clone(),
+            selector.clone(),
+            shutdown.clone(),
+        ));
+    }
     let store = controller.store();
     let running = controller
         .graceful_shutdown_on(shutdown.clone().cancelled_owned())
@@ -94,6 +107,9 @@ fn error_policy(
     if let kube::runtime::finalizer::Error::CleanupFailed(DefinitionError::Waiting) = error {
         // Said in its status and an event: resources of the kind remain.
         return Action::requeue(deletion::DELETION_RECHECK);
+    }
+    if let kube::runtime::finalizer::Error::CleanupFailed(DefinitionError::Orphaning) = error {
+        return Action::requeue(deletion::CRD_RECHECK);
     }
     if let kube::runtime::finalizer::Error::CleanupFailed(DefinitionError::CrdTerminating(crd)) =
         error
@@ -119,6 +135,15 @@ async fn reconcile(
         name = %def.name_any(),
         generation = def.metadata.generation
     );
+    let share = ctx.engine.settings().share.clone();
+    let uid = def.uid().unwrap_or_default();
+    let _writing = match &share {
+        Some(share) => match share.enter(&uid) {
+            Some(entered) => Some(entered),
+            None => return Ok(following::follow(&def, &ctx).instrument(span).await),
+        },
+        None => None,
+    };
     guarded(&api, resource::FINALIZER, def, |event| async {
         match event {
             FinalizerEvent::Apply(def) => serve(&def, &ctx).await,
@@ -151,7 +176,7 @@ async fn serve(def: &DynamicObject, ctx: &DefinitionContext) -> Result<Action, D
             migrating = Next::Step;
         }
         stepping = progress::look(ctx, def, &mut status).await;
-        rollout::status(ctx, &def.name_any(), &mut status, def.metadata.generation);
+        rollout::status(ctx, &def.name_any(), &mut status, def.metadata.generation).await;
         status.resources = match ctx.serving.resources(&def.name_any()) {
             Some(counted) => Some(counted),
             None => {
@@ -197,7 +222,9 @@ async fn accept(def: &DynamicObject, ctx: &DefinitionContext, status: &mut Statu
         // status written replaces the conditions as a whole.
         accepted(status, generation, number);
         planning::restate(ctx, def, generation, status);
-        if ensure_crd(ctx, &name, generation, status).await && !ctx.serving.running(&name) {
+        // Served as another replica wrote it, until this one writes it.
+        let again = !ctx.serving.running(&name) || ctx.serving.follows(&name);
+        if ensure_crd(ctx, &name, generation, status).await && again {
             ctx.serving.serve_again(&name).await;
         }
         return;

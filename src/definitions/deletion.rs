@@ -10,9 +10,9 @@ use kube::runtime::controller::Action;
 use kube::{Api, Client, ResourceExt};
 
 use super::context::{DefinitionContext, DefinitionError, NAMES_SHOWN};
-use super::crds;
 use super::resource::{ConditionType, Reason};
 use super::writes::{count, event, not_found_is_empty, status_of, write_status};
+use super::{crds, following};
 use crate::engine::host::release;
 use crate::kind::EventType;
 
@@ -44,12 +44,16 @@ pub(super) async fn remove(
         Some(kind) => count(&ctx.client, kind).await.or_else(not_found_is_empty)?,
         None => Vec::new(),
     };
-    let orphan = def.data["spec"]["onDelete"].as_str() == Some("Orphan");
+    let orphan = following::orphans(def);
     if let Some(kind) = kind.as_ref().filter(|_| !remaining.is_empty()) {
         if !orphan {
             return wait_for_resources(def, ctx, kind, &remaining, served.is_some()).await;
         }
         ctx.serving.stop(&name).await;
+        if ctx.engine.settings().share.is_some() && following::within_orphan_grace(def) {
+            // The other replicas stop serving the kind first.
+            return Err(DefinitionError::Orphaning);
+        }
         orphan_resources(&ctx.client, kind, &remaining).await?;
     } else {
         ctx.serving.stop(&name).await;

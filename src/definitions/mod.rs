@@ -14,6 +14,8 @@
 //! - `context`: what every reconcile shares (a leaf);
 //! - `controller`: the reconcile of a definition;
 //! - `deletion`: its deletion;
+//! - `following`: under automatic sharding, one replica writes each
+//!   definition and the others serve its kind as it does;
 //! - [`revisions`]: every accepted change of its files, kept;
 //! - `migration`, `migrator`: a kind's storage migrated when its storage
 //!   version changes, by the API server where it can, else by the operator;
@@ -29,6 +31,7 @@ mod context;
 mod controller;
 pub mod crds;
 mod deletion;
+mod following;
 pub mod generation;
 mod migration;
 mod migrator;

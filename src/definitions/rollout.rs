@@ -5,8 +5,10 @@
 //! the status says which revisions are kept, which may be pinned, how many
 //! resources each serves, and which stored ones were refused.
 
-use kube::ResourceExt;
-use kube::api::DynamicObject;
+use std::collections::BTreeMap;
+
+use kube::api::{DynamicObject, ListParams};
+use kube::{Api, ResourceExt};
 
 use super::context::{DefinitionContext, NAMES_SHOWN};
 use super::generation::{self, Generation, Rejection};
@@ -141,11 +143,26 @@ async fn tell_withdrawn(
     }
 }
 
+/// The revisions kept for `def` in the cluster, each checked again
+/// ([`restore_quietly`]); each refused one (up to a few) said in an event.
+async fn restore(ctx: &DefinitionContext, def: &DynamicObject) -> History {
+    let history = restore_quietly(ctx, def).await;
+    if let Some(store) = &ctx.store {
+        // One event each, up to a few: whoever writes many forged ones
+        // gets no flood (the condition counts them all).
+        for refusal in history.refused().iter().take(NAMES_SHOWN) {
+            let note = refused_note(store, refusal);
+            event(ctx, def, EventType::Warning, "RevisionRefused", &note).await;
+        }
+    }
+    history
+}
+
 /// The revisions kept for `def` in the cluster, each checked again: the
 /// digest of its spec is the one it claims, the operator's key signed it,
 /// the definition's status records it, and it loads. Any other is
-/// refused: said in an event and the log, and never served.
-async fn restore(ctx: &DefinitionContext, def: &DynamicObject) -> History {
+/// refused: said in the log, and never served.
+pub async fn restore_quietly(ctx: &DefinitionContext, def: &DynamicObject) -> History {
     let Some(store) = &ctx.store else {
         return History::default();
     };
@@ -182,12 +199,6 @@ async fn restore(ctx: &DefinitionContext, def: &DynamicObject) -> History {
                     why,
                 };
                 tracing::warn!(definition = %def.name_any(), revision = refusal.number, reason = %refusal.why, "a kept revision is refused: never served");
-                // One event each, up to a few: whoever writes many forged
-                // ones gets no flood (the condition counts them all).
-                if refused.len() < NAMES_SHOWN {
-                    let note = refused_note(store, &refusal);
-                    event(ctx, def, EventType::Warning, "RevisionRefused", &note).await;
-                }
                 refused.push(refusal);
             }
         }
@@ -226,11 +237,21 @@ async fn rebuild(
 /// The revisions of `name` in its status: the latest, the stable, those a
 /// resource may pin, each kept one with how many resources it serves;
 /// and, where revisions are kept in the cluster, `RevisionsVerified`.
-pub fn status(ctx: &DefinitionContext, name: &str, status: &mut Status, number: Option<i64>) {
+pub async fn status(ctx: &DefinitionContext, name: &str, status: &mut Status, number: Option<i64>) {
     let Some(served) = ctx.serving.revisions(name) else {
         return;
     };
-    let counts = served.rollout.counts();
+    let counts = match ctx.engine.settings().share {
+        // Each replica's rollout counts its own share only.
+        Some(_) => match counted_by_revision(ctx, &served).await {
+            Ok(counts) => counts,
+            Err(e) => {
+                tracing::debug!(definition = name, error = %crate::error_text::kube(&e), "cannot count the kind's resources by revision");
+                return;
+            }
+        },
+        None => served.rollout.counts(),
+    };
     status.revision = served.history.latest().map(|r| r.number);
     status.stable_revision = Some(served.rollout.stable());
     status.revisions = served.history.status(&counts);
@@ -240,6 +261,36 @@ pub fn status(ctx: &DefinitionContext, name: &str, status: &mut Status, number: 
         verified_condition(store, &served.history, status, number);
     }
 }
+
+/// The kind's resources in every share, by the revision their status
+/// names (those without one left out), listed a page at a time.
+async fn counted_by_revision(
+    ctx: &DefinitionContext,
+    served: &Revisions,
+) -> Result<BTreeMap<u32, u64>, kube::Error> {
+    let mut counts = BTreeMap::new();
+    let Some(kind) = served.rollout.latest_kind() else {
+        return Ok(counts);
+    };
+    let api = Api::<DynamicObject>::all_with(ctx.client.clone(), &kind.resource);
+    let mut params = ListParams::default().limit(COUNT_PAGE);
+    loop {
+        let page = api.list(&params).await?;
+        for object in &page.items {
+            let revision = object.data["status"]["revision"].as_u64();
+            if let Some(revision) = revision.and_then(|r| u32::try_from(r).ok()) {
+                *counts.entry(revision).or_default() += 1;
+            }
+        }
+        match page.metadata.continue_.filter(|token| !token.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(counts),
+        }
+    }
+}
+
+/// The resources read per list call when counting them by revision.
+const COUNT_PAGE: u32 = 500;
 
 /// `RevisionsVerified`: whether a stored revision was refused at restore.
 fn verified_condition(

@@ -8,7 +8,7 @@
 //! (which admission reads to refuse deleting a definition whose kind still
 //! has resources) follows at once.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc;
@@ -27,6 +27,9 @@ pub struct Serving {
     revisions: Mutex<BTreeMap<String, Revisions>>,
     /// Names of definitions whose kind's count changed.
     nudges: mpsc::Sender<String>,
+    /// The definitions served as another replica serves them (automatic
+    /// sharding): their kinds are not counted here.
+    followed: Mutex<BTreeSet<String>>,
 }
 
 /// A definition's revisions, its rollout, and the rule serving them.
@@ -38,6 +41,26 @@ pub struct Revisions {
     pub spec: RolloutSpec,
     /// The rule the kind's handler follows (and its counts).
     pub rollout: Arc<Rollout>,
+}
+
+/// What a kind is served from: a generation, the revisions kept with it,
+/// the rollout over them, and its step.
+pub struct Served {
+    /// The generation served (the definition's latest accepted).
+    pub generation: Generation,
+    /// The revisions kept, `generation` among them.
+    pub history: History,
+    /// The definition's `spec.rollout`.
+    pub spec: RolloutSpec,
+    /// The automatic rollout's step reached (`None`: none).
+    pub step: Option<usize>,
+}
+
+/// Whether this replica writes a definition or follows the one that does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Writer,
+    Follower,
 }
 
 /// How many nudges may wait (more are dropped: the periodic look at each
@@ -53,6 +76,7 @@ impl Serving {
             served: Mutex::default(),
             revisions: Mutex::default(),
             nudges,
+            followed: Mutex::default(),
         }
     }
 
@@ -121,10 +145,10 @@ impl Serving {
 
     /// Serves `generation` for `name`, the latest of `history`, each
     /// resource by the revision `spec` chooses (with steps, the latest to
-    /// those of the steps up to `step`), in place of what served before.
-    /// Fails (and changes nothing) when the stable revision `spec` names
-    /// is not kept, refused at restore or withdrawn, or its steps cannot
-    /// run.
+    /// those of the steps up to `step`), in place of what served before;
+    /// counts the kind's resources. Fails (and changes nothing) when the
+    /// stable revision `spec` names is not kept, refused at restore or
+    /// withdrawn, or its steps cannot run.
     pub async fn serve(
         &self,
         name: &str,
@@ -133,6 +157,38 @@ impl Serving {
         spec: RolloutSpec,
         step: Option<usize>,
     ) -> Result<(), RolloutError> {
+        let served = Served {
+            generation,
+            history,
+            spec,
+            step,
+        };
+        self.serve_as(name, served, Role::Writer).await
+    }
+
+    /// Serves `name` as the replica writing its definition does ([`Serving::serve`]),
+    /// without counting the kind's resources.
+    pub async fn follow(&self, name: &str, served: Served) -> Result<(), RolloutError> {
+        self.serve_as(name, served, Role::Follower).await
+    }
+
+    /// True when `name` is served as another replica serves it.
+    pub fn follows(&self, name: &str) -> bool {
+        crate::sync::lock(&self.followed).contains(name)
+    }
+
+    /// The names of the definitions served.
+    pub fn names(&self) -> Vec<String> {
+        crate::sync::lock(&self.served).keys().cloned().collect()
+    }
+
+    async fn serve_as(&self, name: &str, served: Served, role: Role) -> Result<(), RolloutError> {
+        let Served {
+            generation,
+            history,
+            spec,
+            step,
+        } = served;
         let nudge = self.nudge(name);
         let moved: OnMove = nudge.clone();
         let refused = history.refused_numbers();
@@ -145,8 +201,14 @@ impl Serving {
         };
         let handler = DeclaredHandler::with_rollout(rollout);
         let handler = handler.unwrap_or_else(|| DeclaredHandler::new(generation.kind.clone()));
-        self.replace(name, generation, handler, nudge).await;
+        let on_count = (role == Role::Writer).then_some(nudge);
+        self.replace(name, generation, handler, on_count).await;
         crate::sync::lock(&self.revisions).insert(name.to_string(), revisions);
+        let mut followed = crate::sync::lock(&self.followed);
+        match role {
+            Role::Writer => followed.remove(name),
+            Role::Follower => followed.insert(name.to_string()),
+        };
         Ok(())
     }
 
@@ -189,6 +251,11 @@ impl Serving {
         }
     }
 
+    /// Asks the definition's controller to look at `name` now.
+    pub fn nudge_now(&self, name: &str) {
+        let _ = self.nudges.try_send(name.to_string());
+    }
+
     /// Tells the definition's controller that `name` changed.
     fn nudge(&self, name: &str) -> Arc<dyn Fn() + Send + Sync> {
         let nudges = self.nudges.clone();
@@ -205,7 +272,7 @@ impl Serving {
         name: &str,
         generation: Generation,
         handler: DeclaredHandler,
-        on_count: OnCount,
+        on_count: Option<OnCount>,
     ) {
         let previous = crate::sync::lock(&self.served).get(name).cloned();
         if let Some(previous) = previous.filter(|p| p.kind.name() != generation.kind.name()) {
@@ -217,7 +284,7 @@ impl Serving {
             generation = generation.number,
             "serving"
         );
-        self.dynamic.serve(handler, Some(on_count)).await;
+        self.dynamic.serve(handler, on_count).await;
         crate::sync::lock(&self.served).insert(name.to_string(), generation);
     }
 
@@ -226,6 +293,7 @@ impl Serving {
     pub async fn stop(&self, name: &str) {
         let served = crate::sync::lock(&self.served).remove(name);
         crate::sync::lock(&self.revisions).remove(name);
+        crate::sync::lock(&self.followed).remove(name);
         if let Some(generation) = served {
             self.dynamic.stop(generation.kind.name()).await;
             tracing::info!(kind = generation.kind.name(), definition = name, "stopped");
@@ -236,6 +304,7 @@ impl Serving {
     pub async fn stop_all(&self) {
         let all = std::mem::take(&mut *crate::sync::lock(&self.served));
         crate::sync::lock(&self.revisions).clear();
+        crate::sync::lock(&self.followed).clear();
         for generation in all.into_values() {
             self.dynamic.stop(generation.kind.name()).await;
         }

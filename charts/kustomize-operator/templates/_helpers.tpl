@@ -65,7 +65,7 @@ they take): always, but locked down only with writeAs.kindDefinitions, as
 overlays/locked-down and its component kind-definitions/.
 */}}
 {{- define "kustomize-operator.servesKindDefinitions" -}}
-{{- if and (not .Values.autoSharding.enabled) (or (not .Values.writeAs.lockedDown) .Values.writeAs.kindDefinitions) -}}true{{- end -}}
+{{- if or (not .Values.writeAs.lockedDown) .Values.writeAs.kindDefinitions -}}true{{- end -}}
 {{- end -}}
 
 {{/*
@@ -94,9 +94,6 @@ with a message naming the value.
 {{- if and .Values.autoSharding.enabled .Values.leaderElection.enabled -}}
 {{- fail "autoSharding.enabled replaces leader election: set leaderElection.enabled=false" -}}
 {{- end -}}
-{{- if and .Values.autoSharding.enabled .Values.writeAs.kindDefinitions -}}
-{{- fail "autoSharding.enabled serves no KindDefinitions yet: writeAs.kindDefinitions cannot go with it" -}}
-{{- end -}}
 {{- if and .Values.writeAs.lockedDown (not .Values.writeAs.serviceAccountName) -}}
 {{- fail "writeAs.lockedDown needs writeAs.serviceAccountName: the account of each namespace that writes for its resources" -}}
 {{- end -}}
@@ -116,7 +113,7 @@ with a message naming the value.
 {{- fail (printf "copyratorNamespaces lists a namespace twice: %s" (join "," .Values.copyratorNamespaces)) -}}
 {{- end -}}
 {{- if and .Values.conversionWebhook.enabled (not (include "kustomize-operator.servesKindDefinitions" .)) -}}
-{{- fail "conversionWebhook.enabled serves KindDefinitions of several versions, and this release serves no KindDefinitions (writeAs.lockedDown without writeAs.kindDefinitions, or autoSharding.enabled)" -}}
+{{- fail "conversionWebhook.enabled serves KindDefinitions of several versions, and this release serves no KindDefinitions (writeAs.lockedDown without writeAs.kindDefinitions)" -}}
 {{- end -}}
 {{- $fromValues := dict "DEFAULT_SERVICE_ACCOUNT" "writeAs.serviceAccountName" "KINDS" "kinds" "WATCH_NAMESPACE" "watchNamespace" "COPYRATOR_NAMESPACES" "copyratorNamespaces" "LEADER_ELECT" "leaderElection.enabled" "NAMESPACE" "the release's namespace" "POD_NAME" "the Pod's name" "SHARD" "shard" "SERVE_KIND_DEFINITIONS" "writeAs.lockedDown and writeAs.kindDefinitions" "CLUSTER_SERVICE_ACCOUNT" "writeAs.clusterServiceAccount" "CONVERSION_WEBHOOK_ADDR" "conversionWebhook.enabled" "CONVERSION_WEBHOOK_SERVICE" "conversionWebhook.enabled" "CONVERSION_WEBHOOK_SECRET" "conversionWebhook.enabled" -}}
 {{- range .Values.extraEnv -}}

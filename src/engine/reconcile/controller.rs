@@ -28,7 +28,7 @@ pub async fn run<H: Handler>(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let namespace = engine.settings.namespace.clone();
-    let api = handler.api(engine.client.clone(), namespace.as_deref());
+    let api = handler.api(engine.reader.clone(), namespace.as_deref());
     let shard = crate::engine::model::shard::selector(engine.settings.shard.as_deref());
     let selector =
         crate::engine::model::shard::combine(handler.watch_selector(namespace.as_deref()), &shard);

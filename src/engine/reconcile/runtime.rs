@@ -79,6 +79,9 @@ pub struct Settings {
 /// Everything a reconcile needs, shared by every controller.
 pub struct Engine {
     pub(super) client: Client,
+    /// What the watches of the resources served read with (the share's
+    /// client under automatic sharding; else `client`).
+    pub(super) reader: Client,
     pub(super) kubectl: Kubectl,
     pub(super) templates: Arc<KustomizeDir>,
     pub(super) settings: Settings,
@@ -132,6 +135,7 @@ impl Engine {
                 settings.namespace.clone(),
                 discovery.clone(),
             ),
+            reader: client.clone(),
             client,
             kubectl,
             templates,
@@ -144,6 +148,15 @@ impl Engine {
             applies,
             discovery,
         }
+    }
+
+    /// The engine, its watches reading with `reader` (a client naming the
+    /// replica's share in its lists and watches): every other request
+    /// goes on using the engine's client.
+    #[must_use]
+    pub fn reading_with(mut self, reader: Client) -> Self {
+        self.reader = reader;
+        self
     }
 
     /// The API client.
