@@ -1276,32 +1276,6 @@ struct Stalling {
     stalled: std::sync::atomic::AtomicUsize,
 }
 
-/// A TLS connection to the webhook on `port`, trusting `ca` (PEM) and
-/// presenting no certificate.
-async fn webhook_connection(
-    port: u16,
-    ca: &str,
-) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
-    use rustls::pki_types::pem::PemObject;
-    let mut roots = rustls::RootCertStore::empty();
-    for ca in rustls::pki_types::CertificateDer::pem_slice_iter(ca.as_bytes()) {
-        roots
-            .add(ca.map_err(std::io::Error::other)?)
-            .map_err(std::io::Error::other)?;
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(std::io::Error::other)?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-    let name =
-        rustls::pki_types::ServerName::try_from("127.0.0.1").map_err(std::io::Error::other)?;
-    connector.connect(name, tcp).await
-}
-
 /// One client, again and again until aborted: a review announcing
 /// `announced` bytes, sent but for its last byte, held until the webhook
 /// drops it (or refused at once), then a pause.
@@ -1310,7 +1284,7 @@ async fn stall_a_review(port: u16, ca: String, announced: usize, seen: Arc<Stall
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let chunk = vec![b' '; 1 << 20];
     loop {
-        if let Ok(mut tls) = webhook_connection(port, &ca).await {
+        if let Ok(mut tls) = common::webhook::connect(port, &ca).await {
             let head = format!(
                 "POST /convert HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: {announced}\r\n\r\n"
             );
@@ -1365,16 +1339,7 @@ async fn stalled_reviews_of_64_mib_keep_the_webhooks_memory_bounded_and_lists_go
     assert_eq!(at_v1(), "hello v2");
     let (idle, _) = memory(operator.pid());
 
-    let (_, bundle, _) = common::kubectl(&[
-        "get",
-        "crd",
-        &kind.crd(),
-        "-o",
-        "jsonpath={.spec.conversion.webhook.clientConfig.caBundle}",
-    ]);
-    let ca =
-        base64::Engine::decode(&base64::engine::general_purpose::STANDARD, bundle.trim()).unwrap();
-    let ca = String::from_utf8(ca).unwrap();
+    let ca = common::webhook::ca_of(&kind.crd());
     // Twelve announcing 64 MiB, more than any review read, and twelve the
     // largest review read (8 MiB, docs/security.md), each stalling one
     // byte short, again and again.

@@ -68,7 +68,13 @@ impl Replica {
             retry,
         ];
         flags.extend_from_slice(extra);
-        let process = OperatorProcess::spawn(ns, &[("POD_NAME", name)], &flags);
+        // A sharing replica's namespace, as the chart gives it: its
+        // revisions and the webhook's certificate are kept there.
+        let mut env = vec![("POD_NAME", name)];
+        if mode == "--auto-shard" {
+            env.push(("NAMESPACE", ns));
+        }
+        let process = OperatorProcess::spawn(ns, &env, &flags);
         Self {
             process,
             name,
@@ -890,4 +896,64 @@ async fn sharing_replicas_all_stop_serving_a_kind_whose_deleted_definition_orpha
         "no finalizer is left that nobody removes: {listed}"
     );
     assert_eq!(config_map_field(&ns.name, "kept-0", "message"), "kept");
+}
+
+#[tokio::test]
+async fn every_sharing_replica_answers_the_conversion_webhook_of_a_definitions_kind() {
+    let client = common::cluster().await;
+    let ns = common::TestNamespace::new(&client, "sharing-webhook").await;
+    let _cleanup = common::StripFinalizersOnDrop(ns.name.clone());
+    let kind = GreetingKind::new(&ns);
+    let names = ["convert-a", "convert-b"];
+    let mut ports = Vec::new();
+    let replicas = names.map(|name| {
+        let flags = kind.webhook_flags(&[]);
+        let at = flags.iter().position(|f| f == "--conversion-webhook-addr");
+        let addr = &flags[at.unwrap() + 1];
+        ports.push(addr.rsplit(':').next().unwrap().parse::<u16>().unwrap());
+        // Replica::spawn_with gives `--kinds sample` itself.
+        let flags: Vec<&str> = flags.iter().skip(2).map(String::as_str).collect();
+        Replica::sharing_with(name, &ns.name, &flags)
+    });
+    wait_table(&client, &ns.name, &names).await;
+    kind.apply();
+    kind.wait_condition("Serving", "True", "Running").await;
+    kind.to_v2();
+    kind.apply();
+    kind.wait_message("Serving", "True", "Running", "generation 2")
+        .await;
+    // Through the API server: stored at v2, read at v1.
+    kind.write_at(
+        &ns.name,
+        "v2",
+        "stored",
+        serde_json::json!({"text": "hello v2"}),
+    );
+    let at_v1 = kind.greeting_at(&ns.name, "v1", "stored");
+    assert_eq!(at_v1["spec"]["message"], "hello v2");
+
+    // Each replica answers a review itself, the one that does not write
+    // the definition too: it converts as the CRD it follows declares.
+    let ca = common::webhook::ca_of(&kind.crd());
+    let stored = kind.greeting_at(&ns.name, "v2", "stored");
+    for (port, name) in ports.iter().zip(names) {
+        let review = serde_json::json!({
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "ConversionReview",
+            "request": {
+                "uid": name,
+                "desiredAPIVersion": format!("{}/v1", kind.group),
+                "objects": [stored],
+            },
+        });
+        let answer = common::webhook::review(*port, &ca, &review).await;
+        let response = &answer["response"];
+        assert_eq!(response["uid"], name);
+        assert_eq!(response["result"]["status"], "Success", "{name}: {answer}");
+        assert_eq!(
+            response["convertedObjects"][0]["spec"]["message"], "hello v2",
+            "{name}: {answer}"
+        );
+    }
+    drop(replicas);
 }

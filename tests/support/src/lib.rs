@@ -20,6 +20,7 @@ use tokio::sync::OnceCell;
 
 pub mod sample;
 mod tokens;
+pub mod webhook;
 pub use tokens::TokenKubeconfig;
 
 /// The test's declared kinds (`tests/fixtures/kinds`).
