@@ -560,6 +560,21 @@ async fn ready_handler(State(m): State<Arc<Metrics>>) -> impl IntoResponse {
     }
 }
 
+impl crate::engine::host::ReconcileMetrics for Metrics {
+    fn started(&self, kind: &str) -> Box<dyn Send> {
+        self.reconcile(kind);
+        Box::new(self.reconcile_in_flight(kind))
+    }
+
+    fn failed(&self, kind: &str) {
+        self.reconcile_error(kind);
+    }
+
+    fn skipped(&self, kind: &str) {
+        Metrics::skipped(self, kind);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

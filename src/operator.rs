@@ -107,6 +107,7 @@ pub enum StartError {
 /// A running operator.
 pub struct Operator {
     engine: Arc<Engine>,
+    metrics: Arc<Metrics>,
     shutdown: CancellationToken,
     lost: CancellationToken,
     tasks: JoinSet<()>,
@@ -208,6 +209,7 @@ impl Operator {
         let definitions = definitions_config(
             args,
             &client,
+            &metrics,
             registry.all(),
             webhook.as_ref().map(|w| w.webhook.clone()),
         )
@@ -239,11 +241,13 @@ impl Operator {
         let controllers = Controllers {
             kinds,
             engine: engine.clone(),
+            metrics: metrics.clone(),
             options: args.common.kind_options(args.namespace.as_deref()),
             definitions,
         };
         let mut operator = Self {
             engine,
+            metrics: metrics.clone(),
             shutdown: CancellationToken::new(),
             lost: CancellationToken::new(),
             tasks: JoinSet::new(),
@@ -278,7 +282,7 @@ impl Operator {
     fn spawn_controllers(&mut self, controllers: Controllers, leader: Option<LeaderConfig>) {
         match leader {
             None => {
-                self.engine.metrics().set_leading(true);
+                self.metrics.set_leading(true);
                 let mut running = controllers.start(&self.shutdown);
                 let lost = self.lost.clone();
                 self.tasks.spawn(async move {
@@ -378,7 +382,7 @@ impl Operator {
     /// (without jemalloc) the memory trimmer.
     fn spawn_services(&mut self, args: &RunArgs) {
         if let Some(addr) = args.metrics_addr.0 {
-            let metrics = self.engine.metrics().clone();
+            let metrics = self.metrics.clone();
             let token = self.shutdown.clone();
             self.tasks.spawn(async move {
                 tokio::select! {
@@ -419,7 +423,7 @@ impl Operator {
 
     /// The operator's metrics.
     pub fn metrics(&self) -> &Metrics {
-        self.engine.metrics()
+        &self.metrics
     }
 
     /// Resolves when this replica lost the leader Lease (its controllers are
@@ -430,7 +434,7 @@ impl Operator {
 
     /// Asks every controller to stop after its running reconciles finish.
     pub fn shutdown(&self) {
-        self.engine.metrics().set_ready(false);
+        self.metrics.set_ready(false);
         self.shutdown.cancel();
     }
 
@@ -474,6 +478,7 @@ impl Operator {
 struct Controllers {
     kinds: Vec<Kind>,
     engine: Arc<Engine>,
+    metrics: Arc<Metrics>,
     options: KindOptions,
     definitions: Option<crate::definitions::Config>,
 }
@@ -501,14 +506,13 @@ impl Controllers {
                     token,
                 ));
             }
-            let engine = self.engine.clone();
+            let metrics = self.metrics.clone();
             let token = token.clone();
             set.spawn(async move {
                 for kind in declared {
                     tracing::info!(kind = kind.name(), "serving");
                     dynamic.serve(DeclaredHandler::new(kind), None).await;
                 }
-                let metrics = engine.metrics().clone();
                 dynamic.run(token.clone().cancelled_owned()).await;
                 if !token.is_cancelled() {
                     tracing::error!("the controller of the declared kinds stopped unexpectedly");
@@ -521,9 +525,9 @@ impl Controllers {
             let engine = self.engine.clone();
             let token = token.clone();
             let options = self.options.clone();
+            let metrics = self.metrics.clone();
             set.spawn(async move {
                 tracing::info!(kind = %kind, "controller started");
-                let metrics = engine.metrics().clone();
                 kind.run(engine, &options, token.clone().cancelled_owned())
                     .await;
                 if token.is_cancelled() {
@@ -548,7 +552,7 @@ async fn lead(
     shutdown: CancellationToken,
     lost: CancellationToken,
 ) {
-    let metrics = controllers.engine.metrics().clone();
+    let metrics = controllers.metrics.clone();
     tokio::select! {
         () = elector.acquire() => {}
         () = shutdown.cancelled() => return,
@@ -743,6 +747,7 @@ struct WebhookStart {
 async fn definitions_config(
     args: &RunArgs,
     client: &kube::Client,
+    metrics: &Arc<Metrics>,
     static_kinds: &[Kind],
     webhook: Option<Arc<Webhook>>,
 ) -> Option<crate::definitions::Config> {
@@ -751,6 +756,7 @@ async fn definitions_config(
     }
     match crate::definitions::installed(client).await {
         Ok(Served::Yes) => Some(crate::definitions::Config {
+            metrics: metrics.clone(),
             selector: args.kind_definition_selector.clone(),
             static_kinds: static_kinds.to_vec(),
             default_service_account: args.default_service_account.clone(),

@@ -71,6 +71,8 @@ pub(super) struct DefinitionContext {
     pub rejected: Mutex<HashMap<String, (Checked, Rejection)>>,
     /// The last plan of each definition's change of its files.
     pub plans: super::planned::Plans,
+    /// The operator's metrics.
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// What a check looked at: the generation, and whether breaking changes

@@ -82,6 +82,8 @@ pub struct Config {
     /// The operator's namespace, where the definitions' revisions are kept
     /// (`None`: in memory only).
     pub namespace: Option<String>,
+    /// The operator's metrics (the rollouts').
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// Whether the `KindDefinition` CRD is installed and the operator may list
@@ -127,6 +129,7 @@ pub(crate) async fn serve(
             .map(|ns| revisions::Store::new(engine_client.clone(), ns)),
         rejected: std::sync::Mutex::default(),
         plans: planned::Plans::default(),
+        metrics: config.metrics,
     });
     controller::run(ctx, config.selector, nudged, shutdown).await;
 }

@@ -28,7 +28,9 @@ pub(crate) use super::reconcile::dynamic::{Dynamic, OnCount};
 pub(crate) use super::reconcile::events::{Events, Publish};
 pub(crate) use super::reconcile::finalizing::{guarded, release};
 pub(crate) use super::reconcile::preview::{Fate, preview};
-pub(crate) use super::reconcile::runtime::{Engine, FIELD_MANAGER, FORGET_EVERY, Settings};
+pub(crate) use super::reconcile::runtime::{
+    Engine, FIELD_MANAGER, FORGET_EVERY, ReconcileMetrics, Settings,
+};
 pub(crate) use super::reconcile::status_writer::apply_status;
 pub(crate) use super::run::batch::{BatchSettings, Queue};
 pub(crate) use super::run::build::{

@@ -222,7 +222,7 @@ fn forget(ctx: &DefinitionContext, name: &str, status: &mut Status) {
     status
         .conditions
         .retain(|c| c.type_ != ConditionType::RolledOut);
-    ctx.engine.metrics().rollout_gone(name);
+    ctx.metrics.rollout_gone(name);
 }
 
 /// Writes `write` on the definition `def` (a merge patch, on the

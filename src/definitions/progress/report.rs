@@ -64,7 +64,7 @@ pub async fn tell(
             ),
         ),
         Action::RollBack(failure) => {
-            ctx.engine.metrics().rolled_back(&def.name_any());
+            ctx.metrics.rolled_back(&def.name_any());
             (
                 EventType::Warning,
                 "RolledBack",
@@ -159,7 +159,7 @@ pub fn show(
     status.set(ConditionType::RolledOut, ok, reason, &message, generation);
     let under_way = matches!(phase, RolloutPhase::Progressing | RolloutPhase::Paused);
     let at = if under_way { step } else { 0 };
-    let metrics = ctx.engine.metrics();
+    let metrics = &ctx.metrics;
     metrics.rollout_at(
         name,
         u32::try_from(at).unwrap_or(u32::MAX),

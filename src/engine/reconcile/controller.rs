@@ -216,8 +216,7 @@ async fn reconcile_in_span<H: Handler>(
         return Ok(Action::await_change());
     };
     let kind = ctx.handler.info().name.as_str();
-    engine.metrics.reconcile(kind);
-    let _in_flight = engine.metrics.reconcile_in_flight(kind);
+    let _in_flight = engine.metrics.started(kind);
     let api = ctx
         .handler
         .api(engine.client.clone(), obj.namespace().as_deref());
@@ -276,7 +275,7 @@ pub(super) fn error_policy<H: Handler>(
     let _inside = traced::reconcile_span(&kind, obj.meta()).entered();
     let engine = &ctx.engine;
     let kind = ctx.handler.info().name.as_str();
-    engine.metrics.reconcile_error(kind);
+    engine.metrics.failed(kind);
     let permanent = match error {
         kube::runtime::finalizer::Error::ApplyFailed(e)
         | kube::runtime::finalizer::Error::CleanupFailed(e) => {

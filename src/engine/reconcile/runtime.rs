@@ -23,7 +23,6 @@ use crate::engine::model::templates::KustomizeDir;
 use crate::engine::run::batch::{BatchSettings, Queue};
 use crate::engine::run::build::{self, BuildJob, Built};
 use crate::engine::run::kubectl_apply::{self, Applied, ApplyJob};
-use crate::metrics::Metrics;
 
 /// The field manager of the engine's server-side applies (objects and status).
 pub const FIELD_MANAGER: &str = "kustomize-operator";
@@ -76,6 +75,33 @@ pub struct Settings {
     pub operator_namespace: Option<String>,
 }
 
+/// What the engine tells of its reconciles: the host's metrics implement
+/// it and are passed in ([`Engine::new`]); the engine names no metrics of
+/// its own.
+pub trait ReconcileMetrics: Send + Sync {
+    /// A reconcile of `kind` starts; it counts as running until what is
+    /// returned drops.
+    fn started(&self, kind: &str) -> Box<dyn Send>;
+    /// A reconcile of `kind` failed.
+    fn failed(&self, kind: &str);
+    /// A reconcile of `kind` found nothing to do.
+    fn skipped(&self, kind: &str);
+}
+
+/// Tells nothing (the mocked API's scenarios).
+#[cfg(test)]
+#[derive(Debug, Default)]
+pub struct NoMetrics;
+
+#[cfg(test)]
+impl ReconcileMetrics for NoMetrics {
+    fn started(&self, _: &str) -> Box<dyn Send> {
+        Box::new(())
+    }
+    fn failed(&self, _: &str) {}
+    fn skipped(&self, _: &str) {}
+}
+
 /// Everything a reconcile needs, shared by every controller.
 pub struct Engine {
     pub(super) client: Client,
@@ -85,7 +111,7 @@ pub struct Engine {
     pub(super) kubectl: Kubectl,
     pub(super) templates: Arc<KustomizeDir>,
     pub(super) settings: Settings,
-    pub(super) metrics: Arc<Metrics>,
+    pub(super) metrics: Arc<dyn ReconcileMetrics>,
     pub(super) events: Events,
     pub(super) failures: Mutex<Expiring<String, u32>>,
     pub(super) memo: StatusMemo,
@@ -111,7 +137,7 @@ impl Engine {
         kubectl: Kubectl,
         templates: Arc<KustomizeDir>,
         settings: Settings,
-        metrics: Arc<Metrics>,
+        metrics: Arc<dyn ReconcileMetrics>,
     ) -> Self {
         let batch = BatchSettings {
             max: settings.batch.max.max(1),
@@ -167,11 +193,6 @@ impl Engine {
     /// The kubectl runner.
     pub fn kubectl(&self) -> &Kubectl {
         &self.kubectl
-    }
-
-    /// The metrics.
-    pub fn metrics(&self) -> &Arc<Metrics> {
-        &self.metrics
     }
 
     /// The queue building overlays with `kubectl kustomize`.

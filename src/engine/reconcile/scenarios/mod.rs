@@ -153,7 +153,7 @@ impl World {
             kubectl,
             Arc::new(templates),
             settings(dir.path()),
-            Arc::default(),
+            Arc::new(crate::engine::reconcile::runtime::NoMetrics),
         );
         let ctx = Arc::new(Context {
             engine: Arc::new(engine),
