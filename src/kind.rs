@@ -40,7 +40,7 @@ pub use crate::text::{IN_EVENT, first_names};
 // whose objects are current as soon as they exist.
 pub(crate) use crate::engine::model::dynamic_kind::dynamic_kind;
 pub(crate) use crate::engine::model::inventory::always_current_kind;
-pub(crate) use crate::engine::model::status::COMMON_KEYS as COMMON_STATUS_KEYS;
+pub(crate) use crate::engine::model::status::ENGINE_STATUS_FIELDS;
 
 #[cfg(test)]
 pub(crate) use crate::engine::model::status::ConditionUpdate;

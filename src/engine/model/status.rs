@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 use super::inventory::Inventory;
 use crate::engine::kubectl::CommandRecord;
 
-/// The engine's keys in a status; every other key is the kind's.
-pub(crate) const COMMON_KEYS: [&str; 7] = [
+/// The status fields the engine writes; every other field is the kind's.
+pub(crate) const ENGINE_STATUS_FIELDS: [&str; 7] = [
     "observedGeneration",
     "conditions",
     "message",

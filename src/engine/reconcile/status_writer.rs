@@ -19,8 +19,8 @@ use serde_json::{Value, json};
 
 use super::parked::Parked;
 use crate::engine::contract::Handler;
-use crate::engine::model::status::COMMON_KEYS;
 use crate::engine::model::status::CommonStatus;
+use crate::engine::model::status::ENGINE_STATUS_FIELDS;
 use crate::engine::reconcile::runtime::{Engine, FIELD_MANAGER};
 
 /// A resource as the engine reconciles it: with the freshest status known.
@@ -91,7 +91,7 @@ pub(crate) fn compose(previous: &Value, common: &CommonStatus, kind: Option<Valu
                 status.extend(
                     previous
                         .iter()
-                        .filter(|(k, _)| !COMMON_KEYS.contains(&k.as_str()))
+                        .filter(|(k, _)| !ENGINE_STATUS_FIELDS.contains(&k.as_str()))
                         .map(|(k, v)| (k.clone(), v.clone())),
                 );
             }
@@ -110,7 +110,7 @@ pub(crate) fn kind_fields(status: &Value) -> serde_json::Map<String, Value> {
         .map(|fields| {
             fields
                 .iter()
-                .filter(|(k, _)| !COMMON_KEYS.contains(&k.as_str()))
+                .filter(|(k, _)| !ENGINE_STATUS_FIELDS.contains(&k.as_str()))
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect()
         })

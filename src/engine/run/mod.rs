@@ -1,6 +1,6 @@
 //! Building and applying: overlays built with `kubectl kustomize`
 //! ([`build`]), objects applied with `kubectl apply --server-side`
-//! ([`applier`]), both coalesced into batched kubectl runs ([`batch`]), and
+//! ([`kubectl_apply`]), both coalesced into batched kubectl runs ([`batch`]), and
 //! the overlays kept for `--keep-overlays` ([`kept`]). Uses the model and
 //! the kubectl runner, nothing of the reconcile.
 

@@ -11,7 +11,7 @@ use super::KindFileError;
 use super::file::{self, KindFile};
 use super::versions::round_trip;
 
-use crate::kind::COMMON_STATUS_KEYS as ENGINE_STATUS_FIELDS;
+use crate::kind::ENGINE_STATUS_FIELDS;
 use crate::kind::always_current_kind;
 
 type Result<T> = std::result::Result<T, KindFileError>;
