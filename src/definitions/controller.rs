@@ -292,7 +292,7 @@ async fn not_served(
     let told = status
         .condition(ConditionType::Accepted)
         .is_some_and(|c| c.message == message && c.observed_generation == number);
-    let reason = refused.error.reason();
+    let reason = Reason::of_rollout(&refused.error);
     status.set(ConditionType::Accepted, false, reason, &message, number);
     if !told {
         event(ctx, def, EventType::Warning, "Rejected", &message).await;

@@ -6,6 +6,7 @@
 //! and without touching any other kind.
 //!
 //! - [`resource`]: the definition's CRD, names and status;
+//! - `conditions`: its condition types and reasons, its own vocabulary;
 //! - [`generation`]: one generation unpacked and checked (files,
 //!   templates, kind file, base, clashes, breaking schema changes);
 //! - [`crds`]: the declared CRD, applied with the definition's marker;
@@ -27,6 +28,7 @@
 //! - [`signing`]: the key that signs the revisions kept in the cluster;
 //! - `writes`: its status, finalizer and events.
 
+mod conditions;
 mod context;
 mod controller;
 pub mod crds;

@@ -16,8 +16,8 @@ use kube::{CustomResource, CustomResourceExt};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub use super::conditions::{Condition, ConditionType, Reason};
 use crate::engine::host::{ConditionStatus, ConditionUpdate, set_condition};
-pub use crate::kind::{Condition, ConditionType, Reason};
 use crate::kinds::declared::file::KindSpec;
 use crate::kinds::declared::rollout::{KEPT_MAX, RolloutSpec};
 

@@ -18,7 +18,7 @@ pub(crate) use super::model::overlay::{OverlayError, RenderedOverlay, private_di
 pub(crate) use super::model::shard;
 pub(crate) use super::model::share;
 pub(crate) use super::model::status::{
-    ConditionStatus, ConditionUpdate, OUTPUT_LIMIT, set_condition,
+    Condition, ConditionKind, ConditionStatus, ConditionUpdate, OUTPUT_LIMIT, set_condition,
 };
 pub(crate) use super::model::templates::{
     CompiledTemplates, Isolation, TemplateError, TemplateFlavor, TemplateSources, compile_templates,

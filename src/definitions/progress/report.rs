@@ -178,7 +178,7 @@ fn condition(view: &View) -> (RolloutPhase, bool, Reason, String) {
             let why = view.gone.map_or_else(String::new, ToString::to_string);
             let reason = view
                 .gone
-                .map_or(Reason::RevisionNotKept, RolloutError::reason);
+                .map_or(Reason::RevisionNotKept, Reason::of_rollout);
             (
                 RolloutPhase::Refused,
                 false,

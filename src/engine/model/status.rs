@@ -25,16 +25,12 @@ pub(crate) const ENGINE_STATUS_FIELDS: [&str; 7] = [
 
 /// Longest condition message of a resource kept, in bytes.
 pub const MESSAGE_LIMIT: usize = 1024;
-/// Longest condition message of a definition kept, in bytes.
-pub const DEFINITION_MESSAGE_LIMIT: usize = 4096;
 /// Longest printer-column `message` kept, in bytes: one short line.
 pub const SHORT_MESSAGE_LIMIT: usize = 160;
 /// Longest stdout or stderr kept in `lastCommand`, in bytes.
 pub const OUTPUT_LIMIT: usize = 2048;
 
-/// The conditions the engine maintains: a resource's (`Ready`,
-/// `Reconciling`, `Stalled`) and a definition's (`Accepted`,
-/// `CRDEstablished`, `RightsGranted`, `Serving`).
+/// The conditions the engine maintains on a resource.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum ConditionType {
     /// The last reconcile succeeded and what it applied is in place.
@@ -43,50 +39,22 @@ pub enum ConditionType {
     Reconciling,
     /// What the resource applied will not become healthy by itself.
     Stalled,
-    /// A definition's current generation is valid and may replace the one
-    /// served.
-    Accepted,
-    /// The CRD a definition declares is applied and established.
-    #[serde(rename = "CRDEstablished")]
-    CrdEstablished,
-    /// The identity writing a defined kind's objects may do everything
-    /// its overlays need.
-    RightsGranted,
-    /// A defined kind is served.
-    Serving,
-    /// Every resource of a defined kind is stored at its storage version,
-    /// and the CRD lists no other as stored.
-    StorageMigrated,
-    /// Every revision a definition keeps in the cluster, restored at start,
-    /// is one the operator recorded (its digest and signature).
-    RevisionsVerified,
-    /// A definition's automatic rollout (`spec.rollout.steps`) brought its
-    /// latest revision to every resource, and made it stable.
-    RolledOut,
-    /// A definition's latest change of its files was planned against every
-    /// resource of its kind, and nothing would fail.
-    Planned,
     /// A condition this version does not maintain (written by another version).
     #[serde(other)]
     Other,
 }
 
-impl ConditionType {
-    /// The longest message kept, in bytes: a resource's conditions stay
-    /// short (thousands of resources), a definition's may list what is
-    /// wrong in full.
-    pub fn message_limit(self) -> usize {
-        match self {
-            Self::Accepted
-            | Self::CrdEstablished
-            | Self::RightsGranted
-            | Self::Serving
-            | Self::StorageMigrated
-            | Self::RevisionsVerified
-            | Self::RolledOut
-            | Self::Planned => DEFINITION_MESSAGE_LIMIT,
-            Self::Ready | Self::Reconciling | Self::Stalled | Self::Other => MESSAGE_LIMIT,
-        }
+/// A vocabulary of condition types: the engine's ([`ConditionType`]), or
+/// a host's own (a definition's).
+pub trait ConditionKind: Copy + PartialEq {
+    /// The longest message kept, in bytes.
+    fn message_limit(self) -> usize;
+}
+
+impl ConditionKind for ConditionType {
+    /// A resource's conditions stay short: thousands of resources.
+    fn message_limit(self) -> usize {
+        MESSAGE_LIMIT
     }
 }
 
@@ -153,81 +121,10 @@ pub enum Reason {
     /// namespace the operator never acts in, or a cluster-scoped resource
     /// in an install writing as tenants with no account named for it).
     Forbidden,
-    /// A definition's generation passed every check.
-    Valid,
-    /// A definition's file or field is wrong (the message names it).
-    Invalid,
-    /// A defined kind's name, CRD or API belongs to another kind.
-    Clash,
-    /// A definition changed its schema or identity in a way stored resources break on.
-    BreakingChange,
-    /// A kind's base does not build.
-    BaseFailed,
-    /// A definition's rollout names a revision it does not keep.
-    RevisionNotKept,
-    /// A definition's rollout names a revision the operator refused when
-    /// it restored it (its content is not what the operator kept).
-    RevisionRefused,
-    /// A definition's rollout makes a withdrawn revision stable.
-    RevisionWithdrawn,
-    /// Every revision a definition keeps is one the operator recorded.
-    Verified,
-    /// A definition's CRD is established.
-    Established,
-    /// A definition's CRD is applied but not (yet) established.
-    NotEstablished,
-    /// A CRD of a definition's name exists without its marker.
-    CrdNotOwned,
-    /// Applying a definition's CRD failed.
-    CrdApplyFailed,
-    /// Every right a defined kind needs is granted.
-    Granted,
-    /// Some rights a defined kind needs are missing (the message lists them).
-    MissingRights,
-    /// The access reviews could not be made.
-    ReviewFailed,
-    /// A defined kind is served.
-    Running,
-    /// No generation of a definition was accepted since the operator started.
-    NoValidGeneration,
-    /// A definition is being deleted and resources of its kind remain.
-    WaitingForResources,
-    /// Resources of a defined kind are being written again at its new
-    /// storage version.
-    Migrating,
-    /// Every resource of a defined kind is stored at its storage version.
-    Migrated,
-    /// Writing a defined kind's resources again failed (retried).
-    MigrationFailed,
     /// What a kind reads from a resource's objects (a declared kind's CEL)
     /// is over the budget of one evaluation or one look, or ran past its
     /// deadline: the resource is `Stalled` until its input changes.
     OverBudget,
-    /// A definition's latest revision is stable: its rollout is complete.
-    Complete,
-    /// A definition's automatic rollout is held at its step.
-    Paused,
-    /// A definition's rollout was rolled back: a resource of a step was
-    /// `Stalled` on the latest revision.
-    GateStalled,
-    /// A definition's rollout was rolled back: a step's resources were not
-    /// all `Ready` on the latest revision within the gate's window.
-    GateTimedOut,
-    /// A definition's rollout was rolled back: a step's gate expression was
-    /// not true within its window.
-    GateConditionFailed,
-    /// A definition's `spec.rollout.stable` was set by hand during or after
-    /// its automatic rollout, which ended there.
-    StableSetByHand,
-    /// A definition's change, planned against every resource of its kind,
-    /// fails for none.
-    PlanPassed,
-    /// A definition's change, planned against every resource of its kind,
-    /// would fail for some (named).
-    PlanFailed,
-    /// A definition's change could not be planned (the cluster could not
-    /// be read, or the plan ran past its deadline).
-    PlanNotMade,
     /// A reason this version does not know (written by another version).
     #[serde(other)]
     Unknown,
@@ -255,38 +152,7 @@ impl Reason {
             Self::NamespaceNotServed => "NamespaceNotServed",
             Self::ReferenceNotFound => "ReferenceNotFound",
             Self::Forbidden => "Forbidden",
-            Self::Valid => "Valid",
-            Self::Invalid => "Invalid",
-            Self::Clash => "Clash",
-            Self::BreakingChange => "BreakingChange",
-            Self::BaseFailed => "BaseFailed",
-            Self::RevisionNotKept => "RevisionNotKept",
-            Self::RevisionRefused => "RevisionRefused",
-            Self::RevisionWithdrawn => "RevisionWithdrawn",
-            Self::Verified => "Verified",
-            Self::Established => "Established",
-            Self::NotEstablished => "NotEstablished",
-            Self::CrdNotOwned => "CrdNotOwned",
-            Self::CrdApplyFailed => "CrdApplyFailed",
-            Self::Granted => "Granted",
-            Self::MissingRights => "MissingRights",
-            Self::ReviewFailed => "ReviewFailed",
-            Self::Running => "Running",
-            Self::NoValidGeneration => "NoValidGeneration",
-            Self::WaitingForResources => "WaitingForResources",
-            Self::Migrating => "Migrating",
-            Self::Migrated => "Migrated",
-            Self::MigrationFailed => "MigrationFailed",
             Self::OverBudget => "OverBudget",
-            Self::Complete => "Complete",
-            Self::Paused => "Paused",
-            Self::GateStalled => "GateStalled",
-            Self::GateTimedOut => "GateTimedOut",
-            Self::GateConditionFailed => "GateConditionFailed",
-            Self::StableSetByHand => "StableSetByHand",
-            Self::PlanPassed => "PlanPassed",
-            Self::PlanFailed => "PlanFailed",
-            Self::PlanNotMade => "PlanNotMade",
             Self::Unknown => "Unknown",
         }
     }
@@ -310,21 +176,24 @@ impl std::fmt::Display for Reason {
     }
 }
 
+// Of the engine's vocabulary by default (a resource's types and reasons),
+// or of a host's own (a definition's): `T` and `R`.
 /// A standard Kubernetes-style condition.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct Condition {
+#[schemars(bound = "")]
+pub struct Condition<T = ConditionType, R = Reason> {
     /// `Ready`, `Reconciling`, `Stalled` (a resource); `Accepted`,
     /// `CRDEstablished`, `RightsGranted`, `Serving` (a definition).
     #[serde(rename = "type")]
     #[schemars(with = "String")]
-    pub type_: ConditionType,
+    pub type_: T,
     /// `True`, `False` or `Unknown`.
     #[schemars(with = "String")]
     pub status: ConditionStatus,
     /// A CamelCase reason, e.g. `Applied`, `ApplyFailed`, `InvalidSpec`.
     #[schemars(with = "String")]
-    pub reason: Reason,
+    pub reason: R,
     /// Human-readable detail.
     #[serde(default)]
     pub message: String,
@@ -398,13 +267,13 @@ impl CommonStatus {
 
 /// One condition to set.
 #[derive(Debug, Clone, Copy)]
-pub struct ConditionUpdate<'a> {
+pub struct ConditionUpdate<'a, T = ConditionType, R = Reason> {
     /// Which.
-    pub type_: ConditionType,
+    pub type_: T,
     /// `True`, `False`, `Unknown`.
     pub status: ConditionStatus,
     /// Why.
-    pub reason: Reason,
+    pub reason: R,
     /// Detail (trimmed to [`MESSAGE_LIMIT`]).
     pub message: &'a str,
     /// The generation it describes.
@@ -414,9 +283,9 @@ pub struct ConditionUpdate<'a> {
 /// Sets the condition `update` names in `conditions`, keeping its
 /// transition time when its status is unchanged: the one way every
 /// condition of every status (a resource's, a definition's) is set.
-pub fn set_condition(
-    conditions: &mut Vec<Condition>,
-    update: ConditionUpdate<'_>,
+pub fn set_condition<T: ConditionKind, R>(
+    conditions: &mut Vec<Condition<T, R>>,
+    update: ConditionUpdate<'_, T, R>,
     now: jiff::Timestamp,
 ) {
     let message = truncate(update.message, update.type_.message_limit());

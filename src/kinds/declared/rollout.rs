@@ -31,7 +31,6 @@ use serde::{Deserialize, Serialize};
 
 use super::DeclaredKind;
 use super::references::Key;
-use crate::kind::Reason;
 
 pub mod gate;
 pub mod machine;
@@ -218,20 +217,6 @@ pub enum RolloutError {
         "spec.rollout.steps: the kind's status declares its own field {REVISION_FIELD:?}, where a resource served from revisions shows its revision and the steps' gates read it; rename that field to roll out in steps"
     )]
     RevisionFieldTaken,
-}
-
-impl RolloutError {
-    /// The reason of the definition's `Accepted=False` when its rollout
-    /// names such a revision.
-    pub fn reason(&self) -> Reason {
-        match self {
-            Self::NotKept { .. } => Reason::RevisionNotKept,
-            Self::Refused { .. } => Reason::RevisionRefused,
-            Self::Withdrawn { .. } => Reason::RevisionWithdrawn,
-            Self::NotPinnable { .. } => Reason::InvalidSpec,
-            Self::Steps(_) | Self::RevisionFieldTaken => Reason::Invalid,
-        }
-    }
 }
 
 /// `1, 2, 3` (`none` for no revision).
@@ -638,7 +623,10 @@ mod tests {
             ),
             "{message}"
         );
-        assert_eq!(refused.reason(), Reason::InvalidSpec);
+        assert!(
+            matches!(refused, RolloutError::NotPinnable { .. }),
+            "{refused:?}"
+        );
         // Named pinnable: allowed; a number not kept stays refused.
         let spec = RolloutSpec {
             pinnable: Some(vec![1, 9]),
@@ -684,7 +672,7 @@ mod tests {
             err.to_string(),
             "spec.rollout.stable 1 is withdrawn (spec.rollout.withdrawn); the stable revision must be kept and not withdrawn: 2"
         );
-        assert_eq!(err.reason(), Reason::RevisionWithdrawn);
+        assert!(matches!(err, RolloutError::Withdrawn { .. }), "{err:?}");
         let spec = RolloutSpec {
             withdrawn: Some(vec![2]),
             ..RolloutSpec::default()
@@ -714,7 +702,7 @@ mod tests {
             err.to_string(),
             "spec.rollout.stable 9 is not a kept revision (kept: 4, 5)"
         );
-        assert_eq!(err.reason(), Reason::RevisionNotKept);
+        assert!(matches!(err, RolloutError::NotKept { .. }), "{err:?}");
         let rollout = rule(&[4, 5], &RolloutSpec::default()).unwrap();
         let err = chosen(&rollout, &[(PIN_LABEL, "two")]).unwrap_err();
         assert!(err.to_string().contains(r#"revision="two""#), "{err}");
@@ -732,7 +720,7 @@ mod tests {
             ..RolloutSpec::default()
         };
         let err = Rollout::new(kinds(&[1, 2]), &stable_7, &refused, None).unwrap_err();
-        assert_eq!(err.reason(), Reason::RevisionRefused);
+        assert!(matches!(err, RolloutError::Refused { .. }), "{err:?}");
         let message = err.to_string();
         assert!(
             message
@@ -809,7 +797,13 @@ mod tests {
             ..spec.clone()
         };
         let err = rollout_err(&[1, 2], &bad);
-        assert_eq!(err.reason(), Reason::Invalid);
+        assert!(
+            matches!(
+                err,
+                RolloutError::Steps(_) | RolloutError::RevisionFieldTaken
+            ),
+            "{err:?}"
+        );
         assert!(
             err.to_string().starts_with("spec.rollout.steps[0]: "),
             "{err}"
