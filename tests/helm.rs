@@ -1124,7 +1124,7 @@ async fn uninstall_then_install_again_works_every_time() {
     let aggregating = format!("clusterrole/{fullname}-kinds");
     // One the control plane created again belongs to no release: deleted
     // by name (after the release's own cleanup).
-    let _leftover = DeleteOnDrop(aggregating.clone());
+    let _leftover = common::DeleteOnDrop(vec![aggregating.clone()]);
     let release = Release {
         helm: &helm,
         name: name.clone(),
@@ -1185,15 +1185,6 @@ async fn uninstall_then_install_again_works_every_time() {
     );
     helm.ok(&["uninstall", &name, "--namespace", ns]);
     drop(release);
-}
-
-/// `kubectl delete <kind/name> --ignore-not-found` when dropped.
-struct DeleteOnDrop(String);
-
-impl Drop for DeleteOnDrop {
-    fn drop(&mut self) {
-        let _ = common::kubectl(&["delete", &self.0, "--ignore-not-found"]);
-    }
 }
 
 /// The conversion webhook's port is open to the sources

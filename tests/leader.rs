@@ -602,17 +602,6 @@ async fn replicas_joining_and_leaving_during_a_burst_hand_over_without_overlap()
     drop((b, c));
 }
 
-/// Deletes a cluster-scoped object when dropped.
-struct DeleteOnDrop(Vec<String>);
-
-impl Drop for DeleteOnDrop {
-    fn drop(&mut self) {
-        for object in &self.0 {
-            let _ = common::kubectl(&["delete", object, "--ignore-not-found"]);
-        }
-    }
-}
-
 #[tokio::test]
 async fn a_sharing_replica_that_cannot_renew_its_lease_stops_and_its_share_moves() {
     let client = common::cluster().await;
@@ -627,7 +616,7 @@ async fn a_sharing_replica_that_cannot_renew_its_lease_stops_and_its_share_moves
     // The API server refuses the victim's renewals from now on (an
     // admission policy on its Lease), as a partition would.
     let policy = format!("ko-test-{}", ns.name);
-    let _policy = DeleteOnDrop(vec![
+    let _policy = common::DeleteOnDrop(vec![
         format!("validatingadmissionpolicybinding.admissionregistration.k8s.io/{policy}"),
         format!("validatingadmissionpolicy.admissionregistration.k8s.io/{policy}"),
     ]);

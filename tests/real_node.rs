@@ -789,7 +789,7 @@ async fn the_locked_down_install_runs_on_the_real_node() {
     route.restore = deploy_roles();
     let overlay = common::repo().join("overlays/locked-down");
     kubectl_ok(&["apply", "-k", &overlay.display().to_string()]);
-    let _impersonation = DeleteOnDrop(vec![
+    let _impersonation = common::DeleteOnDrop(vec![
         "clusterrolebinding/kustomize-operator-impersonate".into(),
         "clusterrole/kustomize-operator-impersonate".into(),
     ]);
@@ -834,17 +834,6 @@ async fn the_locked_down_install_runs_on_the_real_node() {
         BTreeSet::from([leader])
     );
     common::deploy::sample_scaled_and_deleted(&client, &ns.name).await;
-}
-
-/// `kubectl delete` of each `kind/name` when dropped.
-struct DeleteOnDrop(Vec<String>);
-
-impl Drop for DeleteOnDrop {
-    fn drop(&mut self) {
-        for object in &self.0 {
-            let _ = common::kubectl(&["delete", object, "--ignore-not-found"]);
-        }
-    }
 }
 
 /// `deploy/` as built, with `change` made to its Deployment, applied.

@@ -729,6 +729,19 @@ impl Default for RecordingKubectl {
     }
 }
 
+/// Deletes the objects it names (`kind/name`, or `kind.group/name`) when
+/// dropped, whatever the test's outcome: what a test made outside its
+/// namespace (a policy, a ClusterRole).
+pub struct DeleteOnDrop(pub Vec<String>);
+
+impl Drop for DeleteOnDrop {
+    fn drop(&mut self) {
+        for object in &self.0 {
+            let _ = kubectl(&["delete", object, "--ignore-not-found"]);
+        }
+    }
+}
+
 /// Calls [`strip_finalizers`] when dropped: declare it after the
 /// [`TestNamespace`] and before the operators, so that it runs after the
 /// operators stopped and before the namespace is deleted, even on failure.
