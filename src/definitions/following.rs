@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use super::context::DefinitionContext;
 use super::resource::{self, Status};
 use super::rollout::{recorded_step, restore_quietly, spec_of};
-use super::serving::Served;
+use super::serving::ServedFrom;
 use super::writes::status_of;
 
 /// How soon a followed definition is looked at again when in step (a
@@ -66,7 +66,7 @@ pub async fn follow(def: &DynamicObject, ctx: &DefinitionContext) -> Action {
     let spec = spec_of(def);
     let latest = history.latest().map_or(0, |r| r.number);
     let step = recorded_step(def, latest, &spec);
-    let following = Served {
+    let following = ServedFrom {
         generation: served,
         history,
         spec,

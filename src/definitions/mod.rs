@@ -90,7 +90,7 @@ pub struct Config {
 
 /// Whether the `KindDefinition` CRD is installed and the operator may list
 /// and watch definitions (asked without reading any).
-pub async fn installed(client: &Client) -> Result<crate::kinds::Served, kube::Error> {
+pub async fn installed(client: &Client) -> Result<crate::kinds::Availability, kube::Error> {
     crate::kinds::served(client, &resource::api_resource(), None).await
 }
 

@@ -45,7 +45,7 @@ pub struct Revisions {
 
 /// What a kind is served from: a generation, the revisions kept with it,
 /// the rollout over them, and its step.
-pub struct Served {
+pub struct ServedFrom {
     /// The generation served (the definition's latest accepted).
     pub generation: Generation,
     /// The revisions kept, `generation` among them.
@@ -157,7 +157,7 @@ impl Serving {
         spec: RolloutSpec,
         step: Option<usize>,
     ) -> Result<(), RolloutError> {
-        let served = Served {
+        let served = ServedFrom {
             generation,
             history,
             spec,
@@ -168,7 +168,7 @@ impl Serving {
 
     /// Serves `name` as the replica writing its definition does ([`Serving::serve`]),
     /// without counting the kind's resources.
-    pub async fn follow(&self, name: &str, served: Served) -> Result<(), RolloutError> {
+    pub async fn follow(&self, name: &str, served: ServedFrom) -> Result<(), RolloutError> {
         self.serve_as(name, served, Role::Follower).await
     }
 
@@ -182,8 +182,13 @@ impl Serving {
         crate::sync::lock(&self.served).keys().cloned().collect()
     }
 
-    async fn serve_as(&self, name: &str, served: Served, role: Role) -> Result<(), RolloutError> {
-        let Served {
+    async fn serve_as(
+        &self,
+        name: &str,
+        served: ServedFrom,
+        role: Role,
+    ) -> Result<(), RolloutError> {
+        let ServedFrom {
             generation,
             history,
             spec,

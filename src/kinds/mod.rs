@@ -228,7 +228,7 @@ pub async fn served(
     client: &kube::Client,
     resource: &ApiResource,
     namespace: Option<&str>,
-) -> Result<Served, kube::Error> {
+) -> Result<Availability, kube::Error> {
     let listed = if resource.group.is_empty() {
         client.list_core_api_resources(&resource.version).await
     } else {
@@ -236,23 +236,23 @@ pub async fn served(
     };
     let resources = match listed {
         Ok(list) => list.resources,
-        Err(kube::Error::Api(e)) if e.code == 404 => return Ok(Served::NotInstalled),
+        Err(kube::Error::Api(e)) if e.code == 404 => return Ok(Availability::NotInstalled),
         Err(e) => return Err(e),
     };
     if !resources.iter().any(|r| r.name == resource.plural) {
-        return Ok(Served::NotInstalled);
+        return Ok(Availability::NotInstalled);
     }
     for verb in ["list", "watch"] {
         if !may(client, resource, namespace, verb).await? {
-            return Ok(Served::Forbidden(verb));
+            return Ok(Availability::Forbidden(verb));
         }
     }
-    Ok(Served::Yes)
+    Ok(Availability::Yes)
 }
 
-/// What [`served`] found.
+/// Whether the API serves a kind to this client, as [`served`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Served {
+pub enum Availability {
     /// Served, and this client may list and watch it.
     Yes,
     /// Not served: the CRD is missing (or not established yet).

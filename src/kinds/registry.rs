@@ -11,8 +11,8 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 
 use super::declared::{self, DeclaredHandler, DeclaredKind, KindFileError};
 use super::{
-    CheckShape, KindName, KindOptions, OwnedObjects, Preview, Render, RenderError, RenderLive,
-    RunController, Served, WithHandler, served,
+    Availability, CheckShape, KindName, KindOptions, OwnedObjects, Preview, Render, RenderError,
+    RenderLive, RunController, WithHandler, served,
 };
 use crate::engine::host::Engine;
 use crate::kind::KustomizeDir;
@@ -90,7 +90,7 @@ impl Kind {
         &self,
         client: &kube::Client,
         namespace: Option<&str>,
-    ) -> Result<Served, kube::Error> {
+    ) -> Result<Availability, kube::Error> {
         served(client, &self.api_resource().0, namespace).await
     }
 

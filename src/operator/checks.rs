@@ -7,7 +7,7 @@ use super::StartError;
 use crate::engine::host::Engine;
 use crate::engine::host::share::Share;
 use crate::guard::Guard;
-use crate::kinds::Served;
+use crate::kinds::Availability;
 use crate::kinds::registry::Kind;
 use crate::metrics::Metrics;
 
@@ -121,9 +121,9 @@ pub(super) async fn check_crds(
             .await
             .map_err(StartError::Connect)?
         {
-            Served::Yes => kind.check_shape(guard),
-            Served::NotInstalled => missing.push(name),
-            Served::Forbidden(verb) => forbidden.push(format!("{verb} {name}")),
+            Availability::Yes => kind.check_shape(guard),
+            Availability::NotInstalled => missing.push(name),
+            Availability::Forbidden(verb) => forbidden.push(format!("{verb} {name}")),
         }
     }
     if !missing.is_empty() {

@@ -17,7 +17,7 @@ use crate::engine::host::OUTPUT_LIMIT;
 use crate::engine::host::Settings;
 use crate::engine::host::in_cluster_kubeconfig;
 use crate::engine::host::share::Share;
-use crate::kinds::Served;
+use crate::kinds::Availability;
 use crate::kinds::registry::Kind;
 use crate::leader::LeaderConfig;
 use crate::metrics::Metrics;
@@ -120,7 +120,7 @@ pub(super) async fn definitions_config(
         return None;
     }
     match crate::definitions::installed(client).await {
-        Ok(Served::Yes) => Some(crate::definitions::Config {
+        Ok(Availability::Yes) => Some(crate::definitions::Config {
             metrics: metrics.clone(),
             selector: args.kind_definition_selector.clone(),
             static_kinds: static_kinds.to_vec(),
@@ -136,13 +136,13 @@ pub(super) async fn definitions_config(
                     .then(|| args.leader_elect_namespace.clone())?
             }),
         }),
-        Ok(Served::NotInstalled) => {
+        Ok(Availability::NotInstalled) => {
             tracing::warn!(
                 "the KindDefinition CRD is not installed: kinds defined in the cluster are not served (`kubectl apply -k deploy/crds` installs it)"
             );
             None
         }
-        Ok(Served::Forbidden(verb)) => {
+        Ok(Availability::Forbidden(verb)) => {
             tracing::warn!(
                 "the operator's account may not {verb} KindDefinitions: kinds defined in the cluster are not served"
             );

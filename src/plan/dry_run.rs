@@ -20,12 +20,12 @@ use crate::engine::host::ObjectId;
 use crate::kind::OWNER_LABEL;
 
 /// Where an API serves a kind: its resource, and whether it is namespaced.
-type Served = Result<(ApiResource, bool), String>;
+type Resolved = Result<(ApiResource, bool), String>;
 
 /// Dry runs against one cluster, discovery remembered.
 pub struct DryRun {
     client: Client,
-    served: Mutex<HashMap<(String, String), Served>>,
+    served: Mutex<HashMap<(String, String), Resolved>>,
 }
 
 /// How an object would be written.
@@ -120,7 +120,7 @@ impl DryRun {
     }
 
     /// Where `id`'s kind is served, asked once.
-    async fn served(&self, id: &ObjectId) -> Served {
+    async fn served(&self, id: &ObjectId) -> Resolved {
         let key = (id.api_version.clone(), id.kind.clone());
         if let Some(known) = crate::sync::lock(&self.served).get(&key) {
             return known.clone();

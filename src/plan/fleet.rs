@@ -44,7 +44,7 @@ pub async fn served(client: &Client, resource: &ApiResource) -> Result<(), PlanE
         .await
         .map_err(|e| PlanError::cluster("the API's resources", &e))?;
     match served {
-        crate::kinds::Served::NotInstalled => Err(PlanError::NotServed(format!(
+        crate::kinds::Availability::NotInstalled => Err(PlanError::NotServed(format!(
             "{} {}",
             resource.api_version, resource.kind
         ))),

@@ -21,14 +21,14 @@ const CONCURRENCY: usize = 16;
 
 /// How the API serves one kind of object.
 #[derive(Debug, Clone)]
-pub(crate) struct Served {
+pub(crate) struct ApiKind {
     /// Group, version, plural.
     pub resource: ApiResource,
     /// Namespaced or cluster-scoped.
     pub namespaced: bool,
 }
 
-impl Served {
+impl ApiKind {
     /// How kubectl names an object of this kind in a command: `deployments.apps/web`.
     pub fn kubectl_arg(&self, name: &str) -> String {
         match self.resource.group.as_str() {
@@ -42,7 +42,7 @@ impl Served {
 type Gvk = (String, String, String);
 
 /// How the API serves each kind, once asked (an empty cell: being asked).
-type Table = HashMap<Gvk, Arc<OnceCell<Arc<Served>>>>;
+type Table = HashMap<Gvk, Arc<OnceCell<Arc<ApiKind>>>>;
 
 /// Discovery, cached per group, version and kind until forgotten (a kind
 /// served or stopped forgets its group; an API path found not served
@@ -60,7 +60,7 @@ impl Discovery {
         &self,
         client: &Client,
         id: &ObjectId,
-    ) -> Result<Arc<Served>, kube::Error> {
+    ) -> Result<Arc<ApiKind>, kube::Error> {
         let key = (
             id.group().to_string(),
             id.version().to_string(),
@@ -94,10 +94,10 @@ impl Discovery {
 }
 
 /// Asks the API server how it serves `id`'s kind.
-async fn ask(client: &Client, id: &ObjectId) -> Result<Arc<Served>, kube::Error> {
+async fn ask(client: &Client, id: &ObjectId) -> Result<Arc<ApiKind>, kube::Error> {
     let gvk = GroupVersionKind::gvk(id.group(), id.version(), &id.kind);
     let (resource, caps) = kube::discovery::pinned_kind(client, &gvk).await?;
-    Ok(Arc::new(Served {
+    Ok(Arc::new(ApiKind {
         resource,
         namespaced: caps.scope == Scope::Namespaced,
     }))
@@ -124,7 +124,7 @@ pub(crate) struct Inspected {
     /// The object (namespace dropped when its kind is cluster-scoped).
     pub id: ObjectId,
     /// How the API serves it.
-    pub served: Arc<Served>,
+    pub served: Arc<ApiKind>,
     /// What it is to the resource.
     pub verdict: Verdict,
     /// The live object's UID (`None` when absent): a delete carries it as
@@ -293,7 +293,7 @@ mod tests {
 
     #[test]
     fn the_conflict_message_names_the_object_and_its_owner() {
-        let served = Arc::new(Served {
+        let served = Arc::new(ApiKind {
             resource: ApiResource::erase::<k8s_openapi::api::apps::v1::Deployment>(&()),
             namespaced: true,
         });

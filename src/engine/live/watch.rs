@@ -24,7 +24,7 @@ use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use super::compact::CompactObject;
-use super::ownership::{Discovery, Served};
+use super::ownership::{ApiKind, Discovery};
 use super::waiters::Waiters;
 use crate::engine::contract::api_message;
 use crate::engine::model::inventory::always_current_kind;
@@ -263,14 +263,14 @@ impl ObjectCache {
 
     /// The watch of `id`'s kind, started (and given a moment to list) if it
     /// was not yet.
-    async fn watch(&self, id: &ObjectId, served: &Served) -> Watch {
+    async fn watch(&self, id: &ObjectId, served: &ApiKind) -> Watch {
         let watch = self.running(id, served);
         watch.listed().await;
         watch
     }
 
     /// The watch of `id`'s kind, started if it was not yet.
-    fn running(&self, id: &ObjectId, served: &Served) -> Watch {
+    fn running(&self, id: &ObjectId, served: &ApiKind) -> Watch {
         // An operator for one namespace watches each namespace its
         // resources' objects are in (a cluster-scoped resource may put them
         // anywhere) rather than asking to list the whole cluster.
@@ -604,7 +604,7 @@ mod tests {
     }
 
     /// An object of a custom kind, and how the API served it.
-    fn gadget(group: &str) -> (ObjectId, Served) {
+    fn gadget(group: &str) -> (ObjectId, ApiKind) {
         let gvk = GroupVersionKind::gvk(group, "v1", "Gadget");
         let id = ObjectId {
             api_version: format!("{group}/v1"),
@@ -612,7 +612,7 @@ mod tests {
             namespace: Some("a".into()),
             name: "g".into(),
         };
-        let served = Served {
+        let served = ApiKind {
             resource: ApiResource::from_gvk_with_plural(&gvk, "gadgets"),
             namespaced: true,
         };

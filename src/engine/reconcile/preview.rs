@@ -190,7 +190,7 @@ mod tests {
     use kube::api::ApiResource;
 
     use super::*;
-    use crate::engine::live::ownership::Served;
+    use crate::engine::live::ownership::ApiKind;
 
     fn id(name: &str) -> ObjectId {
         ObjectId {
@@ -204,7 +204,7 @@ mod tests {
     fn looked(name: &str, verdict: Verdict) -> Inspected {
         Inspected {
             id: id(name),
-            served: Arc::new(Served {
+            served: Arc::new(ApiKind {
                 resource: ApiResource::erase::<k8s_openapi::api::core::v1::Service>(&()),
                 namespaced: true,
             }),

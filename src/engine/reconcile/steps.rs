@@ -15,7 +15,7 @@ use serde_json::Value;
 use crate::engine::contract::{FieldConflicts, Reach, api_message};
 use crate::engine::kubectl::{self, CommandRecord, Invocation};
 use crate::engine::live::crds::{ESTABLISH_TIMEOUT, wait_established};
-use crate::engine::live::ownership::{self, Inspected, Served, Verdict};
+use crate::engine::live::ownership::{self, ApiKind, Inspected, Verdict};
 use crate::engine::model::identity::Identity;
 use crate::engine::model::inventory::{MAX_INVENTORY, ObjectId, Owner};
 use crate::engine::model::outcome::Failure;
@@ -716,7 +716,7 @@ async fn delete_one(
 }
 
 /// The API path of an object (`/apis/apps/v1/namespaces/a/deployments/web`).
-fn api_path(served: &Served, id: &ObjectId) -> String {
+fn api_path(served: &ApiKind, id: &ObjectId) -> String {
     let r = &served.resource;
     let root = if r.group.is_empty() {
         format!("/api/{}", r.version)
@@ -935,7 +935,7 @@ mod tests {
 
     #[test]
     fn api_paths_address_one_object() {
-        let namespaced = Served {
+        let namespaced = ApiKind {
             resource: kube::api::ApiResource::erase::<k8s_openapi::api::apps::v1::Deployment>(&()),
             namespaced: true,
         };
@@ -943,7 +943,7 @@ mod tests {
             api_path(&namespaced, &deployment(Some("a"), "web")),
             "/apis/apps/v1/namespaces/a/deployments/web"
         );
-        let cluster = Served {
+        let cluster = ApiKind {
             resource: kube::api::ApiResource::erase::<k8s_openapi::api::core::v1::Namespace>(&()),
             namespaced: false,
         };

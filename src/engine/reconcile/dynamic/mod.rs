@@ -72,11 +72,11 @@ pub(super) struct Shared<H: DynamicHandler> {
     writer: Mutex<reflector::store::Writer<Keyed<H::Resource>>>,
     store: reflector::Store<Keyed<H::Resource>>,
     queue: Queue<H::Resource>,
-    kinds: RwLock<HashMap<Arc<str>, Arc<Served<H>>>>,
+    kinds: RwLock<HashMap<Arc<str>, Arc<ServedKind<H>>>>,
 }
 
 /// One kind being served.
-pub(super) struct Served<H: DynamicHandler> {
+pub(super) struct ServedKind<H: DynamicHandler> {
     kind: Arc<str>,
     ctx: Arc<Context<H>>,
     stop: CancellationToken,
@@ -130,7 +130,7 @@ impl<H: DynamicHandler> Dynamic<H> {
         // Its CRD is new or changed: what kubectl and the engine cached of
         // its group may say another scope or other versions.
         engine.forget_discovery(&handler.info().dyn_type.group);
-        let served = Arc::new(Served {
+        let served = Arc::new(ServedKind {
             kind: kind.clone(),
             ctx: Arc::new(Context {
                 engine: engine.clone(),
@@ -227,7 +227,8 @@ impl<H: DynamicHandler> Dynamic<H> {
         )
         .for_each(|_| async {})
         .await;
-        let all: Vec<Arc<Served<H>>> = self.shared.kinds_mut().drain().map(|(_, s)| s).collect();
+        let all: Vec<Arc<ServedKind<H>>> =
+            self.shared.kinds_mut().drain().map(|(_, s)| s).collect();
         for served in all {
             finish(&self.shared, &served).await;
         }
@@ -246,13 +247,13 @@ impl<H: DynamicHandler> Dynamic<H> {
 }
 
 impl<H: DynamicHandler> Shared<H> {
-    fn kinds(&self) -> std::sync::RwLockReadGuard<'_, HashMap<Arc<str>, Arc<Served<H>>>> {
+    fn kinds(&self) -> std::sync::RwLockReadGuard<'_, HashMap<Arc<str>, Arc<ServedKind<H>>>> {
         self.kinds
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn kinds_mut(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<Arc<str>, Arc<Served<H>>>> {
+    fn kinds_mut(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<Arc<str>, Arc<ServedKind<H>>>> {
         self.kinds
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -274,7 +275,7 @@ impl<H: DynamicHandler> Shared<H> {
 
 /// Stops a kind's watches, waits until they ended; the keys its resource
 /// watch held.
-async fn stop_tasks<H: DynamicHandler>(served: &Served<H>) -> Held<H::Resource> {
+async fn stop_tasks<H: DynamicHandler>(served: &ServedKind<H>) -> Held<H::Resource> {
     served.stop.cancel();
     let references = std::mem::take(&mut *crate::sync::lock(&served.references));
     for watch in references {
@@ -294,7 +295,7 @@ async fn stop_tasks<H: DynamicHandler>(served: &Served<H>) -> Held<H::Resource> 
 /// Stops the kind for good: its watches, then, once none of its
 /// reconciles runs, the statuses parked for it written and its resources
 /// taken out of the store.
-async fn finish<H: DynamicHandler>(shared: &Shared<H>, served: &Served<H>) {
+async fn finish<H: DynamicHandler>(shared: &Shared<H>, served: &ServedKind<H>) {
     let held = stop_tasks(served).await;
     loop {
         let idle = served.idle.notified();
@@ -372,7 +373,7 @@ fn owner_key<H: DynamicHandler>(
 
 /// Writes the statuses still parked for the kind as they stand, once its
 /// reconciles are over: a stop loses no outcome.
-async fn write_parked<H: DynamicHandler>(shared: &Shared<H>, served: &Served<H>) {
+async fn write_parked<H: DynamicHandler>(shared: &Shared<H>, served: &ServedKind<H>) {
     let ctx = &served.ctx;
     for (uid, parked) in ctx.engine.parked.take_of(&ctx.handler.info().name) {
         let key =

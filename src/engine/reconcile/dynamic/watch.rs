@@ -28,7 +28,7 @@ use kube::Resource;
 /// before they go).
 pub(super) async fn resources<H: super::DynamicHandler>(
     shared: Arc<Shared<H>>,
-    served: Arc<super::Served<H>>,
+    served: Arc<super::ServedKind<H>>,
     stop: CancellationToken,
 ) -> super::Held<H::Resource> {
     let engine = &served.ctx.engine;
@@ -98,7 +98,7 @@ pub(super) async fn resources<H: super::DynamicHandler>(
 /// one that changed or went, until `stop` is cancelled.
 pub(super) async fn references<H: super::DynamicHandler>(
     shared: Arc<Shared<H>>,
-    served: Arc<super::Served<H>>,
+    served: Arc<super::ServedKind<H>>,
     resource: ApiResource,
     stop: CancellationToken,
 ) {
