@@ -22,8 +22,8 @@ pub use crate::engine::model::inventory::{
     Inventory, MAX_INVENTORY, OWNER_ANNOTATION, OWNER_LABEL, ObjectId, Owner,
 };
 pub use crate::engine::model::overlay::{
-    ConfigMapGenerator, GeneratorOptions, Labels, Overlay, PatchTemplate, ResourceTemplate, Target,
-    kustomize_refuses,
+    ConfigMapGenerator, GeneratorOptions, Labels, Overlay, PatchTarget, PatchTemplate,
+    ResourceTemplate, kustomize_refuses,
 };
 pub use crate::engine::model::shard::SHARD_LABEL;
 pub use crate::engine::model::status::{

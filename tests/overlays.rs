@@ -6,7 +6,7 @@ use ko_test_support as common;
 
 use std::path::Path;
 
-use kustomize_operator::kind::{KustomizeDir, Labels, Overlay, PatchTemplate, Target};
+use kustomize_operator::kind::{KustomizeDir, Labels, Overlay, PatchTarget, PatchTemplate};
 use kustomize_operator::render::render_file;
 
 fn fixtures() -> Vec<std::path::PathBuf> {
@@ -186,7 +186,7 @@ fn overlays_in_the_in_process_subset_build_as_kustomize_builds_them() {
             patches: vec![PatchTemplate {
                 template: "p.yaml".into(),
                 values: serde_json::json!({"name": "renamed"}),
-                target: Some(Target {
+                target: Some(PatchTarget {
                     kind: Some("Service".into()),
                     name: Some("web".into()),
                     ..Default::default()

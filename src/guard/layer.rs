@@ -73,7 +73,7 @@ where
 
 /// What a request's path addresses.
 #[derive(Debug, PartialEq, Eq)]
-pub(super) struct Target<'a> {
+pub(super) struct Addressed<'a> {
     /// The API group (`""` for the core group).
     pub group: &'a str,
     /// The resource (`configmaps`).
@@ -82,7 +82,7 @@ pub(super) struct Target<'a> {
     pub named: bool,
 }
 
-impl<'a> Target<'a> {
+impl<'a> Addressed<'a> {
     /// The resource a path (`/apis/g/v/namespaces/ns/plural[/name]`)
     /// addresses, if it addresses one.
     pub fn of(path: &'a str) -> Option<Self> {
@@ -119,7 +119,7 @@ pub(super) fn shape_of<B>(request: &Request<B>) -> Shape {
     {
         return Shape::Events;
     }
-    let collection = Target::of(request.uri().path()).is_some_and(|t| !t.named);
+    let collection = Addressed::of(request.uri().path()).is_some_and(|t| !t.named);
     if request.method() == Method::GET && collection {
         Shape::List
     } else {
@@ -135,7 +135,7 @@ impl Guard {
             .get(header::ACCEPT)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.contains("as=PartialObjectMetadata"));
-        let check = Target::of(request.uri().path())
+        let check = Addressed::of(request.uri().path())
             .filter(|_| !metadata_only)
             .and_then(|t| self.check_of(t.group, t.plural));
         Reading {
@@ -184,7 +184,7 @@ mod tests {
             ("/apis/apps/v1", None),
         ];
         for (path, expected) in cases {
-            let target = Target::of(path).map(|t| (t.group, t.plural, t.named));
+            let target = Addressed::of(path).map(|t| (t.group, t.plural, t.named));
             assert_eq!(target, expected, "{path}");
         }
     }

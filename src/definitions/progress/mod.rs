@@ -35,7 +35,7 @@ use crate::kinds::declared::rollout::machine::{
 };
 use crate::kinds::declared::rollout::steps::Steps;
 use crate::kinds::declared::rollout::{RolloutError, RolloutSpec, stable_revision};
-use observe::{Observed, observe};
+use observe::{RolloutView, observe};
 use report::{View, show, tell};
 
 /// How soon a rollout under way is looked at again, at most.
@@ -164,7 +164,7 @@ async fn judge(
     steps: &Steps,
     s: &Situation<'_>,
     stable: Option<u32>,
-) -> Result<(Option<Observed>, Option<(Verdict, Tally)>), kube::Error> {
+) -> Result<(Option<RolloutView>, Option<(Verdict, Tally)>), kube::Error> {
     let Some(step) = machine::serving_step(s.record, s.latest, stable, steps.digest()) else {
         return Ok((None, None));
     };
@@ -190,7 +190,7 @@ async fn carry_out(
     action: &Action,
     s: &Situation<'_>,
     steps: &Steps,
-    seen: Option<&Observed>,
+    seen: Option<&RolloutView>,
 ) -> Result<Option<Record>, kube::Error> {
     let Some(write) = action.write(s, jiff::Timestamp::now()) else {
         return Ok(s.record.cloned());

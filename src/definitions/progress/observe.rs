@@ -20,7 +20,7 @@ const PAGE: u32 = 500;
 /// The kind's resources, as a rollout at `step` of `steps` to revision
 /// `latest` sees them.
 #[derive(Debug, Default)]
-pub struct Observed {
+pub struct RolloutView {
     /// The resources the rollout moves (all but the pinned).
     pub resources: u64,
     /// Of them, those whose status says the latest revision.
@@ -37,9 +37,9 @@ pub async fn observe(
     steps: &Steps,
     step: usize,
     latest: u32,
-) -> Result<Observed, kube::Error> {
+) -> Result<RolloutView, kube::Error> {
     let Some(kind) = served.rollout.latest_kind() else {
-        return Ok(Observed::default());
+        return Ok(RolloutView::default());
     };
     let api = match &ctx.engine.settings().namespace {
         Some(ns) if kind.namespaced() => {
@@ -48,7 +48,7 @@ pub async fn observe(
         _ => Api::<DynamicObject>::all_with(ctx.client.clone(), &kind.resource),
     };
     let with_view = steps.step(step).is_some_and(|s| s.expression.is_some());
-    let mut observed = Observed::default();
+    let mut observed = RolloutView::default();
     let mut params = ListParams::default().limit(PAGE);
     loop {
         let page = api.list(&params).await?;

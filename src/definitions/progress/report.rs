@@ -8,7 +8,7 @@ use kube::api::DynamicObject;
 use super::super::context::DefinitionContext;
 use super::super::resource::{ConditionType, Reason, RolloutPhase, RolloutStatus, Status};
 use super::super::writes::event;
-use super::observe::Observed;
+use super::observe::RolloutView;
 use crate::kind::EventType;
 use crate::kinds::declared::rollout::RolloutError;
 use crate::kinds::declared::rollout::gate::{Cause, Tally, Verdict};
@@ -24,7 +24,7 @@ pub async fn tell(
     action: &Action,
     s: &Situation<'_>,
     steps: &Steps,
-    seen: Option<&Observed>,
+    seen: Option<&RolloutView>,
 ) {
     let n = steps.len();
     let step = s.record.map_or(0, |r| r.step) + 1;
@@ -101,7 +101,7 @@ pub async fn tell(
 }
 
 /// `: 37 of 120 resources on revision 5` (nothing when not counted).
-fn moved(seen: Option<&Observed>, latest: u32) -> String {
+fn moved(seen: Option<&RolloutView>, latest: u32) -> String {
     seen.map_or_else(String::new, |o| {
         format!(
             " ({} of {} resources on revision {latest})",
@@ -117,7 +117,7 @@ pub struct View<'a> {
     pub latest: u32,
     pub stable: Option<u32>,
     pub steps: &'a Steps,
-    pub seen: Option<&'a Observed>,
+    pub seen: Option<&'a RolloutView>,
     pub tally: Option<Tally>,
     pub verdict: Option<&'a Verdict>,
     pub gone: Option<&'a RolloutError>,
@@ -350,7 +350,7 @@ mod tests {
         action: &'a Action,
         record: Option<&'a Record>,
         steps: &'a Steps,
-        seen: Option<&'a Observed>,
+        seen: Option<&'a RolloutView>,
     ) -> View<'a> {
         View {
             action,
@@ -372,7 +372,7 @@ mod tests {
     #[test]
     fn the_progress_reads_as_one_line_per_phase() {
         let steps = steps();
-        let observed = Observed {
+        let observed = RolloutView {
             resources: 120,
             updated: 37,
             members: Vec::new(),

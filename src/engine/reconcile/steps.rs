@@ -539,7 +539,7 @@ pub(crate) async fn delete_owned(
     let mut targets = Vec::new();
     for i in inspected {
         match (i.verdict, i.uid) {
-            (Verdict::Ours, Some(uid)) => targets.push(Target {
+            (Verdict::Ours, Some(uid)) => targets.push(Doomed {
                 path: api_path(&i.served, &i.id),
                 id: i.id,
                 uid,
@@ -667,7 +667,7 @@ fn unknown_kind(e: &kube::Error) -> bool {
 }
 
 /// One object to delete: carries the marker, with this UID.
-struct Target {
+struct Doomed {
     id: ObjectId,
     path: String,
     uid: String,
@@ -687,7 +687,7 @@ enum Gone {
 async fn delete_one(
     engine: &Engine,
     identity: &Identity,
-    target: Target,
+    target: Doomed,
     reason: Reason,
 ) -> Result<Gone, Failure> {
     let invocation = Invocation::DeleteObject {

@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::kind::{CommonStatus, Deletion, Handler, HandlerError, KindInfo, Plan, Policy, Reason};
 use crate::kinds::{KindContext, NoFlags, RustKind};
-use targets::{Targets, Wanted};
+use targets::{Targets, ToList};
 
 /// Namespaces no agent ever touches.
 pub const PROTECTED_NAMESPACES: [&str; 3] = ["kube-system", "kube-public", "kube-node-lease"];
@@ -272,7 +272,7 @@ impl ChaosAgentHandler {
         now: jiff::Timestamp,
     ) -> Result<Observed, HandlerError> {
         let scope = self.scope(agent)?;
-        let wanted = Wanted {
+        let wanted = ToList {
             pods: agent.spec.tantrum_mode,
             deployments: agent.spec.cancer_mode,
             config_maps: agent.spec.ipsum_mode,

@@ -69,7 +69,7 @@ pub struct Targets {
 
 /// Which kinds of objects to list, and where.
 #[derive(Debug, Clone, Copy)]
-pub struct Wanted<'a> {
+pub struct ToList<'a> {
     /// List Pods.
     pub pods: bool,
     /// List Deployments.
@@ -132,7 +132,7 @@ impl Targets {
     /// Lists what `wanted` asks for, keeping objects whose namespace passes `keep`.
     pub async fn list(
         client: &Client,
-        wanted: Wanted<'_>,
+        wanted: ToList<'_>,
         keep: impl Fn(&str) -> bool,
     ) -> Result<Self, kube::Error> {
         let mut targets = Self::default();

@@ -397,7 +397,7 @@ fn why_not_copyable(source: &Object) -> Option<String> {
 
 /// What the rule wants, target by target.
 #[derive(Default)]
-struct Wanted {
+struct CopiesWanted {
     outdated: Vec<Value>,
     keys: BTreeSet<CopyKey>,
     targets: Vec<TargetStatus>,
@@ -412,7 +412,7 @@ fn wanted(
     sources: &[&Object],
     ours: &BTreeMap<CopyKey, &Object>,
     rails: &Rails,
-) -> Wanted {
+) -> CopiesWanted {
     let kind = rule.rule_type;
     let taken: BTreeSet<(&str, &str)> = observed
         .existing
@@ -426,7 +426,7 @@ fn wanted(
                 .map(|o| (o.namespace.as_str(), o.name.as_str())),
         )
         .collect();
-    let mut w = Wanted::default();
+    let mut w = CopiesWanted::default();
     let mut state = Sha256::new();
     for target in targets(rule, &observed.namespaces, rails) {
         let (mut copied, mut foreign) = (Vec::new(), Vec::new());
@@ -582,7 +582,7 @@ fn stale_copies<'a>(
 fn copies_status(
     rule: &ResolvedRule,
     sources: &Sources<'_>,
-    wanted: &Wanted,
+    wanted: &CopiesWanted,
     copies: usize,
     stale: &[&Object],
     retain: bool,

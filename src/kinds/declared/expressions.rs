@@ -33,7 +33,7 @@ use super::cost::{self, Bound, STATIC_LIMIT, thousands};
 use super::evaluation::{Budget, Look, Refusal};
 use super::file::KindSpec;
 use super::kro_library;
-use super::typing::{self, Wanted};
+use super::typing::{self, Expectation};
 use crate::kind::MAX_INVENTORY;
 
 /// The longest expression, in characters.
@@ -362,7 +362,7 @@ impl Compiled {
         let compile = |source: &Option<String>,
                        field: String,
                        known: &BTreeSet<String>,
-                       wanted: Wanted,
+                       wanted: Expectation,
                        (bounds, times): (&BTreeMap<&str, Bound>, u64)|
          -> Result<Option<Expression>, (String, String)> {
             let Some(source) = source.as_deref() else {
@@ -382,13 +382,19 @@ impl Compiled {
         let status = (spec.status.iter().enumerate())
             .map(|(i, s)| {
                 let field = format!("spec.status[{i}].expression");
-                compile(&s.expression, field, &known, Wanted::Field(&s.type_), once)
+                compile(
+                    &s.expression,
+                    field,
+                    &known,
+                    Expectation::Field(&s.type_),
+                    once,
+                )
             })
             .collect::<Result<_, _>>()?;
         let readiness = (spec.readiness.iter().enumerate())
             .map(|(i, r)| {
                 let field = format!("spec.readiness[{i}].expression");
-                compile(&r.expression, field, &known, Wanted::Boolean, once)
+                compile(&r.expression, field, &known, Expectation::Boolean, once)
             })
             .collect::<Result<_, _>>()?;
         let mut with_self = known.clone();
@@ -404,8 +410,13 @@ impl Compiled {
                 1
             };
             let source = &child.ready_when;
-            if let Some(e) = compile(source, field, &with_self, Wanted::Boolean, (&bounds, times))?
-            {
+            if let Some(e) = compile(
+                source,
+                field,
+                &with_self,
+                Expectation::Boolean,
+                (&bounds, times),
+            )? {
                 ready_when.insert(name.clone(), e);
             }
         }

@@ -16,7 +16,7 @@ use super::children::Children;
 use super::evaluation::{Budget, Evaluations, Overdue};
 use super::file::{ObjectSelector, ReadinessRule, Scope};
 use super::object::DeclaredObject;
-use super::recipe::Wanted;
+use super::recipe::ValueRule;
 use super::references::{self, Readers};
 /// The status field a resource served from revisions shows its revision in.
 pub use super::rollout::REVISION_FIELD;
@@ -509,12 +509,12 @@ fn readiness(
     let value = dotted(object, path);
     let shown = value.map_or_else(|| "unset".to_string(), Value::to_string);
     match rendered.wanted {
-        Wanted::Equals(want) => {
+        ValueRule::Equals(want) => {
             let text = value.map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string));
             (text.as_deref() != Some(want.as_str()))
                 .then(|| format!("{label}: {path} is {shown}, waiting for {want}"))
         }
-        Wanted::AtLeast(want) => {
+        ValueRule::AtLeast(want) => {
             // Kubernetes leaves zero counts out of a status: unset reads as 0.
             let have = value.map_or(Some(0.0), Value::as_f64);
             let Ok(min) = want.trim().parse::<f64>() else {

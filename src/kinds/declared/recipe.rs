@@ -14,9 +14,9 @@ use super::file::{GeneratorSpec, KindSpec, ReadinessRule, Scope};
 use super::object::DeclaredObject;
 use super::references::{By, Lookup, api_resource};
 use crate::kind::{
-    ConfigMapGenerator, HandlerError, Isolation, Labels, Overlay, PatchTemplate, ResourceTemplate,
-    Target, TemplateError, TemplateFlavor, TemplateSources, checked, kustomize_refuses, plain_tera,
-    render_limited,
+    ConfigMapGenerator, HandlerError, Isolation, Labels, Overlay, PatchTarget, PatchTemplate,
+    ResourceTemplate, TemplateError, TemplateFlavor, TemplateSources, checked, kustomize_refuses,
+    plain_tera, render_limited,
 };
 
 /// The compiled templated strings of one kind file.
@@ -287,7 +287,7 @@ impl Recipe {
                 .map(|p| PatchTemplate {
                     template: p.template.clone(),
                     values: values.clone(),
-                    target: p.target.as_ref().map(|t| Target {
+                    target: p.target.as_ref().map(|t| PatchTarget {
                         group: t.group.clone(),
                         version: t.version.clone(),
                         kind: t.kind.clone(),
@@ -404,9 +404,9 @@ impl Recipe {
         let name = self.render(&at("name"), &context)?;
         let value = self.render(&at("value"), &context)?;
         let wanted = if rule.equals.is_some() {
-            Wanted::Equals(value)
+            ValueRule::Equals(value)
         } else {
-            Wanted::AtLeast(value)
+            ValueRule::AtLeast(value)
         };
         Ok(RenderedRule { name, wanted })
     }
@@ -454,12 +454,12 @@ pub struct RenderedRule {
     /// The object's name.
     pub name: String,
     /// What its value must be.
-    pub wanted: Wanted,
+    pub wanted: ValueRule,
 }
 
 /// What a readiness rule wants of a value.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Wanted {
+pub enum ValueRule {
     /// This text.
     Equals(String),
     /// A number at least this.

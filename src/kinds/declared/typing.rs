@@ -89,7 +89,7 @@ pub enum TypeError {
 
 /// What an expression must give.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Wanted<'a> {
+pub enum Expectation<'a> {
     /// A value for a status field of this OpenAPI type.
     Field(&'a str),
     /// A boolean: a readiness rule, a child's `readyWhen`.
@@ -98,13 +98,17 @@ pub enum Wanted<'a> {
 
 /// Checks `expression` against `spec_schema` (the fields it reads) and
 /// against what it must give, where its type can be known.
-pub fn check(expression: &IdedExpr, spec_schema: &Value, wanted: Wanted) -> Result<(), TypeError> {
+pub fn check(
+    expression: &IdedExpr,
+    spec_schema: &Value,
+    wanted: Expectation,
+) -> Result<(), TypeError> {
     let Some(is) = infer(expression, spec_schema)? else {
         return Ok(());
     };
     let (fits, wanted) = match wanted {
-        Wanted::Field(field) => (is.fills(field), format!("a value of type {field}")),
-        Wanted::Boolean => (is == Type::Bool, "a boolean".to_string()),
+        Expectation::Field(field) => (is.fills(field), format!("a value of type {field}")),
+        Expectation::Boolean => (is == Type::Bool, "a boolean".to_string()),
     };
     if fits {
         Ok(())
@@ -460,20 +464,23 @@ mod tests {
             check(program.expression(), &schema(), wanted).map_err(|e| e.to_string())
         };
         assert_eq!(
-            check_source("spec.name", Wanted::Field("integer")),
+            check_source("spec.name", Expectation::Field("integer")),
             Err("gives a string, where a value of type integer is wanted".into())
         );
         assert_eq!(
-            check_source("size(spec.ports)", Wanted::Boolean),
+            check_source("size(spec.ports)", Expectation::Boolean),
             Err("gives an integer, where a boolean is wanted".into())
         );
         assert_eq!(
-            check_source("spec.replicas", Wanted::Field("string")),
+            check_source("spec.replicas", Expectation::Field("string")),
             Ok(())
         );
-        assert_eq!(check_source("self.status.ready", Wanted::Boolean), Ok(()));
         assert_eq!(
-            check_source("hash.sha256(spec.name)", Wanted::Field("string")),
+            check_source("self.status.ready", Expectation::Boolean),
+            Ok(())
+        );
+        assert_eq!(
+            check_source("hash.sha256(spec.name)", Expectation::Field("string")),
             Err("gives bytes, where a value of type string is wanted".into())
         );
     }

@@ -175,7 +175,7 @@ fn apply_patch(
 }
 
 /// True when `object` is one `target` selects.
-fn targeted(target: &super::Target, object: &Value) -> bool {
+fn targeted(target: &super::PatchTarget, object: &Value) -> bool {
     let api_version = object["apiVersion"].as_str().unwrap_or_default();
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
     let is = |want: &Option<String>, have: &str| want.as_deref().is_none_or(|w| w == have);
@@ -248,7 +248,7 @@ fn in_print_order(mut objects: Vec<Value>) -> Option<Vec<Value>> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Overlay, PatchTemplate, Target};
+    use super::super::{Overlay, PatchTarget, PatchTemplate};
     use super::*;
     use crate::engine::model::inventory::Owner;
     use crate::engine::model::templates::KustomizeDir;
@@ -282,7 +282,7 @@ mod tests {
             patches: vec![PatchTemplate {
                 template: "deployment.yaml".into(),
                 values: json!({"name": "web", "count": 3}),
-                target: Some(Target {
+                target: Some(PatchTarget {
                     kind: Some("Deployment".into()),
                     name: Some("nginx".into()),
                     ..Default::default()

@@ -136,14 +136,14 @@ pub struct PatchTemplate {
     /// The template context (a JSON object).
     pub values: serde_json::Value,
     /// Which objects the patch applies to (kustomize `target`).
-    pub target: Option<Target>,
+    pub target: Option<PatchTarget>,
     /// Lets a strategic-merge patch rename its target.
     pub allow_name_change: bool,
 }
 
 /// A kustomize patch target.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct Target {
+pub struct PatchTarget {
     /// API group.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
@@ -276,7 +276,7 @@ fn namespace_if_unset(namespace: &str) -> Value {
 struct KustomizePatch {
     path: String,
     #[serde(skip_serializing_if = "Option::is_none")]
-    target: Option<Target>,
+    target: Option<PatchTarget>,
     #[serde(skip_serializing_if = "Option::is_none")]
     options: Option<PatchOptions>,
 }
