@@ -292,12 +292,7 @@ async fn the_cluster_upgraded_under_the_operator_loses_nothing_and_applies_nothi
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let env = [("NAMESPACE", ns.name.as_str())];
     let mut operator = common::OperatorProcess::spawn(&ns.name, &env, &flags);
-    kind.apply();
-    kind.wait_condition("Serving", "True", "Running").await;
-    kind.to_v2();
-    kind.apply();
-    kind.wait_message("Serving", "True", "Running", "generation 2")
-        .await;
+    kind.serve_at_v2().await;
     let sample = |name: &str| {
         json!({"apiVersion": "nuvolaris.org/v1", "kind": "Sample",
                "metadata": {"name": name, "namespace": ns.name}, "spec": {"count": 1}})

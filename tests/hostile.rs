@@ -1319,20 +1319,11 @@ async fn stalled_reviews_of_64_mib_keep_the_webhooks_memory_bounded_and_lists_go
     let metrics = common::free_port();
     let metrics_addr = format!("127.0.0.1:{metrics}");
     let flags = kind.webhook_flags(&["--metrics-addr", &metrics_addr]);
-    let at = flags
-        .iter()
-        .position(|f| f == "--conversion-webhook-addr")
-        .unwrap();
-    let webhook: u16 = flags[at + 1].rsplit(':').next().unwrap().parse().unwrap();
+    let webhook = GreetingKind::webhook_port(&flags);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let env = [("NAMESPACE", ns.name.as_str())];
     let operator = OperatorProcess::spawn(&ns.name, &env, &flags);
-    kind.apply();
-    kind.wait_condition("Serving", "True", "Running").await;
-    kind.to_v2();
-    kind.apply();
-    kind.wait_message("Serving", "True", "Running", "generation 2")
-        .await;
+    kind.serve_at_v2().await;
     // Stored at v2: a list at v1 converts it through the webhook.
     kind.write_at(&ns.name, "v2", "stored", json!({"text": "hello v2"}));
     let at_v1 = || kind.greeting_at(&ns.name, "v1", "stored")["spec"]["message"].clone();

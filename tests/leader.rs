@@ -719,30 +719,57 @@ fn shout(kind: &GreetingKind, shout: &str) {
     kind.apply();
 }
 
+/// The flags of a replica serving the test's definitions.
+fn definition_flags(kind: &GreetingKind) -> [&str; 3] {
+    [
+        "--serve-kind-definitions=true",
+        "--kind-definition-selector",
+        &kind.label,
+    ]
+}
+
+/// Greets `prefix-0` .. `prefix-(n-1)` with `prefix` as the message and
+/// waits until each is Ready; their names.
+async fn greet_ready(kind: &GreetingKind, ns: &str, prefix: &str, n: usize) -> Vec<String> {
+    let greetings: Vec<String> = (0..n).map(|i| format!("{prefix}-{i}")).collect();
+    for name in &greetings {
+        kind.greet(ns, name, prefix, serde_json::json!({}));
+    }
+    for name in &greetings {
+        wait_ready(kind, ns, name).await;
+    }
+    greetings
+}
+
+/// Waits until each replica's log says it stopped serving the kind.
+async fn wait_stopped(replicas: &[Replica], kind: &GreetingKind) {
+    for replica in replicas {
+        common::wait_until(
+            TIMEOUT,
+            format!("{} stopped the kind", replica.name),
+            async || {
+                (replica.process.log().lines())
+                    .any(|l| l.contains("stopped") && l.contains(&kind.name))
+            },
+        )
+        .await;
+    }
+}
+
 #[tokio::test]
 async fn sharing_replicas_serve_a_kind_definition_one_writes_it_every_one_serves_its_share() {
     let client = common::cluster().await;
     let ns = common::TestNamespace::new(&client, "sharing-kd").await;
     let _cleanup = common::StripFinalizersOnDrop(ns.name.clone());
     let kind = GreetingKind::new(&ns);
-    let flags = [
-        "--serve-kind-definitions=true",
-        "--kind-definition-selector",
-        &kind.label,
-    ];
+    let flags = definition_flags(&kind);
     let names = ["kd-a", "kd-b", "kd-c"];
     let replicas = names.map(|name| Replica::sharing_with(name, &ns.name, &flags));
     let ring = wait_table(&client, &ns.name, &names).await;
 
     kind.apply();
     kind.wait_condition("Serving", "True", "Running").await;
-    let greetings: Vec<String> = (0..12).map(|i| format!("hello-{i}")).collect();
-    for name in &greetings {
-        kind.greet(&ns.name, name, "hello", serde_json::json!({}));
-    }
-    for name in &greetings {
-        wait_ready(&kind, &ns.name, name).await;
-    }
+    let greetings = greet_ready(&kind, &ns.name, "hello", 12).await;
 
     // Every replica served the kind, each for the Greetings of its share
     // alone; one replica, the one whose share holds the definition,
@@ -813,17 +840,7 @@ async fn sharing_replicas_serve_a_kind_definition_one_writes_it_every_one_serves
     let (ok, _, err) = common::kubectl(&["delete", &all, "--all", "-n", &ns.name]);
     assert!(ok, "{err}");
     kind.delete().await;
-    for replica in &replicas {
-        common::wait_until(
-            TIMEOUT,
-            format!("{} stopped the kind", replica.name),
-            async || {
-                (replica.process.log().lines())
-                    .any(|l| l.contains("stopped") && l.contains(&kind.name))
-            },
-        )
-        .await;
-    }
+    wait_stopped(&replicas, &kind).await;
     drop(killed);
 }
 
@@ -833,23 +850,13 @@ async fn sharing_replicas_all_stop_serving_a_kind_whose_deleted_definition_orpha
     let ns = common::TestNamespace::new(&client, "sharing-orphan").await;
     let _cleanup = common::StripFinalizersOnDrop(ns.name.clone());
     let kind = GreetingKind::new(&ns);
-    let flags = [
-        "--serve-kind-definitions=true",
-        "--kind-definition-selector",
-        &kind.label,
-    ];
+    let flags = definition_flags(&kind);
     let names = ["orphan-a", "orphan-b"];
     let replicas = names.map(|name| Replica::sharing_with(name, &ns.name, &flags));
     wait_table(&client, &ns.name, &names).await;
     kind.apply_with(|d| d["spec"]["onDelete"] = "Orphan".into());
     kind.wait_condition("Serving", "True", "Running").await;
-    let greetings: Vec<String> = (0..8).map(|i| format!("kept-{i}")).collect();
-    for name in &greetings {
-        kind.greet(&ns.name, name, "kept", serde_json::json!({}));
-    }
-    for name in &greetings {
-        wait_ready(&kind, &ns.name, name).await;
-    }
+    let greetings = greet_ready(&kind, &ns.name, "kept", 8).await;
 
     // Deleted: every replica stops serving the kind before the writer
     // takes the finalizers off, and none puts one back.
@@ -859,17 +866,7 @@ async fn sharing_replicas_all_stop_serving_a_kind_whose_deleted_definition_orpha
         kind.definition().is_none()
     })
     .await;
-    for replica in &replicas {
-        common::wait_until(
-            TIMEOUT,
-            format!("{} stopped the kind", replica.name),
-            async || {
-                (replica.process.log().lines())
-                    .any(|l| l.contains("stopped") && l.contains(&kind.name))
-            },
-        )
-        .await;
-    }
+    wait_stopped(&replicas, &kind).await;
     let all = format!("greetings.{}", kind.group);
     let path = "jsonpath={range .items[*]}{.metadata.name}={.metadata.finalizers}{\"\\n\"}{end}";
     let (ok, listed, err) = common::kubectl(&["get", &all, "-n", &ns.name, "-o", path]);
@@ -897,20 +894,13 @@ async fn every_sharing_replica_answers_the_conversion_webhook_of_a_definitions_k
     let mut ports = Vec::new();
     let replicas = names.map(|name| {
         let flags = kind.webhook_flags(&[]);
-        let at = flags.iter().position(|f| f == "--conversion-webhook-addr");
-        let addr = &flags[at.unwrap() + 1];
-        ports.push(addr.rsplit(':').next().unwrap().parse::<u16>().unwrap());
+        ports.push(GreetingKind::webhook_port(&flags));
         // Replica::spawn_with gives `--kinds sample` itself.
         let flags: Vec<&str> = flags.iter().skip(2).map(String::as_str).collect();
         Replica::sharing_with(name, &ns.name, &flags)
     });
     wait_table(&client, &ns.name, &names).await;
-    kind.apply();
-    kind.wait_condition("Serving", "True", "Running").await;
-    kind.to_v2();
-    kind.apply();
-    kind.wait_message("Serving", "True", "Running", "generation 2")
-        .await;
+    kind.serve_at_v2().await;
     // Through the API server: stored at v2, read at v1.
     kind.write_at(
         &ns.name,

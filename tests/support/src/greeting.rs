@@ -91,6 +91,24 @@ impl GreetingKind {
         self.flags(&all)
     }
 
+    /// The loopback port of the webhook [`Self::webhook_flags`] gave.
+    pub fn webhook_port(flags: &[String]) -> u16 {
+        let at = flags.iter().position(|f| f == "--conversion-webhook-addr");
+        let addr = &flags[at.expect("webhook flags") + 1];
+        addr.rsplit(':').next().unwrap().parse().unwrap()
+    }
+
+    /// Applies the definition, waits until it serves, then moves the kind
+    /// to v2 ([`Self::to_v2`]) and waits until that generation serves.
+    pub async fn serve_at_v2(&self) {
+        self.apply();
+        self.wait_condition("Serving", "True", "Running").await;
+        self.to_v2();
+        self.apply();
+        self.wait_message("Serving", "True", "Running", "generation 2")
+            .await;
+    }
+
     /// Edits a file of the folder.
     pub fn edit(&self, file: &str, change: impl FnOnce(String) -> String) {
         let path = self.folder.join(file);
