@@ -327,9 +327,7 @@ async fn configmap_rule_over_three_namespaces_and_a_new_one() {
     assert_eq!(operator.kubectl_stats().spawned(), 1);
 
     // A listed namespace that appears receives copies.
-    let later_ns = common::TestNamespace {
-        name: later.clone(),
-    };
+    let later_ns = common::TestNamespace::adopt(later.clone());
     create(
         &Api::<Namespace>::all(fx.client.clone()),
         &serde_json::from_value(

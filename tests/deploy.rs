@@ -32,6 +32,7 @@ use serde_json::json;
 
 #[tokio::test]
 async fn apply_k_deploy_installs_a_hardened_operator_whose_pods_are_admitted() {
+    let _area = common::area::enter().await;
     let client = common::cluster().await;
     install().await;
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), NAMESPACE);
@@ -290,6 +291,7 @@ async fn copyrator_scenario_passes_with_only_the_service_account_token() {
 
 #[tokio::test]
 async fn the_service_account_token_is_denied_outside_its_grants() {
+    let _area = common::area::enter().await;
     let client = common::cluster().await;
     install().await;
     let token = common::TokenKubeconfig::mint(&client, NAMESPACE, SERVICE_ACCOUNT).await;

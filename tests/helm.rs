@@ -1111,6 +1111,7 @@ async fn install_upgrade_uninstall_on_the_control_plane() {
 /// every test and are no part of it (`--skip-crds`).
 #[tokio::test]
 async fn uninstall_then_install_again_works_every_time() {
+    let _area = common::area::enter().await;
     const ROUNDS: usize = 10;
     let _client = common::cluster().await;
     let helm = helm_or_skip!();

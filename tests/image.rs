@@ -91,12 +91,12 @@ fn ci_is_any_value_of_ci_but_an_empty_or_false_one_and_a_skip_names_its_test() {
     }
     assert_eq!(
         common::current_test(),
-        "image::ci_is_any_value_of_ci_but_an_empty_or_false_one_and_a_skip_names_its_test"
+        "install::image::ci_is_any_value_of_ci_but_an_empty_or_false_one_and_a_skip_names_its_test"
     );
     let in_async = async { common::current_test() };
     assert_eq!(
         futures::executor::block_on(in_async),
-        "image::ci_is_any_value_of_ci_but_an_empty_or_false_one_and_a_skip_names_its_test"
+        "install::image::ci_is_any_value_of_ci_but_an_empty_or_false_one_and_a_skip_names_its_test"
     );
 }
 

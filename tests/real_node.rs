@@ -890,6 +890,7 @@ fn pod_events(namespace: &str, pod: &str) -> String {
 
 #[tokio::test]
 async fn a_missing_image_is_named_in_the_pods_state_and_events() {
+    let _area = common::area::enter().await;
     let _node = NODE.lock().await;
     let Some(_node) = real_node() else { return };
     let client = common::cluster().await;
@@ -979,6 +980,7 @@ const SAMPLE_BINDING: &str = "kustomize-operator-sample";
 
 #[tokio::test]
 async fn a_missing_rbac_grant_is_named_in_the_pods_log() {
+    let _area = common::area::enter().await;
     let _node = NODE.lock().await;
     let Some(_node) = real_node() else { return };
     let client = common::cluster().await;
@@ -1013,6 +1015,7 @@ async fn a_missing_rbac_grant_is_named_in_the_pods_log() {
 
 #[tokio::test]
 async fn a_wrong_api_address_is_named_in_the_pods_log() {
+    let _area = common::area::enter().await;
     let _node = NODE.lock().await;
     let Some(_node) = real_node() else { return };
     let client = common::cluster().await;

@@ -4,6 +4,7 @@
 //! for every test binary; each test file names it `common`:
 //! `use ko_test_support as common;`.
 
+pub mod area;
 pub mod deploy;
 pub mod greeting;
 
@@ -230,14 +231,18 @@ pub async fn cluster() -> Client {
     client
 }
 
-/// A namespace that is deleted when dropped.
+/// A namespace that is deleted when dropped. While it lives its test is
+/// inside its suite's [`area`].
 pub struct TestNamespace {
     pub name: String,
+    _area: Option<area::Area>,
 }
 
 impl TestNamespace {
-    /// Creates `ko-<prefix>-<random>`.
+    /// Creates `ko-<prefix>-<random>`, once the test has entered its
+    /// suite's [`area`].
     pub async fn new(client: &Client, prefix: &str) -> Self {
+        let area = area::enter().await;
         let name = format!("ko-{prefix}-{:06x}", rand::random::<u32>() & 0xff_ffff);
         let ns: Namespace = serde_json::from_value(serde_json::json!({
             "metadata": { "name": name, "labels": { "kustomize-operator-test": "true" } }
@@ -254,7 +259,16 @@ impl TestNamespace {
             || async { kubectl(&["-n", &name, "get", "serviceaccount", "default"]).0 },
         )
         .await;
-        Self { name }
+        Self {
+            name,
+            _area: Some(area),
+        }
+    }
+
+    /// The namespace `name`, which the test creates itself (from within
+    /// its area), deleted when dropped.
+    pub fn adopt(name: String) -> Self {
+        Self { name, _area: None }
     }
 }
 
@@ -495,6 +509,8 @@ impl OperatorProcess {
             // test gives them when it means to (tests/exchange_rate.rs).
             "SSL_CERT_FILE",
             "SSL_CERT_DIR",
+            // Traces go where a test says (tests/traced.rs).
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
         ] {
             cmd.env_remove(var);
         }
@@ -757,13 +773,19 @@ impl Drop for StripFinalizersOnDrop {
 /// built (`hack/helm/helm build` builds it; `hack/test` and `.ci/run` do);
 /// the error says why there is none.
 pub fn find_helm() -> Result<PathBuf, String> {
-    if let Some(helm) = std::env::var_os("HELM").filter(|h| !h.is_empty()) {
-        return Ok(PathBuf::from(helm));
+    find_built("HELM", "hack/helm/helm")
+}
+
+/// A tool `hack/<tool>` builds and caches: `$<var>` when set, else what
+/// `script path` prints.
+fn find_built(var: &str, script: &str) -> Result<PathBuf, String> {
+    if let Some(tool) = std::env::var_os(var).filter(|t| !t.is_empty()) {
+        return Ok(PathBuf::from(tool));
     }
-    let out = std::process::Command::new(repo().join("hack/helm/helm"))
+    let out = std::process::Command::new(repo().join(script))
         .arg("path")
         .output()
-        .map_err(|e| format!("cannot run hack/helm/helm: {e}"))?;
+        .map_err(|e| format!("cannot run {script}: {e}"))?;
     if out.status.success() {
         Ok(PathBuf::from(
             String::from_utf8_lossy(&out.stdout).trim().to_string(),
@@ -785,6 +807,19 @@ pub fn helm_path() -> Option<PathBuf> {
     }
 }
 
+/// The OpenTelemetry Collector `hack/otelcol/otelcol build` builds
+/// (`$OTELCOL` when set; `hack/test` sets it), or None, loudly, when there
+/// is none; under CI that is a failure instead ([`skip`]).
+pub fn otelcol_path() -> Option<PathBuf> {
+    match find_built("OTELCOL", "hack/otelcol/otelcol") {
+        Ok(otelcol) => Some(otelcol),
+        Err(why) => {
+            skip(&format!("no OpenTelemetry Collector: {why}"));
+            None
+        }
+    }
+}
+
 /// True when the tests run in CI: `CI` is set to anything but an empty
 /// string, `0`, `false`, `no` or `off` (any case). CI runners set `true`
 /// or `1`; whatever they set, a missing prerequisite fails there.
@@ -799,7 +834,7 @@ pub fn ci_value(value: Option<&str>) -> bool {
 }
 
 /// The test running on this thread, with its binary:
-/// `image::runs_read_only`. The test harness names each test's thread
+/// `install::image::runs_read_only`. The test harness names each test's thread
 /// after the test (with `--test-threads=1` too); the binary is cargo's,
 /// without the hash it appends. `<binary>::?` off a test's thread.
 pub fn current_test() -> String {
