@@ -28,6 +28,12 @@ pub struct Cli {
     /// Log format.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
     pub log_format: LogFormat,
+    /// Export traces (a span per reconcile and per kubectl run) to this
+    /// OpenTelemetry collector, over OTLP/HTTP: its base URL, such as
+    /// `http://otel-collector:4318` (`/v1/traces` is added). Unset: no
+    /// export.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT", global = true)]
+    pub otlp_endpoint: Option<String>,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,

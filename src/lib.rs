@@ -37,7 +37,9 @@ pub mod sharding;
 pub mod source;
 pub mod support_range;
 pub(crate) mod sync;
+pub mod telemetry;
 mod text;
+pub mod trust;
 
 pub use engine::host::{KubectlStats, ReconcileError};
 pub use kind::{Handler, HandlerError, Plan, Step};

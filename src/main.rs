@@ -4,10 +4,10 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use kustomize_operator::cli::{Cli, Command, KindCommand, LogFormat, RunArgs};
+use kustomize_operator::cli::{Cli, Command, KindCommand, RunArgs};
 use kustomize_operator::diff::Drift;
+use kustomize_operator::telemetry::Telemetry;
 use kustomize_operator::{Error, Operator};
-use tracing_subscriber::EnvFilter;
 
 /// jemalloc, as the binary's allocator. glibc's arenas keep the pages a
 /// burst of reconciles filled, pinned by the few small objects still
@@ -30,20 +30,6 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 static MALLOC_CONF: &u8 =
     &b"tcache:false,narenas:1,background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0\0"[0];
 
-fn init_logging(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    // Colours only for a terminal: a log file keeps plain text.
-    let colours = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(colours)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Json => builder.json().init(),
-        LogFormat::Text => builder.init(),
-    }
-}
-
 fn main() -> ExitCode {
     // A render worker (a child of `run`, see `sandbox`) runs no runtime.
     if std::env::args_os().nth(1).as_deref()
@@ -53,21 +39,30 @@ fn main() -> ExitCode {
     {
         return kustomize_operator::sandbox::worker::serve();
     }
-    match tokio::runtime::Builder::new_multi_thread()
+    let cli = Cli::parse();
+    // Outside the runtime: the trace export runs on threads of its own.
+    let telemetry = match Telemetry::start(cli.log_format, cli.otlp_endpoint.as_deref()) {
+        Ok(telemetry) => telemetry,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let code = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
     {
-        Ok(runtime) => runtime.block_on(command()),
+        Ok(runtime) => runtime.block_on(command(cli)),
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
             ExitCode::FAILURE
         }
-    }
+    };
+    telemetry.stop();
+    code
 }
 
-async fn command() -> ExitCode {
-    let cli = Cli::parse();
-    init_logging(cli.log_format);
+async fn command(cli: Cli) -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => run(*args).await,
         Command::Render(args) => render(&args).await,

@@ -12,3 +12,4 @@ mod debugging;
 mod exchange_rate;
 mod health;
 mod sample;
+mod traced;

@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
+use tracing::{Instrument, Span};
 
 use crate::engine::kubectl::{Kubectl, Slot};
 
@@ -42,10 +43,12 @@ pub(crate) trait Job: Send + 'static {
     fn names(&self) -> Vec<String>;
 }
 
-/// A queued job and where its result goes.
+/// A queued job, where its result goes, and the span it was queued in
+/// (its reconcile's), which the run's span belongs to ([`run_span`]).
 pub(crate) struct Member<J, R> {
     pub job: J,
     pub reply: oneshot::Sender<R>,
+    pub span: Span,
 }
 
 /// Runs a batch: sends every member its reply (a member whose reply is
@@ -77,7 +80,8 @@ impl<J: Job, R: Send + 'static> Queue<J, R> {
     /// Queues `job` and waits for its result; `None` when the queue is gone.
     pub async fn submit(&self, job: J) -> Option<R> {
         let (reply, rx) = oneshot::channel();
-        self.tx.send(Member { job, reply }).ok()?;
+        let span = Span::current();
+        self.tx.send(Member { job, reply, span }).ok()?;
         rx.await.ok()
     }
 }
@@ -115,8 +119,24 @@ async fn queue_loop<J: Job, R: Send + 'static>(
             pending.push_back(m);
         }
         let batch = take_batch(&mut pending, settings.max);
-        tokio::spawn(run(batch, slot));
+        let span = run_span(&batch);
+        tokio::spawn(run(batch, slot).instrument(span));
     }
+}
+
+/// The span a run's log lines and kubectl spans belong to: a lone job's
+/// reconcile, so that a trace holds the kubectl run it caused; for a
+/// shared run, a `batch` span of its own that follows from every job's
+/// (a link to each reconcile, in OpenTelemetry's terms).
+fn run_span<J, R>(batch: &[Member<J, R>]) -> Span {
+    if let [lone] = batch {
+        return lone.span.clone();
+    }
+    let span = tracing::info_span!(parent: None, "batch", jobs = batch.len());
+    for member in batch {
+        span.follows_from(&member.span);
+    }
+    span
 }
 
 /// Waits up to the window for more jobs; false when the channel closed.
@@ -201,6 +221,7 @@ mod tests {
                 names: names.iter().map(|s| s.to_string()).collect(),
             },
             reply,
+            span: Span::none(),
         }
     }
 

@@ -272,6 +272,7 @@ mod tests {
                     owner_uid: uid.into(),
                 },
                 reply,
+                span: tracing::Span::none(),
             },
             rx,
         )

@@ -253,6 +253,7 @@ mod tests {
                     identity: Identity::Operator,
                 },
                 reply,
+                span: tracing::Span::none(),
             });
         }
         let slot = kubectl.acquire().await;

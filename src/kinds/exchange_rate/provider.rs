@@ -7,7 +7,7 @@
 //! (and none is installed). Requests carry a timeout and a User-Agent; the
 //! response body is read up to [`BODY_LIMIT`].
 
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 /// The User-Agent sent to the provider.
@@ -218,15 +218,7 @@ pub fn redacted(url: &reqwest::Url) -> String {
 }
 
 fn build_client(timeout: Duration) -> Result<reqwest::Client, String> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let verifier = rustls_platform_verifier::Verifier::new(provider.clone())
-        .map_err(|e| format!("cannot load the system's root certificates: {e}"))?;
-    let tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(verifier))
-        .with_no_client_auth();
+    let tls = crate::trust::client_tls()?;
     reqwest::Client::builder()
         .tls_backend_preconfigured(tls)
         .user_agent(USER_AGENT)
@@ -294,6 +286,7 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+    use std::sync::Arc;
 
     #[test]
     fn rate_is_found_at_a_dotted_path() {
