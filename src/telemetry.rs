@@ -95,7 +95,7 @@ where
 
 /// The SDK's provider, exporting in batches to `endpoint`.
 fn tracer_provider(endpoint: &str) -> Result<SdkTracerProvider, TelemetryError> {
-    let url = format!("{}{TRACES_PATH}", endpoint.trim_end_matches('/'));
+    let url = traces_url(endpoint);
     let exporter = SpanExporter::builder()
         .with_http()
         .with_http_client(blocking_client()?)
@@ -113,6 +113,11 @@ fn tracer_provider(endpoint: &str) -> Result<SdkTracerProvider, TelemetryError> 
         .build())
 }
 
+/// Where traces go under an OTLP/HTTP base URL.
+fn traces_url(endpoint: &str) -> String {
+    format!("{}{TRACES_PATH}", endpoint.trim_end_matches('/'))
+}
+
 /// reqwest's blocking client, trusting what the operator's other clients
 /// trust ([`crate::trust`]). Built on a thread of its own, as the client
 /// keeps a runtime of its own.
@@ -127,4 +132,32 @@ fn blocking_client() -> Result<reqwest::blocking::Client, TelemetryError> {
     .join()
     .map_err(|_| TelemetryError::Client("the thread building it panicked".into()))?
     .map_err(|e| TelemetryError::Client(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_endpoint_that_is_no_url_is_refused_naming_it() {
+        let Err(err) = tracer_provider("http://not a host:4318") else {
+            panic!("accepted");
+        };
+        assert!(
+            matches!(&err, TelemetryError::Exporter { endpoint, .. } if endpoint == "http://not a host:4318/v1/traces"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_traces_path_is_added_to_the_base_url_once() {
+        assert_eq!(traces_url("http://c:4318"), "http://c:4318/v1/traces");
+        assert_eq!(traces_url("http://c:4318/"), "http://c:4318/v1/traces");
+    }
+
+    #[test]
+    fn a_base_url_gives_a_provider_that_stops_with_nothing_to_send() {
+        let provider = tracer_provider("http://127.0.0.1:4318").expect("a provider");
+        provider.shutdown().expect("nothing to send");
+    }
 }

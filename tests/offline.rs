@@ -7,6 +7,7 @@
 //! as if it were a binary of its own.
 
 mod admission;
+mod areas;
 mod crds;
 mod escaping;
 mod kind_pack;

@@ -39,13 +39,19 @@ pub struct Area {
 /// suite's tests are inside. Off a test's thread (no suite in the name)
 /// nothing is entered.
 pub async fn enter() -> Area {
-    let Some(suite) = suite_of(std::thread::current().name()) else {
-        return Area { entered: false };
-    };
+    match suite_of(std::thread::current().name()) {
+        Some(suite) => enter_suite(&suite).await,
+        None => Area { entered: false },
+    }
+}
+
+/// Enters the area of `suite`, waiting while another suite's tests are
+/// inside ([`enter`] names the running test's suite).
+pub async fn enter_suite(suite: &str) -> Area {
     loop {
         // Registered before the look, so that no leaving is missed.
         let left = LEFT.notified();
-        if try_enter(&suite) {
+        if try_enter(suite) {
             return Area { entered: true };
         }
         left.await;
@@ -53,7 +59,7 @@ pub async fn enter() -> Area {
 }
 
 /// The suite of a test named `suite::test` (or `suite::module::test`).
-fn suite_of(thread: Option<&str>) -> Option<String> {
+pub fn suite_of(thread: Option<&str>) -> Option<String> {
     let (suite, _) = thread?.split_once("::")?;
     Some(suite.to_string())
 }
@@ -81,18 +87,5 @@ impl Drop for Area {
             drop(inside);
             LEFT.notify_waiters();
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_suite_is_the_first_segment_of_a_test_name() {
-        assert_eq!(suite_of(Some("helm::installs")), Some("helm".into()));
-        assert_eq!(suite_of(Some("a::b::c")), Some("a".into()));
-        assert_eq!(suite_of(Some("main")), None);
-        assert_eq!(suite_of(None), None);
     }
 }
