@@ -13,8 +13,8 @@
 
 pub use crate::engine::contract::{
     Beyond, Deletion, DynType, EventType, FieldConflicts, FromObjects, Handler, HandlerError,
-    KindInfo, Object, OnFailure, Plan, PlannedEvent, Policy, Reach, ReadAs, Revision, Step,
-    api_message, namespaced_api,
+    KindInfo, Nudge, Nudges, Object, OnFailure, Plan, PlannedEvent, Policy, Reach, ReadAs,
+    Resources, Revision, Step, Watching, api_message, namespaced_api,
 };
 pub use crate::engine::kubectl::CommandRecord;
 pub use crate::engine::model::identity::check_account_name;

@@ -32,7 +32,7 @@ use super::migrator::{self, Fallback, Outcome, Progress};
 use super::resource::{self, ConditionType, Reason, Status};
 use super::writes::{count, event, status_of, write_status};
 use super::{deletion, following, planning, progress, rights, rollout};
-use crate::engine::host::{guarded, stopped_before_first_list};
+use crate::engine::host::guarded;
 use crate::kind::EventType;
 use crate::kinds::declared::rbac;
 use kube::runtime::finalizer::Event as FinalizerEvent;
@@ -95,6 +95,25 @@ pub(super) async fn run(
         () = stopped_before_first_list(shutdown.cancelled_owned(), store) => {}
     }
     ctx.serving.stop_all().await;
+}
+
+/// Resolves when `shutdown` comes before the controller's cache was ever
+/// filled. kube-runtime holds its reconciles until then, and a graceful
+/// shutdown stops the watch that would fill it: the controller would wait
+/// forever. No reconcile has started then, so there is nothing to finish.
+async fn stopped_before_first_list<K>(
+    shutdown: impl std::future::Future<Output = ()>,
+    store: kube::runtime::reflector::Store<K>,
+) where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    use futures::FutureExt;
+    shutdown.await;
+    if store.wait_until_ready().now_or_never().is_none() {
+        return;
+    }
+    std::future::pending::<()>().await;
 }
 
 type FinalizerError = kube::runtime::finalizer::Error<DefinitionError>;

@@ -58,9 +58,8 @@ pub use context::DefinitionError;
 use generation::Taken;
 
 use crate::conversion::Webhook;
-use crate::engine::host::Dynamic;
+use crate::engine::host::Runtime;
 use crate::engine::host::{Engine, Isolation};
-use crate::kinds::declared::DeclaredHandler;
 use crate::kinds::registry::Kind;
 
 /// How the operator serves definitions.
@@ -95,11 +94,11 @@ pub async fn installed(client: &Client) -> Result<crate::kinds::Availability, ku
 }
 
 /// Serves the definitions of `config` until `shutdown` is cancelled, each
-/// definition's kind a kind of `dynamic`; then stops their kinds (their
+/// definition's kind a kind of `runtime`; then stops their kinds (their
 /// running reconciles finish).
 pub(crate) async fn serve(
     engine: Arc<Engine>,
-    dynamic: Arc<Dynamic<DeclaredHandler>>,
+    runtime: Arc<Runtime>,
     config: Config,
     shutdown: CancellationToken,
 ) {
@@ -117,7 +116,7 @@ pub(crate) async fn serve(
     let engine_client = engine.client().clone();
     let ctx = Arc::new(context::DefinitionContext {
         client: engine.client().clone(),
-        serving: serving::Serving::new(dynamic, nudges),
+        serving: serving::Serving::new(runtime, nudges),
         engine,
         taken,
         work_dir,

@@ -1,8 +1,8 @@
 //! The kinds served from definitions: each one a kind of the engine's one
-//! dynamic controller (a watch, not a controller of its own). Serving a
+//! runtime (a watch, not a controller of its own). Serving a
 //! new generation replaces the kind's handler; the watch's first list
 //! brings every resource of the kind to a reconcile with it, and those
-//! whose overlay changed are applied again. The dynamic controller also
+//! whose overlay changed are applied again. The runtime also
 //! counts each kind's resources in every namespace and shard, and the
 //! definition is nudged when the count changes, so the count in its status
 //! (which admission reads to refuse deleting a definition whose kind still
@@ -15,13 +15,13 @@ use tokio::sync::mpsc;
 
 use super::generation::{Generation, Taken};
 use super::revisions::History;
-use crate::engine::host::{Dynamic, OnCount};
+use crate::engine::host::{OnCount, Runtime};
 use crate::kinds::declared::DeclaredHandler;
 use crate::kinds::declared::rollout::{OnMove, Rollout, RolloutError, RolloutSpec};
 
 /// Every kind served from a definition, by definition name.
 pub struct Serving {
-    dynamic: Arc<Dynamic<DeclaredHandler>>,
+    runtime: Arc<Runtime>,
     served: Mutex<BTreeMap<String, Generation>>,
     /// Their revisions and the rollout serving them, by definition name.
     revisions: Mutex<BTreeMap<String, Revisions>>,
@@ -68,11 +68,11 @@ enum Role {
 pub const NUDGES_QUEUED: usize = 256;
 
 impl Serving {
-    /// An empty table over the dynamic controller; changes of a kind's
+    /// An empty table over the runtime; changes of a kind's
     /// count are told on `nudges`.
-    pub fn new(dynamic: Arc<Dynamic<DeclaredHandler>>, nudges: mpsc::Sender<String>) -> Self {
+    pub fn new(runtime: Arc<Runtime>, nudges: mpsc::Sender<String>) -> Self {
         Self {
-            dynamic,
+            runtime,
             served: Mutex::default(),
             revisions: Mutex::default(),
             nudges,
@@ -88,14 +88,14 @@ impl Serving {
     /// True when the kind of `name` is served (its watch runs).
     pub fn running(&self, name: &str) -> bool {
         let kind = self.current(name).map(|g| g.kind.name().to_string());
-        kind.is_some_and(|kind| self.dynamic.running(&kind))
+        kind.is_some_and(|kind| self.runtime.running(&kind))
     }
 
     /// How many resources the kind served for `name` has, in every
     /// namespace, once its count watch listed them.
     pub fn resources(&self, name: &str) -> Option<u64> {
         let kind = self.current(name)?.kind.name().to_string();
-        self.dynamic.count(&kind)
+        self.runtime.count(&kind)
     }
 
     /// The bytes of the definitions served (all their revisions), but
@@ -281,7 +281,7 @@ impl Serving {
     ) {
         let previous = crate::sync::lock(&self.served).get(name).cloned();
         if let Some(previous) = previous.filter(|p| p.kind.name() != generation.kind.name()) {
-            self.dynamic.stop(previous.kind.name()).await;
+            self.runtime.stop(previous.kind.name()).await;
         }
         tracing::info!(
             kind = generation.kind.name(),
@@ -289,7 +289,7 @@ impl Serving {
             generation = generation.number,
             "serving"
         );
-        self.dynamic.serve(handler, on_count).await;
+        self.runtime.serve_kind(handler, on_count).await;
         crate::sync::lock(&self.served).insert(name.to_string(), generation);
     }
 
@@ -300,7 +300,7 @@ impl Serving {
         crate::sync::lock(&self.revisions).remove(name);
         crate::sync::lock(&self.followed).remove(name);
         if let Some(generation) = served {
-            self.dynamic.stop(generation.kind.name()).await;
+            self.runtime.stop(generation.kind.name()).await;
             tracing::info!(kind = generation.kind.name(), definition = name, "stopped");
         }
     }
@@ -311,7 +311,7 @@ impl Serving {
         crate::sync::lock(&self.revisions).clear();
         crate::sync::lock(&self.followed).clear();
         for generation in all.into_values() {
-            self.dynamic.stop(generation.kind.name()).await;
+            self.runtime.stop(generation.kind.name()).await;
         }
     }
 }

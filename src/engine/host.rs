@@ -23,14 +23,13 @@ pub(crate) use super::model::status::{
 pub(crate) use super::model::templates::{
     CompiledTemplates, Isolation, TemplateError, TemplateFlavor, TemplateSources, compile_templates,
 };
-pub(crate) use super::reconcile::controller::{run as run_controller, stopped_before_first_list};
-pub(crate) use super::reconcile::dynamic::{Dynamic, OnCount};
 pub(crate) use super::reconcile::events::{Events, Publish};
 pub(crate) use super::reconcile::finalizing::{guarded, release};
 pub(crate) use super::reconcile::preview::{Fate, preview};
 pub(crate) use super::reconcile::runtime::{
     Engine, FIELD_MANAGER, FORGET_EVERY, ReconcileMetrics, Settings,
 };
+pub(crate) use super::reconcile::serve::{OnCount, Runtime};
 pub(crate) use super::reconcile::status_writer::apply_status;
 pub(crate) use super::run::batch::{BatchSettings, Queue};
 pub(crate) use super::run::build::{

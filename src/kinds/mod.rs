@@ -34,16 +34,13 @@ pub mod declared;
 pub mod exchange_rate;
 pub mod registry;
 
-use std::future::Future;
-use std::sync::Arc;
-
 use futures::future::BoxFuture;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 use kube::api::ApiResource;
 
-use crate::engine::host::{Engine, OverlayError, PreviewError, preview};
+use crate::engine::host::{OverlayError, PreviewError, Runtime, preview};
 pub use crate::engine::host::{PLACEHOLDER_UID, Preview};
 use crate::kind::{Handler, HandlerError, KustomizeDir};
 
@@ -311,26 +308,17 @@ impl WithHandler for CheckShape<'_> {
     }
 }
 
-/// Runs the kind's controller until `shutdown` resolves.
-pub(crate) struct RunController<S> {
-    /// The engine it runs on.
-    pub engine: Arc<Engine>,
-    /// Resolves when the controller is to stop.
-    pub shutdown: S,
+/// Serves the kind in the runtime.
+pub(crate) struct ServeIn<'a> {
+    /// The runtime serving it.
+    pub runtime: &'a Runtime,
 }
 
-impl<S> WithHandler for RunController<S>
-where
-    S: Future<Output = ()> + Send + Sync + 'static,
-{
-    type Output = BoxFuture<'static, ()>;
+impl<'a> WithHandler for ServeIn<'a> {
+    type Output = BoxFuture<'a, ()>;
 
     fn with<H: Handler>(self, handler: H) -> Self::Output {
-        Box::pin(crate::engine::host::run_controller(
-            self.engine,
-            Arc::new(handler),
-            self.shutdown,
-        ))
+        Box::pin(self.runtime.serve_kind(handler, None))
     }
 }
 

@@ -3,7 +3,6 @@
 //! directories. `run --kinds`, `crd`, `render` and `rbac` all look kinds up
 //! here, so a declared kind is a kind everywhere.
 
-use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -12,9 +11,9 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use super::declared::{self, DeclaredHandler, DeclaredKind, KindFileError};
 use super::{
     Availability, CheckShape, KindName, KindOptions, OwnedObjects, Preview, Render, RenderError,
-    RenderLive, RunController, WithHandler, served,
+    RenderLive, ServeIn, WithHandler, served,
 };
-use crate::engine::host::Engine;
+use crate::engine::host::Runtime;
 use crate::kind::KustomizeDir;
 
 /// One kind.
@@ -105,15 +104,10 @@ impl Kind {
         self.with_handler(&KindOptions::default(), action);
     }
 
-    /// Runs the kind's controller until `shutdown` resolves.
-    pub async fn run(
-        &self,
-        engine: Arc<Engine>,
-        options: &KindOptions,
-        shutdown: impl Future<Output = ()> + Send + Sync + 'static,
-    ) {
-        let action = RunController { engine, shutdown };
-        self.with_handler(options, action).await;
+    /// Serves the kind in `runtime` (its reconciles run once the runtime
+    /// runs).
+    pub(crate) async fn serve(&self, runtime: &Runtime, options: &KindOptions) {
+        self.with_handler(options, ServeIn { runtime }).await;
     }
 
     /// True when `doc` is a resource of this kind (apiVersion and kind).

@@ -1,21 +1,19 @@
-//! The controllers: started at once, or once this replica leads.
+//! The runtime serving every kind: started at once, or once this replica
+//! leads.
 
 use std::sync::Arc;
 
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::engine::host::Dynamic;
-use crate::engine::host::Engine;
+use crate::engine::host::{Engine, Runtime};
 use crate::kinds::KindOptions;
-use crate::kinds::declared::DeclaredHandler;
 use crate::kinds::registry::Kind;
 use crate::leader::LeaderElector;
 use crate::metrics::Metrics;
 
-/// The controllers to run: one per Rust kind, one dynamic controller for
-/// every declared kind (the folders' and the definitions'), and the one
-/// serving kind definitions.
+/// What the runtime serves: every kind (the Rust kinds, the declared
+/// kinds of folders) and, when enabled, the kind definitions.
 pub(super) struct Controllers {
     pub(super) kinds: Vec<Kind>,
     pub(super) engine: Arc<Engine>,
@@ -25,60 +23,38 @@ pub(super) struct Controllers {
 }
 
 impl Controllers {
-    /// Starts one task per Rust kind and one for the declared kinds; each
+    /// Starts the runtime with every kind, and the definitions' task; each
     /// stops when `token` is cancelled.
     pub(super) fn start(&self, token: &CancellationToken) -> JoinSet<()> {
         let mut set = JoinSet::new();
-        let declared: Vec<_> = self
-            .kinds
-            .iter()
-            .filter_map(Kind::declared)
-            .cloned()
-            .collect();
-        if !declared.is_empty() || self.definitions.is_some() {
-            let dynamic = Arc::new(Dynamic::<DeclaredHandler>::new(self.engine.clone()));
-            if let Some(config) = self.definitions.clone() {
-                let engine = self.engine.clone();
-                let token = token.clone();
-                set.spawn(crate::definitions::serve(
-                    engine,
-                    dynamic.clone(),
-                    config,
-                    token,
-                ));
-            }
-            let metrics = self.metrics.clone();
-            let token = token.clone();
-            set.spawn(async move {
-                for kind in declared {
-                    tracing::info!(kind = kind.name(), "serving");
-                    dynamic.serve(DeclaredHandler::new(kind), None).await;
-                }
-                dynamic.run(token.clone().cancelled_owned()).await;
-                if !token.is_cancelled() {
-                    tracing::error!("the controller of the declared kinds stopped unexpectedly");
-                    metrics.controller_stopped("declared kinds");
-                }
-            });
-        }
-        for kind in self.kinds.iter().filter(|k| k.declared().is_none()) {
-            let kind = kind.clone();
+        let runtime = Arc::new(Runtime::new(self.engine.clone()));
+        if let Some(config) = self.definitions.clone() {
             let engine = self.engine.clone();
             let token = token.clone();
-            let options = self.options.clone();
-            let metrics = self.metrics.clone();
-            set.spawn(async move {
-                tracing::info!(kind = %kind, "controller started");
-                kind.run(engine, &options, token.clone().cancelled_owned())
-                    .await;
-                if token.is_cancelled() {
-                    tracing::info!(kind = %kind, "controller stopped");
-                } else {
-                    tracing::error!(kind = %kind, "controller stopped unexpectedly");
-                    metrics.controller_stopped(kind.name());
-                }
-            });
+            set.spawn(crate::definitions::serve(
+                engine,
+                runtime.clone(),
+                config,
+                token,
+            ));
         }
+        let kinds = self.kinds.clone();
+        let options = self.options.clone();
+        let metrics = self.metrics.clone();
+        let token = token.clone();
+        set.spawn(async move {
+            for kind in kinds {
+                tracing::info!(kind = %kind, "serving");
+                kind.serve(&runtime, &options).await;
+            }
+            runtime.run(token.clone().cancelled_owned()).await;
+            if token.is_cancelled() {
+                tracing::info!("the runtime stopped");
+            } else {
+                tracing::error!("the runtime stopped unexpectedly");
+                metrics.controller_stopped("runtime");
+            }
+        });
         set
     }
 }

@@ -7,10 +7,9 @@ use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
-use kube::runtime::Controller;
 use serde::Serialize;
 
-use super::{Deletion, FromObjects, HandlerError, KindInfo, Object, Plan};
+use super::{Deletion, FromObjects, HandlerError, KindInfo, Nudges, Object, Plan, Watching};
 use crate::engine::model::inventory::{Inventory, ObjectId};
 use crate::engine::model::status::CommonStatus;
 use crate::engine::model::templates::KustomizeDir;
@@ -138,20 +137,11 @@ pub trait Handler: Send + Sync + 'static {
         std::future::ready(FromObjects::default())
     }
 
-    /// Types of objects the kind's resources read without owning them
-    /// (a declared kind's references): a change to one of them reconciles
-    /// the resources that read it ([`Handler::readers`]). Default: none.
-    fn referenced(&self) -> Vec<kube::api::ApiResource> {
-        Vec::new()
-    }
-
-    /// The resources (namespace, name) that read the object `meta` of the
-    /// type `resource`, as their last reconcile found. Default: none.
-    fn readers(
-        &self,
-        _resource: &kube::api::ApiResource,
-        _meta: &ObjectMeta,
-    ) -> Vec<(Option<String>, String)> {
+    /// What else starts a reconcile of the kind's resources: streams of
+    /// [`Nudge`](super::Nudge)s, each usually fed by a watch of other objects (a declared
+    /// kind's references, the sources a copyrator rule copies). Default:
+    /// none, only changes of the resources and of the objects they own.
+    fn nudges(&self, _watching: Watching<Self::Resource>) -> Vec<Nudges<Self::Resource>> {
         Vec::new()
     }
 
@@ -163,16 +153,6 @@ pub trait Handler: Send + Sync + 'static {
     /// revision of its definition). Default: none, the kind's own templates.
     fn revision_for(&self, _resource: &Self::Resource) -> Option<Revision> {
         None
-    }
-
-    /// Adds watches that should trigger a reconcile (default: none).
-    fn configure(
-        &self,
-        controller: Controller<Self::Resource>,
-        _client: &kube::Client,
-        _namespace: Option<&str>,
-    ) -> Controller<Self::Resource> {
-        controller
     }
 }
 

@@ -39,11 +39,10 @@ pub use resource::{
 pub use scope::Scope;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::runtime::Controller;
 
 use crate::kind::{
-    CommonStatus, Deletion, FieldConflicts, Handler, HandlerError, KindInfo, Plan, Policy,
-    namespaced_api,
+    CommonStatus, Deletion, FieldConflicts, Handler, HandlerError, KindInfo, Nudges, Plan, Policy,
+    Watching, namespaced_api,
 };
 use crate::kinds::{KindContext, RustKind};
 use plan::Rails;
@@ -196,22 +195,16 @@ impl Handler for CopyratorHandler {
             && label == Some(&marker::rule_label(&namespace, &name))
     }
 
-    fn configure(
-        &self,
-        controller: Controller<CopyratorRule>,
-        client: &kube::Client,
-        namespace: Option<&str>,
-    ) -> Controller<CopyratorRule> {
+    fn nudges(&self, watching: Watching<CopyratorRule>) -> Vec<Nudges<CopyratorRule>> {
+        let namespace = watching.namespace.as_deref();
         if let Some(ns) = namespace.filter(|ns| !self.rails.scope.contains(ns)) {
             tracing::warn!(
                 namespace = ns,
                 "the watched namespace is not among --copyrator-namespaces: its rules will report NamespaceNotServed"
             );
         }
-        watch::configure(
-            controller,
-            client,
-            namespace,
+        watch::nudges(
+            watching,
             self.namespace_selector.as_deref(),
             &self.rails.scope,
         )

@@ -19,71 +19,114 @@
 
 use std::sync::Arc;
 
+use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::api::ObjectMeta;
 use kube::core::PartialObjectMeta;
-use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{Controller, watcher};
-use kube::{Api, Client, ResourceExt};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, ResourceExt};
 
 use super::marker;
 use super::resource::{CopyratorRule, RuleType};
 use super::scope::Scope;
-use crate::kind::namespaced_api;
+use crate::kind::{Nudge, Nudges, Resources, Watching, namespaced_api};
 
-/// Adds the rule's triggers to its controller.
-pub fn configure(
-    mut controller: Controller<CopyratorRule>,
-    client: &Client,
-    namespace: Option<&str>,
+/// The rule's triggers: a stream of the rules each watch's events concern.
+pub fn nudges(
+    watching: Watching<CopyratorRule>,
     namespace_selector: Option<&str>,
     scope: &Scope,
-) -> Controller<CopyratorRule> {
-    let store = controller.store();
+) -> Vec<Nudges<CopyratorRule>> {
+    let Watching {
+        client,
+        namespace,
+        resources: rules,
+    } = watching;
+    let namespace = namespace.as_deref();
+    let mut nudges = Vec::new();
     for ns in scope.call_namespaces(namespace) {
-        controller = controller
-            .watches(
-                namespaced_api::<PartialObjectMeta<ConfigMap>>(client.clone(), ns),
-                watcher::Config::default(),
-                object_mapper(store.clone(), RuleType::Configmap),
-            )
-            .watches(
-                namespaced_api::<PartialObjectMeta<Secret>>(client.clone(), ns),
-                watcher::Config::default(),
-                object_mapper(store.clone(), RuleType::Secret),
-            );
+        nudges.push(objects(
+            namespaced_api::<PartialObjectMeta<ConfigMap>>(client.clone(), ns),
+            watcher::Config::default(),
+            rules.clone(),
+            RuleType::Configmap,
+        ));
+        nudges.push(objects(
+            namespaced_api::<PartialObjectMeta<Secret>>(client.clone(), ns),
+            watcher::Config::default(),
+            rules.clone(),
+            RuleType::Secret,
+        ));
     }
     if namespace.is_some() && *scope == Scope::All {
         // Copies live outside the watched namespace.
         let copies = watcher::Config::default().labels(marker::RULE);
-        controller = controller
-            .watches(
-                Api::<PartialObjectMeta<ConfigMap>>::all(client.clone()),
-                copies.clone(),
-                object_mapper(store.clone(), RuleType::Configmap),
-            )
-            .watches(
-                Api::<PartialObjectMeta<Secret>>::all(client.clone()),
-                copies,
-                object_mapper(store.clone(), RuleType::Secret),
-            );
+        nudges.push(objects(
+            Api::<PartialObjectMeta<ConfigMap>>::all(client.clone()),
+            copies.clone(),
+            rules.clone(),
+            RuleType::Configmap,
+        ));
+        nudges.push(objects(
+            Api::<PartialObjectMeta<Secret>>::all(client.clone()),
+            copies,
+            rules.clone(),
+            RuleType::Secret,
+        ));
     }
-    let namespaces = match namespace_selector {
+    let config = match namespace_selector {
         Some(sel) => watcher::Config::default().labels(sel),
         None => watcher::Config::default(),
     };
-    controller.watches(
-        Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
-        namespaces,
-        move |ns: PartialObjectMeta<Namespace>| rules_for_namespace(&store.state(), &ns.name_any()),
-    )
+    let namespaces = Api::<PartialObjectMeta<Namespace>>::all(client);
+    nudges.push(touched(namespaces, config, move |ns| {
+        rules_for_namespace(&rules.all(), &ns.name_any())
+    }));
+    nudges
 }
 
-fn object_mapper<K>(
-    store: Store<CopyratorRule>,
+/// The rules each event on the ConfigMaps or Secrets of `api` concerns.
+fn objects<K>(
+    api: Api<PartialObjectMeta<K>>,
+    config: watcher::Config,
+    rules: Resources<CopyratorRule>,
     kind: RuleType,
-) -> impl Fn(PartialObjectMeta<K>) -> Vec<ObjectRef<CopyratorRule>> + Send + Sync + 'static {
-    move |obj| rules_for_object(&store.state(), kind, &obj.metadata)
+) -> Nudges<CopyratorRule>
+where
+    PartialObjectMeta<K>: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + 'static,
+{
+    touched(api, config, move |obj| {
+        rules_for_object(&rules.all(), kind, &obj.metadata)
+    })
+}
+
+/// The resources `concerned` names for each object of `api` touched
+/// (created, changed or deleted), as nudges.
+fn touched<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    concerned: impl Fn(K) -> Vec<ObjectRef<CopyratorRule>> + Send + 'static,
+) -> Nudges<CopyratorRule>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + 'static,
+{
+    watcher::watcher(api, config)
+        .default_backoff()
+        .touched_objects()
+        .filter_map(|obj| std::future::ready(obj.ok()))
+        .flat_map(move |obj| stream::iter(concerned(obj).into_iter().map(Nudge::One)))
+        .boxed()
 }
 
 /// The rules an event on a ConfigMap or Secret concerns.

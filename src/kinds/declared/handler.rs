@@ -23,7 +23,8 @@ pub use super::rollout::REVISION_FIELD;
 use super::rollout::Rollout;
 use crate::kind::{
     Beyond, CommonStatus, Deletion, EventType, FromObjects, Handler, HandlerError, Inventory,
-    KindInfo, ObjectId, Plan, PlannedEvent, Policy, Reach, ReadAs, Reason, Revision,
+    KindInfo, Nudges, ObjectId, Plan, PlannedEvent, Policy, Reach, ReadAs, Reason, Revision,
+    Watching,
 };
 
 /// The finalizer the resources of a declared kind of API group `group`
@@ -240,25 +241,15 @@ impl Handler for DeclaredHandler {
         })
     }
 
-    /// The kinds of every kept revision's references: the stable
-    /// revision serves most resources while the latest has a canary, and a
-    /// change of what either reads must start their reconciles.
-    fn referenced(&self) -> Vec<ApiResource> {
-        let kinds: Vec<&Arc<DeclaredKind>> = match &self.rollout {
-            Some(rollout) => rollout.kinds().collect(),
-            None => vec![&self.kind],
-        };
-        let declared = kinds.iter().flat_map(|k| k.file.spec.references.values());
-        let mut types: Vec<ApiResource> = declared
-            .map(|r| references::api_resource(&r.api_version, &r.kind))
-            .collect();
-        types.sort_by(|a, b| (&a.group, &a.kind).cmp(&(&b.group, &b.kind)));
-        types.dedup_by(|a, b| a.group == b.group && a.kind == b.kind);
-        types
-    }
-
-    fn readers(&self, resource: &ApiResource, meta: &ObjectMeta) -> Vec<(Option<String>, String)> {
-        self.readers.of(resource, meta)
+    /// A change of an object any kept revision reads starts the
+    /// reconciles of the resources that read it: the stable revision
+    /// serves most resources while the latest has a canary, and a change
+    /// of what either reads must start their reconciles.
+    fn nudges(&self, watching: Watching<DeclaredObject>) -> Vec<Nudges<DeclaredObject>> {
+        let kind = &self.info.dyn_type;
+        (self.referenced().into_iter())
+            .map(|read| references::nudges(&watching, read, self.readers.clone(), kind.clone()))
+            .collect()
     }
 
     fn forget(&self, resource: &DeclaredObject) {
@@ -385,6 +376,23 @@ fn read_objects(
 
 /// What a resource's references read, by reference name.
 type Read = BTreeMap<String, Value>;
+
+impl DeclaredHandler {
+    /// The kinds of every kept revision's references.
+    pub(super) fn referenced(&self) -> Vec<ApiResource> {
+        let kinds: Vec<&Arc<DeclaredKind>> = match &self.rollout {
+            Some(rollout) => rollout.kinds().collect(),
+            None => vec![&self.kind],
+        };
+        let declared = kinds.iter().flat_map(|k| k.file.spec.references.values());
+        let mut types: Vec<ApiResource> = declared
+            .map(|r| references::api_resource(&r.api_version, &r.kind))
+            .collect();
+        types.sort_by(|a, b| (&a.group, &a.kind).cmp(&(&b.group, &b.kind)));
+        types.dedup_by(|a, b| a.group == b.group && a.kind == b.kind);
+        types
+    }
+}
 
 /// A resource's key among the readers.
 fn key(resource: &DeclaredObject) -> references::Key {

@@ -7,7 +7,12 @@
 //! reconciles its readers.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+
+use futures::{StreamExt, stream};
+use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{WatchStreamExt, watcher};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
@@ -15,7 +20,8 @@ use kube::api::{ApiResource, DynamicObject, GetParams, ListParams};
 use kube::core::GroupVersionKind;
 use serde_json::Value;
 
-use crate::kind::{HandlerError, Reason, api_message};
+use super::object::DeclaredObject;
+use crate::kind::{HandlerError, Nudge, Nudges, Reason, Watching, api_message};
 
 /// The most bytes (as JSON) one resource's references may read in all.
 pub const MAX_READ_BYTES: usize = 1024 * 1024;
@@ -336,6 +342,38 @@ impl Readers {
             .map(|(key, _)| key.clone())
             .collect()
     }
+}
+
+/// The resources of the kind `kind` to reconcile as the objects of type
+/// `resource` they read change or go (a metadata watch of them, in the
+/// watched namespace or all).
+pub fn nudges(
+    watching: &Watching<DeclaredObject>,
+    resource: ApiResource,
+    readers: Arc<Readers>,
+    kind: ApiResource,
+) -> Nudges<DeclaredObject> {
+    let client = watching.client.clone();
+    let api: kube::Api<PartialObjectMeta<DynamicObject>> = match watching.namespace.as_deref() {
+        Some(ns) => kube::Api::namespaced_with(client, ns, &resource),
+        None => kube::Api::all_with(client, &resource),
+    };
+    watcher::watcher(api, watcher::Config::default())
+        .default_backoff()
+        .touched_objects()
+        .filter_map(|meta| std::future::ready(meta.ok()))
+        .flat_map(move |meta| {
+            let read_by = readers.of(&resource, &meta.metadata).into_iter();
+            let kind = kind.clone();
+            stream::iter(read_by.map(move |(namespace, name)| {
+                let reader = ObjectRef::new_with(&name, kind.clone());
+                Nudge::One(match namespace {
+                    Some(namespace) => reader.within(&namespace),
+                    None => reader,
+                })
+            }))
+        })
+        .boxed()
 }
 
 #[cfg(test)]

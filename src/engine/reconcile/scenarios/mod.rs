@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 
 use self::fake_api::FakeApi;
 use super::context::Context;
-use super::controller::{error_policy, reconcile_one};
+use super::handled::{error_policy, reconcile_one};
 use super::triggers::Triggers;
 use crate::engine::contract::{
     FieldConflicts, Handler, HandlerError, KindInfo, Plan, Policy, Reach,

@@ -1,133 +1,156 @@
-//! The controller of one kind: the watch, the finalizer, per-object backoff,
-//! and one reconcile (the apply path in `reconcile`, the deletion path in
-//! `cleanup`).
+//! A kind a [`Handler`] plans for, as the runtime serves it: the watch of
+//! its resources (cut down, its owned kinds' watches primed from the first
+//! list, only changes of a resource's input starting a reconcile), the
+//! finalizer, per-object backoff, and one reconcile (the apply path in
+//! `apply_path`, the deletion path in `cleanup`).
 
-use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use futures::{FutureExt, StreamExt};
+use kube::api::ApiResource;
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::Event as FinalizerEvent;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{Controller, WatchStreamExt, reflector, watcher};
+use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use tracing::Instrument;
 
 use super::context::{Context, ReconcileError};
 use super::finalizing::{add_finalizer, guarded, needs_finalizer};
 use super::primer::Primer;
+use super::serve::{Counted, OnCount, Reconciler, Runtime};
 use super::triggers::Triggers;
 use super::{apply_path, cleanup, traced};
-use crate::engine::contract::{DynType, Handler};
+use crate::engine::contract::{Handler, Nudges, Resources, Watching};
 use crate::engine::reconcile::runtime::{Engine, backoff};
 
-/// Runs the controller for one kind until `shutdown` resolves.
-pub async fn run<H: Handler>(
-    engine: Arc<Engine>,
-    handler: Arc<H>,
-    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
-) {
-    let namespace = engine.settings.namespace.clone();
-    let api = handler.api(engine.reader.clone(), namespace.as_deref());
-    let shard = crate::engine::model::shard::selector(engine.settings.shard.as_deref());
-    let selector =
-        crate::engine::model::shard::combine(handler.watch_selector(namespace.as_deref()), &shard);
-    let watch = watcher::Config::default().any_semantic().labels(&selector);
-    let dyn_type = handler.info().dyn_type.clone();
-    // The controller's own reflector, fed objects without what no handler
-    // reads: with many resources, managedFields and kubectl's
-    // last-applied annotation are most of the cache.
-    let writer = reflector::store::Writer::new(dyn_type.clone());
-    let reader = writer.as_reader();
-    let mut primer = Primer::new(engine.clone(), handler.clone());
-    let triggers = Arc::new(Triggers::sharing(engine.settings.share.clone()));
-    let admitted = triggers.clone();
-    let cached = engine.clone();
-    let share = engine.settings.share.clone();
-    let objects = super::shared_watch::watch(api, watch, share)
-        .modify(slim::<H::Resource>)
-        .inspect(move |event| {
-            if let Ok(event) = event {
-                primer.see(event);
-            }
-        })
-        .reflect(writer)
-        .filter(move |event| {
-            if let Ok(watcher::Event::Apply(obj) | watcher::Event::InitApply(obj)) = event {
-                // The cache holds this version now: a status written at it
-                // need not be remembered (no reconcile may come to see it).
-                cached.memo.cached(obj.meta());
-            }
-            let admit = event.as_ref().map_or(true, |e| admitted.admit(e));
-            std::future::ready(admit)
-        })
-        .applied_objects();
-    let owned_changed = owners_of_changed_objects::<H>(&engine, dyn_type.clone());
-    let config =
-        kube::runtime::controller::Config::default().concurrency(engine.settings.max_reconciles);
-    let store = reader.clone();
-    let controller = Controller::for_stream_with(objects, reader, dyn_type)
-        .with_config(config)
-        .reconcile_on(owned_changed);
-    let controller = handler.configure(controller, &engine.client, namespace.as_deref());
-    let name = handler.info().name.clone();
-    let context = Arc::new(Context {
-        engine,
-        handler,
-        triggers,
-    });
-    let shutdown = shutdown.shared();
-    let running = controller
-        .graceful_shutdown_on(shutdown.clone())
-        .run(reconcile_one::<H>, error_policy::<H>, context.clone())
-        .for_each(|result| {
-            let name = name.clone();
-            async move {
-                match result {
-                    Ok((obj, _)) => tracing::debug!(kind = %name, object = %obj, "reconciled"),
-                    Err(e) => tracing::debug!(kind = %name, error = %crate::error_text::any(&e), "reconcile error"),
-                }
-            }
-        });
-    tokio::select! {
-        () = running => {}
-        () = stopped_before_first_list(shutdown, store.clone()) => {
-            tracing::debug!(kind = %name, "stopped before its first list: nothing ran");
-        }
-    }
-    write_parked(&context, &store).await;
+/// A handler's kind, served.
+pub(crate) struct Handled<H: Handler> {
+    ctx: Arc<Context<H>>,
+    primer: Mutex<Primer<H>>,
+    /// What owner annotations naming this kind's resources start with
+    /// (`Kind.group/`, `Kind/` in the core group).
+    owner_prefix: String,
 }
 
-/// Resolves when `shutdown` comes before the controller's cache was ever
-/// filled. kube-runtime holds its reconciles until then, and a graceful
-/// shutdown stops the watch that would fill it: the controller would wait
-/// forever. No reconcile has started then, so there is nothing to finish.
-pub(crate) async fn stopped_before_first_list<K>(
-    shutdown: impl Future<Output = ()>,
-    store: reflector::Store<K>,
-) where
-    K: kube::Resource + Clone + 'static,
-    K::DynamicType: Eq + std::hash::Hash + Clone,
-{
-    shutdown.await;
-    if store.wait_until_ready().now_or_never().is_none() {
-        return;
+impl<H: Handler> Handled<H> {
+    /// The kind of `handler`, served on `engine`.
+    pub fn new(engine: Arc<Engine>, handler: H) -> Self {
+        let handler = Arc::new(handler);
+        let dyn_type = &handler.info().dyn_type;
+        let (kind, group) = (H::Resource::kind(dyn_type), H::Resource::group(dyn_type));
+        let owner_prefix = if group.is_empty() {
+            format!("{kind}/")
+        } else {
+            format!("{kind}.{group}/")
+        };
+        Self {
+            primer: Mutex::new(Primer::new(engine.clone(), handler.clone())),
+            ctx: Arc::new(Context {
+                triggers: Arc::new(Triggers::sharing(engine.settings.share.clone())),
+                engine,
+                handler,
+            }),
+            owner_prefix,
+        }
     }
-    std::future::pending::<()>().await;
+
+    fn resource(&self) -> ApiResource {
+        ApiResource::erase::<H::Resource>(&self.ctx.handler.info().dyn_type)
+    }
+}
+
+impl Runtime {
+    /// Serves the kind of `handler` (by its name), replacing the kind
+    /// served under that name if any. With `on_count`, its resources in
+    /// every namespace and shard are counted ([`Runtime::count`]) and
+    /// `on_count` is called when the count changes.
+    pub async fn serve_kind<H: Handler>(&self, handler: H, on_count: Option<OnCount>) {
+        let engine = self.engine().clone();
+        let kind = handler.info().name.clone();
+        let handled = Handled::new(engine.clone(), handler);
+        // Its CRD may be new or changed: what kubectl and the engine
+        // cached of its group may say another scope or other versions.
+        let resource = handled.resource();
+        engine.forget_discovery(&resource.group);
+        let counted = on_count.map(|on_count| Counted { resource, on_count });
+        self.serve(&kind, handled, counted).await;
+    }
+}
+
+impl<H: Handler> Reconciler for Handled<H> {
+    type Resource = H::Resource;
+
+    fn watched(&self) -> (kube::Api<H::Resource>, watcher::Config) {
+        let (engine, handler) = (&self.ctx.engine, &self.ctx.handler);
+        let namespace = engine.settings.namespace.as_deref();
+        let api = handler.api(engine.reader.clone(), namespace);
+        let shard = crate::engine::model::shard::selector(engine.settings.shard.as_deref());
+        let selector =
+            crate::engine::model::shard::combine(handler.watch_selector(namespace), &shard);
+        (
+            api,
+            watcher::Config::default().any_semantic().labels(&selector),
+        )
+    }
+
+    fn see(&self, event: &mut watcher::Event<H::Resource>) -> bool {
+        // The store holds objects without what no handler reads: with many
+        // resources, managedFields and kubectl's last-applied annotation
+        // are most of it.
+        if let watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) = event {
+            slim(obj);
+            // The store holds this version now: a status written at it
+            // need not be remembered (no reconcile may come to see it).
+            self.ctx.engine.memo.cached(obj.meta());
+        }
+        crate::sync::lock(&self.primer).see(event);
+        self.ctx.triggers.admit(event)
+    }
+
+    fn gone(&self, resource: &H::Resource) {
+        self.ctx.handler.forget(resource);
+    }
+
+    async fn reconcile(&self, resource: Arc<H::Resource>) -> Action {
+        match reconcile_one(resource.clone(), self.ctx.clone()).await {
+            Ok(action) => action,
+            Err(e) => error_policy(resource, &e, self.ctx.clone()),
+        }
+    }
+
+    fn nudges(&self, resources: Resources<H::Resource>) -> Vec<Nudges<H::Resource>> {
+        let engine = &self.ctx.engine;
+        self.ctx.handler.nudges(Watching {
+            client: engine.client.clone(),
+            namespace: engine.settings.namespace.clone(),
+            resources,
+        })
+    }
+
+    fn owner(&self, annotation: &str) -> Option<ObjectRef<H::Resource>> {
+        owner_ref::<H::Resource>(
+            annotation,
+            &self.owner_prefix,
+            &self.ctx.handler.info().dyn_type,
+        )
+    }
+
+    async fn finish(&self, resources: Vec<Arc<H::Resource>>) {
+        write_parked(&self.ctx, &resources).await;
+    }
+
+    fn stopped(&self) {
+        self.ctx.engine.kind_stopped(&self.resource());
+    }
 }
 
 /// Writes the statuses still parked for this kind as they stand, once its
-/// reconciles are over: a graceful stop loses no outcome.
-async fn write_parked<H: Handler>(ctx: &Context<H>, store: &reflector::Store<H::Resource>) {
-    let dyn_type = &ctx.handler.info().dyn_type;
+/// reconciles are over: a stop loses no outcome.
+async fn write_parked<H: Handler>(ctx: &Context<H>, resources: &[Arc<H::Resource>]) {
     for (uid, parked) in ctx.engine.parked.take_of(&ctx.handler.info().name) {
-        let mut key = ObjectRef::new_with(&parked.name, dyn_type.clone());
-        if let Some(namespace) = &parked.namespace {
-            key = key.within(namespace);
-        }
-        let Some(obj) = store
-            .get(&key)
-            .filter(|o| o.uid().as_deref() == Some(uid.as_str()))
+        let Some(obj) = resources
+            .iter()
+            .find(|o| o.uid().as_deref() == Some(uid.as_str()))
         else {
             continue;
         };
@@ -136,30 +159,10 @@ async fn write_parked<H: Handler>(ctx: &Context<H>, store: &reflector::Store<H::
             continue;
         };
         let status = parked.status.value();
-        if let Err(e) = super::status_writer::write(&ctx.engine, &*ctx.handler, &obj, status).await
-        {
-            tracing::warn!(object = %ctx.key(&obj), error = %crate::error_text::kube(&e), "could not write a parked status");
+        if let Err(e) = super::status_writer::write(&ctx.engine, &*ctx.handler, obj, status).await {
+            tracing::warn!(object = %ctx.key(obj), error = %crate::error_text::kube(&e), "could not write a parked status");
         }
     }
-}
-
-/// The resources of this kind whose owned objects changed (as the
-/// watches of [`crate::engine::live::watch`] see them).
-fn owners_of_changed_objects<H: Handler>(
-    engine: &Engine,
-    dyn_type: DynType<H::Resource>,
-) -> impl futures::Stream<Item = ObjectRef<H::Resource>> + Send + 'static {
-    let kind = H::Resource::kind(&dyn_type);
-    let group = H::Resource::group(&dyn_type);
-    let prefix = if group.is_empty() {
-        format!("{kind}/")
-    } else {
-        format!("{kind}.{group}/")
-    };
-    engine.objects.changes().filter_map(move |owner| {
-        let reference = owner_ref::<H::Resource>(&owner, &prefix, &dyn_type);
-        async move { reference }
-    })
 }
 
 /// The resource an owner annotation (`Kind.group/namespace/name`, or

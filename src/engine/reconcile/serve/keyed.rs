@@ -1,9 +1,10 @@
-//! The one store of the dynamic controller holds resources of every kind
-//! it serves. kube-runtime keys a store by name and namespace (its kind is
-//! the store's own), so each resource is held under a key that adds its
-//! kind to the namespace: two resources of different kinds that share a
-//! name and namespace never share a key.
+//! The one store of the runtime holds the resources of every kind it
+//! serves, each as its kind's Rust type. kube-runtime keys a store by name
+//! and namespace (its kind is the store's own), so each resource is held
+//! under a key that adds its kind to the namespace: two resources of
+//! different kinds that share a name and namespace never share a key.
 
+use std::any::Any;
 use std::borrow::Cow;
 use std::sync::Arc;
 
@@ -11,55 +12,52 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use kube::runtime::reflector::ObjectRef;
 
-/// A resource as the dynamic controller's store holds it.
-#[derive(Debug)]
-pub(crate) struct Keyed<K> {
-    /// The kind's name (`sample`, a definition's kind).
+/// A resource as the runtime's store holds it, whatever its Rust type.
+#[derive(Clone)]
+pub(crate) struct Keyed {
+    /// The kind's name (`sample`, `copyrator`, a definition's kind).
     pub kind: Arc<str>,
-    /// The resource.
-    pub object: Arc<K>,
+    /// The resource, of its kind's Rust type.
+    pub object: Arc<dyn Any + Send + Sync>,
     /// Its key: its name, and its namespace behind its kind.
     key: ObjectMeta,
 }
 
-impl<K> Clone for Keyed<K> {
-    fn clone(&self) -> Self {
-        Self {
-            kind: self.kind.clone(),
-            object: self.object.clone(),
-            key: self.key.clone(),
-        }
+impl std::fmt::Debug for Keyed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Keyed")
+            .field("kind", &self.kind)
+            .field("name", &self.key.name)
+            .field("namespace", &self.key.namespace)
+            .finish_non_exhaustive()
     }
 }
 
-impl<K: Resource> Keyed<K> {
+impl Keyed {
     /// `object`, a resource of the kind `kind`.
-    pub fn new(kind: Arc<str>, object: K) -> Self {
+    pub fn new<K: Resource + Send + Sync + 'static>(kind: Arc<str>, object: Arc<K>) -> Self {
         let meta = object.meta();
         let key = ObjectMeta {
             name: meta.name.clone(),
             namespace: Some(scoped(&kind, meta.namespace.as_deref())),
             ..Default::default()
         };
-        Self {
-            kind,
-            object: Arc::new(object),
-            key,
-        }
+        Self { kind, object, key }
     }
 
     /// Its key in the store.
     pub fn key(&self) -> ObjectRef<Self> {
         ObjectRef::from_obj(self)
     }
+
+    /// The resource as its kind's Rust type `K` (`None`: another type).
+    pub fn object<K: Send + Sync + 'static>(&self) -> Option<Arc<K>> {
+        self.object.clone().downcast::<K>().ok()
+    }
 }
 
 /// The key of the resource `name` (in `namespace`) of the kind `kind`.
-pub(crate) fn key<K: Resource>(
-    kind: &str,
-    namespace: Option<&str>,
-    name: &str,
-) -> ObjectRef<Keyed<K>> {
+pub(crate) fn key(kind: &str, namespace: Option<&str>, name: &str) -> ObjectRef<Keyed> {
     ObjectRef::new(name).within(&scoped(kind, namespace))
 }
 
@@ -69,12 +67,12 @@ fn scoped(kind: &str, namespace: Option<&str>) -> String {
     format!("{kind}/{}", namespace.unwrap_or_default())
 }
 
-impl<K> kube::Resource for Keyed<K> {
+impl kube::Resource for Keyed {
     type DynamicType = ();
     type Scope = kube::core::DynamicResourceScope;
 
     fn kind(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("DeclaredResource")
+        Cow::Borrowed("ServedResource")
     }
 
     fn group(_: &()) -> Cow<'_, str> {
@@ -86,7 +84,7 @@ impl<K> kube::Resource for Keyed<K> {
     }
 
     fn plural(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("declaredresources")
+        Cow::Borrowed("servedresources")
     }
 
     fn meta(&self) -> &ObjectMeta {
@@ -116,12 +114,12 @@ mod tests {
 
     #[test]
     fn resources_of_two_kinds_never_share_a_key() {
-        let a = Keyed::new("sample".into(), object(Some("t"), "web"));
-        let b = Keyed::new("greeting".into(), object(Some("t"), "web"));
+        let a = Keyed::new("sample".into(), Arc::new(object(Some("t"), "web")));
+        let b = Keyed::new("greeting".into(), Arc::new(object(Some("t"), "web")));
         assert_ne!(a.key(), b.key());
-        assert_eq!(a.key(), key::<DynamicObject>("sample", Some("t"), "web"));
-        let cluster = Keyed::new("tenant".into(), object(None, "acme"));
-        assert_eq!(cluster.key(), key::<DynamicObject>("tenant", None, "acme"));
-        assert_ne!(cluster.key(), key::<DynamicObject>("tenant", Some(""), "x"));
+        assert_eq!(a.key(), key("sample", Some("t"), "web"));
+        let cluster = Keyed::new("tenant".into(), Arc::new(object(None, "acme")));
+        assert_eq!(cluster.key(), key("tenant", None, "acme"));
+        assert_ne!(cluster.key(), key("tenant", Some(""), "x"));
     }
 }

@@ -1,54 +1,44 @@
-//! The watches of one kind served by the dynamic controller: its resources
-//! (as a kind's own controller watched them: managedFields and kubectl's
-//! last-applied annotation dropped, the owned kinds' watches primed from
-//! the first list, only changes of a resource's input let through), fed
-//! into the controller's one store and queue; and, for a kind defined in
-//! the cluster, how many resources it has in every namespace and shard.
+//! The watches of one kind the runtime serves: its resources (each event
+//! seen by its reconciler first, which may cut the object down and say
+//! whether it starts a reconcile), fed into the runtime's one store and
+//! queue; its nudges; and, for a kind defined in the cluster, how many
+//! resources it has in every namespace and shard.
 
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use futures::StreamExt;
-use kube::api::{ApiResource, DynamicObject};
+use futures::stream::BoxStream;
+use kube::api::DynamicObject;
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio_util::sync::CancellationToken;
 
 use super::keyed::Keyed;
-use super::{Queue, Shared};
-use crate::engine::reconcile::controller::slim;
-use crate::engine::reconcile::primer::Primer;
-use kube::Resource;
+use super::{Counted, Held, Queue, Reconciler, Shared};
+use crate::engine::contract::Nudge;
 
-/// Watches the resources of `served`'s kind until `stop` is cancelled,
+/// Watches the resources of the kind `kind` until `stop` is cancelled,
 /// keeping the store and the queue of `shared`; returns the keys it holds
-/// in the store (left there: the statuses parked for them are written
-/// before they go).
-pub(super) async fn resources<H: super::DynamicHandler>(
-    shared: Arc<Shared<H>>,
-    served: Arc<super::ServedKind<H>>,
+/// in the store (left there: what waits for them is written before they
+/// go).
+pub(super) async fn resources<R: Reconciler>(
+    shared: Arc<Shared>,
+    kind: Arc<str>,
+    reconciler: Arc<R>,
     stop: CancellationToken,
-) -> super::Held<H::Resource> {
-    let engine = &served.ctx.engine;
-    let handler = &served.ctx.handler;
-    let namespace = engine.settings.namespace.clone();
-    let api = handler.api(engine.reader.clone(), namespace.as_deref());
-    let shard = crate::engine::model::shard::selector(engine.settings.shard.as_deref());
-    let selector =
-        crate::engine::model::shard::combine(handler.watch_selector(namespace.as_deref()), &shard);
-    let config = watcher::Config::default().any_semantic().labels(&selector);
-    let share = engine.settings.share.clone();
+) -> Held {
+    let (api, config) = reconciler.watched();
+    let share = shared.engine.settings.share.clone();
     let mut events = crate::engine::reconcile::shared_watch::watch(api, config, share)
         .default_backoff()
-        .modify(slim::<H::Resource>)
         .boxed();
-    let mut primer = Primer::new(engine.clone(), handler.clone());
-    let mut held: super::Held<H::Resource> = HashSet::new();
-    let mut listing: super::Held<H::Resource> = HashSet::new();
+    let mut held = Held::new();
+    let mut listing = Held::new();
     loop {
-        let event = tokio::select! {
+        let mut event = tokio::select! {
             () = stop.cancelled() => break,
             event = events.next() => match event {
                 Some(Ok(event)) => event,
@@ -57,13 +47,11 @@ pub(super) async fn resources<H: super::DynamicHandler>(
                 None => break,
             },
         };
-        primer.see(&event);
-        let admitted = served.ctx.triggers.admit(&event);
+        let admitted = reconciler.see(&mut event);
         match event {
             watcher::Event::Init => listing.clear(),
             watcher::Event::InitApply(object) | watcher::Event::Apply(object) => {
-                engine.memo.cached(object.meta());
-                let keyed = Keyed::new(served.kind.clone(), object);
+                let keyed = Keyed::new(kind.clone(), Arc::new(object));
                 let key = keyed.key();
                 shared.hold(keyed);
                 listing.insert(key.clone());
@@ -82,8 +70,8 @@ pub(super) async fn resources<H: super::DynamicHandler>(
             watcher::Event::Delete(object) => {
                 // Whatever the kind remembered of it goes too (a finalizer
                 // removed by someone else skips the engine's cleanup).
-                handler.forget(&object);
-                let key = Keyed::new(served.kind.clone(), object).key();
+                reconciler.gone(&object);
+                let key = Keyed::new(kind.clone(), Arc::new(object)).key();
                 shared.drop_key(&key);
                 held.remove(&key);
             }
@@ -92,48 +80,36 @@ pub(super) async fn resources<H: super::DynamicHandler>(
     held
 }
 
-/// Watches the metadata of the objects of type `resource` that the
-/// resources of `served`'s kind read without owning them (in the watched
-/// namespace, or all), and queues a reconcile of each resource that read
-/// one that changed or went, until `stop` is cancelled.
-pub(super) async fn references<H: super::DynamicHandler>(
-    shared: Arc<Shared<H>>,
-    served: Arc<super::ServedKind<H>>,
-    resource: ApiResource,
+/// Queues the reconciles `nudges` asks for, of the kind `kind`, until
+/// `stop` is cancelled.
+pub(super) async fn nudged(
+    shared: Arc<Shared>,
+    kind: Arc<str>,
+    mut nudges: BoxStream<'static, Nudge<Keyed>>,
     stop: CancellationToken,
 ) {
-    let engine = &served.ctx.engine;
-    let client = engine.client.clone();
-    let api: kube::Api<PartialObjectMeta<DynamicObject>> =
-        match engine.settings.namespace.as_deref() {
-            Some(ns) => kube::Api::namespaced_with(client, ns, &resource),
-            None => kube::Api::all_with(client, &resource),
-        };
-    let mut events = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .touched_objects()
-        .boxed();
     loop {
-        let meta = tokio::select! {
+        let nudge = tokio::select! {
             () = stop.cancelled() => break,
-            event = events.next() => match event {
-                Some(Ok(meta)) => meta,
-                // The watch retries (after a backoff); kube-runtime logs it.
-                Some(Err(_)) => continue,
+            nudge = nudges.next() => match nudge {
+                Some(nudge) => nudge,
                 None => break,
             },
         };
-        for (namespace, name) in served.ctx.handler.readers(&resource, &meta.metadata) {
-            shared
-                .queue
-                .push(super::keyed::key(&served.kind, namespace.as_deref(), &name));
+        match nudge {
+            Nudge::One(key) => shared.queue.push(key),
+            Nudge::Every => {
+                for key in shared.keys_of(&kind) {
+                    shared.queue.push(key);
+                }
+            }
         }
     }
 }
 
-impl<K> Queue<K> {
-    /// Asks for a reconcile of `key` (dropped once the controller stopped).
-    pub(super) fn push(&self, key: ObjectRef<Keyed<K>>) {
+impl Queue {
+    /// Asks for a reconcile of `key` (dropped once the runtime stopped).
+    pub(super) fn push(&self, key: ObjectRef<Keyed>) {
         let _ = self.0.unbounded_send(key);
     }
 }
@@ -159,18 +135,17 @@ impl Count {
     }
 }
 
-/// Keeps `count` of the resources of `kind` in every namespace and shard
-/// (their UIDs, from a metadata watch: a definition's count, which guards
-/// its deletion, includes what other shards serve), calling `changed`
-/// whenever it changes; until `stop` is cancelled.
+/// Keeps `count` of the resources of `counted`'s kind in every namespace
+/// and shard (their UIDs, from a metadata watch: a definition's count,
+/// which guards its deletion, includes what other shards serve), calling
+/// its `on_count` whenever it changes; until `stop` is cancelled.
 pub(super) async fn count(
     client: kube::Client,
-    kind: ApiResource,
+    counted: Counted,
     count: Arc<Count>,
-    changed: Arc<dyn Fn() + Send + Sync>,
     stop: CancellationToken,
 ) {
-    let api = kube::Api::<PartialObjectMeta<DynamicObject>>::all_with(client, &kind);
+    let api = kube::Api::<PartialObjectMeta<DynamicObject>>::all_with(client, &counted.resource);
     let mut events = watcher::watcher(api, watcher::Config::default())
         .default_backoff()
         .boxed();
@@ -204,7 +179,7 @@ pub(super) async fn count(
         };
         if moved && count.get() != Some(uids.len() as u64) {
             count.set(uids.len());
-            changed();
+            (counted.on_count)();
         }
     }
 }
