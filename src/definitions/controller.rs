@@ -15,12 +15,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::sync::Mutex;
+
 use futures::StreamExt;
 use kube::api::DynamicObject;
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -32,8 +35,8 @@ use super::migrator::{self, Fallback, Outcome, Progress};
 use super::resource::{self, ConditionType, Reason, Status};
 use super::writes::{count, event, status_of, write_status};
 use super::{deletion, following, planning, progress, rights, rollout};
-use crate::engine::host::guarded;
-use crate::kind::EventType;
+use crate::engine::host::{Reconciler, Runtime, guarded};
+use crate::kind::{EventType, Nudge, Nudges, Resources};
 use crate::kinds::declared::rbac;
 use kube::runtime::finalizer::Event as FinalizerEvent;
 
@@ -48,81 +51,106 @@ const MIGRATION_STEP: Duration = Duration::from_millis(200);
 /// How soon the API server's storage migration is looked at again.
 const MIGRATION_FOLLOW: Duration = Duration::from_secs(2);
 
-/// Runs the controller of definitions matching `selector` until `shutdown`
-/// is cancelled; then stops the kinds' controllers. A name received on
-/// `nudged` reconciles that definition.
-pub(super) async fn run(
+/// The name the runtime serves KindDefinitions under: no kind is named
+/// so (a kind's name is lowercase).
+const KIND: &str = "KindDefinition";
+
+/// The KindDefinitions as the runtime serves them: one more kind, its
+/// reconcile this module's.
+struct Definitions {
     ctx: Arc<DefinitionContext>,
     selector: Option<String>,
-    nudged: tokio::sync::mpsc::Receiver<String>,
+    /// Names of definitions to reconcile now, until the runtime takes them.
+    nudged: Mutex<Option<mpsc::Receiver<String>>>,
+}
+
+/// Serves the definitions matching `selector` in `runtime` (which stops
+/// their kinds when it stops); a name received on `nudged` reconciles
+/// that definition. Under automatic sharding, a follower stops serving
+/// the kind of a definition that is gone, until `shutdown` is cancelled.
+pub(super) async fn run(
+    ctx: Arc<DefinitionContext>,
+    runtime: &Runtime,
+    selector: Option<String>,
+    nudged: mpsc::Receiver<String>,
     shutdown: CancellationToken,
 ) {
-    let api = Api::<DynamicObject>::all_with(ctx.client.clone(), &resource::api_resource());
-    let mut config = watcher::Config::default();
-    if let Some(selector) = &selector {
-        config = config.labels(selector);
-    }
     tracing::info!(
         selector = selector.as_deref().unwrap_or("<all>"),
         "serving KindDefinitions"
     );
-    let nudges = futures::stream::unfold(nudged, |mut nudged| async move {
-        let name = nudged.recv().await?;
-        Some((ObjectRef::new_with(&name, resource::api_resource()), nudged))
-    });
-    let mut controller =
-        Controller::new_with(api, config, resource::api_resource()).reconcile_on(nudges);
-    if let Some(share) = ctx.engine.settings().share.clone() {
-        // Which definitions this replica writes changes with its share.
-        let changes = futures::stream::unfold(share.subscribe(), |mut held| async move {
-            held.changed().await.ok()?;
-            Some(((), held))
-        });
-        controller = controller.reconcile_all_on(changes);
+    if ctx.engine.settings().share.is_some() {
         tokio::spawn(following::forget_deleted(
             ctx.clone(),
             selector.clone(),
-            shutdown.clone(),
+            shutdown,
         ));
     }
-    let store = controller.store();
-    let running = controller
-        .graceful_shutdown_on(shutdown.clone().cancelled_owned())
-        .run(reconcile, error_policy, ctx.clone())
-        .for_each(|_| async {});
-    tokio::select! {
-        () = running => {}
-        () = stopped_before_first_list(shutdown.cancelled_owned(), store) => {}
-    }
-    ctx.serving.stop_all().await;
+    let definitions = Definitions {
+        ctx,
+        selector,
+        nudged: Mutex::new(Some(nudged)),
+    };
+    runtime.serve(KIND, definitions, None).await;
 }
 
-/// Resolves when `shutdown` comes before the controller's cache was ever
-/// filled. kube-runtime holds its reconciles until then, and a graceful
-/// shutdown stops the watch that would fill it: the controller would wait
-/// forever. No reconcile has started then, so there is nothing to finish.
-async fn stopped_before_first_list<K>(
-    shutdown: impl std::future::Future<Output = ()>,
-    store: kube::runtime::reflector::Store<K>,
-) where
-    K: kube::Resource + Clone + 'static,
-    K::DynamicType: Eq + std::hash::Hash + Clone,
-{
-    use futures::FutureExt;
-    shutdown.await;
-    if store.wait_until_ready().now_or_never().is_none() {
-        return;
+impl Reconciler for Definitions {
+    type Resource = DynamicObject;
+
+    fn watched(&self) -> (Api<DynamicObject>, watcher::Config) {
+        let api =
+            Api::<DynamicObject>::all_with(self.ctx.client.clone(), &resource::api_resource());
+        let config = watcher::Config::default();
+        match &self.selector {
+            Some(selector) => (api, config.labels(selector)),
+            None => (api, config),
+        }
     }
-    std::future::pending::<()>().await;
+
+    fn whole_on_every_replica(&self) -> bool {
+        // Which replica writes a definition is chosen per reconcile; every
+        // other follows it.
+        true
+    }
+
+    async fn reconcile(&self, def: Arc<DynamicObject>) -> Action {
+        match reconcile(def.clone(), self.ctx.clone()).await {
+            Ok(action) => action,
+            Err(e) => error_policy(&def, &e),
+        }
+    }
+
+    fn nudges(&self, _: Resources<DynamicObject>) -> Vec<Nudges<DynamicObject>> {
+        let mut nudges = Vec::new();
+        if let Some(nudged) = crate::sync::lock(&self.nudged).take() {
+            let named = futures::stream::unfold(nudged, |mut nudged| async move {
+                let name = nudged.recv().await?;
+                let def = ObjectRef::new_with(&name, resource::api_resource());
+                Some((Nudge::One(def), nudged))
+            });
+            nudges.push(named.boxed());
+        }
+        if let Some(share) = self.ctx.engine.settings().share.clone() {
+            // Which definitions this replica writes changes with its share.
+            let changes = futures::stream::unfold(share.subscribe(), |mut held| async move {
+                held.changed().await.ok()?;
+                Some((Nudge::Every, held))
+            });
+            nudges.push(changes.boxed());
+        }
+        nudges
+    }
+
+    async fn finish(&self, _: Vec<Arc<DynamicObject>>) {
+        // The kinds served from definitions stop with them.
+        self.ctx.serving.stop_all().await;
+    }
 }
 
 type FinalizerError = kube::runtime::finalizer::Error<DefinitionError>;
 
-fn error_policy(
-    def: Arc<DynamicObject>,
-    error: &FinalizerError,
-    _: Arc<DefinitionContext>,
-) -> Action {
+/// What follows a reconcile that failed.
+fn error_policy(def: &DynamicObject, error: &FinalizerError) -> Action {
     if let kube::runtime::finalizer::Error::CleanupFailed(DefinitionError::Waiting) = error {
         // Said in its status and an event: resources of the kind remain.
         return Action::requeue(deletion::DELETION_RECHECK);

@@ -116,7 +116,7 @@ pub(crate) async fn serve(
     let engine_client = engine.client().clone();
     let ctx = Arc::new(context::DefinitionContext {
         client: engine.client().clone(),
-        serving: serving::Serving::new(runtime, nudges),
+        serving: serving::Serving::new(runtime.clone(), nudges),
         engine,
         taken,
         work_dir,
@@ -132,7 +132,7 @@ pub(crate) async fn serve(
         plans: planned::Plans::default(),
         metrics: config.metrics,
     });
-    controller::run(ctx, config.selector, nudged, shutdown).await;
+    controller::run(ctx, &runtime, config.selector, nudged, shutdown).await;
 }
 
 /// Where definitions are unpacked (inside the operator's work directory,

@@ -29,7 +29,7 @@ pub(crate) use super::reconcile::preview::{Fate, preview};
 pub(crate) use super::reconcile::runtime::{
     Engine, FIELD_MANAGER, FORGET_EVERY, ReconcileMetrics, Settings,
 };
-pub(crate) use super::reconcile::serve::{OnCount, Runtime};
+pub(crate) use super::reconcile::serve::{OnCount, Reconciler, Runtime};
 pub(crate) use super::reconcile::status_writer::apply_status;
 pub(crate) use super::run::batch::{BatchSettings, Queue};
 pub(crate) use super::run::build::{

@@ -121,7 +121,7 @@ pub struct Operator {
 }
 
 impl Operator {
-    /// Checks prerequisites and starts one controller per selected kind.
+    /// Checks prerequisites and starts the runtime serving the selected kinds.
     pub async fn start(args: &RunArgs) -> Result<Self, StartError> {
         let leader = leader_config(args)?;
         let sharing = sharing_config(args)?;

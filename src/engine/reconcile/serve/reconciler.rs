@@ -23,6 +23,12 @@ pub(crate) trait Reconciler: Send + Sync + 'static {
     /// The watch of the kind's resources: where, and which.
     fn watched(&self) -> (kube::Api<Self::Resource>, watcher::Config);
 
+    /// True when every replica sharing the work (automatic sharding) sees
+    /// every resource of the kind, not its share of them. Default: false.
+    fn whole_on_every_replica(&self) -> bool {
+        false
+    }
+
     /// Looks at an event of the watch, and may cut its object down,
     /// before the store holds it; false when it starts no reconcile.
     /// Default: every event starts one.

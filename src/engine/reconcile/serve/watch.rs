@@ -31,7 +31,11 @@ pub(super) async fn resources<R: Reconciler>(
     stop: CancellationToken,
 ) -> Held {
     let (api, config) = reconciler.watched();
-    let share = shared.engine.settings.share.clone();
+    let share = if reconciler.whole_on_every_replica() {
+        None
+    } else {
+        shared.engine.settings.share.clone()
+    };
     let mut events = crate::engine::reconcile::shared_watch::watch(api, config, share)
         .default_backoff()
         .boxed();
@@ -63,6 +67,10 @@ pub(super) async fn resources<R: Reconciler>(
             watcher::Event::InitDone => {
                 // Gone while the watch was away: no delete event came.
                 for key in held.difference(&listing) {
+                    let object = shared.store.get(key);
+                    if let Some(object) = object.and_then(|k| k.object::<R::Resource>()) {
+                        reconciler.gone(&object);
+                    }
                     shared.drop_key(key);
                 }
                 held = std::mem::take(&mut listing);
