@@ -72,7 +72,16 @@ impl Runtime {
         // cached of its group may say another scope or other versions.
         let resource = handled.resource();
         engine.forget_discovery(&resource.group);
-        let counted = on_count.map(|on_count| Counted { resource, on_count });
+        let settings = &engine.settings;
+        let whole = settings.namespace.is_none()
+            && settings.shard.is_none()
+            && settings.share.is_none()
+            && handled.ctx.handler.watch_selector(None).is_none();
+        let counted = on_count.map(|on_count| Counted {
+            resource,
+            on_count,
+            by_resource_watch: whole,
+        });
         self.serve(&kind, handled, counted).await;
     }
 }

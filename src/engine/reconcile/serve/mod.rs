@@ -91,6 +91,10 @@ pub(crate) struct Counted {
     pub resource: ApiResource,
     /// Called on every change of the count.
     pub on_count: OnCount,
+    /// The watch of the kind's resources sees all of them (no namespace,
+    /// shard or share narrows it): it counts them, with no watch of its
+    /// own.
+    pub by_resource_watch: bool,
 }
 
 impl Runtime {
@@ -139,28 +143,7 @@ impl Runtime {
             idle: Notify::new(),
             count: counted.as_ref().map(|_| Arc::new(Count::default())),
         });
-        let watching =
-            reconciler
-                .clone()
-                .watch(self.shared.clone(), kind.clone(), served.stop.clone());
-        *crate::sync::lock(&served.watch) = Some(tokio::spawn(watching));
-        let nudged = Served::nudges(&*reconciler, &self.shared, &kind)
-            .into_iter()
-            .map(|nudges| {
-                let (shared, kind) = (self.shared.clone(), kind.clone());
-                tokio::spawn(watch::nudged(shared, kind, nudges, served.stop.clone()))
-            })
-            .collect();
-        *crate::sync::lock(&served.nudged) = nudged;
-        if let (Some(count), Some(counted)) = (&served.count, counted) {
-            let counting = tokio::spawn(watch::count(
-                self.shared.engine.client.clone(),
-                counted,
-                count.clone(),
-                served.stop.clone(),
-            ));
-            *crate::sync::lock(&served.counting) = Some(counting);
-        }
+        self.start_watches(&served, reconciler, counted);
         self.shared.kinds_mut().insert(kind, served);
     }
 
@@ -218,6 +201,44 @@ impl Runtime {
         let all: Vec<Arc<ServedKind>> = self.shared.kinds_mut().drain().map(|(_, s)| s).collect();
         for served in all {
             finish(&self.shared, &served).await;
+        }
+    }
+
+    /// Starts the watches of `served`: its resources', its nudges' and, if
+    /// `counted` and its resources' watch does not count them, its count's.
+    fn start_watches(
+        &self,
+        served: &ServedKind,
+        reconciler: Arc<dyn Served>,
+        counted: Option<Counted>,
+    ) {
+        let (kind, stop) = (&served.kind, &served.stop);
+        let (counted, tally) = match (&served.count, counted) {
+            (Some(count), Some(counted)) if counted.by_resource_watch => {
+                let tally = watch::Tally {
+                    count: count.clone(),
+                    on_count: counted.on_count,
+                };
+                (None, Some(tally))
+            }
+            (_, counted) => (counted, None),
+        };
+        let shared = self.shared.clone();
+        let watching = reconciler
+            .clone()
+            .watch(shared, kind.clone(), stop.clone(), tally);
+        *crate::sync::lock(&served.watch) = Some(tokio::spawn(watching));
+        let nudged = (reconciler.nudges(&self.shared, kind).into_iter())
+            .map(|nudges| {
+                let (shared, kind) = (self.shared.clone(), kind.clone());
+                tokio::spawn(watch::nudged(shared, kind, nudges, stop.clone()))
+            })
+            .collect();
+        *crate::sync::lock(&served.nudged) = nudged;
+        if let (Some(count), Some(counted)) = (&served.count, counted) {
+            let client = self.shared.engine.client.clone();
+            let counting = watch::count(client, counted, count.clone(), stop.clone());
+            *crate::sync::lock(&served.counting) = Some(tokio::spawn(counting));
         }
     }
 

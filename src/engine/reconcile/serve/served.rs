@@ -13,18 +13,21 @@ use tokio_util::sync::CancellationToken;
 
 use super::keyed::{self, Keyed};
 use super::reconciler::Reconciler;
+use super::watch::Tally;
 use super::{Held, Shared};
 use crate::engine::contract::{Nudge, Resources};
 
 /// A [`Reconciler`] without its type: what the runtime's table holds.
 pub(super) trait Served: Send + Sync + 'static {
     /// Watches the resources of the kind `kind` into the store and the
-    /// queue of `shared` until `stop` is cancelled; the keys it held.
+    /// queue of `shared` until `stop` is cancelled, counting them in
+    /// `tally` if given; the keys it held.
     fn watch(
         self: Arc<Self>,
         shared: Arc<Shared>,
         kind: Arc<str>,
         stop: CancellationToken,
+        tally: Option<Tally>,
     ) -> BoxFuture<'static, Held>;
 
     /// The kind's nudges, as keys of the store.
@@ -53,8 +56,9 @@ impl<R: Reconciler> Served for R {
         shared: Arc<Shared>,
         kind: Arc<str>,
         stop: CancellationToken,
+        tally: Option<Tally>,
     ) -> BoxFuture<'static, Held> {
-        super::watch::resources(shared, kind, self, stop).boxed()
+        super::watch::resources(shared, kind, self, stop, tally).boxed()
     }
 
     fn nudges(

@@ -29,6 +29,7 @@ pub(super) async fn resources<R: Reconciler>(
     kind: Arc<str>,
     reconciler: Arc<R>,
     stop: CancellationToken,
+    tally: Option<Tally>,
 ) -> Held {
     let (api, config) = reconciler.watched();
     let share = if reconciler.whole_on_every_replica() {
@@ -52,6 +53,7 @@ pub(super) async fn resources<R: Reconciler>(
             },
         };
         let admitted = reconciler.see(&mut event);
+        let listed = matches!(event, watcher::Event::InitApply(_));
         match event {
             watcher::Event::Init => listing.clear(),
             watcher::Event::InitApply(object) | watcher::Event::Apply(object) => {
@@ -59,7 +61,9 @@ pub(super) async fn resources<R: Reconciler>(
                 let key = keyed.key();
                 shared.hold(keyed);
                 listing.insert(key.clone());
-                held.insert(key.clone());
+                if held.insert(key.clone()) && !listed {
+                    tally.iter().for_each(|t| t.set(held.len()));
+                }
                 if admitted {
                     shared.queue.push(key);
                 }
@@ -74,6 +78,7 @@ pub(super) async fn resources<R: Reconciler>(
                     shared.drop_key(key);
                 }
                 held = std::mem::take(&mut listing);
+                tally.iter().for_each(|t| t.set(held.len()));
             }
             watcher::Event::Delete(object) => {
                 // Whatever the kind remembered of it goes too (a finalizer
@@ -81,7 +86,9 @@ pub(super) async fn resources<R: Reconciler>(
                 reconciler.gone(&object);
                 let key = Keyed::new(kind.clone(), Arc::new(object)).key();
                 shared.drop_key(&key);
-                held.remove(&key);
+                if held.remove(&key) {
+                    tally.iter().for_each(|t| t.set(held.len()));
+                }
             }
         }
     }
@@ -119,6 +126,24 @@ impl Queue {
     /// Asks for a reconcile of `key` (dropped once the runtime stopped).
     pub(super) fn push(&self, key: ObjectRef<Keyed>) {
         let _ = self.0.unbounded_send(key);
+    }
+}
+
+/// A count kept by the watch of a kind's resources, which sees them all.
+pub(super) struct Tally {
+    /// The count.
+    pub count: Arc<Count>,
+    /// Called when it changes.
+    pub on_count: super::OnCount,
+}
+
+impl Tally {
+    /// The count is `value` now.
+    fn set(&self, value: usize) {
+        if self.count.get() != Some(value as u64) {
+            self.count.set(value);
+            (self.on_count)();
+        }
     }
 }
 
