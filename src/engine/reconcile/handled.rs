@@ -17,7 +17,7 @@ use tracing::Instrument;
 use super::context::{Context, ReconcileError};
 use super::finalizing::{add_finalizer, guarded, needs_finalizer};
 use super::primer::Primer;
-use super::serve::{Counted, OnCount, Reconciler, Runtime};
+use super::serve::{Counted, OnCount, Reconciler, Runtime, slim};
 use super::triggers::Triggers;
 use super::{apply_path, cleanup, traced};
 use crate::engine::contract::{Handler, Nudges, Resources, Watching};
@@ -103,11 +103,7 @@ impl<H: Handler> Reconciler for Handled<H> {
     }
 
     fn see(&self, event: &mut watcher::Event<H::Resource>) -> bool {
-        // The store holds objects without what no handler reads: with many
-        // resources, managedFields and kubectl's last-applied annotation
-        // are most of it.
         if let watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) = event {
-            slim(obj);
             // The store holds this version now: a status written at it
             // need not be remembered (no reconcile may come to see it).
             self.ctx.engine.memo.cached(obj.meta());
@@ -189,20 +185,6 @@ where
         Some((namespace, name)) => ObjectRef::new_with(name, dyn_type.clone()).within(namespace),
         None => ObjectRef::new_with(rest, dyn_type.clone()),
     })
-}
-
-/// The annotation `kubectl apply` (client-side) keeps the whole last
-/// applied object in.
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
-
-/// Drops from a watched object what the cache need not hold: its
-/// managedFields and kubectl's last-applied annotation.
-pub(crate) fn slim<K: Resource>(obj: &mut K) {
-    let meta = obj.meta_mut();
-    meta.managed_fields = None;
-    if let Some(annotations) = meta.annotations.as_mut() {
-        annotations.remove(LAST_APPLIED);
-    }
 }
 
 pub(super) type FinalizerError = kube::runtime::finalizer::Error<ReconcileError>;
@@ -356,7 +338,7 @@ mod tests {
             "kind": "Sample",
             "metadata": {
                 "name": "web",
-                "annotations": {LAST_APPLIED: "{\"big\": true}", "keep": "me"},
+                "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{\"big\": true}", "keep": "me"},
                 "managedFields": [{"manager": "kubectl", "operation": "Apply"}],
                 "finalizers": ["nuvolaris.org/kustomize-operator"],
             },

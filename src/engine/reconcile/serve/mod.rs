@@ -32,7 +32,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 pub(crate) use reconciler::Reconciler;
-pub(crate) use watch::Count;
+pub(crate) use watch::{Count, slim};
 
 use keyed::Keyed;
 use served::Served;

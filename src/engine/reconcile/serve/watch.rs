@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
+use kube::Resource;
 use kube::api::DynamicObject;
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::ObjectRef;
@@ -52,6 +53,9 @@ pub(super) async fn resources<R: Reconciler>(
                 None => break,
             },
         };
+        if let watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) = &mut event {
+            slim(obj);
+        }
         let admitted = reconciler.see(&mut event);
         let listed = matches!(event, watcher::Event::InitApply(_));
         match event {
@@ -93,6 +97,21 @@ pub(super) async fn resources<R: Reconciler>(
         }
     }
     held
+}
+
+/// The annotation `kubectl apply` (client-side) keeps the whole last
+/// applied object in.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Drops from a watched object what the store need not hold, for any
+/// kind: with many resources, its managedFields and kubectl's
+/// last-applied annotation are most of it.
+pub(crate) fn slim<K: Resource>(obj: &mut K) {
+    let meta = obj.meta_mut();
+    meta.managed_fields = None;
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.remove(LAST_APPLIED);
+    }
 }
 
 /// Queues the reconciles `nudges` asks for, of the kind `kind`, until
