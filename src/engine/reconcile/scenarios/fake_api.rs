@@ -2,7 +2,8 @@
 //! keeps objects as JSON files in a folder, one per API path, and answers
 //! the requests a reconcile makes (discovery of the core group, `GET`,
 //! `POST` to a collection, and JSON, merge and server-side apply patches,
-//! the status subresource included). The fake kubectl
+//! the status subresource included; lists, and watches that bring no
+//! event). The fake kubectl
 //! (`fake_kubectl.py`) writes and deletes the same files, so what one
 //! applies the other reads back, as with a real API server.
 
@@ -12,7 +13,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
+use http_body_util::{Either, StreamBody};
+use hyper::body::Frame;
 use kube::client::Body;
 use serde_json::{Value, json};
 
@@ -40,7 +44,20 @@ impl FakeApi {
         let api = self.clone();
         let service = tower::service_fn(move |request: Request<Body>| {
             let api = api.clone();
-            async move { Ok::<_, Infallible>(api.serve(request).await) }
+            async move {
+                let watch = request
+                    .uri()
+                    .query()
+                    .is_some_and(|q| q.contains("watch=true"));
+                let response = if watch {
+                    // A watch: no event ever comes (a list brings what is).
+                    let events = futures::stream::pending::<Result<Frame<Bytes>, Infallible>>();
+                    Response::new(Either::Right(StreamBody::new(events)))
+                } else {
+                    api.serve(request).await.map(Either::Left)
+                };
+                Ok::<_, Infallible>(response)
+            }
         });
         kube::Client::new(service, "default")
     }
@@ -107,6 +124,8 @@ impl FakeApi {
             Method::GET if path == "/api/v1" => respond(StatusCode::OK, &core_resources()),
             Method::GET => match self.get(&path) {
                 Some(object) => respond(StatusCode::OK, &object),
+                // A list (a watch's first): every object under the path.
+                None if parts.uri.query().is_some() => self.list_response(&path),
                 None => not_found(&path),
             },
             Method::POST => self.create(&path, body),
@@ -117,6 +136,19 @@ impl FakeApi {
                 &format!("{method} is not served here"),
             ),
         }
+    }
+
+    /// A list of the objects in the collection `path`, at the latest
+    /// resourceVersion.
+    fn list_response(&self, path: &str) -> Response<Body> {
+        let items: Vec<Value> = self.list(&format!("{path}/")).into_values().collect();
+        let version = self.versions.load(Ordering::SeqCst).to_string();
+        let list = json!({
+            "apiVersion": "v1", "kind": "List",
+            "metadata": {"resourceVersion": version},
+            "items": items,
+        });
+        respond(StatusCode::OK, &list)
     }
 
     /// `POST` to a collection: stores the object under its name.

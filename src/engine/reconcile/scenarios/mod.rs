@@ -7,6 +7,7 @@
 //! real-plane suite does (`tests/`), in well under a second.
 
 mod fake_api;
+mod runtime;
 
 use std::path::Path;
 use std::sync::Arc;

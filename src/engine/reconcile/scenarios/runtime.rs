@@ -1,0 +1,206 @@
+//! The one runtime, against the mocked API server: a kind a handler plans
+//! for (the Widget, a dynamic kind) served whole, and two plug-ins beside
+//! it, one of a Rust type (ConfigMaps) and one of `DynamicObject` (as a
+//! KindDefinition is), each reconciled with its own type, nudged, and
+//! given the resources it held when it stops.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::ResourceExt;
+use kube::api::{ApiResource, DynamicObject};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use serde_json::json;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::{CONFIG_MAPS, NAMESPACE, Widgets, World, ready};
+use crate::engine::contract::{FieldConflicts, Nudge, Object, Resources};
+use crate::engine::model::status::{ConditionStatus, Reason};
+use crate::engine::reconcile::serve::{Reconciler, Runtime};
+
+/// How long a scenario waits for what it expects.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+/// A plug-in that tells `seen` the name of every resource it reconciles,
+/// asks for reconciles on `nudges`, and tells `finished` what it held.
+struct Recorder<K: Object> {
+    api: kube::Api<K>,
+    seen: mpsc::UnboundedSender<String>,
+    nudges: Mutex<Option<BoxStream<'static, Nudge<K>>>>,
+    finished: mpsc::UnboundedSender<Vec<String>>,
+}
+
+impl<K: Object> Reconciler for Recorder<K> {
+    type Resource = K;
+
+    fn watched(&self) -> (kube::Api<K>, watcher::Config) {
+        (self.api.clone(), watcher::Config::default())
+    }
+
+    async fn reconcile(&self, resource: Arc<K>) -> Action {
+        let _ = self.seen.send(resource.name_any());
+        Action::await_change()
+    }
+
+    fn nudges(&self, _: Resources<K>) -> Vec<BoxStream<'static, Nudge<K>>> {
+        crate::sync::lock(&self.nudges).take().into_iter().collect()
+    }
+
+    async fn finish(&self, resources: Vec<Arc<K>>) {
+        let mut names: Vec<String> = resources.iter().map(|r| r.name_any()).collect();
+        names.sort();
+        let _ = self.finished.send(names);
+    }
+}
+
+/// A recorder of `api`'s resources, with the ends a scenario holds: the
+/// names reconciled, where to nudge, and the names held at the stop.
+struct Recorded<K: Object> {
+    seen: mpsc::UnboundedReceiver<String>,
+    nudge: mpsc::UnboundedSender<Nudge<K>>,
+    finished: mpsc::UnboundedReceiver<Vec<String>>,
+}
+
+fn recorder<K: Object>(api: kube::Api<K>) -> (Recorder<K>, Recorded<K>) {
+    let (seen_tx, seen) = mpsc::unbounded_channel();
+    let (nudge, nudged) = mpsc::unbounded_channel();
+    let (finished_tx, finished) = mpsc::unbounded_channel();
+    let nudges = tokio_stream_of(nudged);
+    let recorder = Recorder {
+        api,
+        seen: seen_tx,
+        nudges: Mutex::new(Some(nudges)),
+        finished: finished_tx,
+    };
+    let recorded = Recorded {
+        seen,
+        nudge,
+        finished,
+    };
+    (recorder, recorded)
+}
+
+fn tokio_stream_of<T: Send + 'static>(rx: mpsc::UnboundedReceiver<T>) -> BoxStream<'static, T> {
+    futures::stream::unfold(rx, |mut rx| async move { Some((rx.recv().await?, rx)) }).boxed()
+}
+
+/// The next `count` names reconciled, sorted.
+async fn next_seen(seen: &mut mpsc::UnboundedReceiver<String>, count: usize) -> Vec<String> {
+    let mut names = Vec::new();
+    for _ in 0..count {
+        let name = tokio::time::timeout(PATIENCE, seen.recv()).await;
+        names.push(
+            name.expect("a reconcile in time")
+                .expect("the recorder lives"),
+        );
+    }
+    names.sort();
+    names
+}
+
+/// Waits until `holds` (polled), failing the scenario after [`PATIENCE`].
+async fn eventually(what: &str, holds: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while !holds() {
+        assert!(tokio::time::Instant::now() < deadline, "{what} in time");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Runs `runtime` until the token it returns is cancelled.
+fn run(runtime: &Arc<Runtime>) -> (CancellationToken, tokio::task::JoinHandle<()>) {
+    let token = CancellationToken::new();
+    let (running, stop) = (runtime.clone(), token.clone());
+    let task = tokio::spawn(async move { running.run(stop.cancelled_owned()).await });
+    (token, task)
+}
+
+#[tokio::test]
+async fn the_runtime_serves_a_handlers_kind_to_its_status() {
+    let world = World::new(FieldConflicts::Report).await;
+    world.create("web", &["web-a", "web-b"], json!({"greeting": "hello"}));
+    let runtime = Arc::new(Runtime::new(world.ctx.engine.clone()));
+    runtime
+        .serve_kind(Widgets::new(FieldConflicts::Report), None)
+        .await;
+    let (stop, task) = run(&runtime);
+    let has_status = || world.widget("web").is_some_and(|w| !w["status"].is_null());
+    eventually("the widget is Ready", || {
+        has_status() && ready(&world.status("web")).0 == ConditionStatus::True
+    })
+    .await;
+    assert_eq!(
+        ready(&world.status("web")),
+        (ConditionStatus::True, Reason::Applied)
+    );
+    assert_eq!(
+        world.config_map("web-a").unwrap()["data"]["greeting"],
+        "hello"
+    );
+    assert!(world.config_map("web-b").is_some());
+    let finalizers = &world.widget("web").unwrap()["metadata"]["finalizers"];
+    assert_eq!(finalizers, &json!([super::FINALIZER]));
+    stop.cancel();
+    task.await.expect("the runtime stops");
+}
+
+#[tokio::test]
+async fn a_typed_and_a_dynamic_kind_share_one_runtime_each_with_its_own_type() {
+    let world = World::new(FieldConflicts::Report).await;
+    let client = world.ctx.engine.client.clone();
+    for name in ["red", "blue"] {
+        let config_map = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": NAMESPACE}, "data": {}});
+        world.api.put(&format!("{CONFIG_MAPS}/{name}"), config_map);
+    }
+    world.create("web", &[], json!({}));
+    let widgets = ApiResource {
+        group: "test.example.com".into(),
+        version: "v1".into(),
+        api_version: "test.example.com/v1".into(),
+        kind: "Widget".into(),
+        plural: "widgets".into(),
+    };
+    let (typed, mut config_maps) = recorder(kube::Api::<ConfigMap>::namespaced(
+        client.clone(),
+        NAMESPACE,
+    ));
+    let dynamic_api = kube::Api::<DynamicObject>::namespaced_with(client, NAMESPACE, &widgets);
+    let (dynamic, mut definitions) = recorder(dynamic_api);
+    let runtime = Arc::new(Runtime::new(world.ctx.engine.clone()));
+    runtime.serve("configmaps", typed, None).await;
+    runtime.serve("widgets", dynamic, None).await;
+    let (stop, task) = run(&runtime);
+    // Each kind's first list brings its resources to its own reconciler.
+    assert_eq!(next_seen(&mut config_maps.seen, 2).await, ["blue", "red"]);
+    assert_eq!(next_seen(&mut definitions.seen, 1).await, ["web"]);
+    // A nudge of one resource, then of every resource of a kind.
+    let red = ObjectRef::<ConfigMap>::new("red").within(NAMESPACE);
+    config_maps.nudge.send(Nudge::One(red)).expect("nudged");
+    assert_eq!(next_seen(&mut config_maps.seen, 1).await, ["red"]);
+    definitions.nudge.send(Nudge::Every).expect("nudged");
+    assert_eq!(next_seen(&mut definitions.seen, 1).await, ["web"]);
+    // A kind stopped is given what it held; the other goes on.
+    runtime.stop("configmaps").await;
+    let held = tokio::time::timeout(PATIENCE, config_maps.finished.recv()).await;
+    assert_eq!(
+        held.expect("finished in time"),
+        Some(vec!["blue".into(), "red".into()])
+    );
+    definitions.nudge.send(Nudge::Every).expect("nudged");
+    assert_eq!(next_seen(&mut definitions.seen, 1).await, ["web"]);
+    assert!(!runtime.running("configmaps") && runtime.running("widgets"));
+    stop.cancel();
+    task.await.expect("the runtime stops");
+    let held = tokio::time::timeout(PATIENCE, definitions.finished.recv()).await;
+    assert_eq!(
+        held.expect("finished at the stop"),
+        Some(vec!["web".into()])
+    );
+}
