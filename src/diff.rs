@@ -20,8 +20,9 @@ use std::path::Path;
 use crate::cli::CommonArgs;
 use crate::engine::host::Fate;
 use crate::engine::host::{
-    FIELD_MANAGER, Invocation, Kubectl, KubectlConfig, ObjectId, RenderedOverlay, build_one,
+    FIELD_MANAGER, Invocation, Kubectl, KubectlConfig, RenderedOverlay, build_one,
 };
+use crate::kind::ObjectId;
 use crate::kind::Step;
 use crate::kinds::{OwnedObjects, Preview};
 use crate::render::{RenderCommandError, Source, prepare};

@@ -4,11 +4,11 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::host::{self, ConditionKind};
+use crate::engine::host::ConditionKind;
 use crate::kinds::declared::rollout::RolloutError;
 
 /// A definition's condition, of the types and reasons below.
-pub type Condition = host::Condition<ConditionType, Reason>;
+pub type Condition = crate::kind::Condition<ConditionType, Reason>;
 
 /// Longest condition message of a definition kept, in bytes: a definition
 /// may list what is wrong in full.

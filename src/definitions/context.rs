@@ -15,7 +15,8 @@ use super::migrator::Migrator;
 use super::revisions::Store;
 use super::serving::Serving;
 use crate::conversion::Webhook;
-use crate::engine::host::{Engine, Isolation};
+use crate::engine::host::Engine;
+use crate::kind::Isolation;
 
 /// How many names a message lists.
 pub(super) const NAMES_SHOWN: usize = 10;

@@ -14,7 +14,8 @@ use kube::api::DynamicObject;
 
 use super::resource::{self, Reason};
 use crate::conversion::{Filed, Webhook};
-use crate::engine::host::{Engine, Isolation};
+use crate::engine::host::Engine;
+use crate::kind::Isolation;
 use crate::kind::KustomizeDir;
 use crate::kinds::declared::breaking::{self, BreakingChange};
 use crate::kinds::declared::rbac::{self, ObjectType};

@@ -58,8 +58,9 @@ pub use context::DefinitionError;
 use generation::Taken;
 
 use crate::conversion::Webhook;
+use crate::engine::host::Engine;
 use crate::engine::host::Runtime;
-use crate::engine::host::{Engine, Isolation};
+use crate::kind::Isolation;
 use crate::kinds::registry::Kind;
 
 /// How the operator serves definitions.

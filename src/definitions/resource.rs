@@ -17,7 +17,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use super::conditions::{Condition, ConditionType, Reason};
-use crate::engine::host::{ConditionStatus, ConditionUpdate, set_condition};
+use crate::engine::host::{ConditionUpdate, set_condition};
+use crate::kind::ConditionStatus;
 use crate::kinds::declared::file::KindSpec;
 use crate::kinds::declared::rollout::{KEPT_MAX, RolloutSpec};
 

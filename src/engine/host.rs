@@ -1,8 +1,10 @@
 //! The engine as host code sees it: the one way into the engine for the
 //! code that hosts it (the operator, `render`, `diff`, the manifests, the
 //! metrics, the kind registry). Kinds use [`crate::kind`]
-//! instead. Everything here is a re-export; nothing outside the engine
-//! names another engine path (`hack/check-imports` checks it).
+//! instead, and host code takes the kinds' vocabulary (objects, owners,
+//! conditions, templates' sources and errors) from there too: every name
+//! is said once. Everything here is a re-export; nothing outside the
+//! engine names another engine path (`hack/check-imports` checks it).
 
 pub use super::kubectl::KubectlStats;
 pub use super::reconcile::context::ReconcileError;
@@ -13,16 +15,13 @@ pub(crate) use super::kubectl::{
 };
 pub(crate) use super::live::crds::wait_established;
 pub(crate) use super::model::identity::{Identity, Writers, for_owner, parse_cluster_account};
-pub(crate) use super::model::inventory::{ObjectId, Owner};
 pub(crate) use super::model::overlay::{OverlayError, RenderedOverlay, private_dir};
 pub(crate) use super::model::shard;
 pub(crate) use super::model::share;
 pub(crate) use super::model::status::{
-    Condition, ConditionKind, ConditionStatus, ConditionUpdate, OUTPUT_LIMIT, set_condition,
+    ConditionKind, ConditionUpdate, OUTPUT_LIMIT, set_condition,
 };
-pub(crate) use super::model::templates::{
-    CompiledTemplates, Isolation, TemplateError, TemplateFlavor, TemplateSources, compile_templates,
-};
+pub(crate) use super::model::templates::{CompiledTemplates, compile_templates};
 pub(crate) use super::reconcile::events::{Events, Publish};
 pub(crate) use super::reconcile::finalizing::{guarded, release};
 pub(crate) use super::reconcile::preview::{Fate, preview};

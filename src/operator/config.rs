@@ -157,7 +157,7 @@ pub(super) async fn definitions_config(
 
 /// The render workers of defined kinds' templates (`None`, and rendered in
 /// process, only when this binary cannot be found again).
-pub(super) fn sandbox(args: &RunArgs) -> Option<Arc<dyn crate::engine::host::Isolation>> {
+pub(super) fn sandbox(args: &RunArgs) -> Option<Arc<dyn crate::kind::Isolation>> {
     let limits = crate::sandbox::Limits {
         time: args.template_timeout,
         memory: args.template_memory_mib << 20,

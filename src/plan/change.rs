@@ -17,7 +17,7 @@ use super::PlanError;
 use crate::cli::PlanArgs;
 use crate::definitions::generation;
 use crate::definitions::resource as definition;
-use crate::engine::host::Isolation;
+use crate::kind::Isolation;
 use crate::kinds::declared::DeclaredKind;
 use crate::kinds::declared::pack::{self, ROLLOUT_FIELD};
 use crate::kinds::declared::rollout::{Rollout, RolloutSpec};

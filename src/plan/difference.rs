@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::report::{Change, ObjectChange};
-use crate::engine::host::ObjectId;
+use crate::kind::ObjectId;
 
 /// The objects of `new` that `old` lacks (added), has otherwise
 /// (changed) or has alone (pruned), in the order of their identities;

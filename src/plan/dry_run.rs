@@ -16,8 +16,8 @@ use kube::{Client, Resource};
 use serde_json::Value;
 
 use super::report::{Failure, Reason};
-use crate::engine::host::ObjectId;
 use crate::kind::OWNER_LABEL;
+use crate::kind::ObjectId;
 
 /// Where an API serves a kind: its resource, and whether it is namespaced.
 type Resolved = Result<(ApiResource, bool), String>;

@@ -37,10 +37,11 @@ pub use self::report::Report;
 use self::report::{Change, Failure, Outcome, Reason, ResourcePlan};
 use crate::cli::PlanArgs;
 use crate::engine::host::{
-    BatchSettings, BuildJob, Built, FIELD_MANAGER, Identity, Isolation, Kubectl, KubectlConfig,
-    ObjectId, Owner, Queue, Writers, build_runner, for_owner,
+    BatchSettings, BuildJob, Built, FIELD_MANAGER, Identity, Kubectl, KubectlConfig, Queue,
+    Writers, build_runner, for_owner,
 };
 use crate::kind::Step;
+use crate::kind::{Isolation, ObjectId, Owner};
 use crate::kinds::declared::DeclaredKind;
 use crate::kinds::registry::Kind;
 use crate::kinds::{KindOptions, OwnedObjects};

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::engine::host::ObjectId;
+use crate::kind::ObjectId;
 
 /// The plan of a change across the fleet of its kind.
 #[derive(Debug, Clone, Serialize)]

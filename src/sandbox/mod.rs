@@ -28,7 +28,7 @@ use std::sync::{Mutex, MutexGuard};
 
 pub use process::{Limits, WorkerError};
 
-use crate::engine::host::{Isolation, TemplateError, TemplateSources};
+use crate::kind::{Isolation, TemplateError, TemplateSources};
 use process::Worker;
 use protocol::{Request, Response};
 
