@@ -18,6 +18,7 @@ use std::time::Duration;
 use std::sync::Mutex;
 
 use futures::StreamExt;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
@@ -418,7 +419,7 @@ async fn check(
     let kept = (ctx.serving).bytes_kept_with(&name, &generation, &rollout::spec_of(def));
     generation::check_budget(&generation, kept, others, ctx.budget)?;
     let baseline = match served {
-        Some(g) => Some(g.crd.clone()),
+        Some(g) => g.crd.crd().ok(),
         None => crds::live(&ctx.client, &generation.crd_name())
             .await
             .ok()
@@ -430,6 +431,36 @@ async fn check(
     }
     generation::build_base(&ctx.engine, &mut generation).await?;
     Ok(generation)
+}
+
+/// Applies the CRD `declared` of the definition `name` (with the CAs the
+/// webhook trusts now) and waits until it is established.
+async fn apply_crd(
+    ctx: &DefinitionContext,
+    mut declared: CustomResourceDefinition,
+    name: &str,
+    crd: &str,
+) -> Result<(), (Reason, String)> {
+    if let Some(webhook) = ctx.webhook.as_ref() {
+        // The CAs trusted now: the webhook's certificate may have been
+        // renewed since the generation was checked.
+        webhook.refresh(&mut declared);
+    }
+    match crds::apply(&ctx.client, &declared, name).await {
+        Err(e @ CrdError::NotOwned { .. }) => Err((Reason::CrdNotOwned, e.to_string())),
+        Err(e) => Err((Reason::CrdApplyFailed, e.to_string())),
+        Ok(()) => match crds::wait_established(&ctx.client, crd).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err((
+                Reason::NotEstablished,
+                format!("the CRD {crd} is not established yet"),
+            )),
+            Err(e) => Err((
+                Reason::CrdApplyFailed,
+                format!("the CRD {crd}: {}", crate::error_text::kube(&e)),
+            )),
+        },
+    }
 }
 
 /// Applies the generation's CRD and waits until it is established; sets
@@ -449,26 +480,12 @@ async fn ensure_crd(
         // follower reads it: the same conversions whoever files them last.
         webhook.conversions.file(filed.clone());
     }
-    let mut declared = generation.crd.clone();
-    if let Some(webhook) = ctx.webhook.as_ref() {
-        // The CAs trusted now: the webhook's certificate may have been
-        // renewed since the generation was checked.
-        webhook.refresh(&mut declared);
-    }
-    let reason = match crds::apply(&ctx.client, &declared, name).await {
-        Err(e @ CrdError::NotOwned { .. }) => Err((Reason::CrdNotOwned, e.to_string())),
-        Err(e) => Err((Reason::CrdApplyFailed, e.to_string())),
-        Ok(()) => match crds::wait_established(&ctx.client, &crd).await {
-            Ok(true) => Ok(()),
-            Ok(false) => Err((
-                Reason::NotEstablished,
-                format!("the CRD {crd} is not established yet"),
-            )),
-            Err(e) => Err((
-                Reason::CrdApplyFailed,
-                format!("the CRD {crd}: {}", crate::error_text::kube(&e)),
-            )),
-        },
+    let reason = match generation.crd.crd() {
+        Ok(declared) => apply_crd(ctx, declared, name, &crd).await,
+        Err(e) => Err((
+            Reason::CrdApplyFailed,
+            format!("the CRD {crd} kept for the generation does not read back: {e}"),
+        )),
     };
     match reason {
         Ok(()) => {

@@ -29,7 +29,7 @@ pub struct Generation {
     /// The kind, with its own templates.
     pub kind: Arc<DeclaredKind>,
     /// The CRD it declares, carrying the definition's marker.
-    pub crd: CustomResourceDefinition,
+    pub crd: KeptCrd,
     /// The object types its overlays can produce.
     pub object_types: BTreeSet<ObjectType>,
     /// The size of the definition, in bytes (as JSON).
@@ -45,7 +45,34 @@ pub struct Generation {
 impl Generation {
     /// The CRD's name.
     pub fn crd_name(&self) -> String {
-        self.crd.metadata.name.clone().unwrap_or_default()
+        self.crd.name.to_string()
+    }
+}
+
+/// A CRD as a generation keeps it: its JSON text, shared by every copy of
+/// the generation (the table of what is served, its revisions, the
+/// rollout). Typed, a CRD's schema weighs ten times its text (a field of
+/// the schema is a struct of some forty optional fields), and a
+/// definition's CRD is only read when it is applied or compared.
+#[derive(Clone, Debug)]
+pub struct KeptCrd {
+    /// The CRD's name.
+    pub name: Arc<str>,
+    json: Arc<str>,
+}
+
+impl KeptCrd {
+    /// Keeps `crd`.
+    pub fn new(crd: &CustomResourceDefinition) -> Self {
+        Self {
+            name: crd.metadata.name.as_deref().unwrap_or_default().into(),
+            json: serde_json::to_string(crd).unwrap_or_default().into(),
+        }
+    }
+
+    /// The CRD, read back.
+    pub fn crd(&self) -> Result<CustomResourceDefinition, serde_json::Error> {
+        serde_json::from_str(&self.json)
     }
 }
 
@@ -139,7 +166,7 @@ pub fn load(
     Ok(Generation {
         number: definition.metadata.generation.unwrap_or_default(),
         kind: Arc::new(kind),
-        crd,
+        crd: KeptCrd::new(&crd),
         object_types: BTreeSet::new(),
         bytes: text.len(),
         digest: digest(&definition.data["spec"]),
@@ -174,9 +201,12 @@ pub fn attach_webhook(
         )));
     };
     let kind = generation.kind.clone();
+    let unreadable = |e: serde_json::Error| Rejection::Invalid(format!("its CRD: {e}"));
+    let mut crd = generation.crd.crd().map_err(unreadable)?;
     let filed = webhook
-        .attach(&mut generation.crd, kind.versions())
+        .attach(&mut crd, kind.versions())
         .map_err(|e| Rejection::Invalid(e.to_string()))?;
+    generation.crd = KeptCrd::new(&crd);
     generation.conversions = Some(Arc::new(filed));
     Ok(())
 }
@@ -244,7 +274,8 @@ pub fn check_compatible(
     served: &CustomResourceDefinition,
     generation: &Generation,
 ) -> Result<(), Rejection> {
-    let changes = breaking::breaking_changes(served, &generation.crd);
+    let unreadable = |e: serde_json::Error| Rejection::Invalid(format!("its CRD: {e}"));
+    let changes = breaking::breaking_changes(served, &generation.crd.crd().map_err(unreadable)?);
     if changes.is_empty() || breaking_allowed(definition) {
         return Ok(());
     }
@@ -302,7 +333,7 @@ mod tests {
         let templates = generation.kind.templates.as_ref().unwrap();
         assert!(templates.base("sample").is_some());
         assert_eq!(
-            generation.crd.metadata.labels.as_ref().unwrap()[resource::MARKER_LABEL],
+            generation.crd.crd().unwrap().metadata.labels.unwrap()[resource::MARKER_LABEL],
             "sample"
         );
         assert_eq!(std::fs::read_dir(work.path()).unwrap().count(), 0);
@@ -347,7 +378,8 @@ mod tests {
         let endpoint = crate::conversion::Endpoint::Url("https://127.0.0.1:9443".into());
         let webhook = Webhook::new(endpoint, "CA".into(), Default::default());
         attach_webhook(&mut generation, Some(&webhook)).unwrap();
-        let conversion = generation.crd.spec.conversion.as_ref().unwrap();
+        let crd = generation.crd.crd().unwrap();
+        let conversion = crd.spec.conversion.as_ref().unwrap();
         assert_eq!(conversion.strategy, "Webhook");
         let config = conversion
             .webhook
@@ -361,8 +393,7 @@ mod tests {
             Some("https://127.0.0.1:9443/convert")
         );
         assert_eq!(config.ca_bundle.as_ref().unwrap().0, b"CA");
-        let versions: Vec<_> = generation
-            .crd
+        let versions: Vec<_> = crd
             .spec
             .versions
             .iter()

@@ -430,7 +430,7 @@ mod tests {
         let kind = DeclaredKind::load(&dir, &templates).expect("the lab's Greeting folder loads");
         Generation {
             number,
-            crd: kind.crd(),
+            crd: crate::definitions::generation::KeptCrd::new(&kind.crd()),
             kind: Arc::new(kind),
             object_types: BTreeSet::new(),
             bytes: 10,
