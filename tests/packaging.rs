@@ -1075,9 +1075,9 @@ fn check_imports_passes_the_tree_and_fails_each_rule_broken() {
         ),
         // the engine names host code (its metrics are passed in).
         (
-            "engine/reconcile/controller.rs",
+            "engine/reconcile/handled.rs",
             "\nuse crate::metrics::Metrics as _;\n",
-            "boundary: src/engine/reconcile/controller.rs",
+            "boundary: src/engine/reconcile/handled.rs",
         ),
         // contract/ names reconcile/, above it.
         (
