@@ -1,9 +1,11 @@
-//! The controller of `KindDefinition`s. One reconcile of a definition:
+//! `KindDefinition`s as a kind of the engine's one runtime: their own
+//! reconcile, finalizer and status, plugged in as a `Reconciler`. One
+//! reconcile of a definition:
 //!
-//! 1. its finalizer, so its kind is never left without a controller while
-//!    resources carry the kind's finalizer;
+//! 1. its finalizer, so its kind is never left unserved while resources
+//!    carry the kind's finalizer;
 //! 2. a new generation is checked ([`super::generation`]); if it passes,
-//!    its CRD is applied and waited for, and its controller replaces the
+//!    its CRD is applied and waited for, and its handler replaces the
 //!    one serving the generation before; if not, the generation before
 //!    keeps serving and `Accepted=False` says why;
 //! 3. the rights the kind needs are reviewed (`RightsGranted`), the

@@ -2,8 +2,9 @@
 //! `kustomize-operator.io/v1alpha1`) served while the operator runs. A
 //! definition is a kind folder packed into one object (`kind pack`); the
 //! operator checks each generation as it checks a folder at start, applies
-//! the CRD it declares, and runs the kind's controller, without a restart
-//! and without touching any other kind.
+//! the CRD it declares, and serves the kind in the engine's one runtime,
+//! without a restart and without touching any other kind. The definitions
+//! themselves are one more kind of that runtime (`controller`).
 //!
 //! - [`resource`]: the definition's CRD, names and status;
 //! - `conditions`: its condition types and reasons, its own vocabulary;
@@ -11,9 +12,10 @@
 //!   templates, kind file, base, clashes, breaking schema changes);
 //! - [`crds`]: the declared CRD, applied with the definition's marker;
 //! - [`rights`]: the access reviews behind `RightsGranted`;
-//! - `serving`: the running controllers, one per kind, and their counts;
+//! - `serving`: the kinds served, one per definition, and their counts;
 //! - `context`: what every reconcile shares (a leaf);
-//! - `controller`: the reconcile of a definition;
+//! - `controller`: the reconcile of a definition, plugged into the
+//!   runtime as a `Reconciler`;
 //! - `deletion`: its deletion;
 //! - `following`: under automatic sharding, one replica writes each
 //!   definition and the others serve its kind as it does;
