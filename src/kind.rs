@@ -12,18 +12,17 @@
 //! names an engine path.
 
 pub use crate::engine::contract::{
-    Beyond, Deletion, DynType, EventType, FieldConflicts, FromObjects, Handler, HandlerError,
-    KindInfo, Nudge, Nudges, Object, OnFailure, Plan, PlannedEvent, Policy, Reach, ReadAs,
-    Resources, Revision, Step, Watching, api_message, namespaced_api,
+    Beyond, Deletion, EventType, FieldConflicts, FromObjects, Handler, HandlerError, KindInfo,
+    Nudge, Nudges, Object, OnFailure, Plan, PlannedEvent, Policy, Reach, ReadAs, Resources,
+    Revision, Step, Watching, api_message, namespaced_api,
 };
-pub use crate::engine::kubectl::CommandRecord;
 pub use crate::engine::model::identity::check_account_name;
 pub use crate::engine::model::inventory::{
     Inventory, MAX_INVENTORY, OWNER_ANNOTATION, OWNER_LABEL, ObjectId, Owner,
 };
 pub use crate::engine::model::overlay::{
-    ConfigMapGenerator, GeneratorOptions, Labels, Overlay, PatchTarget, PatchTemplate,
-    ResourceTemplate, kustomize_refuses,
+    ConfigMapGenerator, Labels, Overlay, PatchTarget, PatchTemplate, ResourceTemplate,
+    kustomize_refuses,
 };
 pub use crate::engine::model::shard::SHARD_LABEL;
 pub use crate::engine::model::status::{
