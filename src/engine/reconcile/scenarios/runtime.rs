@@ -204,3 +204,30 @@ async fn a_typed_and_a_dynamic_kind_share_one_runtime_each_with_its_own_type() {
         Some(vec!["web".into()])
     );
 }
+
+#[tokio::test]
+async fn a_kind_watched_whole_is_counted_by_its_own_watch() {
+    // No namespace, shard or share narrows the watch (the scenario's
+    // settings): the resources' watch counts them, with no watch of its own.
+    let world = World::new(FieldConflicts::Report).await;
+    world.create("web", &[], json!({}));
+    world.create("api", &[], json!({}));
+    let told = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let on_count = {
+        let told = told.clone();
+        Arc::new(move || {
+            told.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        })
+    };
+    let runtime = Arc::new(Runtime::new(world.ctx.engine.clone()));
+    let widgets = Widgets::new(FieldConflicts::Report);
+    runtime.serve_kind(widgets, Some(on_count)).await;
+    let (stop, task) = run(&runtime);
+    eventually("both widgets counted", || {
+        runtime.count("widget") == Some(2)
+    })
+    .await;
+    assert!(told.load(std::sync::atomic::Ordering::SeqCst) >= 1);
+    stop.cancel();
+    task.await.expect("the runtime stops");
+}
