@@ -274,9 +274,9 @@ pub struct RunArgs {
     /// or batches run part-empty.
     #[arg(long, env = "MAX_CONCURRENT_RECONCILES", default_value_t = 512)]
     pub max_concurrent_reconciles: u16,
-    /// At most this many API requests in flight at once (watches aside):
-    /// the client opens no more connections than that, however many
-    /// resources are due together (as at start-up).
+    /// At most this many API requests waiting for their answer at once
+    /// (a watch's stream aside), however many resources are due together
+    /// (as at start-up).
     #[arg(long, env = "MAX_API_REQUESTS", default_value_t = 32,
           value_parser = clap::value_parser!(u16).range(1..))]
     pub max_api_requests: u16,

@@ -16,6 +16,40 @@ use serde_json::{Value, json};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
+/// The watches of every kind served share the operator's connections to
+/// the API server (HTTP/2, src/operator/connection.rs), where HTTP/1.1
+/// took a connection per watch: eight definitions' kinds, each watched
+/// twice under `--namespace` (its resources, and their count).
+#[tokio::test]
+async fn the_watches_of_many_kinds_share_one_connection() {
+    let client = common::cluster().await;
+    let ns = TestNamespace::new(&client, "kd-share").await;
+    let kinds: Vec<GreetingKind> = (0..8)
+        .map(|i| GreetingKind::tagged(&ns, &format!("w{i}")))
+        .collect();
+    let flags = kinds[0].flags(&[]);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let operator = OperatorProcess::spawn(&ns.name, &[], &flags);
+    for kind in &kinds {
+        kind.apply();
+    }
+    // Each its own greeting: their ConfigMaps are named after them.
+    for (i, kind) in kinds.iter().enumerate() {
+        kind.wait_condition("Serving", "True", "Running").await;
+        kind.greet(&ns.name, &format!("hello-{i}"), "Hello", json!({}));
+    }
+    // Each kind's watch brought its greeting: its watches are open.
+    for (i, kind) in kinds.iter().enumerate() {
+        wait_ready(kind, &ns.name, &format!("hello-{i}")).await;
+    }
+    let connections = operator.established_connections();
+    assert!(
+        (1..=2).contains(&connections),
+        "{connections} connections to the API server for 8 kinds' 16 watches and more:\n{}",
+        operator.log_tail()
+    );
+}
+
 #[tokio::test]
 async fn a_definition_is_served_without_a_restart_and_a_template_change_rolls_out() {
     let client = common::cluster().await;

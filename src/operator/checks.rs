@@ -23,8 +23,8 @@ pub(super) struct Connected {
 }
 
 /// A client for the cluster in KUBECONFIG (or in-cluster), checked to
-/// answer, with at most `max_requests` requests in flight (HTTP/1.1 needs a
-/// connection per request, and each idle connection costs memory), whose
+/// answer, over HTTP/2 where the server speaks it (`connection`), with at
+/// most `max_requests` requests waiting for their answer, whose
 /// responses pass the guard (`crate::guard`): the objects it leaves out are
 /// counted in `metrics` and queued in the reports returned. With a share
 /// (`--auto-shard`), a second client under the same limit and guard reads
@@ -45,8 +45,11 @@ pub(super) async fn connect(
         sink.send(skipped);
     });
     let limit = tower::limit::GlobalConcurrencyLimitLayer::new(usize::from(max_requests));
+    // Both clients share one set of connections (HTTP/2 where the server
+    // speaks it).
+    let lanes = super::connection::https_lanes(&config).map_err(StartError::Config)?;
     let builder = || {
-        kube::client::ClientBuilder::try_from(config.clone())
+        super::connection::builder(&config, &lanes)
             .map_err(StartError::Config)
             .map(|b| b.with_layer(&guard.layer()).with_layer(&limit))
     };

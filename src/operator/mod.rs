@@ -22,6 +22,7 @@ use crate::sharding::Sharing;
 
 mod checks;
 mod config;
+mod connection;
 mod controllers;
 mod webhook;
 mod work_dir;

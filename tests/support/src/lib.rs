@@ -532,6 +532,45 @@ impl OperatorProcess {
         self.child.id()
     }
 
+    /// How many TCP connections the process holds established (read from
+    /// /proc: its socket descriptors, found in its network namespace's
+    /// tables).
+    pub fn established_connections(&self) -> usize {
+        let pid = self.child.id();
+        let sockets: std::collections::HashSet<String> =
+            std::fs::read_dir(format!("/proc/{pid}/fd"))
+                .unwrap()
+                .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+                .filter_map(|link| {
+                    let link = link.to_string_lossy().into_owned();
+                    Some(
+                        link.strip_prefix("socket:[")?
+                            .strip_suffix(']')?
+                            .to_string(),
+                    )
+                })
+                .collect();
+        ["tcp", "tcp6"]
+            .iter()
+            .flat_map(|table| {
+                let text = std::fs::read_to_string(format!("/proc/{pid}/net/{table}"));
+                let rows: Vec<String> = text
+                    .unwrap_or_default()
+                    .lines()
+                    .skip(1)
+                    .map(str::to_string)
+                    .collect();
+                rows
+            })
+            .filter(|row| {
+                let fields: Vec<&str> = row.split_whitespace().collect();
+                // st 01 is ESTABLISHED; the inode is the tenth field.
+                fields.get(3) == Some(&"01")
+                    && fields.get(9).is_some_and(|inode| sockets.contains(*inode))
+            })
+            .count()
+    }
+
     /// Sends `signal` (libc::SIGTERM, libc::SIGKILL, ...).
     pub fn signal(&self, signal: i32) {
         let pid = i32::try_from(self.child.id()).unwrap();
