@@ -45,6 +45,12 @@ use tower::{BoxError, ServiceBuilder, ServiceExt as _};
 /// the API server's cap (250 by Go's default) and common proxies' (128).
 pub const STREAMS_PER_CONNECTION: usize = 100;
 
+/// How much a connection may receive that its streams have not read yet,
+/// as Go's client allows: a window no larger would let a few watches whose
+/// readers lag hold back every other stream on their connection. A
+/// stream's own window (hyper's, 2 MiB) still bounds what one holds.
+pub const CONNECTION_WINDOW: u32 = 1 << 30;
+
 /// How often an idle connection is pinged, and how long the answer may
 /// take before the connection is dropped (and its watches start again).
 pub const KEEP_ALIVE: (Duration, Duration) = (Duration::from_secs(30), Duration::from_secs(20));
@@ -106,7 +112,8 @@ pub fn https_lanes(config: &Config) -> Result<Lanes<HttpsPool>, kube::Error> {
         .pool_timer(TokioTimer::new())
         .http2_keep_alive_interval(KEEP_ALIVE.0)
         .http2_keep_alive_timeout(KEEP_ALIVE.1)
-        .http2_keep_alive_while_idle(true);
+        .http2_keep_alive_while_idle(true)
+        .http2_initial_connection_window_size(CONNECTION_WINDOW);
     Ok(Lanes::new(STREAMS_PER_CONNECTION, move || {
         pool.build(connector.clone())
     }))
