@@ -95,6 +95,10 @@ pub fn https_lanes(config: &Config) -> Result<Lanes<HttpsPool>, kube::Error> {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_connect_timeout(config.connect_timeout);
+    // A request's frames go out as written, as Go's client does: Nagle's
+    // algorithm held an HTTP/2 request's body behind its headers until the
+    // server's delayed ACK (a reconcile's p50 211 -> 306 ms).
+    http.set_nodelay(true);
     let mut tls = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(config.rustls_client_config()?)
         .https_or_http();
