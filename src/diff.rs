@@ -19,12 +19,11 @@ use std::path::Path;
 
 use crate::cli::CommonArgs;
 use crate::engine::host::Fate;
-use crate::engine::host::{
-    FIELD_MANAGER, Invocation, Kubectl, KubectlConfig, RenderedOverlay, build_one,
-};
+use crate::engine::host::{FIELD_MANAGER, RenderedOverlay, build_one};
 use crate::kind::ObjectId;
 use crate::kind::Step;
 use crate::kinds::{OwnedObjects, Preview};
+use crate::kubectl::{Invocation, Kubectl, KubectlConfig};
 use crate::render::{RenderCommandError, Source, prepare};
 
 /// Why `diff` could not compare.
@@ -35,7 +34,7 @@ pub enum DiffError {
     Render(#[from] RenderCommandError),
     /// kubectl could not be found or started.
     #[error(transparent)]
-    Kubectl(#[from] crate::engine::host::KubectlError),
+    Kubectl(#[from] crate::kubectl::KubectlError),
     /// An overlay could not be handed to kubectl.
     #[error("{0}")]
     Io(String),

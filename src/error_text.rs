@@ -19,7 +19,10 @@ const UNPARSED: &str = "Failed to parse error data";
 /// At most this many characters of an answer that is not a `Status`.
 const BODY_SHOWN: usize = 200;
 
-/// What a failed API call says, in one line.
+/// What a failed API call says, in one line, as a kubectl user reads it:
+/// the API server's own message for a refused request (`deployments.apps
+/// "web" is forbidden: ...`), the fields of an invalid object, else the
+/// client's error in words.
 pub fn kube(e: &kube::Error) -> String {
     match e {
         kube::Error::Api(status) => status_text(status, None),

@@ -14,7 +14,7 @@
 pub use crate::engine::contract::{
     Beyond, Deletion, EventType, FieldConflicts, FromObjects, Handler, HandlerError, KindInfo,
     Nudge, Nudges, Object, OnFailure, Plan, PlannedEvent, Policy, Reach, ReadAs, Resources,
-    Revision, Step, Watching, api_message, namespaced_api,
+    Revision, Step, Watching, namespaced_api,
 };
 pub use crate::engine::model::identity::check_account_name;
 pub use crate::engine::model::inventory::{
@@ -24,15 +24,13 @@ pub use crate::engine::model::overlay::{
     ConfigMapGenerator, Labels, Overlay, PatchTarget, PatchTemplate, ResourceTemplate,
     kustomize_refuses,
 };
-pub use crate::engine::model::shard::SHARD_LABEL;
 pub use crate::engine::model::status::{
-    CommonStatus, Condition, ConditionStatus, ConditionType, Reason, truncate,
+    CommonStatus, Condition, ConditionStatus, ConditionType, Reason,
 };
 pub use crate::engine::model::templates::{
     Isolation, KustomizeDir, TemplateError, TemplateFlavor, TemplateSources, checked, plain_tera,
     render_limited,
 };
-pub use crate::text::{IN_EVENT, first_names};
 
 // For the declared kinds: the dynamic kind of a declared resource, the
 // engine's own status fields a kind file may not redefine, and the kinds
@@ -40,6 +38,3 @@ pub use crate::text::{IN_EVENT, first_names};
 pub(crate) use crate::engine::model::dynamic_kind::dynamic_kind;
 pub(crate) use crate::engine::model::inventory::always_current_kind;
 pub(crate) use crate::engine::model::status::ENGINE_STATUS_FIELDS;
-
-#[cfg(test)]
-pub(crate) use crate::engine::model::status::ConditionUpdate;

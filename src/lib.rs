@@ -25,6 +25,7 @@ mod functions;
 pub mod guard;
 pub mod kind;
 pub mod kinds;
+pub mod kubectl;
 pub mod leader;
 pub mod manifests;
 pub mod memory;
@@ -41,9 +42,10 @@ pub mod telemetry;
 mod text;
 pub mod trust;
 
-pub use engine::host::{KubectlStats, ReconcileError};
+pub use engine::host::ReconcileError;
 pub use kind::{Handler, HandlerError, Plan, Step};
 pub use kinds::KindName;
+pub use kubectl::KubectlStats;
 pub use operator::{Operator, StartError};
 
 /// Any error the command-line entry points report.
@@ -104,7 +106,7 @@ mod tests {
             crate::StartError::Connect(invalid()).to_string(),
             crd.to_string(),
             secret.to_string(),
-            crate::kind::api_message(&invalid()),
+            crate::error_text::kube(&invalid()),
             crate::HandlerError::from(invalid()).to_string(),
             crate::error_text::any(
                 &kube::runtime::finalizer::Error::<std::io::Error>::AddFinalizer(invalid()),

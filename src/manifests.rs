@@ -4,9 +4,9 @@
 use std::path::Path;
 
 use crate::cli::{CrdArgs, KindsError, RbacArgs};
-use crate::engine::host::{Kubectl, KubectlConfig, KubectlError};
 use crate::kinds::declared::rbac;
 use crate::kinds::registry::Kind;
+use crate::kubectl::{Kubectl, KubectlConfig, KubectlError};
 
 /// Why `crd` or `rbac` failed.
 #[derive(Debug, thiserror::Error)]

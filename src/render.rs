@@ -300,7 +300,7 @@ async fn fetch(
         .await
         .map_err(|e| RenderCommandError::Cluster {
             what: what.clone(),
-            reason: crate::kind::api_message(&e),
+            reason: crate::error_text::kube(&e),
         })?
         .ok_or_else(|| RenderCommandError::Cluster {
             what,

@@ -34,9 +34,27 @@ where
     text
 }
 
+/// The first `limit` bytes of `s` (on a char boundary), marked when cut.
+pub fn truncate(s: &str, limit: usize) -> String {
+    if s.len() <= limit {
+        return s.to_string();
+    }
+    let mut end = limit.saturating_sub(3);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &s[..end])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn truncation_respects_char_boundaries() {
+        assert_eq!(truncate("abcdef", 10), "abcdef");
+        assert_eq!(truncate("ééééé", 6), "é...");
+    }
 
     #[test]
     fn the_first_names_then_a_count() {

@@ -791,7 +791,7 @@ async fn rights_condition(
             Reason::MissingRights,
             format!(
                 "missing: {}{by}; `kustomize-operator rbac` prints the ClusterRole that grants the operator's part",
-                crate::kind::first_names(&missing, NAMES_SHOWN, ", ")
+                crate::text::first_names(&missing, NAMES_SHOWN, ", ")
             ),
         ),
         Err(e) => (

@@ -84,7 +84,7 @@ async fn wait_for_resources(
         "the deletion waits for {} {} resource(s): {}; delete them, or set spec.onDelete: Orphan to leave them",
         remaining.len(),
         kind.kind,
-        crate::kind::first_names(remaining, NAMES_SHOWN, ", ")
+        crate::text::first_names(remaining, NAMES_SHOWN, ", ")
     );
     if !serving {
         message.push_str(" (the kind is not served: their finalizers stay until a valid generation is accepted, or Orphan is set)");

@@ -169,7 +169,7 @@ pub fn progress(status: &Value, age: Duration) -> Progress {
     } else if is_true("Succeeded") {
         Progress::Succeeded { settled }
     } else if let Some(running) = condition("Running").filter(|c| c.status == "True") {
-        Progress::Running(crate::kind::truncate(&running.message, SAID_MAX))
+        Progress::Running(crate::text::truncate(&running.message, SAID_MAX))
     } else if age > START_WAIT {
         Progress::NotStarted
     } else {

@@ -6,28 +6,20 @@
 //! is said once. Everything here is a re-export; nothing outside the
 //! engine names another engine path (`hack/check-imports` checks it).
 
-pub use super::kubectl::KubectlStats;
 pub use super::reconcile::context::ReconcileError;
 pub use super::reconcile::preview::{PLACEHOLDER_UID, Preview, PreviewError};
 
-pub(crate) use super::kubectl::{
-    Invocation, Kubectl, KubectlConfig, KubectlError, in_cluster_kubeconfig,
-};
 pub(crate) use super::live::crds::wait_established;
 pub(crate) use super::model::identity::{Identity, Writers, for_owner, parse_cluster_account};
 pub(crate) use super::model::overlay::{OverlayError, RenderedOverlay, private_dir};
 pub(crate) use super::model::shard;
 pub(crate) use super::model::share;
-pub(crate) use super::model::status::{
-    ConditionKind, ConditionUpdate, OUTPUT_LIMIT, set_condition,
-};
+pub(crate) use super::model::status::{ConditionKind, ConditionUpdate, set_condition};
 pub(crate) use super::model::templates::{CompiledTemplates, compile_templates};
 pub(crate) use super::reconcile::events::{Events, Publish};
 pub(crate) use super::reconcile::finalizing::{guarded, release};
 pub(crate) use super::reconcile::preview::{Fate, preview};
-pub(crate) use super::reconcile::runtime::{
-    Engine, FIELD_MANAGER, FORGET_EVERY, ReconcileMetrics, Settings,
-};
+pub(crate) use super::reconcile::runtime::{Engine, FIELD_MANAGER, ReconcileMetrics, Settings};
 pub(crate) use super::reconcile::serve::{OnCount, Reconciler, Runtime};
 pub(crate) use super::reconcile::status_writer::apply_status;
 pub(crate) use super::run::batch::{BatchSettings, Queue};

@@ -1,13 +1,14 @@
-//! The engine: the only code that spawns kubectl, writes files or writes
-//! status. Two facades lead in, and nothing else outside this folder names
+//! The engine: the only code that runs kubectl for a resource, writes its
+//! files or writes status. Two facades lead in, and nothing else outside this folder names
 //! an engine path (`hack/check-imports` fails the build's checks if it
 //! does): kinds use [`crate::kind`], which re-exports the engine's
 //! vocabulary; the code that hosts the engine (the operator, `render`,
 //! `diff`, the manifests, the metrics, the kind registry) uses
 //! [`host`].
 //!
-//! Four folders, named after the stages, with imports pointing one way
-//! (`reconcile` → `run` / `live` → `model` → [`kubectl`]):
+//! Folders named after the stages, with imports pointing one way
+//! (`reconcile` → `run` / `live` → `contract` → `model`), over the
+//! kubectl runner ([`crate::kubectl`], a leaf outside the engine):
 //!
 //! - [`reconcile`]: the controller of a kind (the watch, the finalizer,
 //!   backoff, which changes start a reconcile), the apply and deletion
@@ -21,9 +22,7 @@
 //!   their health, and who owns what;
 //! - [`model`]: what kinds see and use, as data: status and the outcome →
 //!   status mapping (one pure function), inventory, identity (whose rights
-//!   a resource's writes use), overlays and templates, shards;
-//! - [`kubectl`]: the runner (argv only, timeout, process group, bounded
-//!   output), at the bottom.
+//!   a resource's writes use), overlays and templates, shards.
 //!
 //! The runtime's state, [`host::Engine`], is the reconcile stage's own
 //! (`reconcile::runtime`): this root declares the stages and imports none
@@ -31,7 +30,6 @@
 
 pub(crate) mod contract;
 pub(crate) mod host;
-pub(crate) mod kubectl;
 mod live;
 pub(crate) mod model;
 mod reconcile;

@@ -11,14 +11,13 @@ use super::StartError;
 use crate::cli::RunArgs;
 use crate::conversion::Webhook;
 use crate::engine::host::BatchSettings;
-use crate::engine::host::Kubectl;
-use crate::engine::host::KubectlConfig;
-use crate::engine::host::OUTPUT_LIMIT;
 use crate::engine::host::Settings;
-use crate::engine::host::in_cluster_kubeconfig;
 use crate::engine::host::share::Share;
 use crate::kinds::Availability;
 use crate::kinds::registry::Kind;
+use crate::kubectl::Kubectl;
+use crate::kubectl::in_cluster_kubeconfig;
+use crate::kubectl::{KubectlConfig, RUN_OUTPUT_CAP};
 use crate::leader::LeaderConfig;
 use crate::metrics::Metrics;
 use crate::sharding::SharingConfig;
@@ -190,7 +189,7 @@ pub(super) fn kubectl(
             .max_concurrent_kubectl
             .unwrap_or_else(default_concurrency),
         cache_dir: Some(base_dir.join("kubectl-cache")),
-        output_cap: OUTPUT_LIMIT * 4,
+        output_cap: RUN_OUTPUT_CAP,
     })
     .with_observer(Arc::new(move |verb, code, duration| {
         observer_metrics.kubectl_run(verb, code, duration);

@@ -14,8 +14,9 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::{KindsError, RunArgs};
+use crate::engine::host::Engine;
 use crate::engine::host::share::Share;
-use crate::engine::host::{Engine, KubectlConfig, KubectlError, KubectlStats};
+use crate::kubectl::{KubectlConfig, KubectlError, KubectlStats};
 use crate::leader::{LeaderConfig, LeaderConfigError, LeaderElector};
 use crate::metrics::Metrics;
 use crate::sharding::Sharing;
@@ -264,11 +265,9 @@ impl Operator {
             });
         }
         let engine = self.engine.clone();
-        self.tasks.spawn(crate::memory::every(
-            crate::engine::host::FORGET_EVERY,
-            self.shutdown.clone(),
-            move || engine.forget_expired(),
-        ));
+        let stop = self.shutdown.clone();
+        self.tasks
+            .spawn(async move { engine.forget_expired_until(stop).await });
         // jemalloc (the binary's allocator by default) hands freed pages
         // back by itself; glibc is trimmed.
         #[cfg(not(feature = "jemalloc"))]

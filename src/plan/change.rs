@@ -222,7 +222,7 @@ pub async fn definition(
         }
         Err(e) => notes.push(format!(
             "the kept revisions could not be read ({}): every resource is compared with the definition as it is",
-            crate::kind::api_message(&e)
+            crate::error_text::kube(&e)
         )),
     }
     if kinds.is_empty() {

@@ -79,7 +79,7 @@ impl DryRun {
                 Reason::of_api(&status.reason, status.code),
                 status.message.clone(),
             )),
-            Err(e) => Err(failure(Reason::Rejected, crate::kind::api_message(&e))),
+            Err(e) => Err(failure(Reason::Rejected, crate::error_text::kube(&e))),
         }
     }
 
@@ -113,7 +113,7 @@ impl DryRun {
                 reason: Reason::Forbidden,
                 ..failure(format!(
                     "cannot tell whether it exists already: {}",
-                    crate::kind::api_message(&e)
+                    crate::error_text::kube(&e)
                 ))
             }),
         }
@@ -132,7 +132,7 @@ impl DryRun {
                 "the API server serves no {} {} ({})",
                 id.api_version,
                 id.kind,
-                crate::kind::api_message(&e)
+                crate::error_text::kube(&e)
             )),
         };
         crate::sync::lock(&self.served).insert(key, found.clone());

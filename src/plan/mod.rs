@@ -37,14 +37,15 @@ pub use self::report::Report;
 use self::report::{Change, Failure, Outcome, Reason, ResourcePlan};
 use crate::cli::PlanArgs;
 use crate::engine::host::{
-    BatchSettings, BuildJob, Built, FIELD_MANAGER, Identity, Kubectl, KubectlConfig, Queue,
-    Writers, build_runner, for_owner,
+    BatchSettings, BuildJob, Built, FIELD_MANAGER, Identity, Queue, Writers, build_runner,
+    for_owner,
 };
 use crate::kind::Step;
 use crate::kind::{Isolation, ObjectId, Owner};
 use crate::kinds::declared::DeclaredKind;
 use crate::kinds::registry::Kind;
 use crate::kinds::{KindOptions, OwnedObjects};
+use crate::kubectl::{Kubectl, KubectlConfig};
 
 /// Why there is no plan.
 #[derive(Debug, thiserror::Error)]
@@ -106,7 +107,7 @@ impl PlanError {
     fn cluster(what: &str, e: &kube::Error) -> Self {
         Self::Cluster {
             what: what.to_string(),
-            reason: crate::kind::api_message(e),
+            reason: crate::error_text::kube(e),
         }
     }
 }

@@ -50,14 +50,6 @@ impl HandlerError {
 
 impl From<kube::Error> for HandlerError {
     fn from(e: kube::Error) -> Self {
-        Self::transient(Reason::ApiError, api_message(&e))
+        Self::transient(Reason::ApiError, crate::error_text::kube(&e))
     }
-}
-
-/// What an API error says, in one line, as a kubectl user reads it: the
-/// API server's own message for a refused request (`deployments.apps
-/// "web" is forbidden: ...`), the fields of an invalid object, else the
-/// client's error in words ([`crate::error_text::kube`]).
-pub fn api_message(e: &kube::Error) -> String {
-    crate::error_text::kube(e)
 }

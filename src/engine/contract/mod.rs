@@ -20,7 +20,7 @@ use kube::Resource;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-pub use error::{HandlerError, api_message};
+pub use error::HandlerError;
 pub use handler::{Handler, ReadAs, Revision, namespaced_api};
 pub use nudge::{Nudge, Nudges, Resources, Watching};
 pub use plan::{EventType, FromObjects, OnFailure, Plan, PlannedEvent, Step};

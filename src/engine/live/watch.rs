@@ -26,7 +26,6 @@ use tokio_util::sync::CancellationToken;
 use super::compact::CompactObject;
 use super::ownership::{ApiKind, Discovery};
 use super::waiters::Waiters;
-use crate::engine::contract::api_message;
 use crate::engine::model::inventory::always_current_kind;
 use crate::engine::model::inventory::{OWNER_LABEL, ObjectId};
 use crate::error_text;
@@ -192,7 +191,7 @@ impl ObjectCache {
         for id in ids.iter().filter(|id| !always_current(id)) {
             let seen = match self.discovery.resolve(&self.client, id).await {
                 Ok(served) => self.watch(id, &served).await.seen(id, served.namespaced),
-                Err(e) => Seen::Unreadable(api_message(&e)),
+                Err(e) => Seen::Unreadable(crate::error_text::kube(&e)),
             };
             found.insert(id.clone(), seen);
         }
@@ -231,7 +230,7 @@ impl ObjectCache {
     async fn read_one(&self, id: &ObjectId, new: bool) -> Seen {
         let served = match self.discovery.resolve(&self.client, id).await {
             Ok(served) => served,
-            Err(e) => return Seen::Unreadable(api_message(&e)),
+            Err(e) => return Seen::Unreadable(crate::error_text::kube(&e)),
         };
         // Started now, the watch wakes the owner when the object changes.
         let watch = self.watch(id, &served).await;
@@ -245,7 +244,7 @@ impl ObjectCache {
         match api.get_opt(&id.name).await {
             Ok(Some(object)) => Seen::Object(object.to_value()),
             Ok(None) => Seen::Absent,
-            Err(e) => Seen::Unreadable(api_message(&e)),
+            Err(e) => Seen::Unreadable(crate::error_text::kube(&e)),
         }
     }
 

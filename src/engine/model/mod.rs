@@ -5,7 +5,7 @@
 //! [`templates`]), shards ([`shard`]), a replica's share when replicas
 //! share the work ([`share`]) and the dynamic kind of a declared
 //! resource ([`dynamic_kind`]). Pure: no process, no API call; it names
-//! nothing of the engine but [`crate::engine::kubectl`]'s command record.
+//! nothing of the engine but [`crate::kubectl`]'s command record.
 
 pub(crate) mod dynamic_kind;
 pub(crate) mod identity;

@@ -11,7 +11,7 @@ use super::status::{
     CommonStatus, ConditionStatus, ConditionType, ConditionUpdate, Reason, SHORT_MESSAGE_LIMIT,
     one_line,
 };
-use crate::engine::kubectl::CommandRecord;
+use crate::kubectl::CommandRecord;
 
 /// What a reconcile came to.
 #[derive(Debug, Clone, PartialEq)]

@@ -10,7 +10,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::inventory::Inventory;
-use crate::engine::kubectl::CommandRecord;
+use crate::kubectl::CommandRecord;
+use crate::text::truncate;
 
 /// The status fields the engine writes; every other field is the kind's.
 pub(crate) const ENGINE_STATUS_FIELDS: [&str; 7] = [
@@ -29,6 +30,9 @@ pub const MESSAGE_LIMIT: usize = 1024;
 pub const SHORT_MESSAGE_LIMIT: usize = 160;
 /// Longest stdout or stderr kept in `lastCommand`, in bytes.
 pub const OUTPUT_LIMIT: usize = 2048;
+
+// What the operator keeps of a run holds what its status records.
+const _: () = assert!(crate::kubectl::RUN_OUTPUT_CAP == 4 * OUTPUT_LIMIT);
 
 /// The conditions the engine maintains on a resource.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -310,18 +314,6 @@ pub fn set_condition<T: ConditionKind, R>(
     }
 }
 
-/// The first `limit` bytes of `s` (on a char boundary), marked when cut.
-pub fn truncate(s: &str, limit: usize) -> String {
-    if s.len() <= limit {
-        return s.to_string();
-    }
-    let mut end = limit.saturating_sub(3);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}...", &s[..end])
-}
-
 /// The first line of `s`, trimmed to `limit` bytes: a printer-column message.
 pub fn one_line(s: &str, limit: usize) -> String {
     truncate(
@@ -438,8 +430,6 @@ mod tests {
 
     #[test]
     fn truncation_respects_char_boundaries() {
-        assert_eq!(truncate("abcdef", 10), "abcdef");
-        assert_eq!(truncate("ééééé", 6), "é...");
         assert_eq!(keep_tail("abcdefghij", 8), "[...]\nij");
         assert!(keep_tail(&"é".repeat(100), 20).is_char_boundary(0));
         assert_eq!(one_line("\n  first  \nsecond", 100), "first");

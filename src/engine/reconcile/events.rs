@@ -20,7 +20,7 @@ use tokio::time::{Duration, Instant};
 
 use super::expiring::Expiring;
 use crate::engine::contract::EventType;
-use crate::engine::model::status::truncate;
+use crate::text::truncate;
 
 /// How long a published event can still become a series.
 const SERIES_TTL: Duration = Duration::from_secs(6 * 60);

@@ -9,12 +9,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kube::Client;
+use tokio_util::sync::CancellationToken;
 
 use super::events::Events;
 use super::expiring::Expiring;
 use super::parked::ParkedStatuses;
 use super::status_memo::StatusMemo;
-use crate::engine::kubectl::Kubectl;
 use crate::engine::live::ownership::Discovery;
 use crate::engine::live::watch::ObjectCache;
 use crate::engine::model::identity::Identity;
@@ -23,13 +23,14 @@ use crate::engine::model::templates::KustomizeDir;
 use crate::engine::run::batch::{BatchSettings, Queue};
 use crate::engine::run::build::{self, BuildJob, Built};
 use crate::engine::run::kubectl_apply::{self, Applied, ApplyJob};
+use crate::kubectl::Kubectl;
 
 /// The field manager of the engine's server-side applies (objects and status).
 pub const FIELD_MANAGER: &str = "kustomize-operator";
 
 /// How often expired entries are forgotten when no reconcile comes by
 /// ([`Engine::forget_expired`]).
-pub const FORGET_EVERY: Duration = Duration::from_secs(60);
+const FORGET_EVERY: Duration = Duration::from_secs(60);
 
 /// Shortest and longest retry delay after a failure.
 const BACKOFF_MIN: Duration = Duration::from_secs(1);
@@ -261,6 +262,12 @@ impl Engine {
     pub(crate) fn kind_stopped(&self, resource: &kube::api::ApiResource) {
         self.forget_discovery(&resource.group);
         self.objects.stop_kind(&resource.group, &resource.kind);
+    }
+
+    /// Forgets what has expired (see [`Self::forget_expired`]) every
+    /// [`FORGET_EVERY`], until `stop` is cancelled.
+    pub async fn forget_expired_until(&self, stop: CancellationToken) {
+        crate::memory::every(FORGET_EVERY, stop, || self.forget_expired()).await;
     }
 
     /// Forgets what the engine remembered about resources for a few

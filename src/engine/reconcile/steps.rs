@@ -12,8 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 
-use crate::engine::contract::{FieldConflicts, Reach, api_message};
-use crate::engine::kubectl::{self, CommandRecord, Invocation};
+use crate::engine::contract::{FieldConflicts, Reach};
 use crate::engine::live::crds::{ESTABLISH_TIMEOUT, wait_established};
 use crate::engine::live::ownership::{self, ApiKind, Inspected, Verdict};
 use crate::engine::model::identity::Identity;
@@ -24,6 +23,7 @@ use crate::engine::model::status::Reason;
 use crate::engine::reconcile::runtime::{Engine, FIELD_MANAGER};
 use crate::engine::run::build::BuildJob;
 use crate::engine::run::kubectl_apply::{ApplyJob, Document};
+use crate::kubectl::{self, CommandRecord, Invocation};
 
 /// Objects per `kubectl apply` (larger applies are split).
 const APPLY_CHUNK: usize = 500;
@@ -144,7 +144,7 @@ async fn established(engine: &Engine, applied: &[Value]) -> Result<(), Failure> 
                     Reason::ApiError,
                     format!(
                         "cannot read the CustomResourceDefinition {name}: {}",
-                        api_message(&e)
+                        crate::error_text::kube(&e)
                     ),
                 ));
             }
@@ -484,7 +484,7 @@ pub(crate) async fn delete_foreign(
             .map_err(|e| {
                 Failure::new(
                     Reason::ApiError,
-                    format!("cannot resolve {id}: {}", api_message(&e)),
+                    format!("cannot resolve {id}: {}", crate::error_text::kube(&e)),
                 )
             })?;
         resolved.push((id.clone(), served.kubectl_arg(&id.name), served.namespaced));
@@ -617,7 +617,10 @@ async fn candidates(
             Err(e) => {
                 return Err(Failure::new(
                     Reason::ApiError,
-                    format!("cannot resolve the kinds to delete: {}", api_message(&e)),
+                    format!(
+                        "cannot resolve the kinds to delete: {}",
+                        crate::error_text::kube(&e)
+                    ),
                 ));
             }
         }

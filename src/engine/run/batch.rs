@@ -23,7 +23,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{Instrument, Span};
 
-use crate::engine::kubectl::{Kubectl, Slot};
+use crate::kubectl::{Kubectl, Slot};
 
 /// How runs are coalesced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -15,9 +15,9 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::batch::{self, Job, Member, Runner};
-use crate::engine::kubectl::{CommandRecord, Invocation, Kubectl, Slot};
 use crate::engine::model::inventory::OWNER_LABEL;
 use crate::engine::model::overlay::RenderedOverlay;
+use crate::kubectl::{CommandRecord, Invocation, Kubectl, Slot};
 
 /// One overlay to build.
 pub(crate) struct BuildJob {

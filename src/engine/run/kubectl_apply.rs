@@ -13,9 +13,9 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::batch::{self, Job, Member, Runner};
-use crate::engine::kubectl::{CommandRecord, Invocation, Kubectl, KubectlError, Slot};
 use crate::engine::model::identity::Identity;
 use crate::engine::model::inventory::ObjectId;
+use crate::kubectl::{CommandRecord, Invocation, Kubectl, KubectlError, Slot};
 
 /// One object to apply, serialized once: a job waiting for its batch holds
 /// the text, not the parsed object (a burst queues hundreds of jobs). A
@@ -234,7 +234,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_failed_batch_is_split_until_each_failure_is_alone() {
-        use crate::engine::kubectl::testing::{runner, script};
+        use crate::kubectl::testing::{runner, script};
         let dir = tempfile::tempdir().unwrap();
         let script = script(dir.path(), "cat >/dev/null\necho 'error: boom' >&2\nexit 1");
         let kubectl = runner(script, std::time::Duration::from_secs(5), 1024);
@@ -269,8 +269,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_batch_applies_once_and_splits_output() {
-        use crate::engine::kubectl::testing::{runner as fake_kubectl, script};
         use crate::engine::run::batch::{BatchSettings, Queue};
+        use crate::kubectl::testing::{runner as fake_kubectl, script};
         let dir = tempfile::tempdir().unwrap();
         // One line per object name found on stdin.
         let script = script(

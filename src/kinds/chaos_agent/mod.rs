@@ -284,7 +284,7 @@ impl ChaosAgentHandler {
         let targets = Targets::list(client, wanted, |ns| self.may_touch(agent, &scope, ns))
             .await
             .map_err(|e| {
-                HandlerError::transient(Reason::ListFailed, crate::kind::api_message(&e))
+                HandlerError::transient(Reason::ListFailed, crate::error_text::kube(&e))
             })?;
         let seed = agent
             .spec

@@ -16,8 +16,8 @@ use super::{
 };
 use crate::kind::{
     ConditionStatus, ConditionType, EventType, ObjectId, Overlay, Plan, PlannedEvent, Step,
-    truncate,
 };
+use crate::text::truncate;
 
 /// Lorem Ipsum written into one ConfigMap, all keys together, in bytes.
 const IPSUM_BUDGET: usize = 64 * 1024;

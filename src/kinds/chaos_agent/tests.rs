@@ -533,7 +533,8 @@ fn a_round_plan_runs_and_requeues_after_the_pause() {
 
 #[test]
 fn failures_are_kept_in_last_errors_once_and_bounded() {
-    use crate::kind::{ConditionStatus, ConditionType, ConditionUpdate, Reason};
+    use crate::engine::host::ConditionUpdate;
+    use crate::kind::{ConditionStatus, ConditionType, Reason};
     fn ready(status: ConditionStatus, reason: Reason, message: &str) -> ConditionUpdate<'_> {
         ConditionUpdate {
             type_: ConditionType::Ready,

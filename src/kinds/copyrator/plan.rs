@@ -34,9 +34,10 @@ use super::marker;
 use super::resource::{CopiesStatus, DeletionPolicy, ResolvedRule, RuleType, TargetStatus};
 use super::scope::Scope;
 use crate::kind::{
-    EventType, HandlerError, IN_EVENT, ObjectId, OnFailure, Overlay, Plan, PlannedEvent, Step,
-    first_names, kustomize_refuses, truncate,
+    EventType, HandlerError, ObjectId, OnFailure, Overlay, Plan, PlannedEvent, Step,
+    kustomize_refuses,
 };
+use crate::text::{IN_EVENT, first_names, truncate};
 
 /// Namespaces holding the cluster's own machinery: never targets unless the
 /// operator is started with `--copyrator-allow-system-namespaces`.

@@ -38,7 +38,7 @@ use super::paging::{self, Page, PageError, ReadError};
 use super::plan;
 use super::resource::{ResolvedRule, RuleType};
 use super::scope::Scope;
-use crate::kind::{HandlerError, Reason, api_message, namespaced_api};
+use crate::kind::{HandlerError, Reason, namespaced_api};
 
 /// Parallel metadata lists when looking for same-named objects.
 const LIST_CONCURRENCY: usize = 8;
@@ -62,7 +62,7 @@ pub fn matches(selector: &BTreeMap<String, String>, labels: &BTreeMap<String, St
 fn api_error(what: &str, e: kube::Error) -> HandlerError {
     HandlerError::transient(
         Reason::ApiError,
-        format!("cannot list {what}: {}", api_message(&e)),
+        format!("cannot list {what}: {}", crate::error_text::kube(&e)),
     )
 }
 
@@ -139,7 +139,7 @@ where
     let reader = client
         .request_stream(request)
         .await
-        .map_err(|e| failed(api_message(&e)))?;
+        .map_err(|e| failed(crate::error_text::kube(&e)))?;
     let mut body = Vec::new();
     let cap = u64::try_from(PAGE_BYTES)
         .unwrap_or(u64::MAX)

@@ -21,7 +21,7 @@ use kube::core::GroupVersionKind;
 use serde_json::Value;
 
 use super::object::DeclaredObject;
-use crate::kind::{HandlerError, Nudge, Nudges, Reason, Watching, api_message};
+use crate::kind::{HandlerError, Nudge, Nudges, Reason, Watching};
 
 /// The most bytes (as JSON) one resource's references may read in all.
 pub const MAX_READ_BYTES: usize = 1024 * 1024;
@@ -216,7 +216,7 @@ fn refused(w: &Lookup, user: Option<&str>, error: &kube::Error) -> HandlerError 
                 "reference {}: cannot read {}: {}",
                 w.name,
                 w.describe(),
-                api_message(other)
+                crate::error_text::kube(other)
             ),
         ),
     }

@@ -256,7 +256,7 @@ pub fn rate_at(json: &serde_json::Value, path: &str) -> Result<String, RateError
         serde_json::Value::String(s) => s.trim().to_string(),
         serde_json::Value::Null => return Err(RateError::Missing),
         other => {
-            return Err(RateError::NotARate(crate::kind::truncate(
+            return Err(RateError::NotARate(crate::text::truncate(
                 &other.to_string(),
                 64,
             )));
@@ -264,7 +264,7 @@ pub fn rate_at(json: &serde_json::Value, path: &str) -> Result<String, RateError
     };
     match text.parse::<f64>() {
         Ok(v) if v.is_finite() && v > 0.0 => Ok(text),
-        _ => Err(RateError::NotARate(crate::kind::truncate(&text, 64))),
+        _ => Err(RateError::NotARate(crate::text::truncate(&text, 64))),
     }
 }
 

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::engine::model::status::truncate;
+use crate::text::truncate;
 
 /// The folders of an overlay that hold rendered templates.
 const RENDERED: [&str; 2] = ["templated/", "patches/"];

@@ -24,13 +24,13 @@ use super::triggers::Triggers;
 use crate::engine::contract::{
     FieldConflicts, Handler, HandlerError, KindInfo, Plan, Policy, Reach,
 };
-use crate::engine::kubectl::{Kubectl, KubectlConfig};
 use crate::engine::model::inventory::OWNER_LABEL;
 use crate::engine::model::overlay::Overlay;
 use crate::engine::model::status::{CommonStatus, ConditionStatus, ConditionType, Reason};
 use crate::engine::model::templates::KustomizeDir;
 use crate::engine::reconcile::runtime::{Engine, Settings};
 use crate::engine::run::batch::BatchSettings;
+use crate::kubectl::{Kubectl, KubectlConfig};
 
 const NAMESPACE: &str = "ns";
 const WIDGETS: &str = "/apis/test.example.com/v1/namespaces/ns/widgets";

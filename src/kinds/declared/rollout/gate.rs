@@ -17,7 +17,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::steps::{CompiledStep, RESOURCES};
-use crate::kind::{CommonStatus, Condition, ConditionStatus, ConditionType, first_names};
+use crate::kind::{CommonStatus, Condition, ConditionStatus, ConditionType};
+use crate::text::first_names;
 
 /// How many resources a message names.
 const NAMED: usize = 5;

@@ -14,7 +14,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::gate::{Cause, Failure, Verdict};
-use crate::kind::truncate;
+use crate::text::truncate;
 
 /// The definition's annotation holding its [`Record`] (JSON).
 pub const RECORD_ANNOTATION: &str = "kustomize-operator.io/rollout";

@@ -83,6 +83,11 @@ impl KubectlConfig {
     }
 }
 
+/// Bytes the operator keeps of each stream of a run (the tail): four
+/// times what a status records of it (2 KiB; checked where the status
+/// says it).
+pub const RUN_OUTPUT_CAP: usize = 8 * 1024;
+
 /// The most a `kubectl kustomize` (a larger overlay is refused) or a
 /// `kubectl diff` may print.
 pub const BUILD_OUTPUT_CAP: usize = 64 * 1024 * 1024;
