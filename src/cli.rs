@@ -9,7 +9,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::conversion::Endpoint;
 use crate::duration::parse_duration;
-use crate::engine::host::{Identity, parse_cluster_account, shard};
+use crate::engine::host::{Identity, shard};
 use crate::kind::{KustomizeDir, TemplateError};
 use crate::kinds::declared::pack::{self, PackError};
 use crate::kinds::declared::rbac::Binding;
@@ -235,7 +235,7 @@ pub struct RunArgs {
     /// (`--default-service-account`, or a kind naming an account) they are
     /// refused without it (`Ready=False`, reason `Forbidden`), so the
     /// operator's own account writes nothing there. Default: none.
-    #[arg(long, env = "CLUSTER_SERVICE_ACCOUNT", value_parser = parse_cluster_account)]
+    #[arg(long, env = "CLUSTER_SERVICE_ACCOUNT", value_parser = Identity::cluster_account)]
     pub cluster_service_account: Option<Identity>,
     /// Which controllers run, comma-separated: built-in and declared kinds
     /// by short name (default: all).
@@ -485,7 +485,7 @@ pub struct PlanArgs {
     pub default_service_account: Option<String>,
     /// As the operator's `--cluster-service-account`: the identity the dry
     /// run of a cluster-scoped resource runs as (NAMESPACE/NAME).
-    #[arg(long, env = "CLUSTER_SERVICE_ACCOUNT", value_parser = parse_cluster_account)]
+    #[arg(long, env = "CLUSTER_SERVICE_ACCOUNT", value_parser = Identity::cluster_account)]
     pub cluster_service_account: Option<Identity>,
     /// `table` for a person, `json` for CI.
     #[arg(short = 'o', long, value_enum, default_value_t = PlanOutput::Table)]
@@ -549,7 +549,7 @@ pub struct RbacArgs {
 
 /// `rbac --bind`: a ServiceAccount as NAMESPACE/NAME.
 fn parse_binding(text: &str) -> Result<Binding, String> {
-    match parse_cluster_account(text) {
+    match Identity::cluster_account(text) {
         Ok(Identity::ServiceAccount { namespace, name }) => Ok(Binding { namespace, name }),
         _ => Err(format!(
             "{text:?} is not NAMESPACE/NAME, the ServiceAccount to bind the roles to"

@@ -10,7 +10,7 @@ pub use super::reconcile::context::ReconcileError;
 pub use super::reconcile::preview::{PLACEHOLDER_UID, Preview, PreviewError};
 
 pub(crate) use super::live::crds::wait_established;
-pub(crate) use super::model::identity::{Identity, Writers, for_owner, parse_cluster_account};
+pub(crate) use super::model::identity::{Identity, Writers};
 pub(crate) use super::model::overlay::{OverlayError, RenderedOverlay, private_dir};
 pub(crate) use super::model::shard;
 pub(crate) use super::model::share;

@@ -38,7 +38,6 @@ use self::report::{Change, Failure, Outcome, Reason, ResourcePlan};
 use crate::cli::PlanArgs;
 use crate::engine::host::{
     BatchSettings, BuildJob, Built, FIELD_MANAGER, Identity, Queue, Writers, build_runner,
-    for_owner,
 };
 use crate::kind::Step;
 use crate::kind::{Isolation, ObjectId, Owner};
@@ -519,7 +518,7 @@ impl<'a> Planner<'a> {
             cluster_account: self.cluster_account.as_ref(),
             operator_namespace: self.operator_namespace.as_deref(),
         };
-        for_owner(&owner, &writers).map_err(|refusal| Failure {
+        writers.identity_of(&owner).map_err(|refusal| Failure {
             object: None,
             reason: Reason::Refused,
             message: refusal.to_string(),

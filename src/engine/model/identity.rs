@@ -101,66 +101,73 @@ pub enum Refusal {
     },
 }
 
-/// The identity `owner`'s writes run as:
-///
-/// - a namespaced owner of a kind that writes for tenants, with an account
-///   named: that ServiceAccount of its namespace (refused in a protected
-///   namespace);
-/// - a cluster-scoped owner: the cluster account when one is named; else,
-///   when the install writes as tenants (an account is named), refused:
-///   the operator's own account never writes for it then;
-/// - otherwise the operator's own account.
-pub fn for_owner(owner: &Owner, writers: &Writers<'_>) -> Result<Identity, Refusal> {
-    let Some(namespace) = owner.namespace.as_deref() else {
-        return match (writers.cluster_account, writers.account) {
-            (Some(cluster), _) => Ok(cluster.clone()),
-            (None, Some(account)) => Err(Refusal::NoClusterAccount {
-                kind: owner.kind.clone(),
-                name: owner.name.clone(),
-                account: account.to_string(),
-            }),
-            (None, None) => Ok(Identity::Operator),
+impl Writers<'_> {
+    /// The identity `owner`'s writes run as:
+    ///
+    /// - a namespaced owner of a kind that writes for tenants, with an account
+    ///   named: that ServiceAccount of its namespace (refused in a protected
+    ///   namespace);
+    /// - a cluster-scoped owner: the cluster account when one is named; else,
+    ///   when the install writes as tenants (an account is named), refused:
+    ///   the operator's own account never writes for it then;
+    /// - otherwise the operator's own account.
+    pub fn identity_of(&self, owner: &Owner) -> Result<Identity, Refusal> {
+        let writers = self;
+        let Some(namespace) = owner.namespace.as_deref() else {
+            return match (writers.cluster_account, writers.account) {
+                (Some(cluster), _) => Ok(cluster.clone()),
+                (None, Some(account)) => Err(Refusal::NoClusterAccount {
+                    kind: owner.kind.clone(),
+                    name: owner.name.clone(),
+                    account: account.to_string(),
+                }),
+                (None, None) => Ok(Identity::Operator),
+            };
         };
-    };
-    let Some(account) = writers.account.filter(|_| writers.tenant_writes) else {
-        return Ok(Identity::Operator);
-    };
-    if PROTECTED_NAMESPACES.contains(&namespace) || writers.operator_namespace == Some(namespace) {
-        return Err(Refusal::ProtectedNamespace {
+        let Some(account) = writers.account.filter(|_| writers.tenant_writes) else {
+            return Ok(Identity::Operator);
+        };
+        if PROTECTED_NAMESPACES.contains(&namespace)
+            || writers.operator_namespace == Some(namespace)
+        {
+            return Err(Refusal::ProtectedNamespace {
+                namespace: namespace.to_string(),
+                account: account.to_string(),
+            });
+        }
+        Ok(Identity::ServiceAccount {
             namespace: namespace.to_string(),
-            account: account.to_string(),
-        });
+            name: account.to_string(),
+        })
     }
-    Ok(Identity::ServiceAccount {
-        namespace: namespace.to_string(),
-        name: account.to_string(),
-    })
 }
 
-/// Parses `--cluster-service-account`: `NAMESPACE/NAME`, a namespace name
-/// and a ServiceAccount name.
-pub fn parse_cluster_account(text: &str) -> Result<Identity, String> {
-    let (namespace, name) = text.split_once('/').ok_or_else(|| {
+impl Identity {
+    /// Parses `--cluster-service-account`: `NAMESPACE/NAME`, a namespace name
+    /// and a ServiceAccount name.
+    pub fn cluster_account(text: &str) -> Result<Self, String> {
+        let (namespace, name) = text.split_once('/').ok_or_else(|| {
         format!(
             "{text:?} is not NAMESPACE/NAME (the ServiceAccount cluster-scoped resources write as)"
         )
     })?;
-    let namespace_ok = (1..=63).contains(&namespace.len())
-        && namespace
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        && !namespace.starts_with('-')
-        && !namespace.ends_with('-');
-    if !namespace_ok {
-        return Err(format!(
-            "{namespace:?} is not a namespace name (in {text:?}, NAMESPACE/NAME)"
-        ));
+        let namespace_ok = (1..=63).contains(&namespace.len())
+            && namespace
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            && !namespace.starts_with('-')
+            && !namespace.ends_with('-');
+        if !namespace_ok {
+            return Err(format!(
+                "{namespace:?} is not a namespace name (in {text:?}, NAMESPACE/NAME)"
+            ));
+        }
+        check_account_name(name)?;
+        Ok(Identity::ServiceAccount {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        })
     }
-    check_account_name(name)?;
-    Ok(Identity::ServiceAccount {
-        namespace: namespace.to_string(),
-        name: name.to_string(),
-    })
 }
 
 /// Checks a ServiceAccount name: a DNS subdomain (lower-case
@@ -201,7 +208,9 @@ mod tests {
 
     #[test]
     fn a_named_account_of_the_owners_namespace_is_impersonated() {
-        let id = for_owner(&owner(Some("team-a")), &tenant(Some("deployer"))).unwrap();
+        let id = tenant(Some("deployer"))
+            .identity_of(&owner(Some("team-a")))
+            .unwrap();
         assert_eq!(
             id.username().as_deref(),
             Some("system:serviceaccount:team-a:deployer")
@@ -212,11 +221,11 @@ mod tests {
     #[test]
     fn without_an_account_the_operator_acts() {
         assert_eq!(
-            for_owner(&owner(Some("team-a")), &tenant(None)),
+            tenant(None).identity_of(&owner(Some("team-a"))),
             Ok(Identity::Operator)
         );
         assert_eq!(
-            for_owner(&owner(None), &tenant(None)),
+            tenant(None).identity_of(&owner(None)),
             Ok(Identity::Operator)
         );
         let not_for_tenants = Writers {
@@ -224,7 +233,7 @@ mod tests {
             ..tenant(Some("deployer"))
         };
         assert_eq!(
-            for_owner(&owner(Some("team-a")), &not_for_tenants),
+            not_for_tenants.identity_of(&owner(Some("team-a"))),
             Ok(Identity::Operator)
         );
         assert_eq!(Identity::Operator.username(), None);
@@ -233,7 +242,9 @@ mod tests {
     #[test]
     fn system_namespaces_and_the_operators_own_are_refused() {
         for ns in PROTECTED_NAMESPACES.iter().chain(&["ops"]) {
-            let err = for_owner(&owner(Some(ns)), &tenant(Some("deployer"))).unwrap_err();
+            let err = tenant(Some("deployer"))
+                .identity_of(&owner(Some(ns)))
+                .unwrap_err();
             assert!(
                 matches!(&err, Refusal::ProtectedNamespace { namespace, .. } if namespace == ns),
                 "{err:?}"
@@ -246,7 +257,9 @@ mod tests {
     /// the cluster account, or not at all: never as the operator.
     #[test]
     fn a_cluster_scoped_owner_writes_as_the_cluster_account_or_is_refused() {
-        let err = for_owner(&owner(None), &tenant(Some("deployer"))).unwrap_err();
+        let err = tenant(Some("deployer"))
+            .identity_of(&owner(None))
+            .unwrap_err();
         assert_eq!(
             err,
             Refusal::NoClusterAccount {
@@ -266,17 +279,19 @@ mod tests {
         }
         // Whether or not the kind writes for tenants: a cluster-scoped kind
         // never does, the install does.
-        let cluster = parse_cluster_account("platform/cluster-writer").unwrap();
+        let cluster = Identity::cluster_account("platform/cluster-writer").unwrap();
         for tenant_writes in [true, false] {
             let writers = Writers {
                 cluster_account: Some(&cluster),
                 tenant_writes,
                 ..tenant(Some("deployer"))
             };
-            assert_eq!(for_owner(&owner(None), &writers), Ok(cluster.clone()));
+            assert_eq!(writers.identity_of(&owner(None)), Ok(cluster.clone()));
             // Namespaced resources are not affected by it.
             assert_eq!(
-                for_owner(&owner(Some("team-a")), &writers).map(|id| id.to_string()),
+                writers
+                    .identity_of(&owner(Some("team-a")))
+                    .map(|id| id.to_string()),
                 Ok(if tenant_writes {
                     "ServiceAccount team-a/deployer"
                 } else {
@@ -290,7 +305,7 @@ mod tests {
             cluster_account: Some(&cluster),
             ..tenant(None)
         };
-        assert_eq!(for_owner(&owner(None), &named), Ok(cluster.clone()));
+        assert_eq!(named.identity_of(&owner(None)), Ok(cluster.clone()));
         assert_eq!(
             cluster.username().as_deref(),
             Some("system:serviceaccount:platform:cluster-writer")
@@ -300,7 +315,7 @@ mod tests {
     #[test]
     fn the_cluster_account_is_namespace_slash_name() {
         assert_eq!(
-            parse_cluster_account("kustomize-operator-system/writer"),
+            Identity::cluster_account("kustomize-operator-system/writer"),
             Ok(Identity::ServiceAccount {
                 namespace: "kustomize-operator-system".into(),
                 name: "writer".into(),
@@ -315,7 +330,7 @@ mod tests {
             "a/b/c",
             "-ns/w",
         ] {
-            assert!(parse_cluster_account(bad).is_err(), "{bad:?}");
+            assert!(Identity::cluster_account(bad).is_err(), "{bad:?}");
         }
     }
 }

@@ -95,7 +95,8 @@ impl<H: Handler> Context<H> {
             cluster_account: settings.cluster_service_account.as_ref(),
             operator_namespace: settings.operator_namespace.as_deref(),
         };
-        identity::for_owner(owner, &writers)
+        writers
+            .identity_of(owner)
             .map_err(|e| Failure::new(Reason::Forbidden, e.to_string()))
     }
 
