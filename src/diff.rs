@@ -19,7 +19,7 @@ use std::path::Path;
 
 use crate::cli::CommonArgs;
 use crate::engine::host::Fate;
-use crate::engine::host::{FIELD_MANAGER, RenderedOverlay, build_one};
+use crate::engine::host::{BuildJob, FIELD_MANAGER, RenderedOverlay};
 use crate::kind::ObjectId;
 use crate::kind::Step;
 use crate::kinds::{OwnedObjects, Preview};
@@ -136,7 +136,7 @@ async fn prune_preview(kubectl: &Kubectl, output: &Preview) -> Result<Vec<Fate>,
             .map_err(|e| Unchecked(format!("cannot make a temporary directory: {e}")))?;
         for (step, overlay) in output.steps.iter().zip(&output.overlays) {
             if let (Step::Apply { .. }, Some(overlay)) = (step, overlay) {
-                let manifests = build_one(kubectl, work.path(), overlay)
+                let manifests = BuildJob::build_one(kubectl, work.path(), overlay)
                     .await
                     .map_err(|f| Unchecked(f.to_string()))?;
                 built.extend(manifests.iter().filter_map(ObjectId::of_manifest));

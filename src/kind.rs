@@ -28,8 +28,7 @@ pub use crate::engine::model::status::{
     CommonStatus, Condition, ConditionStatus, ConditionType, Reason,
 };
 pub use crate::engine::model::templates::{
-    Isolation, KustomizeDir, TemplateError, TemplateFlavor, TemplateSources, checked, plain_tera,
-    render_limited,
+    Isolation, KustomizeDir, TemplateError, TemplateFlavor, TemplateSources, Templates,
 };
 
 // For the declared kinds: the dynamic kind of a declared resource, the

@@ -98,12 +98,13 @@ pub async fn rbac_yaml(args: &RbacArgs) -> Result<Vec<(String, String)>, Manifes
         let Kind::Declared(declared) = kind else {
             return Err(ManifestError::Builtin(kind.name().to_string()));
         };
-        let base = crate::engine::host::build_base(&kubectl, work.path(), &dir, declared.name())
-            .await
-            .map_err(|failure| ManifestError::Base {
-                file: declared.path.display().to_string(),
-                reason: failure.to_string(),
-            })?;
+        let base =
+            crate::engine::host::BuildJob::build_base(&kubectl, work.path(), &dir, declared.name())
+                .await
+                .map_err(|failure| ManifestError::Base {
+                    file: declared.path.display().to_string(),
+                    reason: failure.to_string(),
+                })?;
         let types = rbac::object_types(declared, &base);
         let rules = rbac::rules(declared, &types);
         let yaml =

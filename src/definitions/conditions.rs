@@ -1,5 +1,5 @@
 //! A definition's own vocabulary: its condition types and their reasons,
-//! set the way every condition is (the engine's `set_condition`, over
+//! set the way every condition is (`ConditionUpdate::set_in`, over
 //! these types instead of a resource's).
 
 use serde::{Deserialize, Serialize};

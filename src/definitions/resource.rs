@@ -17,7 +17,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use super::conditions::{Condition, ConditionType, Reason};
-use crate::engine::host::{ConditionUpdate, set_condition};
+use crate::engine::host::ConditionUpdate;
 use crate::kind::ConditionStatus;
 use crate::kinds::declared::file::KindSpec;
 use crate::kinds::declared::rollout::{KEPT_MAX, RolloutSpec};
@@ -262,7 +262,7 @@ pub struct RevisionStatus {
 }
 
 impl Status {
-    /// Sets a condition (the engine's `set_condition`, as for every status).
+    /// Sets a condition (`ConditionUpdate::set_in`, as for every status).
     pub fn set(
         &mut self,
         type_: ConditionType,
@@ -278,7 +278,7 @@ impl Status {
             message,
             generation,
         };
-        set_condition(&mut self.conditions, update, jiff::Timestamp::now());
+        update.set_in(&mut self.conditions, jiff::Timestamp::now());
     }
 
     /// The condition of type `type_`, if set.

@@ -14,8 +14,8 @@ pub(crate) use super::model::identity::{Identity, Writers};
 pub(crate) use super::model::overlay::{OverlayError, RenderedOverlay, private_dir};
 pub(crate) use super::model::shard;
 pub(crate) use super::model::share;
-pub(crate) use super::model::status::{ConditionKind, ConditionUpdate, set_condition};
-pub(crate) use super::model::templates::{CompiledTemplates, compile_templates};
+pub(crate) use super::model::status::{ConditionKind, ConditionUpdate};
+pub(crate) use super::model::templates::CompiledTemplates;
 pub(crate) use super::reconcile::events::{Events, Publish};
 pub(crate) use super::reconcile::finalizing::{guarded, release};
 pub(crate) use super::reconcile::preview::{Fate, preview};
@@ -23,6 +23,4 @@ pub(crate) use super::reconcile::runtime::{Engine, FIELD_MANAGER, ReconcileMetri
 pub(crate) use super::reconcile::serve::{OnCount, Reconciler, Runtime};
 pub(crate) use super::reconcile::status_writer::apply_status;
 pub(crate) use super::run::batch::{BatchSettings, Queue};
-pub(crate) use super::run::build::{
-    BuildJob, Built, build_base, build_one, runner as build_runner,
-};
+pub(crate) use super::run::build::{BuildJob, Built};

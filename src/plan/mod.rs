@@ -37,7 +37,7 @@ pub use self::report::Report;
 use self::report::{Change, Failure, Outcome, Reason, ResourcePlan};
 use crate::cli::PlanArgs;
 use crate::engine::host::{
-    BatchSettings, BuildJob, Built, FIELD_MANAGER, Identity, Queue, Writers, build_runner,
+    BatchSettings, BuildJob, Built, FIELD_MANAGER, Identity, Queue, Writers,
 };
 use crate::kind::Step;
 use crate::kind::{Isolation, ObjectId, Owner};
@@ -181,7 +181,7 @@ impl Setup {
                     window: std::time::Duration::from_millis(20),
                     max: 100,
                 };
-                let runner = build_runner(kubectl.clone(), std::env::temp_dir());
+                let runner = BuildJob::runner(kubectl.clone(), std::env::temp_dir());
                 Queue::start(kubectl, settings, runner)
             });
         Self {

@@ -10,7 +10,7 @@ use std::io::{BufReader, BufWriter};
 use std::process::ExitCode;
 
 use super::protocol::{Request, Response, read_frame, write_frame};
-use crate::engine::host::{CompiledTemplates, compile_templates};
+use crate::engine::host::CompiledTemplates;
 
 /// The argument that makes the binary a render worker.
 pub const WORKER_ARG: &str = "__render-worker";
@@ -65,7 +65,7 @@ fn answer(sets: &mut HashMap<u64, CompiledTemplates>, request: Request) -> Respo
             id,
             flavor,
             templates,
-        } => match compile_templates(flavor, &templates) {
+        } => match CompiledTemplates::compile(flavor, &templates) {
             Ok(compiled) => {
                 if sets.len() >= SETS_KEPT {
                     sets.clear();

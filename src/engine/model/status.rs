@@ -256,7 +256,7 @@ impl CommonStatus {
 
     /// Sets a condition, keeping its transition time when the status is unchanged.
     pub(crate) fn set_condition(&mut self, update: ConditionUpdate<'_>, now: jiff::Timestamp) {
-        set_condition(&mut self.conditions, update, now);
+        update.set_in(&mut self.conditions, now);
     }
 
     /// Records a kubectl run, trimming its output to [`OUTPUT_LIMIT`].
@@ -284,33 +284,31 @@ pub struct ConditionUpdate<'a, T = ConditionType, R = Reason> {
     pub generation: Option<i64>,
 }
 
-/// Sets the condition `update` names in `conditions`, keeping its
-/// transition time when its status is unchanged: the one way every
-/// condition of every status (a resource's, a definition's) is set.
-pub fn set_condition<T: ConditionKind, R>(
-    conditions: &mut Vec<Condition<T, R>>,
-    update: ConditionUpdate<'_, T, R>,
-    now: jiff::Timestamp,
-) {
-    let message = truncate(update.message, update.type_.message_limit());
-    match conditions.iter_mut().find(|c| c.type_ == update.type_) {
-        Some(c) => {
-            if c.status != update.status {
-                c.last_transition_time = now;
+impl<T: ConditionKind, R> ConditionUpdate<'_, T, R> {
+    /// Sets the condition this update names in `conditions`, keeping its
+    /// transition time when its status is unchanged: the one way every
+    /// condition of every status (a resource's, a definition's) is set.
+    pub fn set_in(self, conditions: &mut Vec<Condition<T, R>>, now: jiff::Timestamp) {
+        let message = truncate(self.message, self.type_.message_limit());
+        match conditions.iter_mut().find(|c| c.type_ == self.type_) {
+            Some(c) => {
+                if c.status != self.status {
+                    c.last_transition_time = now;
+                }
+                c.status = self.status;
+                c.reason = self.reason;
+                c.message = message;
+                c.observed_generation = self.generation;
             }
-            c.status = update.status;
-            c.reason = update.reason;
-            c.message = message;
-            c.observed_generation = update.generation;
+            None => conditions.push(Condition {
+                type_: self.type_,
+                status: self.status,
+                reason: self.reason,
+                message,
+                last_transition_time: now,
+                observed_generation: self.generation,
+            }),
         }
-        None => conditions.push(Condition {
-            type_: update.type_,
-            status: update.status,
-            reason: update.reason,
-            message,
-            last_transition_time: now,
-            observed_generation: update.generation,
-        }),
     }
 }
 

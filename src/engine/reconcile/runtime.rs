@@ -147,7 +147,7 @@ impl Engine {
         let builds = Queue::start(
             kubectl.clone(),
             batch,
-            build::runner(kubectl.clone(), settings.work_dir.clone()),
+            BuildJob::runner(kubectl.clone(), settings.work_dir.clone()),
         );
         let applies = Queue::start(
             kubectl.clone(),
@@ -209,7 +209,7 @@ impl Engine {
         templates: Option<&KustomizeDir>,
         kind: &str,
     ) -> build::Built {
-        build::build_base(
+        BuildJob::build_base(
             &self.kubectl,
             &self.settings.work_dir,
             templates.unwrap_or(&self.templates),

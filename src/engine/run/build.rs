@@ -27,6 +27,52 @@ pub(crate) struct BuildJob {
     pub owner_uid: String,
 }
 
+impl BuildJob {
+    /// The runner of a build queue writing overlays under `work_dir`.
+    pub(crate) fn runner(kubectl: Kubectl, work_dir: PathBuf) -> Runner<Self, Built> {
+        Arc::new(move |batch, slot| {
+            let kubectl = kubectl.clone();
+            let work_dir = work_dir.clone();
+            Box::pin(async move { run(batch, slot, kubectl, work_dir).await })
+        })
+    }
+
+    /// Builds the base of the kind folder `kind` alone, in `work_dir`: what
+    /// it produces, or why it does not build.
+    pub(crate) async fn build_base(
+        kubectl: &Kubectl,
+        work_dir: &Path,
+        templates: &crate::engine::model::templates::KustomizeDir,
+        kind: &str,
+    ) -> Built {
+        let overlay = crate::engine::model::overlay::Overlay {
+            base: Some(kind.to_string()),
+            ..Default::default()
+        }
+        .render(templates, None)
+        .map_err(|e| BuildFailure {
+            message: e.to_string(),
+            record: None,
+        })?;
+        let slot = kubectl.acquire().await;
+        build_dir(work_dir, kubectl, slot, |dir| overlay.write_to(dir)).await
+    }
+
+    /// Builds one rendered overlay, in `work_dir`: in memory when it needs
+    /// no kustomize, else one `kubectl kustomize` run of its own.
+    pub(crate) async fn build_one(
+        kubectl: &Kubectl,
+        work_dir: &Path,
+        overlay: &RenderedOverlay,
+    ) -> Built {
+        if let Some(manifests) = overlay.prebuilt() {
+            return Ok(manifests.to_vec());
+        }
+        let slot = kubectl.acquire().await;
+        build_dir(work_dir, kubectl, slot, |dir| overlay.write_to(dir)).await
+    }
+}
+
 impl Job for BuildJob {
     fn key(&self) -> String {
         "build".into()
@@ -49,15 +95,6 @@ pub(crate) struct BuildFailure {
 
 /// The manifests an overlay builds to, or why it did not.
 pub(crate) type Built = Result<Vec<Value>, BuildFailure>;
-
-/// The runner of a build queue writing overlays under `work_dir`.
-pub(crate) fn runner(kubectl: Kubectl, work_dir: PathBuf) -> Runner<BuildJob, Built> {
-    Arc::new(move |batch, slot| {
-        let kubectl = kubectl.clone();
-        let work_dir = work_dir.clone();
-        Box::pin(async move { run(batch, slot, kubectl, work_dir).await })
-    })
-}
 
 fn run(
     batch: Vec<Member<BuildJob, Built>>,
@@ -176,41 +213,6 @@ async fn build_dir(
         message: format!("kubectl kustomize printed what is not YAML: {e}"),
         record: Some(record),
     })
-}
-
-/// Builds the base of the kind folder `kind` alone, in `work_dir`: what
-/// it produces, or why it does not build.
-pub(crate) async fn build_base(
-    kubectl: &Kubectl,
-    work_dir: &Path,
-    templates: &crate::engine::model::templates::KustomizeDir,
-    kind: &str,
-) -> Built {
-    let overlay = crate::engine::model::overlay::Overlay {
-        base: Some(kind.to_string()),
-        ..Default::default()
-    }
-    .render(templates, None)
-    .map_err(|e| BuildFailure {
-        message: e.to_string(),
-        record: None,
-    })?;
-    let slot = kubectl.acquire().await;
-    build_dir(work_dir, kubectl, slot, |dir| overlay.write_to(dir)).await
-}
-
-/// Builds one rendered overlay, in `work_dir`: in memory when it needs
-/// no kustomize, else one `kubectl kustomize` run of its own.
-pub(crate) async fn build_one(
-    kubectl: &Kubectl,
-    work_dir: &Path,
-    overlay: &RenderedOverlay,
-) -> Built {
-    if let Some(manifests) = overlay.prebuilt() {
-        return Ok(manifests.to_vec());
-    }
-    let slot = kubectl.acquire().await;
-    build_dir(work_dir, kubectl, slot, |dir| overlay.write_to(dir)).await
 }
 
 /// The documents of a YAML stream, empty ones dropped.

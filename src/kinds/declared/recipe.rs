@@ -8,25 +8,21 @@ use std::sync::Arc;
 
 use kube::ResourceExt;
 use serde_json::{Value, json};
-use tera::{Context, Tera};
+use tera::Context;
 
 use super::file::{GeneratorSpec, KindSpec, ReadinessRule, Scope};
 use super::object::DeclaredObject;
 use super::references::{By, Lookup, api_resource};
 use crate::kind::{
     ConfigMapGenerator, HandlerError, Isolation, Labels, Overlay, PatchTarget, PatchTemplate,
-    ResourceTemplate, TemplateError, TemplateFlavor, TemplateSources, checked, kustomize_refuses,
-    plain_tera, render_limited,
+    ResourceTemplate, TemplateError, TemplateFlavor, Templates, kustomize_refuses,
 };
 
 /// The compiled templated strings of one kind file.
 #[derive(Debug, Clone)]
 pub struct Recipe {
-    tera: Tera,
-    /// The templated strings' text, for an isolated renderer.
-    sources: Arc<TemplateSources>,
-    /// Where they render, when not in this process.
-    isolated: Option<Arc<dyn Isolation>>,
+    /// The templated strings, and where they render.
+    templates: Templates,
     /// The schema of `spec`, for its defaults.
     schema: Value,
 }
@@ -39,16 +35,9 @@ fn key(parts: &[&str]) -> String {
 impl Recipe {
     /// Parses every templated string of `spec`; an error names the field.
     pub fn compile(spec: &KindSpec) -> Result<Self, (String, String)> {
-        let mut tera = plain_tera();
         let mut fields = BTreeMap::new();
         let mut texts = Vec::new();
         let mut add = |name: String, field: String, text: &str| {
-            tera.add_raw_template(&name, text).map_err(|e| {
-                (
-                    field.clone(),
-                    format!("not a valid template: {}", chain(&e)),
-                )
-            })?;
             texts.push((name.clone(), text.to_string()));
             fields.insert(name, field);
             Ok::<_, (String, String)>(())
@@ -151,23 +140,23 @@ impl Recipe {
                 )?;
             }
         }
-        checked(&tera).map_err(|e| match e {
-            TemplateError::Invalid { name, reason } => {
-                (fields.get(&name).cloned().unwrap_or(name), reason)
-            }
-            other => ("spec".to_string(), other.to_string()),
-        })?;
+        let templates =
+            Templates::compile(TemplateFlavor::Strings, texts).map_err(|e| match e {
+                TemplateError::Invalid { name, reason } => (
+                    fields.get(&name).cloned().unwrap_or(name),
+                    format!("not a valid template: {reason}"),
+                ),
+                other => ("spec".to_string(), other.to_string()),
+            })?;
         Ok(Self {
-            tera,
-            sources: Arc::new(TemplateSources::new(TemplateFlavor::Strings, texts)),
-            isolated: None,
+            templates,
             schema: spec.schema.clone(),
         })
     }
 
     /// Renders the templated strings in `isolation` from now on.
     pub fn isolate(&mut self, isolation: Arc<dyn Isolation>) {
-        self.isolated = Some(isolation);
+        self.templates.isolate(isolation);
     }
 
     /// What templates see of `resource`: [`context`], with the defaults of
@@ -181,14 +170,7 @@ impl Recipe {
 
     /// Renders the templated string `name` for a resource's `context`.
     pub fn render(&self, name: &str, context: &Context) -> Result<String, HandlerError> {
-        let rendered = match &self.isolated {
-            Some(isolation) => isolation.render(&self.sources, name, &context.clone().into_json()),
-            None => render_limited(&self.tera, name, context).map_err(|e| TemplateError::Render {
-                name: name.to_string(),
-                reason: chain(&e),
-            }),
-        };
-        rendered.map_err(|e| {
+        self.templates.render(name, context).map_err(|e| {
             let reason = match e {
                 TemplateError::Render { reason, .. } => reason,
                 other => other.to_string(),
@@ -544,15 +526,4 @@ pub fn apply_defaults(schema: &Value, value: &mut Value) {
             apply_defaults(items, item);
         }
     }
-}
-
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }

@@ -6,7 +6,7 @@
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
-use super::{TemplateFlavor, compile_templates};
+use super::{CompiledTemplates, TemplateFlavor};
 
 /// Where the literal goes in a case's expression.
 const HOLE: &str = "@L@";
@@ -219,7 +219,7 @@ fn rendered(expression: &str, literal: &str) -> Result<(Value, Value), String> {
         ),
     ];
     let compiled =
-        compile_templates(TemplateFlavor::Files, &templates).map_err(|e| e.to_string())?;
+        CompiledTemplates::compile(TemplateFlavor::Files, &templates).map_err(|e| e.to_string())?;
     let context = json!({
         "nothing": null,
         "object": {},

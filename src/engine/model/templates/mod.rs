@@ -104,13 +104,9 @@ pub enum TemplateError {
 /// its templates (`patches/`, `resources/`).
 #[derive(Debug)]
 pub struct KustomizeDir {
-    tera: Tera,
+    templates: Templates,
     bases: BTreeMap<String, BTreeMap<String, Vec<u8>>>,
     roots: BTreeMap<String, PathBuf>,
-    /// Where the templates render, when not in this process.
-    isolated: Option<Arc<dyn Isolation>>,
-    /// The templates' text, for an isolated renderer.
-    sources: Arc<TemplateSources>,
 }
 
 /// The folders of a kind folder that hold templates.
@@ -144,20 +140,17 @@ impl KustomizeDir {
                 found.insert(kind, root.clone());
             }
         }
-        let compiled = compile_templates(TemplateFlavor::Files, &templates)?;
         Ok(Self {
-            tera: compiled.tera,
+            templates: Templates::compile(TemplateFlavor::Files, templates)?,
             bases,
             roots: found,
-            isolated: None,
-            sources: Arc::new(TemplateSources::new(TemplateFlavor::Files, templates)),
         })
     }
 
     /// Renders this directory's templates in `isolation` from now on
     /// (a kind defined in the cluster: its templates are hostile input).
     pub fn isolate(&mut self, isolation: Arc<dyn Isolation>) {
-        self.isolated = Some(isolation);
+        self.templates.isolate(isolation);
     }
 
     /// The kind folders found, with the directory each was found in.
@@ -168,8 +161,8 @@ impl KustomizeDir {
     /// The templates of `kind`, relative to its folder (`patches/x.yaml`).
     pub fn templates_of(&self, kind: &str) -> Vec<String> {
         let prefix = format!("{kind}/");
-        self.tera
-            .get_template_names()
+        self.templates
+            .names()
             .filter_map(|n| n.strip_prefix(&prefix).map(str::to_string))
             .collect()
     }
@@ -181,19 +174,14 @@ impl KustomizeDir {
 
     /// Renders the template `name` (e.g. `sample/patches/deployment.yaml`) with `values`.
     pub fn render(&self, name: &str, values: &impl Serialize) -> Result<String, TemplateError> {
-        if !self.tera.get_template_names().any(|n| n == name) {
+        if !self.templates.names().any(|n| n == name) {
             return Err(TemplateError::Unknown(name.to_string()));
         }
-        let failed = |e: &dyn std::error::Error| TemplateError::Render {
+        let context = Context::from_serialize(values).map_err(|e| TemplateError::Render {
             name: name.to_string(),
-            reason: error_chain(e),
-        };
-        if let Some(isolation) = &self.isolated {
-            let values = serde_json::to_value(values).map_err(|e| failed(&e))?;
-            return isolation.render(&self.sources, name, &values);
-        }
-        let context = Context::from_serialize(values).map_err(|e| failed(&e))?;
-        render_limited(&self.tera, name, &context).map_err(|e| failed(&e))
+            reason: error_chain(&e),
+        })?;
+        self.templates.render(name, &context)
     }
 }
 
@@ -255,42 +243,102 @@ pub struct CompiledTemplates {
 }
 
 impl CompiledTemplates {
+    /// Parses and checks `templates` ((name, text) pairs) as `flavor` says:
+    /// the one way every template set is made, in the operator and in a
+    /// render worker alike.
+    pub fn compile(
+        flavor: TemplateFlavor,
+        templates: &[(String, String)],
+    ) -> Result<Self, TemplateError> {
+        let mut tera = match flavor {
+            TemplateFlavor::Files => new_tera(),
+            TemplateFlavor::Strings => plain_tera(),
+        };
+        for (name, text) in templates {
+            tera.add_raw_template(name, text)
+                .map_err(|e| TemplateError::Invalid {
+                    name: name.clone(),
+                    reason: error_chain(&e),
+                })?;
+        }
+        checked(&tera)?;
+        if flavor == TemplateFlavor::Files {
+            for template in tera.templates.values_mut() {
+                every_output_as_data(template);
+            }
+        }
+        Ok(Self { tera })
+    }
+
     /// Renders template `name` for `context`, within [`OUTPUT_LIMIT`].
     pub fn render(&self, name: &str, context: &serde_json::Value) -> Result<String, TemplateError> {
-        let failed = |e: &dyn std::error::Error| TemplateError::Render {
+        let context = Context::from_value(context.clone()).map_err(|e| TemplateError::Render {
             name: name.to_string(),
-            reason: error_chain(e),
-        };
-        let context = Context::from_value(context.clone()).map_err(|e| failed(&e))?;
-        render_limited(&self.tera, name, &context).map_err(|e| failed(&e))
+            reason: error_chain(&e),
+        })?;
+        self.render_context(name, &context)
+    }
+
+    /// Renders template `name` for a context made already.
+    fn render_context(&self, name: &str, context: &Context) -> Result<String, TemplateError> {
+        render_limited(&self.tera, name, context).map_err(|e| TemplateError::Render {
+            name: name.to_string(),
+            reason: error_chain(&e),
+        })
     }
 }
 
-/// Parses and checks `templates` ((name, text) pairs) as `flavor` says:
-/// the one way every template set is made, in the operator and in a
-/// render worker alike.
-pub fn compile_templates(
-    flavor: TemplateFlavor,
-    templates: &[(String, String)],
-) -> Result<CompiledTemplates, TemplateError> {
-    let mut tera = match flavor {
-        TemplateFlavor::Files => new_tera(),
-        TemplateFlavor::Strings => plain_tera(),
-    };
-    for (name, text) in templates {
-        tera.add_raw_template(name, text)
-            .map_err(|e| TemplateError::Invalid {
-                name: name.clone(),
-                reason: error_chain(&e),
-            })?;
+/// A template set and where it renders: in this process, or, once
+/// isolated, in a render worker (the set parsed here is then dropped: the
+/// operator keeps only its text).
+#[derive(Debug, Clone)]
+pub struct Templates {
+    renderer: Renderer,
+    /// The templates' text: their names, and what a worker loads.
+    sources: Arc<TemplateSources>,
+}
+
+/// Where a template set renders.
+#[derive(Debug, Clone)]
+enum Renderer {
+    /// In this process.
+    Here(Arc<CompiledTemplates>),
+    /// In a render worker.
+    Isolated(Arc<dyn Isolation>),
+}
+
+impl Templates {
+    /// Parses and checks `templates` ((name, text) pairs) as `flavor` says.
+    pub fn compile(
+        flavor: TemplateFlavor,
+        templates: Vec<(String, String)>,
+    ) -> Result<Self, TemplateError> {
+        let compiled = CompiledTemplates::compile(flavor, &templates)?;
+        Ok(Self {
+            renderer: Renderer::Here(Arc::new(compiled)),
+            sources: Arc::new(TemplateSources::new(flavor, templates)),
+        })
     }
-    checked(&tera)?;
-    if flavor == TemplateFlavor::Files {
-        for template in tera.templates.values_mut() {
-            every_output_as_data(template);
+
+    /// Renders in `isolation` from now on.
+    pub fn isolate(&mut self, isolation: Arc<dyn Isolation>) {
+        self.renderer = Renderer::Isolated(isolation);
+    }
+
+    /// The templates' names.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.sources.templates.iter().map(|(name, _)| name.as_str())
+    }
+
+    /// Renders template `name` for `context`, within [`OUTPUT_LIMIT`].
+    pub fn render(&self, name: &str, context: &Context) -> Result<String, TemplateError> {
+        match &self.renderer {
+            Renderer::Here(compiled) => compiled.render_context(name, context),
+            Renderer::Isolated(isolation) => {
+                isolation.render(&self.sources, name, &context.clone().into_json())
+            }
         }
     }
-    Ok(CompiledTemplates { tera })
 }
 
 /// The text of a template set, as a render worker loads it; named by a
@@ -394,7 +442,7 @@ fn new_tera() -> Tera {
 /// A Tera for templated strings that are data, not files (a kind file's
 /// label values, generator literals, status sources): no escaping, the
 /// same functions as every template.
-pub fn plain_tera() -> Tera {
+fn plain_tera() -> Tera {
     let mut tera = Tera::default();
     functions::register(&mut tera);
     tera
@@ -403,7 +451,7 @@ pub fn plain_tera() -> Tera {
 /// Refuses, naming the template, what `tera`'s templates may not do
 /// (see `checks.rs`): functions not offered, a `throw` of a value,
 /// recursion.
-pub fn checked(tera: &Tera) -> Result<(), TemplateError> {
+fn checked(tera: &Tera) -> Result<(), TemplateError> {
     checks::check(tera).map_err(|(name, refusal)| TemplateError::Invalid {
         name,
         reason: refusal.to_string(),
@@ -415,7 +463,7 @@ pub fn checked(tera: &Tera) -> Result<(), TemplateError> {
 pub const OUTPUT_LIMIT: usize = 4 << 20;
 
 /// Renders `name` of `tera` into a string of at most [`OUTPUT_LIMIT`] bytes.
-pub fn render_limited(tera: &Tera, name: &str, context: &Context) -> tera::Result<String> {
+fn render_limited(tera: &Tera, name: &str, context: &Context) -> tera::Result<String> {
     let mut out = Limited(Vec::new());
     tera.render_to(name, context, &mut out)?;
     String::from_utf8(out.0).map_err(|e| tera::Error::msg(e.to_string()))
@@ -662,6 +710,37 @@ impl tera::Filter for JsonFilter {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// An isolation that answers with the set's id and the template's name.
+    #[derive(Debug)]
+    struct Echo;
+
+    impl Isolation for Echo {
+        fn render(
+            &self,
+            set: &TemplateSources,
+            name: &str,
+            _: &serde_json::Value,
+        ) -> Result<String, TemplateError> {
+            Ok(format!("{} {name}", set.id))
+        }
+    }
+
+    #[test]
+    fn an_isolated_set_keeps_its_names_and_renders_only_in_its_worker() {
+        let texts = vec![("a".to_string(), "{{ x }}".to_string())];
+        let mut templates = Templates::compile(TemplateFlavor::Strings, texts).unwrap();
+        let context = Context::from_value(json!({"x": 1})).unwrap();
+        assert_eq!(templates.render("a", &context).unwrap(), "1");
+        templates.isolate(Arc::new(Echo));
+        assert!(
+            matches!(templates.renderer, Renderer::Isolated(_)),
+            "the parsed set is dropped"
+        );
+        assert_eq!(templates.names().collect::<Vec<_>>(), ["a"]);
+        let id = templates.sources.id;
+        assert_eq!(templates.render("a", &context).unwrap(), format!("{id} a"));
+    }
 
     fn dir_with(template: &str) -> tempfile::TempDir {
         dir_with_file("patches/p.yaml", template)
