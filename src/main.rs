@@ -146,7 +146,7 @@ async fn render(args: &kustomize_operator::cli::RenderArgs) -> Result<(), Error>
     if summary.placeholder_uid {
         eprintln!(
             "note: the resource has no metadata.uid; the templates and the ownership marker saw the stand-in {} (render KIND/NAME, or `kubectl get -o yaml` output, to see the real one)",
-            kustomize_operator::kinds::PLACEHOLDER_UID
+            kustomize_operator::kinds::Preview::PLACEHOLDER_UID
         );
     }
     Ok(())

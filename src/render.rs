@@ -69,7 +69,7 @@ pub struct Prepared {
     pub output: Preview,
     /// The resource had no `metadata.uid` (a file written by hand): the
     /// templates and the ownership marker saw a stand-in,
-    /// [`PLACEHOLDER_UID`](crate::kinds::PLACEHOLDER_UID), instead of the
+    /// [`Preview::PLACEHOLDER_UID`](crate::kinds::Preview::PLACEHOLDER_UID), instead of the
     /// UID the live resource has.
     pub placeholder_uid: bool,
 }
@@ -251,13 +251,13 @@ fn default_namespace(
 
 /// The API server gives every resource a `metadata.uid`; a file written by
 /// hand has none: it gets the stand-in
-/// [`PLACEHOLDER_UID`](crate::kinds::PLACEHOLDER_UID), so that templates
+/// [`Preview::PLACEHOLDER_UID`](crate::kinds::Preview::PLACEHOLDER_UID), so that templates
 /// reading it (`seeded_string(seed=metadata.uid, ...)`) render, and the
 /// ownership marker holds the same. True when the stand-in was given.
 fn default_uid(mut resource: serde_json::Value) -> (serde_json::Value, bool) {
     let missing = resource["metadata"]["uid"].as_str().is_none();
     if missing && resource["metadata"].is_object() {
-        resource["metadata"]["uid"] = crate::kinds::PLACEHOLDER_UID.into();
+        resource["metadata"]["uid"] = crate::kinds::Preview::PLACEHOLDER_UID.into();
     }
     (resource, missing)
 }

@@ -7,7 +7,7 @@
 //! engine names another engine path (`hack/check-imports` checks it).
 
 pub use super::reconcile::context::ReconcileError;
-pub use super::reconcile::preview::{PLACEHOLDER_UID, Preview, PreviewError};
+pub use super::reconcile::preview::{Preview, PreviewError};
 
 pub(crate) use super::live::crds::wait_established;
 pub(crate) use super::model::identity::{Identity, Writers};
@@ -18,7 +18,7 @@ pub(crate) use super::model::status::{ConditionKind, ConditionUpdate};
 pub(crate) use super::model::templates::CompiledTemplates;
 pub(crate) use super::reconcile::events::{Events, Publish};
 pub(crate) use super::reconcile::finalizing::{guarded, release};
-pub(crate) use super::reconcile::preview::{Fate, preview};
+pub(crate) use super::reconcile::preview::Fate;
 pub(crate) use super::reconcile::runtime::{Engine, FIELD_MANAGER, ReconcileMetrics, Settings};
 pub(crate) use super::reconcile::serve::{OnCount, Reconciler, Runtime};
 pub(crate) use super::reconcile::status_writer::apply_status;

@@ -40,8 +40,8 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::CustomResourceExt;
 use kube::api::ApiResource;
 
-use crate::engine::host::{OverlayError, PreviewError, Runtime, preview};
-pub use crate::engine::host::{PLACEHOLDER_UID, Preview};
+pub use crate::engine::host::Preview;
+use crate::engine::host::{OverlayError, PreviewError, Runtime};
 use crate::kind::{Handler, HandlerError, KustomizeDir};
 
 /// What every kind is told about where the operator runs.
@@ -338,7 +338,7 @@ impl WithHandler for Render<'_> {
     fn with<H: Handler>(self, handler: H) -> Self::Output {
         let resource = resource_of(&handler, self.doc)?;
         let observed = handler.observe_offline(&resource, self.rest)?;
-        Ok(preview(&handler, &resource, &observed, self.dir)?)
+        Ok(Preview::of(&handler, &resource, &observed, self.dir)?)
     }
 }
 
@@ -362,7 +362,7 @@ impl<'a> WithHandler for RenderLive<'a> {
         Box::pin(async move {
             let resource = resource_of(&handler, self.doc)?;
             let observed = handler.observe_preview(&resource, self.client).await?;
-            let mut output = preview(&handler, &resource, &observed, self.dir)?;
+            let mut output = Preview::of(&handler, &resource, &observed, self.dir)?;
             if self.owned == OwnedObjects::Read {
                 let adopts = |meta: &kube::api::ObjectMeta| handler.adopts(&resource, meta);
                 output.pruning.look(self.client, &adopts).await;

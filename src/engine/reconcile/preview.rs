@@ -23,10 +23,6 @@ use crate::engine::model::inventory::{ObjectId, Owner};
 use crate::engine::model::overlay::{OverlayError, RenderedOverlay};
 use crate::engine::model::templates::KustomizeDir;
 
-/// The UID the marker of a resource that has none carries (a file written
-/// by hand rather than read from the cluster).
-pub const PLACEHOLDER_UID: &str = "00000000-0000-0000-0000-000000000000";
-
 /// What a reconcile of a resource would do.
 #[derive(Debug)]
 pub struct Preview {
@@ -54,38 +50,44 @@ pub enum PreviewError {
     Overlay(#[from] OverlayError),
 }
 
-/// What a reconcile of `resource`, with `observed`, would apply and prune.
-pub(crate) fn preview<H: Handler>(
-    handler: &H,
-    resource: &H::Resource,
-    observed: &H::Observed,
-    dir: &KustomizeDir,
-) -> Result<Preview, PreviewError> {
-    use kube::ResourceExt;
-    let plan = handler.plan(resource, observed)?;
-    let uid = resource
-        .uid()
-        .unwrap_or_else(|| PLACEHOLDER_UID.to_string());
-    let marking = marking(handler, owner_with_uid(handler, resource, uid));
-    let Rendered { overlays, .. } = render(&plan, dir, &marking)?;
-    let inventory = handler.inventory(resource);
-    let pruning = Pruning {
-        prunes: plan.prune,
-        owner: Some(marking.owner),
-        declared: plan.inventory.map(|d| d.into_iter().collect()),
-        candidates: prune_candidates(inventory.as_ref(), &plan.stale),
-        looked: None,
-    };
-    Ok(Preview {
-        pruning,
-        status: plan
-            .status
-            .as_ref()
-            .and_then(|s| serde_json::to_value(s).ok()),
-        steps: plan.steps,
-        overlays,
-        takes_back: handler.info().policy.conflicts == FieldConflicts::TakeBack,
-    })
+impl Preview {
+    /// The UID the marker of a resource that has none carries (a file
+    /// written by hand rather than read from the cluster).
+    pub const PLACEHOLDER_UID: &str = "00000000-0000-0000-0000-000000000000";
+
+    /// What a reconcile of `resource`, with `observed`, would apply and prune.
+    pub(crate) fn of<H: Handler>(
+        handler: &H,
+        resource: &H::Resource,
+        observed: &H::Observed,
+        dir: &KustomizeDir,
+    ) -> Result<Self, PreviewError> {
+        use kube::ResourceExt;
+        let plan = handler.plan(resource, observed)?;
+        let uid = resource
+            .uid()
+            .unwrap_or_else(|| Self::PLACEHOLDER_UID.to_string());
+        let marking = marking(handler, owner_with_uid(handler, resource, uid));
+        let Rendered { overlays, .. } = render(&plan, dir, &marking)?;
+        let inventory = handler.inventory(resource);
+        let pruning = Pruning {
+            prunes: plan.prune,
+            owner: Some(marking.owner),
+            declared: plan.inventory.map(|d| d.into_iter().collect()),
+            candidates: prune_candidates(inventory.as_ref(), &plan.stale),
+            looked: None,
+        };
+        Ok(Preview {
+            pruning,
+            status: plan
+                .status
+                .as_ref()
+                .and_then(|s| serde_json::to_value(s).ok()),
+            steps: plan.steps,
+            overlays,
+            takes_back: handler.info().policy.conflicts == FieldConflicts::TakeBack,
+        })
+    }
 }
 
 /// What a run prunes from.

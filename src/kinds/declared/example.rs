@@ -9,7 +9,7 @@ use serde_json::{Map, Value, json};
 use super::DeclaredKind;
 use super::object::DeclaredObject;
 use crate::kind::KustomizeDir;
-use crate::kinds::PLACEHOLDER_UID;
+use crate::kinds::Preview;
 
 /// How deep the example follows nested schemas.
 const MAX_DEPTH: usize = 16;
@@ -70,7 +70,7 @@ impl DeclaredKind {
             "metadata": {
                 "name": "example",
                 "namespace": self.namespaced().then_some("default"),
-                "uid": PLACEHOLDER_UID,
+                "uid": Preview::PLACEHOLDER_UID,
                 "generation": 1,
             },
             "spec": example(&self.file.spec.schema),
