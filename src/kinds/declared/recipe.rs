@@ -40,7 +40,6 @@ impl Recipe {
         let mut add = |name: String, field: String, text: &str| {
             texts.push((name.clone(), text.to_string()));
             fields.insert(name, field);
-            Ok::<_, (String, String)>(())
         };
         let o = &spec.overlay;
         for (i, labels) in o.labels.iter().enumerate() {
@@ -49,7 +48,7 @@ impl Recipe {
                     key(&["labels", &i.to_string(), k]),
                     format!("spec.overlay.labels[{i}].pairs.{k}"),
                     v,
-                )?;
+                );
             }
         }
         for (field, value) in [
@@ -58,7 +57,7 @@ impl Recipe {
             ("namespace", &o.namespace),
         ] {
             if let Some(v) = value {
-                add(key(&[field]), format!("spec.overlay.{field}"), v)?;
+                add(key(&[field]), format!("spec.overlay.{field}"), v);
             }
         }
         for (list, generators) in [
@@ -71,13 +70,13 @@ impl Recipe {
                     key(&[list, &i.to_string(), "name"]),
                     format!("{at}.name"),
                     &g.name,
-                )?;
+                );
                 for (k, v) in &g.literals {
                     add(
                         key(&[list, &i.to_string(), "literals", k]),
                         format!("{at}.literals.{k}"),
                         v,
-                    )?;
+                    );
                 }
             }
         }
@@ -91,7 +90,7 @@ impl Recipe {
                 key(&["status", &i.to_string()]),
                 format!("spec.status[{i}].from.name"),
                 &from.name,
-            )?;
+            );
         }
         for (name, child) in &spec.children {
             if let Some(template) = &child.name {
@@ -99,7 +98,7 @@ impl Recipe {
                     key(&["children", name]),
                     format!("spec.children.{name}.name"),
                     template,
-                )?;
+                );
             }
         }
         for (name, r) in &spec.references {
@@ -110,7 +109,7 @@ impl Recipe {
                         key(&["references", name, part]),
                         format!("{at}.{part}"),
                         text,
-                    )?;
+                    );
                 }
             }
             for (k, v) in r.selector.iter().flatten() {
@@ -118,11 +117,11 @@ impl Recipe {
                     key(&["references", name, "selector", k]),
                     format!("{at}.selector.{k}"),
                     v,
-                )?;
+                );
             }
         }
         for (k, v) in &spec.reconcile.adopt {
-            add(key(&["adopt", k]), format!("spec.reconcile.adopt.{k}"), v)?;
+            add(key(&["adopt", k]), format!("spec.reconcile.adopt.{k}"), v);
         }
         for (i, r) in spec.readiness.iter().enumerate() {
             let Some(from) = &r.from else { continue };
@@ -131,13 +130,13 @@ impl Recipe {
                 key(&["readiness", &i.to_string(), "name"]),
                 format!("{at}.from.name"),
                 &from.name,
-            )?;
+            );
             if let Some(v) = r.equals.as_ref().or(r.at_least.as_ref()) {
                 add(
                     key(&["readiness", &i.to_string(), "value"]),
                     format!("{at}.value"),
                     v,
-                )?;
+                );
             }
         }
         let templates =
