@@ -9,12 +9,13 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::conversion::Endpoint;
 use crate::duration::parse_duration;
-use crate::engine::host::{Identity, shard};
+use crate::engine::host::Identity;
 use crate::kind::{KustomizeDir, TemplateError};
 use crate::kinds::declared::pack::{self, PackError};
 use crate::kinds::declared::rbac::Binding;
 use crate::kinds::registry::{Registry, RegistryError};
 use crate::kinds::{KindContext, KindFlags, KindOptions};
+use crate::partition::shard;
 use crate::source::{ResourceRef, Source};
 
 /// The Lease's default name.

@@ -31,6 +31,7 @@ pub mod manifests;
 pub mod memory;
 pub mod metrics;
 pub mod operator;
+pub mod partition;
 pub mod plan;
 pub mod render;
 pub mod sandbox;

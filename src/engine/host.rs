@@ -12,8 +12,6 @@ pub use super::reconcile::preview::{Preview, PreviewError};
 pub(crate) use super::live::crds::wait_established;
 pub(crate) use super::model::identity::{Identity, Writers};
 pub(crate) use super::model::overlay::{OverlayError, RenderedOverlay, private_dir};
-pub(crate) use super::model::shard;
-pub(crate) use super::model::share;
 pub(crate) use super::model::status::{ConditionKind, ConditionUpdate};
 pub(crate) use super::model::templates::CompiledTemplates;
 pub(crate) use super::reconcile::events::{Events, Publish};

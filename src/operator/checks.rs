@@ -5,11 +5,11 @@ use std::sync::Arc;
 
 use super::StartError;
 use crate::engine::host::Engine;
-use crate::engine::host::share::Share;
 use crate::guard::Guard;
 use crate::kinds::Availability;
 use crate::kinds::registry::Kind;
 use crate::metrics::Metrics;
+use crate::partition::share::Share;
 
 /// The clients of the cluster, and what their guard leaves out.
 pub(super) struct Connected {

@@ -12,7 +12,6 @@ use crate::cli::RunArgs;
 use crate::conversion::Webhook;
 use crate::engine::host::BatchSettings;
 use crate::engine::host::Settings;
-use crate::engine::host::share::Share;
 use crate::kinds::Availability;
 use crate::kinds::registry::Kind;
 use crate::kubectl::Kubectl;
@@ -20,6 +19,7 @@ use crate::kubectl::in_cluster_kubeconfig;
 use crate::kubectl::{KubectlConfig, RUN_OUTPUT_CAP};
 use crate::leader::LeaderConfig;
 use crate::metrics::Metrics;
+use crate::partition::share::Share;
 use crate::sharding::SharingConfig;
 
 /// The Lease's name: as given, or, for a shard left with the default name,

@@ -15,10 +15,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cli::{KindsError, RunArgs};
 use crate::engine::host::Engine;
-use crate::engine::host::share::Share;
 use crate::kubectl::{KubectlConfig, KubectlError, KubectlStats};
 use crate::leader::{LeaderConfig, LeaderConfigError, LeaderElector};
 use crate::metrics::Metrics;
+use crate::partition::share::Share;
 use crate::sharding::Sharing;
 
 mod checks;

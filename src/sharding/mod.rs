@@ -30,10 +30,10 @@ use std::time::Duration;
 use k8s_openapi::jiff::Timestamp;
 use tokio_util::sync::CancellationToken;
 
-use crate::engine::host::share::Share;
-pub use crate::engine::host::share::{SLOTS, Slots, slot_of};
 use crate::leader::{LeaderConfig, LeaderConfigError};
 use crate::metrics::Metrics;
+use crate::partition::share::Share;
+pub use crate::partition::share::{SLOTS, Slots, slot_of};
 use members::{Members, View};
 use table::{Table, TableStore};
 

@@ -11,7 +11,7 @@ use kube::api::{ApiResource, DynamicObject, ListParams};
 
 use super::members::RING_LABEL;
 use super::table::{Table, TableStore, config_map_name};
-use crate::engine::host::share::{Slots, slot_of};
+use crate::partition::share::{Slots, slot_of};
 
 /// Why the ring could not be shown.
 #[derive(Debug, thiserror::Error)]

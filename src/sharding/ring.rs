@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::engine::host::share::{SLOTS, Slots, fnv1a64};
+use crate::partition::share::{SLOTS, Slots, fnv1a64};
 
 /// The slots each member should hold.
 pub fn assign(members: &BTreeSet<String>) -> BTreeMap<String, Slots> {

@@ -12,7 +12,7 @@ use std::task::{Context, Poll};
 use http::Request;
 use tower::{Layer, Service};
 
-use crate::engine::host::share::Share;
+use crate::partition::share::Share;
 
 /// Adds the share to the requests that list or watch a sharded kind.
 #[derive(Debug, Clone)]

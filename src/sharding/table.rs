@@ -13,7 +13,7 @@ use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
 
 use super::members::RING_LABEL;
-use crate::engine::host::share::Slots;
+use crate::partition::share::Slots;
 
 /// The prefix of a member's key in the table's data.
 const OWNER_PREFIX: &str = "owner.";
@@ -210,7 +210,7 @@ impl TableStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::host::share::SLOTS;
+    use crate::partition::share::SLOTS;
 
     fn live(names: &[&str]) -> BTreeSet<String> {
         names.iter().map(|n| n.to_string()).collect()

@@ -93,9 +93,8 @@ impl<H: Handler> Reconciler for Handled<H> {
         let (engine, handler) = (&self.ctx.engine, &self.ctx.handler);
         let namespace = engine.settings.namespace.as_deref();
         let api = handler.api(engine.reader.clone(), namespace);
-        let shard = crate::engine::model::shard::selector(engine.settings.shard.as_deref());
-        let selector =
-            crate::engine::model::shard::combine(handler.watch_selector(namespace), &shard);
+        let shard = crate::partition::shard::selector(engine.settings.shard.as_deref());
+        let selector = crate::partition::shard::combine(handler.watch_selector(namespace), &shard);
         (
             api,
             watcher::Config::default().any_semantic().labels(&selector),

@@ -18,12 +18,12 @@ use super::status_memo::StatusMemo;
 use crate::engine::live::ownership::Discovery;
 use crate::engine::live::watch::ObjectCache;
 use crate::engine::model::identity::Identity;
-use crate::engine::model::share::Entered;
 use crate::engine::model::templates::KustomizeDir;
 use crate::engine::run::batch::{BatchSettings, Queue};
 use crate::engine::run::build::{self, BuildJob, Built};
 use crate::engine::run::kubectl_apply::{self, Applied, ApplyJob};
 use crate::kubectl::Kubectl;
+use crate::partition::share::Entered;
 
 /// The field manager of the engine's server-side applies (objects and status).
 pub const FIELD_MANAGER: &str = "kustomize-operator";
@@ -57,7 +57,7 @@ pub struct Settings {
     pub shard: Option<String>,
     /// With replicas sharing the work by themselves, this replica's share:
     /// only its resources are watched and reconciled (`None`: all).
-    pub share: Option<Arc<crate::engine::model::share::Share>>,
+    pub share: Option<Arc<crate::partition::share::Share>>,
     /// Name reported on events.
     pub reporter: String,
     /// How kubectl runs are coalesced.

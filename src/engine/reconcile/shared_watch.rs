@@ -15,7 +15,7 @@ use kube::runtime::watcher::{self, Event};
 use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
 
-use crate::engine::model::share::{Share, fnv1a64};
+use crate::partition::share::{Share, fnv1a64};
 
 type Events<K> = BoxStream<'static, watcher::Result<Event<K>>>;
 
@@ -73,7 +73,7 @@ where
 
 /// The watch as it stands: the share followed, the current watcher.
 struct State<K> {
-    held: tokio::sync::watch::Receiver<crate::engine::model::share::Slots>,
+    held: tokio::sync::watch::Receiver<crate::partition::share::Slots>,
     current: Option<Events<K>>,
     counted: Counted,
 }

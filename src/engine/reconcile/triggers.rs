@@ -29,7 +29,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use kube::runtime::watcher::Event;
 
-use crate::engine::model::share::Share;
+use crate::partition::share::Share;
 
 /// The last seen fingerprint of each resource's reconcile input.
 #[derive(Debug, Default)]
@@ -223,10 +223,10 @@ mod tests {
         };
         assert!(triggers.changed(&meta), "seen first");
         assert!(!triggers.changed(&meta), "unchanged");
-        share.set(crate::engine::model::share::Slots::ALL);
+        share.set(crate::partition::share::Slots::ALL);
         assert!(triggers.changed(&meta), "the share changed: it passes once");
         assert!(!triggers.changed(&meta));
-        share.set(crate::engine::model::share::Slots::ALL);
+        share.set(crate::partition::share::Slots::ALL);
         assert!(!triggers.changed(&meta), "the same slots: no change");
     }
 }
