@@ -66,6 +66,15 @@ impl DeclaredObject {
         }
     }
 
+    /// The same resource as a `DynamicObject`, its fields parsed whole.
+    pub fn to_dynamic(&self) -> kube::api::DynamicObject {
+        kube::api::DynamicObject {
+            types: self.types.clone(),
+            metadata: self.metadata.clone(),
+            data: Value::Object(self.fields()),
+        }
+    }
+
     fn fields(&self) -> Map<String, Value> {
         // The text was written from a map, so it always reads back as one.
         serde_json::from_str(&self.fields).unwrap_or_default()
@@ -165,6 +174,13 @@ mod tests {
         assert_eq!(object.metadata.name.as_deref(), Some("hi"));
         assert_eq!(object.types.as_ref().unwrap().kind, "Greeting");
         assert_eq!(object.spec(), json!({"message": "hey", "replicas": 2}));
+    }
+
+    #[test]
+    fn it_reads_as_the_dynamic_object_it_stands_for() {
+        let object: DeclaredObject = serde_json::from_value(greeting()).unwrap();
+        let dynamic: kube::api::DynamicObject = serde_json::from_value(greeting()).unwrap();
+        assert_eq!(object.to_dynamic(), dynamic);
     }
 
     #[test]
