@@ -38,7 +38,10 @@ impl BuildJob {
     }
 
     /// Builds the base of the kind folder `kind` alone, in `work_dir`: what
-    /// it produces, or why it does not build.
+    /// it produces, or why it does not build. In memory when it is in the
+    /// subset the engine builds itself (a KindDefinition's check builds
+    /// its base: a `kubectl kustomize` run each was most of the CPU of
+    /// serving 200 at once), else one run of its own.
     pub(crate) async fn build_base(
         kubectl: &Kubectl,
         work_dir: &Path,
@@ -54,8 +57,7 @@ impl BuildJob {
             message: e.to_string(),
             record: None,
         })?;
-        let slot = kubectl.acquire().await;
-        build_dir(work_dir, kubectl, slot, |dir| overlay.write_to(dir)).await
+        Self::build_one(kubectl, work_dir, &overlay).await
     }
 
     /// Builds one rendered overlay, in `work_dir`: in memory when it needs

@@ -33,9 +33,7 @@ const KINDS: [(&str, &str); 4] = [
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct BaseKustomization {
-    #[allow(dead_code)]
     api_version: Option<String>,
-    #[allow(dead_code)]
     kind: Option<String>,
     #[serde(default)]
     resources: Vec<String>,
@@ -102,6 +100,12 @@ fn load(path: &str, files: &BTreeMap<String, Vec<u8>>) -> Option<Vec<Value>> {
     }
     let base: BaseKustomization =
         serde_saphyr::from_slice(files.get("base/kustomization.yaml")?).ok()?;
+    // A Component, or a version of its own: kustomize's to judge.
+    let kustomization = base.kind.as_deref().is_none_or(|k| k == "Kustomization")
+        && (base.api_version.as_deref()).is_none_or(|v| v == "kustomize.config.k8s.io/v1beta1");
+    if !kustomization {
+        return None;
+    }
     let mut objects = Vec::new();
     for file in &base.resources {
         if file.contains('/') || file.starts_with('.') {
@@ -383,6 +387,27 @@ mod tests {
                 "{kustomization}"
             );
         }
+    }
+
+    #[test]
+    fn a_base_alone_is_built_unless_it_is_a_component() {
+        let (_root, dir) = kustomize_dir(RENAME, DEPLOYMENT);
+        let base = Overlay {
+            base: Some("demo".into()),
+            ..Default::default()
+        };
+        let built = base.render(&dir, None).unwrap();
+        assert_eq!(built.prebuilt().expect("in the subset").len(), 1);
+
+        let component = "apiVersion: kustomize.config.k8s.io/v1alpha1\nkind: Component\nresources: [deployment.yaml]\n";
+        let (_root, dir) = super::super::tests::kind_folder(
+            "demo",
+            &[
+                ("base/kustomization.yaml", component),
+                ("base/deployment.yaml", DEPLOYMENT),
+            ],
+        );
+        assert!(base.render(&dir, None).unwrap().prebuilt().is_none());
     }
 
     #[test]
