@@ -60,8 +60,9 @@ const KIND: &str = "KindDefinition";
 
 /// The KindDefinitions as the runtime serves them: one more kind, its
 /// reconcile this module's. The runtime's store holds each definition as
-/// compact JSON text beside its metadata (a `DeclaredObject`: about a
-/// third of a `DynamicObject`'s memory); a reconcile reads it whole.
+/// compact JSON text beside its metadata (a `DeclaredObject`: about the
+/// size of its JSON, where a `DynamicObject` takes several times that); a
+/// reconcile reads it whole.
 struct Definitions {
     ctx: Arc<DefinitionContext>,
     selector: Option<String>,

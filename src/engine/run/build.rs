@@ -40,8 +40,8 @@ impl BuildJob {
     /// Builds the base of the kind folder `kind` alone, in `work_dir`: what
     /// it produces, or why it does not build. In memory when it is in the
     /// subset the engine builds itself (a KindDefinition's check builds
-    /// its base: a `kubectl kustomize` run each was most of the CPU of
-    /// serving 200 at once), else one run of its own.
+    /// its base: a `kubectl kustomize` run each was two thirds of the CPU
+    /// of serving 100 at once), else one run of its own.
     pub(crate) async fn build_base(
         kubectl: &Kubectl,
         work_dir: &Path,
