@@ -478,11 +478,26 @@ pub fn trimmed_lines(text: &str) -> Vec<&str> {
     }
 }
 
+/// What client-go (in kubectl) may log when a watch it stops ends: `kubectl
+/// wait` logs it, now and then, after its condition was met (kubectl 1.37).
+/// It says nothing about the lab, and a lab's transcript does not show it.
+const WATCH_ENDED: &str = "\"Warning: watch ended with error\"";
+
+/// An output's lines as a transcript compares them: without client-go's
+/// log lines about a watch that ended, and leading and trailing blank lines
+/// dropped.
+pub fn compared_lines(actual: &str) -> Vec<&str> {
+    trimmed_lines(actual)
+        .into_iter()
+        .filter(|line| !(line.contains(WATCH_ENDED) && line.contains("reflector.go")))
+        .collect()
+}
+
 /// Does the actual output match the expected lines?
 pub fn output_matches(expected: &[String], actual: &str) -> bool {
     let joined = expected.join("\n");
     let exp = trimmed_lines(&joined);
-    let act = trimmed_lines(actual);
+    let act = compared_lines(actual);
     let (m, n) = (exp.len(), act.len());
     // ok[i][j]: exp[i..] matches act[j..].
     let mut ok = vec![vec![false; n + 1]; m + 1];
@@ -508,7 +523,7 @@ pub fn first_difference(expected: &[String], actual: &str) -> Option<usize> {
     if exp.iter().any(|l| is_any_lines(l)) {
         return None;
     }
-    let act = trimmed_lines(actual);
+    let act = compared_lines(actual);
     (0..exp.len().max(act.len())).find_map(|i| match (exp.get(i), act.get(i)) {
         (Some(e), Some(a)) if line_matches(e, a) => None,
         _ => Some(i + 1),
@@ -651,6 +666,25 @@ mod tests {
         assert!(!output_matches(&[], "unexpected"));
         assert!(output_matches(&[], "\n\n"));
         assert!(output_matches(&lines("\na\n\n"), "a"));
+    }
+
+    #[test]
+    fn a_watch_client_go_ended_is_not_part_of_the_output() {
+        let actual = "I1202 08:58:47.986003    1109 reflector.go:664] \"Warning: watch ended with error\" reflector=\"k8s.io/client-go@v0.37.2/tools/cache/reflector.go:343\" err=\"context canceled\"\n\
+                      sample.nuvolaris.org/web condition met\n";
+        assert!(output_matches(
+            &lines("sample.nuvolaris.org/web condition met"),
+            actual
+        ));
+        assert_eq!(
+            first_difference(&lines("sample.nuvolaris.org/web condition met"), actual),
+            None
+        );
+        // Any other line still counts.
+        assert!(!output_matches(
+            &lines("sample.nuvolaris.org/web condition met"),
+            "Warning: watch ended with error\nsample.nuvolaris.org/web condition met"
+        ));
     }
 
     #[test]
