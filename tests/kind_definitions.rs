@@ -77,6 +77,7 @@ async fn a_definition_is_served_without_a_restart_and_a_template_change_rolls_ou
         config_map_field(&ns.name, "hello", "message"),
         "Hello from a test"
     );
+    a_crd_changed_by_hand_is_applied_again(&kind).await;
 
     kind.edit("resources/configmap.yaml", |t| {
         t.replace(
@@ -129,6 +130,41 @@ async fn a_definition_is_served_without_a_restart_and_a_template_change_rolls_ou
     kind.delete().await;
     let (crd_left, _, _) = common::kubectl(&["get", "crd", &kind.crd()]);
     assert!(!crd_left, "the CRD is removed with the last resource gone");
+}
+
+/// The kind's CRD changed by hand (a field the definition sets) is
+/// applied again at the definition's next look, which an annotation brings
+/// at once. (A CRD unchanged since it was applied is read, not applied:
+/// `crds::Applied`, unit-tested.)
+fn a_crd_changed_by_hand_is_applied_again(kind: &GreetingKind) -> impl Future<Output = ()> {
+    const PATCHED: &str =
+        "/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/message/type";
+    const READ: &str = "jsonpath={.spec.versions[0].schema.openAPIV3Schema.properties.spec.properties.message.type}";
+    let message_type = || {
+        let (ok, out, err) = common::kubectl(&["get", "crd", &kind.crd(), "-o", READ]);
+        assert!(ok, "{err}");
+        out
+    };
+    async move {
+        assert_eq!(message_type(), "string");
+        let change = format!(r#"[{{"op":"replace","path":"{PATCHED}","value":"integer"}}]"#);
+        let (ok, _, err) =
+            common::kubectl(&["patch", "crd", &kind.crd(), "--type=json", "-p", &change]);
+        assert!(ok, "{err}");
+        assert_eq!(message_type(), "integer");
+        let (ok, _, err) = common::kubectl(&[
+            "annotate",
+            "kinddefinition",
+            &kind.name,
+            "kd-test/look=now",
+            "--overwrite",
+        ]);
+        assert!(ok, "{err}");
+        common::wait_until(TIMEOUT, "the CRD applied again", async || {
+            message_type() == "string"
+        })
+        .await;
+    }
 }
 
 /// Takes the test's finalizer `kd-test/hold` off the CRD `crd`; whether

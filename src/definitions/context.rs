@@ -58,6 +58,10 @@ pub(super) struct DefinitionContext {
     pub budget: usize,
     /// Where the definitions' templates render.
     pub isolation: Option<Arc<dyn Isolation>>,
+    /// The rights access reviews granted lately.
+    pub granted: super::rights::Granted,
+    /// Each served kind's CRD as last applied and established.
+    pub applied_crds: super::crds::Applied,
     /// The operator's conversion webhook, if it serves one.
     pub webhook: Option<Arc<Webhook>>,
     /// Where each kind's storage migration by the operator is.

@@ -452,20 +452,26 @@ async fn apply_crd(
         // renewed since the generation was checked.
         webhook.refresh(&mut declared);
     }
-    match crds::apply(&ctx.client, &declared, name).await {
+    match crds::apply(&ctx.client, &declared, name, &ctx.applied_crds).await {
         Err(e @ CrdError::NotOwned { .. }) => Err((Reason::CrdNotOwned, e.to_string())),
         Err(e) => Err((Reason::CrdApplyFailed, e.to_string())),
-        Ok(()) => match crds::wait_established(&ctx.client, crd).await {
-            Ok(true) => Ok(()),
-            Ok(false) => Err((
-                Reason::NotEstablished,
-                format!("the CRD {crd} is not established yet"),
-            )),
-            Err(e) => Err((
-                Reason::CrdApplyFailed,
-                format!("the CRD {crd}: {}", crate::error_text::kube(&e)),
-            )),
-        },
+        Ok(crds::Outcome::Unchanged) => Ok(()),
+        Ok(crds::Outcome::Applied(answer, body)) => {
+            match crds::wait_established(&ctx.client, crd).await {
+                Ok(true) => {
+                    ctx.applied_crds.established(body, &answer);
+                    Ok(())
+                }
+                Ok(false) => Err((
+                    Reason::NotEstablished,
+                    format!("the CRD {crd} is not established yet"),
+                )),
+                Err(e) => Err((
+                    Reason::CrdApplyFailed,
+                    format!("the CRD {crd}: {}", crate::error_text::kube(&e)),
+                )),
+            }
+        }
     }
 }
 
@@ -753,6 +759,7 @@ async fn rights_condition(
     let needed = rights::operator_rules(&rules, !matches!(writer, Writer::Operator));
     let reach = rights::reach(
         &ctx.client,
+        &ctx.granted,
         writer.cluster_user(),
         kind.namespaced(),
         &object_types,
@@ -771,9 +778,9 @@ async fn rights_condition(
         format!("; it reaches: {}", reach.join("; "))
     };
     status.reach = Some(reach);
-    let found = match rights::missing(&ctx.client, &needed, None).await {
+    let found = match rights::missing(&ctx.client, &ctx.granted, &needed, None).await {
         Ok(mut missing) => match writer.cluster_user() {
-            Some(user) => rights::missing(&ctx.client, &rules.writer(), Some(user))
+            Some(user) => rights::missing(&ctx.client, &ctx.granted, &rules.writer(), Some(user))
                 .await
                 .map(|theirs| {
                     missing.extend(theirs.into_iter().map(|m| m.as_user(user)));

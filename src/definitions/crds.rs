@@ -1,6 +1,12 @@
 //! The CRD a definition declares: applied server-side carrying the
 //! definition's marker, waited for until established, deleted when the
-//! kind goes. A CRD without the marker is never changed or deleted.
+//! kind goes. A CRD without the marker is never changed or deleted. A CRD
+//! as it was last applied and established is read, not applied again
+//! ([`Applied`]): a definition's periodic look costs one read of it.
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::Mutex;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DeleteParams, Patch, PatchParams};
@@ -35,6 +41,73 @@ pub enum CrdError {
     },
 }
 
+/// What the operator applied to each CRD and saw established: the body's
+/// fingerprint, and the object's UID and resource version after the
+/// apply. The live CRD still at that UID and version (not changed since,
+/// by hand or otherwise, nor deleted and created again) and the body to
+/// apply the same: nothing to apply, and it is established. (The API
+/// server's own status writes after an apply change the version: the
+/// next look applies once more, which changes nothing, and records it.) Kept in the process
+/// only: a restart applies each CRD once more.
+#[derive(Debug, Default)]
+pub struct Applied(Mutex<HashMap<String, Stamp>>);
+
+/// One CRD as applied: the body's fingerprint, the object's UID and
+/// resource version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Stamp {
+    body: u64,
+    uid: String,
+    version: String,
+}
+
+impl Stamp {
+    /// `body`'s fingerprint, with `crd`'s UID and resource version.
+    fn of(body: u64, crd: &CustomResourceDefinition) -> Option<Self> {
+        Some(Self {
+            body,
+            uid: crd.metadata.uid.clone()?,
+            version: crd.metadata.resource_version.clone()?,
+        })
+    }
+}
+
+impl Applied {
+    /// True when `live` is as `body` was last applied and established.
+    fn unchanged(&self, body: u64, live: &CustomResourceDefinition) -> bool {
+        let stamps = crate::sync::lock(&self.0);
+        stamps
+            .get(&live.name_any())
+            .is_some_and(|stamp| Some(stamp) == Stamp::of(body, live).as_ref())
+    }
+
+    /// `crd` (as the apply answered) is established with `body`.
+    pub fn established(&self, body: Fingerprint, crd: &CustomResourceDefinition) {
+        if let Some(stamp) = Stamp::of(body.0, crd) {
+            crate::sync::lock(&self.0).insert(crd.name_any(), stamp);
+        }
+    }
+
+    /// The CRD `name` is gone, or is to be applied again.
+    pub fn forget(&self, name: &str) {
+        crate::sync::lock(&self.0).remove(name);
+    }
+}
+
+/// The fingerprint of a CRD's body as applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fingerprint(u64);
+
+/// What [`apply`] did.
+#[derive(Debug)]
+pub enum Outcome {
+    /// The live CRD is as last applied and established: nothing applied.
+    Unchanged,
+    /// Applied: the CRD as the API server answered, and the body's
+    /// fingerprint (for [`Applied::established`] once it is).
+    Applied(Box<CustomResourceDefinition>, Fingerprint),
+}
+
 /// The definition named by the marker of `crd`, if it carries one.
 pub fn marker(crd: &CustomResourceDefinition) -> Option<&str> {
     crd.labels().get(MARKER_LABEL).map(String::as_str)
@@ -51,17 +124,23 @@ pub async fn live(
 }
 
 /// Applies `crd` (server-side) for the definition `definition`, unless a
-/// CRD of that name exists without its marker.
+/// CRD of that name exists without its marker, or exists as `applied`
+/// says it was last applied and established.
 pub async fn apply(
     client: &Client,
     crd: &CustomResourceDefinition,
     definition: &str,
-) -> Result<(), CrdError> {
+    applied: &Applied,
+) -> Result<Outcome, CrdError> {
     let name = crd.name_any();
     let api_error = |source| CrdError::Api {
         crd: name.clone(),
         source,
     };
+    let mut body = serde_json::to_value(crd).map_err(|e| api_error(kube::Error::SerdeError(e)))?;
+    body["apiVersion"] = "apiextensions.k8s.io/v1".into();
+    body["kind"] = "CustomResourceDefinition".into();
+    let fingerprint = fingerprint(&body);
     if let Some(existing) = live(client, &name).await.map_err(api_error)? {
         let owner = marker(&existing);
         if owner != Some(definition) {
@@ -70,11 +149,12 @@ pub async fn apply(
                 owner: owner.map(str::to_string),
             });
         }
+        if applied.unchanged(fingerprint.0, &existing) {
+            return Ok(Outcome::Unchanged);
+        }
     }
-    let mut body = serde_json::to_value(crd).map_err(|e| api_error(kube::Error::SerdeError(e)))?;
-    body["apiVersion"] = "apiextensions.k8s.io/v1".into();
-    body["kind"] = "CustomResourceDefinition".into();
-    Api::<CustomResourceDefinition>::all(client.clone())
+    applied.forget(&name);
+    let answer = Api::<CustomResourceDefinition>::all(client.clone())
         .patch(
             &name,
             &PatchParams::apply(FIELD_MANAGER).force(),
@@ -82,7 +162,15 @@ pub async fn apply(
         )
         .await
         .map_err(api_error)?;
-    Ok(())
+    Ok(Outcome::Applied(Box::new(answer), fingerprint))
+}
+
+/// The fingerprint of a CRD's body (JSON, whose maps keep their keys in
+/// order: the same body, the same text).
+fn fingerprint(body: &serde_json::Value) -> Fingerprint {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    body.to_string().hash(&mut hasher);
+    Fingerprint(hasher.finish())
 }
 
 /// Deletes the CRD `name` if it carries the marker of `definition`;
@@ -109,5 +197,36 @@ pub async fn delete_owned(
         Ok(answer) => Ok(answer.is_left()),
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(false),
         Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn crd(uid: &str, version: &str) -> CustomResourceDefinition {
+        let mut crd = CustomResourceDefinition::default();
+        crd.metadata.name = Some("greetings.hello.io".into());
+        crd.metadata.uid = Some(uid.into());
+        crd.metadata.resource_version = Some(version.into());
+        crd
+    }
+
+    #[test]
+    fn a_crd_is_applied_again_unless_it_is_as_applied_and_established() {
+        let applied = Applied::default();
+        let body = fingerprint(&serde_json::json!({"spec": {"group": "hello.io"}}));
+        let other = fingerprint(&serde_json::json!({"spec": {"group": "hello.io", "x": 1}}));
+        assert!(!applied.unchanged(body.0, &crd("a", "7")), "never applied");
+        applied.established(body, &crd("a", "7"));
+        assert!(applied.unchanged(body.0, &crd("a", "7")));
+        assert!(
+            !applied.unchanged(other.0, &crd("a", "7")),
+            "another body to apply"
+        );
+        assert!(!applied.unchanged(body.0, &crd("a", "8")), "changed since");
+        assert!(!applied.unchanged(body.0, &crd("b", "7")), "created again");
+        applied.forget("greetings.hello.io");
+        assert!(!applied.unchanged(body.0, &crd("a", "7")), "forgotten");
     }
 }

@@ -59,6 +59,7 @@ pub(super) async fn remove(
         ctx.serving.stop(&name).await;
         if let Some(kind) = &kind {
             let crd = format!("{}.{}", kind.plural, kind.group);
+            ctx.applied_crds.forget(&crd);
             if crds::delete_owned(&ctx.client, &crd, &name).await? {
                 return wait_for_crd(def, ctx, crd).await;
             }

@@ -126,6 +126,8 @@ pub(crate) async fn serve(
         default_service_account: config.default_service_account,
         isolation: config.isolation,
         webhook: config.webhook,
+        applied_crds: crds::Applied::default(),
+        granted: rights::Granted::default(),
         budget: config.budget,
         walks: migration::Walks::default(),
         migrator: migrator::Migrator::default(),

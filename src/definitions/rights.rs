@@ -2,7 +2,9 @@
 //! overlays need: one `SelfSubjectAccessReview` per verb and resource of
 //! the rules `rbac` prints for the kind. Missing rights are listed, so
 //! `RightsGranted=False` says what to grant (`kustomize-operator rbac`
-//! prints it as one aggregated ClusterRole).
+//! prints it as one aggregated ClusterRole). A right granted is not asked
+//! again for a few seconds ([`Granted`]): many definitions need the same
+//! rights (`create configmaps`), and each looks again every few minutes.
 
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
@@ -10,7 +12,9 @@ use k8s_openapi::api::authorization::v1::{
 use kube::api::PostParams;
 use kube::{Api, Client};
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use kube::core::GroupVersionKind;
 use kube::discovery::Scope;
@@ -22,6 +26,43 @@ use crate::kinds::declared::rbac::{KindRules, ObjectType, Rule};
 /// writes run as a tenant's ServiceAccount: reading them (ownership,
 /// health) stays with the operator.
 const READ_VERBS: [&str; 3] = ["get", "list", "watch"];
+
+/// How long a right granted is taken as granted without asking again: a
+/// right revoked shows this much later at most; a right missing is asked
+/// again every time, so one granted shows at once.
+const GRANTED_FOR: Duration = Duration::from_secs(20);
+
+/// The rights reviews granted lately, shared by every definition's look:
+/// who (`None`: the operator's own account), and what they may do.
+#[derive(Debug, Default)]
+pub struct Granted(Mutex<HashMap<Question, Instant>>);
+
+/// One access review's question.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Question {
+    user: Option<String>,
+    group: String,
+    resource: String,
+    verb: String,
+    namespace: Option<String>,
+}
+
+impl Granted {
+    /// True when `question` was granted within [`GRANTED_FOR`].
+    fn recently(&self, question: &Question) -> bool {
+        let granted = crate::sync::lock(&self.0);
+        granted
+            .get(question)
+            .is_some_and(|at| at.elapsed() < GRANTED_FOR)
+    }
+
+    /// `question` was granted now; answers past [`GRANTED_FOR`] go.
+    fn record(&self, question: Question) {
+        let mut granted = crate::sync::lock(&self.0);
+        granted.retain(|_, at| at.elapsed() < GRANTED_FOR);
+        granted.insert(question, Instant::now());
+    }
+}
 
 /// One right the identity lacks: `create configmaps`, `list greetings.hello.io`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,6 +119,7 @@ pub fn operator_rules(rules: &KindRules, tenant_writes: bool) -> Vec<Rule> {
 /// `None`, else impersonated) lacks, cluster-wide.
 pub async fn missing(
     client: &Client,
+    granted: &Granted,
     rules: &[Rule],
     user: Option<&str>,
 ) -> Result<Vec<Missing>, kube::Error> {
@@ -86,7 +128,7 @@ pub async fn missing(
         for group in &rule.api_groups {
             for resource in &rule.resources {
                 for verb in &rule.verbs {
-                    if !review(client, user, group, resource, verb, None).await? {
+                    if !review(client, granted, user, group, resource, verb, None).await? {
                         missing.push(Missing {
                             verb: verb.clone(),
                             resource: qualified(group, resource),
@@ -107,6 +149,7 @@ pub async fn missing(
 /// its writer may write: each object type says where that is.
 pub async fn reach(
     client: &Client,
+    granted: &Granted,
     user: Option<&str>,
     namespaced_kind: bool,
     types: &BTreeSet<ObjectType>,
@@ -137,6 +180,7 @@ pub async fn reach(
         let line = if caps.scope == Scope::Cluster {
             if review(
                 client,
+                granted,
                 user,
                 &resource.group,
                 &resource.plural,
@@ -151,6 +195,7 @@ pub async fn reach(
             }
         } else if review(
             client,
+            granted,
             user,
             &resource.group,
             &resource.plural,
@@ -201,8 +246,36 @@ fn qualified(group: &str, resource: &str) -> String {
 /// Whether `user` (the client's own identity when `None`) may `verb`
 /// `resource` (`name` or `name/subresource`) of `group`, in `namespace` or
 /// cluster-wide: a SelfSubjectAccessReview, impersonating `user` when
-/// given (the operator holds `impersonate` for the accounts it writes as).
+/// given (the operator holds `impersonate` for the accounts it writes as);
+/// not asked when `granted` lately.
 async fn review(
+    client: &Client,
+    granted: &Granted,
+    user: Option<&str>,
+    group: &str,
+    resource: &str,
+    verb: &str,
+    namespace: Option<&str>,
+) -> Result<bool, kube::Error> {
+    let question = Question {
+        user: user.map(str::to_string),
+        group: group.to_string(),
+        resource: resource.to_string(),
+        verb: verb.to_string(),
+        namespace: namespace.map(str::to_string),
+    };
+    if granted.recently(&question) {
+        return Ok(true);
+    }
+    let allowed = ask(client, user, group, resource, verb, namespace).await?;
+    if allowed {
+        granted.record(question);
+    }
+    Ok(allowed)
+}
+
+/// The SelfSubjectAccessReview itself.
+async fn ask(
     client: &Client,
     user: Option<&str>,
     group: &str,
@@ -277,6 +350,36 @@ mod tests {
                 rule("", "secrets", &["list", "watch"]),
                 rule("", "serviceaccounts", &["impersonate"]),
             ]
+        );
+    }
+
+    #[test]
+    fn a_right_granted_is_taken_as_granted_for_a_while_and_no_longer() {
+        let question = |user: Option<&str>| Question {
+            user: user.map(str::to_string),
+            group: String::new(),
+            resource: "configmaps".into(),
+            verb: "create".into(),
+            namespace: None,
+        };
+        let granted = Granted::default();
+        assert!(!granted.recently(&question(None)));
+        granted.record(question(None));
+        assert!(granted.recently(&question(None)));
+        assert!(
+            !granted.recently(&question(Some("system:serviceaccount:t:w"))),
+            "another account"
+        );
+        crate::sync::lock(&granted.0).insert(question(None), Instant::now() - GRANTED_FOR);
+        assert!(
+            !granted.recently(&question(None)),
+            "asked again once it is old"
+        );
+        granted.record(question(Some("u")));
+        assert_eq!(
+            crate::sync::lock(&granted.0).len(),
+            1,
+            "the old answer went"
         );
     }
 
