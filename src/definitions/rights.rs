@@ -267,7 +267,7 @@ async fn review(
     if granted.recently(&question) {
         return Ok(true);
     }
-    let allowed = ask(client, user, group, resource, verb, namespace).await?;
+    let allowed = ask(client, &question).await?;
     if allowed {
         granted.record(question);
     }
@@ -275,33 +275,26 @@ async fn review(
 }
 
 /// The SelfSubjectAccessReview itself.
-async fn ask(
-    client: &Client,
-    user: Option<&str>,
-    group: &str,
-    resource: &str,
-    verb: &str,
-    namespace: Option<&str>,
-) -> Result<bool, kube::Error> {
-    let (name, subresource) = match resource.split_once('/') {
+async fn ask(client: &Client, question: &Question) -> Result<bool, kube::Error> {
+    let (name, subresource) = match question.resource.split_once('/') {
         Some((name, sub)) => (name, Some(sub.to_string())),
-        None => (resource, None),
+        None => (question.resource.as_str(), None),
     };
     let review = SelfSubjectAccessReview {
         spec: SelfSubjectAccessReviewSpec {
             resource_attributes: Some(ResourceAttributes {
-                group: Some(group.to_string()),
+                group: Some(question.group.clone()),
                 resource: Some(name.to_string()),
                 subresource,
-                namespace: namespace.map(str::to_string),
-                verb: Some(verb.to_string()),
+                namespace: question.namespace.clone(),
+                verb: Some(question.verb.clone()),
                 ..Default::default()
             }),
             ..Default::default()
         },
         ..Default::default()
     };
-    let answer: SelfSubjectAccessReview = match user {
+    let answer: SelfSubjectAccessReview = match question.user.as_deref() {
         None => {
             Api::<SelfSubjectAccessReview>::all(client.clone())
                 .create(&PostParams::default(), &review)
