@@ -47,8 +47,8 @@ pub enum CrdError {
 /// by hand or otherwise, nor deleted and created again) and the body to
 /// apply the same: nothing to apply, and it is established. (The API
 /// server's own status writes after an apply change the version: the
-/// next look applies once more, which changes nothing, and records it.) Kept in the process
-/// only: a restart applies each CRD once more.
+/// next look applies once more, which changes nothing, and records it.)
+/// Kept in the process only: a restart applies each CRD once more.
 #[derive(Debug, Default)]
 pub struct Applied(Mutex<HashMap<String, Stamp>>);
 
