@@ -19,7 +19,7 @@ use std::path::Path;
 
 use crate::cli::CommonArgs;
 use crate::engine::host::Fate;
-use crate::engine::host::{BuildJob, FIELD_MANAGER, RenderedOverlay};
+use crate::engine::host::{BuildJob, Engine, RenderedOverlay};
 use crate::kind::ObjectId;
 use crate::kind::Step;
 use crate::kinds::{OwnedObjects, Preview};
@@ -76,7 +76,7 @@ pub async fn diff(
     for (step, overlay) in prepared.output.steps.iter().zip(&prepared.output.overlays) {
         let (field_manager, force) = match step {
             Step::Apply { field_manager, .. } => (
-                field_manager.as_deref().unwrap_or(FIELD_MANAGER),
+                field_manager.as_deref().unwrap_or(Engine::FIELD_MANAGER),
                 prepared.output.takes_back,
             ),
             Step::Patch { field_manager, .. } => (field_manager.as_str(), true),

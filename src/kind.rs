@@ -17,12 +17,9 @@ pub use crate::engine::contract::{
     Revision, Step, Watching, namespaced_api,
 };
 pub use crate::engine::model::identity::check_account_name;
-pub use crate::engine::model::inventory::{
-    Inventory, MAX_INVENTORY, OWNER_ANNOTATION, OWNER_LABEL, ObjectId, Owner,
-};
+pub use crate::engine::model::inventory::{Inventory, ObjectId, Owner};
 pub use crate::engine::model::overlay::{
     ConfigMapGenerator, Labels, Overlay, PatchTarget, PatchTemplate, ResourceTemplate,
-    kustomize_refuses,
 };
 pub use crate::engine::model::status::{
     CommonStatus, Condition, ConditionStatus, ConditionType, Reason,
@@ -31,9 +28,5 @@ pub use crate::engine::model::templates::{
     Isolation, KustomizeDir, TemplateError, TemplateFlavor, TemplateSources, Templates,
 };
 
-// For the declared kinds: the dynamic kind of a declared resource, the
-// engine's own status fields a kind file may not redefine, and the kinds
-// whose objects are current as soon as they exist.
+// For the declared kinds: the dynamic kind of a declared resource.
 pub(crate) use crate::engine::model::dynamic_kind::dynamic_kind;
-pub(crate) use crate::engine::model::inventory::always_current_kind;
-pub(crate) use crate::engine::model::status::ENGINE_STATUS_FIELDS;

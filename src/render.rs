@@ -202,7 +202,8 @@ fn write(prepared: &Prepared, out: &Path) -> Result<RenderSummary, RenderCommand
             path: target.clone(),
             reason,
         };
-        crate::engine::host::private_dir(&target).map_err(|e| output_err(e.to_string()))?;
+        crate::engine::host::RenderedOverlay::private_dir(&target)
+            .map_err(|e| output_err(e.to_string()))?;
         rendered
             .write_to(&target)
             .map_err(|e| output_err(e.to_string()))?;
@@ -323,5 +324,5 @@ fn prepare_out(out: &Path) -> Result<(), RenderCommandError> {
             return Err(output_err("exists and is not empty".into()));
         }
     }
-    crate::engine::host::private_dir(out).map_err(|e| output_err(e.to_string()))
+    crate::engine::host::RenderedOverlay::private_dir(out).map_err(|e| output_err(e.to_string()))
 }

@@ -14,7 +14,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, LimitRange, Namespace, Service};
 use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
-use kustomize_operator::kind::OWNER_LABEL;
+use kustomize_operator::kind::Owner;
 use kustomize_operator::kinds::registry::{Kind, Registry};
 use serde_json::{Value, json};
 use tokio::sync::OnceCell;
@@ -278,7 +278,7 @@ async fn diff_lists_what_a_run_would_prune_and_what_it_would_leave() {
     assert_eq!(names(&services).await, ["shop-web"]);
 
     // Without the marker it would be left, and nothing else would change.
-    let unmark = format!("{OWNER_LABEL}-");
+    let unmark = format!("{}-", Owner::LABEL);
     let (ok, _, err) = common::kubectl(&["-n", &ns.name, "label", "service/shop-web", &unmark]);
     assert!(ok, "{err}");
     let (code, out, err) = diff();
@@ -294,7 +294,7 @@ async fn diff_lists_what_a_run_would_prune_and_what_it_would_leave() {
 
     // Marked again, the operator prunes it as diff said; then diff is clean.
     let uid = apps.get("shop").await.unwrap().metadata.uid.unwrap();
-    let mark = format!("{OWNER_LABEL}={uid}");
+    let mark = format!("{}={uid}", Owner::LABEL);
     let (ok, _, err) = common::kubectl(&["-n", &ns.name, "label", "service/shop-web", &mark]);
     assert!(ok, "{err}");
     let operator = operator(&ns.name, "webapp").await;

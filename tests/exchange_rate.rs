@@ -20,7 +20,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
-use kustomize_operator::kind::{KustomizeDir, OWNER_LABEL};
+use kustomize_operator::kind::{KustomizeDir, Owner};
 use kustomize_operator::kinds::exchange_rate::{
     ExchangeRate, ExchangeRateHandler, ExchangeRateSpec, ExchangeRateStatus, Fetched,
     REFRESH_ANNOTATION, config_map_name,
@@ -218,7 +218,7 @@ async fn touch(api: &Api<ExchangeRate>, name: &str, value: &str) {
 
 /// The ConfigMaps carrying the ExchangeRate's ownership marker.
 async fn config_maps_of(client: &Client, ns: &str, er: &ExchangeRate) -> Vec<ConfigMap> {
-    let selector = format!("{OWNER_LABEL}={}", er.uid().unwrap());
+    let selector = format!("{}={}", Owner::LABEL, er.uid().unwrap());
     Api::<ConfigMap>::namespaced(client.clone(), ns)
         .list(&ListParams::default().labels(&selector))
         .await

@@ -13,7 +13,7 @@ use ko_test_support as common;
 use std::collections::{BTreeMap, BTreeSet};
 
 use kube::api::ObjectMeta;
-use kustomize_operator::kind::{KustomizeDir, ObjectId, Step, kustomize_refuses};
+use kustomize_operator::kind::{KustomizeDir, ObjectId, Overlay, Step};
 use kustomize_operator::kinds::chaos_agent::MAX_REPLICAS;
 use kustomize_operator::kinds::copyrator::marker;
 use kustomize_operator::kinds::exchange_rate::config_map_name;
@@ -568,7 +568,7 @@ proptest! {
             .iter()
             .filter(|s| s.matching || selector.iter().all(|(k, v)| s.labels.get(k) == Some(v)))
             .collect();
-        let refused = |s: &Source| !secret && s.data.values().any(|v| v.chars().any(kustomize_refuses));
+        let refused = |s: &Source| !secret && s.data.values().any(|v| v.chars().any(Overlay::kustomize_refuses));
         let wanted: BTreeMap<&str, &Source> = matching
             .iter()
             .filter(|s| !refused(s))

@@ -9,9 +9,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
-use kustomize_operator::kind::{
-    CommonStatus, ConditionStatus, ConditionType, OWNER_ANNOTATION, OWNER_LABEL, Reason,
-};
+use kustomize_operator::kind::{CommonStatus, ConditionStatus, ConditionType, Owner, Reason};
 use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -158,9 +156,9 @@ async fn create_update_second_sample_and_delete() {
     );
     let d = deployments.get("web").await.unwrap();
     let uid = created.metadata.uid.clone().unwrap();
-    assert_eq!(d.metadata.labels.as_ref().unwrap()[OWNER_LABEL], uid);
+    assert_eq!(d.metadata.labels.as_ref().unwrap()[Owner::LABEL], uid);
     assert_eq!(
-        d.metadata.annotations.as_ref().unwrap()[OWNER_ANNOTATION],
+        d.metadata.annotations.as_ref().unwrap()[Owner::ANNOTATION],
         format!("Sample.nuvolaris.org/{}/web", ns.name)
     );
     assert!(
@@ -233,7 +231,7 @@ async fn create_update_second_sample_and_delete() {
 /// field managers, its replicas and selector.
 fn untouched(d: &Deployment) {
     let labels = d.metadata.labels.clone().unwrap_or_default();
-    assert!(!labels.contains_key(OWNER_LABEL), "marked: {labels:?}");
+    assert!(!labels.contains_key(Owner::LABEL), "marked: {labels:?}");
     let managers: Vec<String> = d
         .metadata
         .managed_fields

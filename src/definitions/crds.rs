@@ -13,7 +13,7 @@ use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 
 use super::resource::MARKER_LABEL;
-use crate::engine::host::FIELD_MANAGER;
+use crate::engine::host::Engine;
 pub(crate) use crate::engine::host::wait_established;
 
 /// Why a CRD could not be applied.
@@ -157,7 +157,7 @@ pub async fn apply(
     let answer = Api::<CustomResourceDefinition>::all(client.clone())
         .patch(
             &name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
+            &PatchParams::apply(Engine::FIELD_MANAGER).force(),
             &Patch::Apply(&body),
         )
         .await

@@ -30,7 +30,7 @@ use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
-use crate::engine::host::FIELD_MANAGER;
+use crate::engine::host::Engine;
 
 /// How many resources one step writes again.
 pub const PAGE: u32 = 100;
@@ -431,7 +431,7 @@ async fn trim(client: &Client, crd: &str, storage: &str) -> Result<(), kube::Err
     let api = Api::<CustomResourceDefinition>::all(client.clone());
     let patch = Patch::Merge(json!({"status": {"storedVersions": [storage]}}));
     let params = PatchParams {
-        field_manager: Some(FIELD_MANAGER.into()),
+        field_manager: Some(Engine::FIELD_MANAGER.into()),
         ..Default::default()
     };
     api.patch_status(crd, &params, &patch).await.map(|_| ())

@@ -466,7 +466,7 @@ async fn restore(client: &Client, crd: &str, lost: &[String]) -> Result<(), kube
         "status": {"storedVersions": listed},
     }));
     let params = PatchParams {
-        field_manager: Some(crate::engine::host::FIELD_MANAGER.into()),
+        field_manager: Some(crate::engine::host::Engine::FIELD_MANAGER.into()),
         ..Default::default()
     };
     let api = Api::<CustomResourceDefinition>::all(client.clone());

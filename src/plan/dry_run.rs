@@ -16,8 +16,8 @@ use kube::{Client, Resource};
 use serde_json::Value;
 
 use super::report::{Failure, Reason};
-use crate::kind::OWNER_LABEL;
 use crate::kind::ObjectId;
+use crate::kind::Owner;
 
 /// Where an API serves a kind: its resource, and whether it is namespaced.
 type Resolved = Result<(ApiResource, bool), String>;
@@ -102,7 +102,7 @@ impl DryRun {
             Ok(None) => None,
             Ok(Some(live)) => {
                 let labels = live.metadata.labels.unwrap_or_default();
-                let marker = labels.get(OWNER_LABEL).map(String::as_str);
+                let marker = labels.get(Owner::LABEL).map(String::as_str);
                 (marker != Some(uid)).then(|| {
                     failure(
                         "exists, not created by this resource: the operator does not take over objects it did not create".into(),

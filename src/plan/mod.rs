@@ -36,9 +36,7 @@ use self::fleet::Right;
 pub use self::report::Report;
 use self::report::{Change, Failure, Outcome, Reason, ResourcePlan};
 use crate::cli::PlanArgs;
-use crate::engine::host::{
-    BatchSettings, BuildJob, Built, FIELD_MANAGER, Identity, Queue, Writers,
-};
+use crate::engine::host::{BatchSettings, BuildJob, Built, Engine, Identity, Queue, Writers};
 use crate::kind::Step;
 use crate::kind::{Isolation, ObjectId, Owner};
 use crate::kinds::declared::DeclaredKind;
@@ -424,7 +422,8 @@ impl<'a> Planner<'a> {
         for (step, overlay) in preview.steps.into_iter().zip(preview.overlays) {
             let applied = match step {
                 Step::Apply { field_manager, .. } => Applied {
-                    field_manager: field_manager.unwrap_or_else(|| FIELD_MANAGER.to_string()),
+                    field_manager: field_manager
+                        .unwrap_or_else(|| Engine::FIELD_MANAGER.to_string()),
                     force: takes_back,
                 },
                 Step::Patch { field_manager, .. } => Applied {

@@ -13,7 +13,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Value, json};
 
 use crate::engine::model::dynamic_kind::dynamic_kind;
-use crate::engine::model::inventory::OWNER_ANNOTATION;
+use crate::engine::model::inventory::Owner;
 
 /// One watched object: its kind is the watch's [`ApiResource`].
 #[derive(Clone, Debug)]
@@ -70,7 +70,7 @@ impl<'de> Deserialize<'de> for CompactObject {
 fn kept_metadata(meta: ObjectMeta) -> ObjectMeta {
     let owner = meta
         .annotations
-        .and_then(|mut a| a.remove_entry(OWNER_ANNOTATION))
+        .and_then(|mut a| a.remove_entry(Owner::ANNOTATION))
         .map(|entry| [entry].into());
     ObjectMeta {
         name: meta.name,
@@ -95,7 +95,7 @@ impl CompactObject {
 
     /// The owner annotation (`Kind.group/ns/name`), if it carries one.
     pub fn owner(&self) -> Option<&String> {
-        self.annotations().get(OWNER_ANNOTATION)
+        self.annotations().get(Owner::ANNOTATION)
     }
 }
 
@@ -114,7 +114,7 @@ mod tests {
                 "name": "web", "namespace": "a", "uid": "u", "generation": 3,
                 "resourceVersion": "7",
                 "labels": {"app": "web"},
-                "annotations": {OWNER_ANNOTATION: "Sample.nuvolaris.org/a/s", "other": "x"},
+                "annotations": {Owner::ANNOTATION: "Sample.nuvolaris.org/a/s", "other": "x"},
                 "managedFields": [{"manager": "m"}]
             },
             "spec": {"replicas": 2, "template": {"spec": {"containers": [{"name": "c"}]}}},
@@ -131,7 +131,7 @@ mod tests {
                 "metadata": {
                     "name": "web", "namespace": "a", "uid": "u", "generation": 3,
                     "resourceVersion": "7",
-                    "annotations": {OWNER_ANNOTATION: "Sample.nuvolaris.org/a/s"}
+                    "annotations": {Owner::ANNOTATION: "Sample.nuvolaris.org/a/s"}
                 },
                 "spec": {"replicas": 2},
                 "status": {"observedGeneration": 3, "readyReplicas": 2}

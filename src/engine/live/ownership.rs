@@ -276,7 +276,7 @@ mod tests {
                 .is_some_and(|l| l.get("legacy").is_some_and(|v| v == "victim"))
         };
         let o = owner();
-        let ours = meta(&[(crate::engine::model::inventory::OWNER_LABEL, "u-1")]);
+        let ours = meta(&[(crate::engine::model::inventory::Owner::LABEL, "u-1")]);
         assert_eq!(verdict(&o, &ours, &never), Verdict::Ours);
         let theirs = meta(&[("app", "victim")]);
         assert!(matches!(verdict(&o, &theirs, &never), Verdict::Foreign(_)));
@@ -284,7 +284,7 @@ mod tests {
             verdict(&o, &meta(&[("legacy", "victim")]), &legacy),
             Verdict::Adopted
         );
-        let other_owner = meta(&[(crate::engine::model::inventory::OWNER_LABEL, "u-2")]);
+        let other_owner = meta(&[(crate::engine::model::inventory::Owner::LABEL, "u-2")]);
         assert!(matches!(
             verdict(&o, &other_owner, &never),
             Verdict::Foreign(_)

@@ -26,8 +26,7 @@ use tokio_util::sync::CancellationToken;
 use super::compact::CompactObject;
 use super::ownership::{ApiKind, Discovery};
 use super::waiters::Waiters;
-use crate::engine::model::inventory::always_current_kind;
-use crate::engine::model::inventory::{OWNER_LABEL, ObjectId};
+use crate::engine::model::inventory::{ObjectId, Owner};
 use crate::error_text;
 
 /// How long the first list of a new watch may take before reads go on
@@ -45,7 +44,7 @@ const ARRIVAL_WAIT: Duration = Duration::from_secs(2);
 
 /// True when objects of `id`'s kind need no watch to be judged.
 pub(crate) fn always_current(id: &ObjectId) -> bool {
-    always_current_kind(id.group(), &id.kind)
+    ObjectId::always_current_kind(id.group(), &id.kind)
 }
 
 /// What is known of one object.
@@ -307,7 +306,7 @@ impl ObjectCache {
             stop: CancellationToken::new(),
         };
         let config = watcher::Config::default()
-            .labels(OWNER_LABEL)
+            .labels(Owner::LABEL)
             .any_semantic();
         let events = watcher(api, config).default_backoff().reflect(writer);
         let feed = Feed {

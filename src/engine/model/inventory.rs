@@ -15,14 +15,6 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// The label naming an object's owner by UID.
-pub const OWNER_LABEL: &str = "kustomize-operator.io/owner";
-/// The annotation naming an object's owner as `Kind.group/namespace/name`.
-pub const OWNER_ANNOTATION: &str = "kustomize-operator.io/owner";
-/// Objects one resource may own: above this its plan is refused (`TooLarge`),
-/// so the inventory in its status stays far below etcd's object size limit.
-pub const MAX_INVENTORY: usize = 10_000;
-
 /// The resource that owns what it applies.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Owner {
@@ -39,6 +31,11 @@ pub struct Owner {
 }
 
 impl Owner {
+    /// The label naming an object's owner by UID.
+    pub const LABEL: &str = "kustomize-operator.io/owner";
+    /// The annotation naming an object's owner as `Kind.group/namespace/name`.
+    pub const ANNOTATION: &str = "kustomize-operator.io/owner";
+
     /// A Sample `web` (UID `u`) in `namespace`, for tests.
     #[cfg(test)]
     pub fn sample_web(namespace: Option<&str>) -> Self {
@@ -51,7 +48,7 @@ impl Owner {
         }
     }
 
-    /// The value of [`OWNER_ANNOTATION`]: `Kind.group/namespace/name`
+    /// The value of [`Owner::ANNOTATION`]: `Kind.group/namespace/name`
     /// (`Kind.group/name` when cluster-scoped).
     pub fn annotation(&self) -> String {
         let group = self.api_version.rsplit_once('/').map_or("", |(g, _)| g);
@@ -70,13 +67,13 @@ impl Owner {
     pub fn marks(&self, meta: &ObjectMeta) -> bool {
         meta.labels
             .as_ref()
-            .and_then(|l| l.get(OWNER_LABEL))
+            .and_then(|l| l.get(Owner::LABEL))
             .is_some_and(|v| *v == self.uid)
     }
 
     /// True when a built manifest carries this owner's marker.
     pub fn marks_manifest(&self, manifest: &Value) -> bool {
-        manifest["metadata"]["labels"][OWNER_LABEL].as_str() == Some(self.uid.as_str())
+        manifest["metadata"]["labels"][Owner::LABEL].as_str() == Some(self.uid.as_str())
     }
 
     /// The ownerReference namespaced objects in the owner's namespace get.
@@ -99,7 +96,7 @@ pub fn describe_owner(meta: &ObjectMeta) -> String {
     if let Some(owner) = meta
         .annotations
         .as_ref()
-        .and_then(|a| a.get(OWNER_ANNOTATION))
+        .and_then(|a| a.get(Owner::ANNOTATION))
     {
         return format!("owned by {owner}");
     }
@@ -142,6 +139,12 @@ pub struct ObjectId {
 }
 
 impl ObjectId {
+    /// True when objects of this group and kind are current once they exist
+    /// (they have no status worth watching).
+    pub(crate) fn always_current_kind(group: &str, kind: &str) -> bool {
+        ALWAYS_CURRENT.contains(&(group, kind))
+    }
+
     /// The identity of a manifest; `None` when it lacks apiVersion, kind or name.
     pub fn of_manifest(manifest: &Value) -> Option<Self> {
         Some(Self {
@@ -214,6 +217,11 @@ pub struct InventoryGroup {
 }
 
 impl Inventory {
+    /// Objects one resource may own: above this its plan is refused
+    /// (`TooLarge`), so the inventory in its status stays far below etcd's
+    /// object size limit.
+    pub const MAX_OBJECTS: usize = 10_000;
+
     /// The inventory of these objects.
     pub fn of(ids: &BTreeSet<ObjectId>) -> Self {
         let mut objects: Vec<InventoryGroup> = Vec::new();
@@ -274,12 +282,6 @@ const ALWAYS_CURRENT: [(&str, &str); 14] = [
     ("scheduling.k8s.io", "PriorityClass"),
 ];
 
-/// True when objects of this group and kind are current once they exist
-/// (they have no status worth watching).
-pub(crate) fn always_current_kind(group: &str, kind: &str) -> bool {
-    ALWAYS_CURRENT.contains(&(group, kind))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -315,11 +317,11 @@ mod tests {
         assert_eq!(o.annotation(), "Sample.nuvolaris.org/h2/web");
         let mut meta = ObjectMeta::default();
         assert!(!o.marks(&meta));
-        meta.labels = Some([(OWNER_LABEL.to_string(), "u-2".to_string())].into());
+        meta.labels = Some([(Owner::LABEL.to_string(), "u-2".to_string())].into());
         assert!(!o.marks(&meta), "another resource's marker");
-        meta.labels = Some([(OWNER_LABEL.to_string(), "u-1".to_string())].into());
+        meta.labels = Some([(Owner::LABEL.to_string(), "u-1".to_string())].into());
         assert!(o.marks(&meta));
-        assert!(o.marks_manifest(&json!({"metadata": {"labels": {OWNER_LABEL: "u-1"}}})));
+        assert!(o.marks_manifest(&json!({"metadata": {"labels": {Owner::LABEL: "u-1"}}})));
         let cluster = Owner {
             namespace: None,
             api_version: "v1".into(),
@@ -344,7 +346,7 @@ mod tests {
         );
         meta.annotations = Some(
             [(
-                OWNER_ANNOTATION.into(),
+                Owner::ANNOTATION.into(),
                 "Sample.nuvolaris.org/h2/other".into(),
             )]
             .into(),

@@ -13,17 +13,6 @@ use super::inventory::Inventory;
 use crate::kubectl::CommandRecord;
 use crate::text::truncate;
 
-/// The status fields the engine writes; every other field is the kind's.
-pub(crate) const ENGINE_STATUS_FIELDS: [&str; 7] = [
-    "observedGeneration",
-    "conditions",
-    "message",
-    "lastCommand",
-    "appliedDigest",
-    "lastAppliedAt",
-    "inventory",
-];
-
 /// Longest condition message of a resource kept, in bytes.
 pub const MESSAGE_LIMIT: usize = 1024;
 /// Longest printer-column `message` kept, in bytes: one short line.
@@ -238,6 +227,17 @@ pub struct CommonStatus {
 }
 
 impl CommonStatus {
+    /// The status fields the engine writes; every other field is the kind's.
+    pub(crate) const ENGINE_FIELDS: [&str; 7] = [
+        "observedGeneration",
+        "conditions",
+        "message",
+        "lastCommand",
+        "appliedDigest",
+        "lastAppliedAt",
+        "inventory",
+    ];
+
     /// The condition of type `type_`, if set.
     pub fn condition(&self, type_: ConditionType) -> Option<&Condition> {
         self.conditions.iter().find(|c| c.type_ == type_)

@@ -25,9 +25,6 @@ use crate::engine::run::kubectl_apply::{self, Applied, ApplyJob};
 use crate::kubectl::Kubectl;
 use crate::partition::share::Entered;
 
-/// The field manager of the engine's server-side applies (objects and status).
-pub const FIELD_MANAGER: &str = "kustomize-operator";
-
 /// How often expired entries are forgotten when no reconcile comes by
 /// ([`Engine::forget_expired`]).
 const FORGET_EVERY: Duration = Duration::from_secs(60);
@@ -132,6 +129,9 @@ impl std::fmt::Debug for Engine {
 }
 
 impl Engine {
+    /// The field manager of the engine's server-side applies (objects and status).
+    pub const FIELD_MANAGER: &str = "kustomize-operator";
+
     /// Builds the engine (and starts its kubectl queues).
     pub fn new(
         client: Client,

@@ -20,8 +20,7 @@ use serde_json::{Value, json};
 use super::parked::Parked;
 use crate::engine::contract::Handler;
 use crate::engine::model::status::CommonStatus;
-use crate::engine::model::status::ENGINE_STATUS_FIELDS;
-use crate::engine::reconcile::runtime::{Engine, FIELD_MANAGER};
+use crate::engine::reconcile::runtime::Engine;
 
 /// A resource as the engine reconciles it: with the freshest status known.
 pub(crate) struct Current<'a, K: Clone> {
@@ -91,7 +90,7 @@ pub(crate) fn compose(previous: &Value, common: &CommonStatus, kind: Option<Valu
                 status.extend(
                     previous
                         .iter()
-                        .filter(|(k, _)| !ENGINE_STATUS_FIELDS.contains(&k.as_str()))
+                        .filter(|(k, _)| !CommonStatus::ENGINE_FIELDS.contains(&k.as_str()))
                         .map(|(k, v)| (k.clone(), v.clone())),
                 );
             }
@@ -110,7 +109,7 @@ pub(crate) fn kind_fields(status: &Value) -> serde_json::Map<String, Value> {
         .map(|fields| {
             fields
                 .iter()
-                .filter(|(k, _)| !ENGINE_STATUS_FIELDS.contains(&k.as_str()))
+                .filter(|(k, _)| !CommonStatus::ENGINE_FIELDS.contains(&k.as_str()))
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect()
         })
@@ -171,7 +170,7 @@ where
         "kind": K::kind(dyn_type),
         "status": status,
     });
-    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let params = PatchParams::apply(Engine::FIELD_MANAGER).force();
     api.patch_status(name, &params, &Patch::Apply(&body)).await
 }
 

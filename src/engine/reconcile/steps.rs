@@ -16,11 +16,11 @@ use crate::engine::contract::{FieldConflicts, Reach};
 use crate::engine::live::crds::{ESTABLISH_TIMEOUT, wait_established};
 use crate::engine::live::ownership::{self, ApiKind, Inspected, Verdict};
 use crate::engine::model::identity::Identity;
-use crate::engine::model::inventory::{MAX_INVENTORY, ObjectId, Owner};
+use crate::engine::model::inventory::{Inventory, ObjectId, Owner};
 use crate::engine::model::outcome::Failure;
 use crate::engine::model::overlay::RenderedOverlay;
 use crate::engine::model::status::Reason;
-use crate::engine::reconcile::runtime::{Engine, FIELD_MANAGER};
+use crate::engine::reconcile::runtime::Engine;
 use crate::engine::run::build::BuildJob;
 use crate::engine::run::kubectl_apply::{ApplyJob, Document};
 use crate::kubectl::{self, CommandRecord, Invocation};
@@ -185,7 +185,7 @@ async fn apply_stage(
     }
     done.attempted
         .extend(inspected.iter().map(|i| i.id.clone()));
-    let field_manager = field_manager.unwrap_or(FIELD_MANAGER);
+    let field_manager = field_manager.unwrap_or(Engine::FIELD_MANAGER);
     for (documents, force) in split_by_ownership(manifests, &inspected, actor.conflicts) {
         let record = apply(engine, documents, field_manager, force, actor.identity).await?;
         if !record.succeeded() {
@@ -272,12 +272,13 @@ pub(crate) async fn build_owned<'a>(
 /// The identity of each built object, checked: every one carries the
 /// owner's marker, and there are not too many.
 fn identify(owner: &Owner, manifests: &[Value]) -> Result<Vec<ObjectId>, Failure> {
-    if manifests.len() > MAX_INVENTORY {
+    if manifests.len() > Inventory::MAX_OBJECTS {
         return Err(Failure::new(
             Reason::TooLarge,
             format!(
-                "the overlay builds to {} objects; one resource may own at most {MAX_INVENTORY}",
-                manifests.len()
+                "the overlay builds to {} objects; one resource may own at most {}",
+                manifests.len(),
+                Inventory::MAX_OBJECTS
             ),
         ));
     }
@@ -865,7 +866,7 @@ mod tests {
             uid: "u".into(),
         };
         let marked = json!({"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": "x", "namespace": "a", "labels": {crate::engine::model::inventory::OWNER_LABEL: "u"}}});
+            "metadata": {"name": "x", "namespace": "a", "labels": {crate::engine::model::inventory::Owner::LABEL: "u"}}});
         let unmarked = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "y"}});
         assert_eq!(
             identify(&owner, std::slice::from_ref(&marked))

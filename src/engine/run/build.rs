@@ -15,7 +15,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::batch::{self, Job, Member, Runner};
-use crate::engine::model::inventory::OWNER_LABEL;
+use crate::engine::model::inventory::Owner;
 use crate::engine::model::overlay::RenderedOverlay;
 use crate::kubectl::{CommandRecord, Invocation, Kubectl, Slot};
 
@@ -236,7 +236,7 @@ fn split_by_owner(
         .collect();
     let mut parts = vec![Vec::new(); batch.len()];
     for m in manifests {
-        let owner = m["metadata"]["labels"][OWNER_LABEL].as_str()?;
+        let owner = m["metadata"]["labels"][Owner::LABEL].as_str()?;
         parts[*index.get(owner)?].push(m);
     }
     Some(parts)
@@ -286,7 +286,7 @@ mod tests {
     fn objects_go_to_the_member_whose_marker_they_carry() {
         let (a, _ra) = member("a");
         let (b, _rb) = member("b");
-        let doc = |owner: &str, name: &str| json!({"kind": "ConfigMap", "metadata": {"name": name, "labels": {OWNER_LABEL: owner}}});
+        let doc = |owner: &str, name: &str| json!({"kind": "ConfigMap", "metadata": {"name": name, "labels": {Owner::LABEL: owner}}});
         let parts =
             split_by_owner(vec![doc("b", "x"), doc("a", "y"), doc("b", "z")], &[a, b]).unwrap();
         assert_eq!(parts[0].len(), 1);

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::engine::model::overlay::{RenderedOverlay, is_secret, private_dir};
+use crate::engine::model::overlay::{RenderedOverlay, is_secret};
 
 /// The directory of one resource's kept overlay.
 pub(crate) fn dir(root: &Path, kind: &str, namespace: Option<&str>, name: &str) -> PathBuf {
@@ -27,7 +27,7 @@ pub(crate) fn keep(dir: &Path, overlay: &RenderedOverlay, built: Option<&[Value]
         tracing::info!(dir = %dir.display(), "not keeping an overlay that may hold Secret data");
         return;
     }
-    let result = private_dir(dir)
+    let result = RenderedOverlay::private_dir(dir)
         .map_err(|e| e.to_string())
         .and_then(|()| overlay.write_to(dir).map_err(|e| e.to_string()));
     if let Err(e) = result {

@@ -35,7 +35,6 @@ use super::resource::{CopiesStatus, DeletionPolicy, ResolvedRule, RuleType, Targ
 use super::scope::Scope;
 use crate::kind::{
     EventType, HandlerError, ObjectId, OnFailure, Overlay, Plan, PlannedEvent, Step,
-    kustomize_refuses,
 };
 use crate::text::{IN_EVENT, first_names, truncate};
 
@@ -387,12 +386,15 @@ fn why_not_copyable(source: &Object) -> Option<String> {
         ));
     }
     content.data.iter().find_map(|(key, value)| {
-        value.chars().find(|c| kustomize_refuses(*c)).map(|c| {
-            format!(
-                "the value of {key:?} holds U+{:04X}, a character kustomize cannot process",
-                u32::from(c)
-            )
-        })
+        value
+            .chars()
+            .find(|c| Overlay::kustomize_refuses(*c))
+            .map(|c| {
+                format!(
+                    "the value of {key:?} holds U+{:04X}, a character kustomize cannot process",
+                    u32::from(c)
+                )
+            })
     })
 }
 

@@ -15,7 +15,7 @@ use super::object::DeclaredObject;
 use super::references::{By, Lookup, api_resource};
 use crate::kind::{
     ConfigMapGenerator, HandlerError, Isolation, Labels, Overlay, PatchTarget, PatchTemplate,
-    ResourceTemplate, TemplateError, TemplateFlavor, Templates, kustomize_refuses,
+    ResourceTemplate, TemplateError, TemplateFlavor, Templates,
 };
 
 /// The compiled templated strings of one kind file.
@@ -478,7 +478,7 @@ fn refused_text(value: &Value, at: &str) -> Option<(String, char)> {
     match value {
         Value::String(s) => s
             .chars()
-            .find(|c| kustomize_refuses(*c))
+            .find(|c| Overlay::kustomize_refuses(*c))
             .map(|c| (at.to_string(), c)),
         Value::Array(items) => items
             .iter()
@@ -487,7 +487,7 @@ fn refused_text(value: &Value, at: &str) -> Option<(String, char)> {
         Value::Object(map) => map.iter().find_map(|(k, v)| {
             refused_text(v, &child(k)).or_else(|| {
                 k.chars()
-                    .find(|c| kustomize_refuses(*c))
+                    .find(|c| Overlay::kustomize_refuses(*c))
                     .map(|c| (child(k), c))
             })
         }),

@@ -11,8 +11,8 @@ use super::KindFileError;
 use super::file::{self, KindFile};
 use super::versions::round_trip;
 
-use crate::kind::ENGINE_STATUS_FIELDS;
-use crate::kind::always_current_kind;
+use crate::kind::CommonStatus;
+use crate::kind::ObjectId;
 
 type Result<T> = std::result::Result<T, KindFileError>;
 
@@ -305,7 +305,7 @@ fn check_status(path: &Path, file: &KindFile) -> Result<()> {
                 format!("{:?} must be a lowerCamelCase field name", s.field),
             ));
         }
-        if ENGINE_STATUS_FIELDS.contains(&s.field.as_str()) {
+        if CommonStatus::ENGINE_FIELDS.contains(&s.field.as_str()) {
             return Err(invalid(
                 path,
                 format!("{at}.field"),
@@ -383,7 +383,7 @@ fn watched(path: &Path, at: &str, api_version: Option<&str>, kind: &str) -> Resu
     let group = api_version
         .and_then(|v| v.rsplit_once('/'))
         .map_or("", |(g, _)| g);
-    if always_current_kind(group, kind) {
+    if ObjectId::always_current_kind(group, kind) {
         return Err(invalid(
             path,
             at,

@@ -16,7 +16,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use super::inventory::{OWNER_ANNOTATION, OWNER_LABEL, Owner};
+use super::inventory::Owner;
 use super::templates::{KustomizeDir, TemplateError};
 
 mod hints;
@@ -50,18 +50,6 @@ pub enum OverlayError {
         /// The I/O error.
         source: std::io::Error,
     },
-}
-
-/// True for characters kubectl and kustomize cannot carry in a string
-/// value however the YAML or JSON escapes them: DEL, the C1 controls other
-/// than NEL, and the non-characters U+FFFE and U+FFFF are refused ("yaml:
-/// control characters are not allowed"); NEL (U+0085) comes out as a
-/// space, from `kubectl kustomize` and from `kubectl apply` alike, JSON
-/// input included (the API server itself keeps it). A kind whose resources
-/// carry user text checks it with this and reports what cannot be applied
-/// instead of changing it.
-pub fn kustomize_refuses(c: char) -> bool {
-    matches!(u32::from(c), 0x7f..=0x9f | 0xfffe | 0xffff)
 }
 
 /// What a kind wants applied, described as data.
@@ -341,13 +329,13 @@ impl Marking {
         let metadata_only = |path: &'static str| vec![FieldSpec { path, create: true }];
         let mut t = vec![
             Builtin {
-                labels: Some(BTreeMap::from([(OWNER_LABEL, self.owner.uid.clone())])),
+                labels: Some(BTreeMap::from([(Owner::LABEL, self.owner.uid.clone())])),
                 field_specs: Some(metadata_only("metadata/labels")),
                 ..Builtin::new("LabelTransformer", "owner-label")
             },
             Builtin {
                 annotations: Some(BTreeMap::from([(
-                    OWNER_ANNOTATION,
+                    Owner::ANNOTATION,
                     self.owner.annotation(),
                 )])),
                 field_specs: Some(metadata_only("metadata/annotations")),
@@ -373,8 +361,8 @@ impl Marking {
     /// need no kustomize build).
     fn mark(&self, manifest: &mut Value) {
         let meta = &mut manifest["metadata"];
-        meta["labels"][OWNER_LABEL] = json!(self.owner.uid);
-        meta["annotations"][OWNER_ANNOTATION] = json!(self.owner.annotation());
+        meta["labels"][Owner::LABEL] = json!(self.owner.uid);
+        meta["annotations"][Owner::ANNOTATION] = json!(self.owner.annotation());
         let in_owner_ns = self.owner.namespace.is_some()
             && meta["namespace"].as_str() == self.owner.namespace.as_deref();
         if self.owner_references && in_owner_ns {
@@ -391,6 +379,18 @@ impl Marking {
 }
 
 impl Overlay {
+    /// True for characters kubectl and kustomize cannot carry in a string
+    /// value however the YAML or JSON escapes them: DEL, the C1 controls other
+    /// than NEL, and the non-characters U+FFFE and U+FFFF are refused ("yaml:
+    /// control characters are not allowed"); NEL (U+0085) comes out as a
+    /// space, from `kubectl kustomize` and from `kubectl apply` alike, JSON
+    /// input included (the API server itself keeps it). A kind whose resources
+    /// carry user text checks it with this and reports what cannot be applied
+    /// instead of changing it.
+    pub fn kustomize_refuses(c: char) -> bool {
+        matches!(u32::from(c), 0x7f..=0x9f | 0xfffe | 0xffff)
+    }
+
     /// Renders every file of the overlay in memory, with the ownership
     /// marker when the resource owns what it applies.
     pub fn render(
@@ -568,6 +568,15 @@ fn to_yaml(value: &impl Serialize, what: &str) -> Result<String, OverlayError> {
 }
 
 impl RenderedOverlay {
+    /// Creates `dir` and its missing parents, each 0700.
+    pub(crate) fn private_dir(dir: &Path) -> std::io::Result<()> {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+    }
+
     /// Wraps a set of files, computing their digest.
     pub fn new(files: BTreeMap<String, Vec<u8>>) -> Self {
         let mut hasher = Sha256::new();
@@ -649,21 +658,12 @@ impl RenderedOverlay {
                 source,
             };
             if let Some(parent) = path.parent() {
-                private_dir(parent).map_err(write_err)?;
+                RenderedOverlay::private_dir(parent).map_err(write_err)?;
             }
             private_file(&path, bytes).map_err(write_err)?;
         }
         Ok(())
     }
-}
-
-/// Creates `dir` and its missing parents, each 0700.
-pub(crate) fn private_dir(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
 }
 
 /// Writes `bytes` to `path`, a file only its owner can read (0600).
@@ -690,10 +690,10 @@ mod tests {
         for c in [
             '\u{7f}', '\u{80}', '\u{85}', '\u{9f}', '\u{fffe}', '\u{ffff}',
         ] {
-            assert!(kustomize_refuses(c), "U+{:04X}", u32::from(c));
+            assert!(Overlay::kustomize_refuses(c), "U+{:04X}", u32::from(c));
         }
         for c in ['\t', '\n', '~', '\u{a0}', '\u{2028}', '\u{feff}', '😀'] {
-            assert!(!kustomize_refuses(c), "U+{:04X}", u32::from(c));
+            assert!(!Overlay::kustomize_refuses(c), "U+{:04X}", u32::from(c));
         }
     }
 
@@ -971,14 +971,14 @@ mod tests {
         };
         let r = o.render(&k, Some(&marking(true))).unwrap();
         let built = r.prebuilt().unwrap();
-        assert_eq!(built[0]["metadata"]["labels"][OWNER_LABEL], "u-1");
+        assert_eq!(built[0]["metadata"]["labels"][Owner::LABEL], "u-1");
         assert_eq!(
-            built[0]["metadata"]["annotations"][OWNER_ANNOTATION],
+            built[0]["metadata"]["annotations"][Owner::ANNOTATION],
             "Sample.nuvolaris.org/ns/web"
         );
         assert_eq!(built[0]["metadata"]["ownerReferences"][0]["uid"], "u-1");
         assert_eq!(built[1]["metadata"]["labels"]["keep"], "me");
-        assert_eq!(built[1]["metadata"]["labels"][OWNER_LABEL], "u-1");
+        assert_eq!(built[1]["metadata"]["labels"][Owner::LABEL], "u-1");
         assert!(
             built[1]["metadata"]["ownerReferences"].is_null(),
             "not in the owner's namespace"

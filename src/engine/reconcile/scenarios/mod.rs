@@ -24,7 +24,7 @@ use super::triggers::Triggers;
 use crate::engine::contract::{
     FieldConflicts, Handler, HandlerError, KindInfo, Plan, Policy, Reach,
 };
-use crate::engine::model::inventory::OWNER_LABEL;
+use crate::engine::model::inventory::Owner;
 use crate::engine::model::overlay::Overlay;
 use crate::engine::model::status::{CommonStatus, ConditionStatus, ConditionType, Reason};
 use crate::engine::model::templates::KustomizeDir;
@@ -371,7 +371,7 @@ async fn a_new_resource_gets_its_finalizer_its_objects_and_a_ready_status() {
     assert_eq!(widget["metadata"]["finalizers"], json!([FINALIZER]));
     let config_map = world.config_map("w-a").expect("the ConfigMap was applied");
     assert_eq!(config_map["data"], json!({"greeting": "hello"}));
-    assert_eq!(config_map["metadata"]["labels"][OWNER_LABEL], "uid-w");
+    assert_eq!(config_map["metadata"]["labels"][Owner::LABEL], "uid-w");
     let runs = world.kubectl_runs();
     assert_eq!(runs.len(), 1);
     assert!(runs[0].starts_with(&["apply".into(), "--server-side".into()]));
