@@ -26,6 +26,7 @@ pub mod guard;
 pub mod kind;
 pub mod kinds;
 pub mod kubectl;
+pub mod label;
 pub mod leader;
 pub mod manifests;
 pub mod memory;

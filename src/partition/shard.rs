@@ -18,14 +18,7 @@ pub fn selector(shard: Option<&str>) -> String {
 /// Checks a shard name: a label value (at most 63 characters: letters,
 /// digits, `-`, `_`, `.`, beginning and ending with a letter or digit).
 pub fn parse_name(name: &str) -> Result<String, String> {
-    let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
-    let valid = name.len() <= 63
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-        && edge(name.chars().next())
-        && edge(name.chars().last());
-    if valid {
+    if !name.is_empty() && crate::label::is_value(name) {
         Ok(name.to_string())
     } else {
         Err(format!(

@@ -414,14 +414,7 @@ impl Recipe {
 /// beginning and ending with a letter or digit (or be empty): what the API
 /// server would refuse is an invalid spec, said before kubectl runs.
 fn check_label_value(key: &str, value: &str) -> Result<(), HandlerError> {
-    let edge = |c: Option<char>| c.is_none_or(|c| c.is_ascii_alphanumeric());
-    let valid = value.len() <= 63
-        && value
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-        && edge(value.chars().next())
-        && edge(value.chars().last());
-    if valid {
+    if crate::label::is_value(value) {
         return Ok(());
     }
     Err(HandlerError::Invalid(format!(
