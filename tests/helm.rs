@@ -563,6 +563,76 @@ fn the_network_policy_and_the_cluster_account_follow_the_values() {
     assert!(names_of(&off, "NetworkPolicy").is_empty());
 }
 
+/// `tracing.otlpEndpoint` sends the operator's traces to a Collector and
+/// lets it out to the Collector: at the peers named, else at any address
+/// but link-local, on the Collector's ports. Unset, neither is there.
+#[test]
+fn a_tracing_endpoint_sets_the_exporter_and_opens_the_collector() {
+    let helm = helm_or_skip!();
+    let endpoint = "http://otel-collector.observability:4318";
+    let collector = json!([{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "observability"}}}]);
+    let to = format!("tracing.collector.to={collector}");
+    let named = helm.template(
+        "kustomize-operator",
+        "kustomize-operator-system",
+        &[
+            "--set",
+            &format!("tracing.otlpEndpoint={endpoint}"),
+            "--set-json",
+            &to,
+        ],
+    );
+    let deployment = find(&named, "Deployment", "kustomize-operator");
+    assert_eq!(
+        env_value(deployment, "OTEL_EXPORTER_OTLP_ENDPOINT").as_deref(),
+        Some(endpoint)
+    );
+    let egress = |docs: &[Value]| -> Vec<Value> {
+        let policy = find(docs, "NetworkPolicy", "kustomize-operator");
+        policy["spec"]["egress"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    };
+    let to_collector = json!({"to": collector, "ports": [{"port": 4318, "protocol": "TCP"}]});
+    assert!(
+        egress(&named).contains(&to_collector),
+        "{:#?}",
+        egress(&named)
+    );
+
+    let anywhere = helm.template(
+        "kustomize-operator",
+        "kustomize-operator-system",
+        &[
+            "--set",
+            &format!("tracing.otlpEndpoint={endpoint}"),
+            "--set-json",
+            "tracing.collector.ports=[4317,4318]",
+        ],
+    );
+    let any_address = json!({
+        "to": [
+            {"ipBlock": {"cidr": "0.0.0.0/0", "except": ["169.254.0.0/16"]}},
+            {"ipBlock": {"cidr": "::/0", "except": ["fe80::/10"]}},
+        ],
+        "ports": [{"port": 4317, "protocol": "TCP"}, {"port": 4318, "protocol": "TCP"}],
+    });
+    assert!(
+        egress(&anywhere).contains(&any_address),
+        "{:#?}",
+        egress(&anywhere)
+    );
+
+    let default = helm.template("kustomize-operator", "kustomize-operator-system", &[]);
+    let deployment = find(&default, "Deployment", "kustomize-operator");
+    assert_eq!(env_value(deployment, "OTEL_EXPORTER_OTLP_ENDPOINT"), None);
+    let to_collector_port = egress(&default).iter().any(|rule| {
+        (rule["ports"].as_array()).is_some_and(|ports| ports.iter().any(|p| p["port"] == 4318))
+    });
+    assert!(!to_collector_port, "{:#?}", egress(&default));
+}
+
 #[test]
 fn the_values_shape_the_install() {
     let helm = helm_or_skip!();
@@ -739,6 +809,10 @@ fn bad_values_are_refused_with_a_message_naming_them() {
         (
             &["--set-json", r#"extraEnv=[{"name":"SHARD","value":"b"}]"#],
             "extraEnv: SHARD is set by the chart from shard",
+        ),
+        (
+            &["--set", "tracing.otlpEndpoint=otel-collector:4318"],
+            "/tracing/otlpEndpoint",
         ),
         // A misspelt value is an error, not silently ignored.
         (

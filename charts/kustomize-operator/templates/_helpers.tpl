@@ -222,6 +222,10 @@ the order of the values' variables, then deploy/operator/deployment.yaml's.
   value: 60s
 - name: LOG_FORMAT
   value: json
+{{- with .Values.tracing.otlpEndpoint }}
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ . | quote }}
+{{- end }}
 - name: RUST_LOG
   value: info
 {{- if .Values.conversionWebhook.enabled }}
