@@ -57,7 +57,6 @@ fn podman_ok(args: &[&str]) -> String {
 /// True when podman runs and the image exists. Otherwise the running test
 /// skips, saying why (false), or fails under CI ([`common::skip`]).
 fn image_available() -> bool {
-    common::await_image_build();
     let out = podman(&["image", "exists", IMAGE]);
     if out.status.success() {
         return true;

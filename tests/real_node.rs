@@ -131,7 +131,6 @@ fn real_node() -> Option<String> {
 
 /// True when `hack/podman` has the image.
 fn image_exists() -> bool {
-    common::await_image_build();
     Command::new(common::repo().join("hack/podman"))
         .args(["image", "exists", IMAGE])
         .status()

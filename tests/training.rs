@@ -755,10 +755,6 @@ fn labs_run_as_written() {
              outside CI): {NO_REAL_NODE}.\n"
         ));
     }
-    if real_node && !needs_node.is_empty() {
-        // Lab 05 runs the image on the real node.
-        common::await_image_build();
-    }
     let _lock = RunLock::take();
     let started = Instant::now();
     let failures: Vec<String> = labs

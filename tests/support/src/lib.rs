@@ -859,41 +859,6 @@ pub fn otelcol_path() -> Option<PathBuf> {
     }
 }
 
-/// Waits for the image build `.ci/run` started beside the tests, if any.
-///
-/// `.ci/run` builds the image (`hack/image`, minutes of release build) while
-/// the tests that do not need it run, and names in `KO_IMAGE_BUILD_STATUS` a
-/// file it writes `hack/image`'s exit code to when the build ends. A test
-/// that runs the image calls this first: it returns at once without that
-/// variable (the image is built beforehand, or not at all), and when the
-/// build succeeded; it panics when the build failed or does not end within
-/// half an hour, naming the build's log (`KO_IMAGE_BUILD_LOG`).
-pub fn await_image_build() {
-    let Some(status) = std::env::var_os("KO_IMAGE_BUILD_STATUS").filter(|s| !s.is_empty()) else {
-        return;
-    };
-    let log = std::env::var("KO_IMAGE_BUILD_LOG").unwrap_or_default();
-    let deadline = std::time::Instant::now() + Duration::from_secs(30 * 60);
-    let mut said = false;
-    loop {
-        // Written whole by a rename: present means complete.
-        if let Ok(code) = std::fs::read_to_string(&status) {
-            let code = code.trim();
-            assert_eq!(code, "0", "hack/image failed (exit {code}); its log: {log}");
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "hack/image did not end within 30 minutes; its log: {log}"
-        );
-        if !said {
-            eprintln!("[{}] waiting for the image build ({log})", current_test());
-            said = true;
-        }
-        std::thread::sleep(Duration::from_secs(1));
-    }
-}
-
 /// True when the tests run in CI: `CI` is set to anything but an empty
 /// string, `0`, `false`, `no` or `off` (any case). CI runners set `true`
 /// or `1`; whatever they set, a missing prerequisite fails there.
