@@ -547,7 +547,7 @@ proptest! {
             Ok(built) => built,
             Err(e) => {
                 let message = e.to_string();
-                let bad_key = selector.keys().any(|k| !marker::is_label_key(k) || k.starts_with(marker::PREFIX));
+                let bad_key = selector.keys().any(|k| !kustomize_operator::label::is_key(k) || k.starts_with(marker::PREFIX));
                 let other_namespace = matches!(&source_namespace, Some(Some(ns)) if *ns != namespace);
                 prop_assert!(bad_key || other_namespace, "unexpected refusal: {message}");
                 prop_assert!(
@@ -587,8 +587,8 @@ proptest! {
             let data: BTreeMap<String, String> = serde_json::from_value(object["data"].clone()).unwrap();
             prop_assert_eq!(data, stored_data(source.unwrap()), "data of {}/{} changed on the way", ns, copy_name);
             for (key, value) in object["metadata"]["labels"].as_object().unwrap() {
-                prop_assert!(marker::is_label_key(key), "label key {key:?}");
-                prop_assert!(marker::is_label_value(value.as_str().unwrap()), "label {key}={value}");
+                prop_assert!(kustomize_operator::label::is_key(key), "label key {key:?}");
+                prop_assert!(kustomize_operator::label::is_value(value.as_str().unwrap()), "label {key}={value}");
             }
             copies.insert((ns, copy_name));
         }

@@ -11,6 +11,7 @@
 //! - annotation `copyrator.flant.com/digest`: sha256 of the labels and content
 //!   the copy should hold, to tell an up-to-date copy from one to re-apply.
 
+use crate::label::is_value;
 use sha2::{Digest, Sha256};
 
 /// Prefix of every marker key.
@@ -25,7 +26,7 @@ pub const DIGEST: &str = "copyrator.flant.com/digest";
 /// The value of the [`RULE`] label for a rule.
 pub fn rule_label(namespace: &str, name: &str) -> String {
     let plain = format!("{namespace}.{name}");
-    if is_label_value(&plain) {
+    if is_value(&plain) {
         plain
     } else {
         format!("h.{}", short_hash(&format!("{namespace}/{name}"), 32))
@@ -39,7 +40,7 @@ pub fn rule_annotation(namespace: &str, name: &str) -> String {
 
 /// The value of the [`SOURCE`] label for a source name.
 pub fn source_label(name: &str) -> String {
-    if is_label_value(name) {
+    if is_value(name) {
         name.to_string()
     } else {
         format!("h.{}", short_hash(name, 32))
@@ -52,48 +53,6 @@ fn short_hash(s: &str, len: usize) -> String {
     hex
 }
 
-/// True for a valid label value: at most 63 characters, alphanumerics with
-/// `-`, `_` and `.` inside, empty allowed.
-pub fn is_label_value(s: &str) -> bool {
-    s.len() <= 63 && is_qualified_part(s, true)
-}
-
-/// True for a valid label key: an optional DNS-subdomain prefix and `/`,
-/// then a name of at most 63 characters.
-pub fn is_label_key(s: &str) -> bool {
-    let (prefix, name) = match s.split_once('/') {
-        Some((p, n)) => (Some(p), n),
-        None => (None, s),
-    };
-    let prefix_ok = prefix.is_none_or(|p| {
-        !p.is_empty()
-            && p.len() <= 253
-            && p.split('.').all(|part| {
-                !part.is_empty()
-                    && part.len() <= 63
-                    && part
-                        .bytes()
-                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                    && !part.starts_with('-')
-                    && !part.ends_with('-')
-            })
-    });
-    prefix_ok && !name.is_empty() && name.len() <= 63 && is_qualified_part(name, false)
-}
-
-fn is_qualified_part(s: &str, allow_empty: bool) -> bool {
-    if s.is_empty() {
-        return allow_empty;
-    }
-    let bytes = s.as_bytes();
-    let alnum = |b: u8| b.is_ascii_alphanumeric();
-    alnum(bytes[0])
-        && alnum(bytes[bytes.len() - 1])
-        && bytes
-            .iter()
-            .all(|&b| alnum(b) || b == b'-' || b == b'_' || b == b'.')
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -102,25 +61,7 @@ mod tests {
     fn rule_label_is_readable_when_it_fits_and_hashed_otherwise() {
         assert_eq!(rule_label("team-a", "main-rule"), "team-a.main-rule");
         let long = rule_label("team-a", &"r".repeat(70));
-        assert!(long.starts_with("h.") && is_label_value(&long), "{long}");
+        assert!(long.starts_with("h.") && is_value(&long), "{long}");
         assert_ne!(long, rule_label("team-b", &"r".repeat(70)));
-    }
-
-    #[test]
-    fn label_syntax() {
-        assert!(is_label_value(""));
-        assert!(is_label_value("a.b_c-d"));
-        assert!(!is_label_value("-a"));
-        assert!(!is_label_value("a,b"));
-        assert!(!is_label_value("a=b"));
-        assert!(!is_label_value(&"a".repeat(64)));
-        assert!(is_label_key("copyrator"));
-        assert!(is_label_key("example.com/app"));
-        assert!(!is_label_key("a,b"));
-        assert!(!is_label_key("!a"));
-        assert!(!is_label_key("a b"));
-        assert!(!is_label_key("Example.com/app"));
-        assert!(!is_label_key("/app"));
-        assert!(!is_label_key(""));
     }
 }

@@ -423,12 +423,12 @@ fn validate_selector(selector: &BTreeMap<String, String>) -> Result<(), HandlerE
         ));
     }
     for (key, value) in selector {
-        if !super::marker::is_label_key(key) {
+        if !crate::label::is_key(key) {
             return Err(HandlerError::Invalid(format!(
                 "selector key {key:?} is not a valid label key"
             )));
         }
-        if !super::marker::is_label_value(value) {
+        if !crate::label::is_value(value) {
             return Err(HandlerError::Invalid(format!(
                 "selector value {value:?} (key {key:?}) is not a valid label value"
             )));
