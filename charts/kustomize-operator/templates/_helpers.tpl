@@ -157,6 +157,20 @@ The operator's environment (its flags: docs/command-line.md), in
 the order of the values' variables, then deploy/operator/deployment.yaml's.
 */}}
 {{/* The Lease: kustomize-operator, or kustomize-operator-<shard> for a shard. */}}
+{{/*
+NetworkPolicyPeers for any address but the link-local ranges (cloud
+metadata services): the API server's and the collector's when no address
+is given.
+*/}}
+{{- define "kustomize-operator.anyAddress" -}}
+- ipBlock:
+    cidr: 0.0.0.0/0
+    except: [169.254.0.0/16]
+- ipBlock:
+    cidr: ::/0
+    except: ["fe80::/10"]
+{{- end -}}
+
 {{- define "kustomize-operator.leaseName" -}}
 {{- if .Values.shard }}kustomize-operator-{{ .Values.shard }}{{ else }}kustomize-operator{{ end }}
 {{- end }}
