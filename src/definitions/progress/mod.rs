@@ -40,6 +40,9 @@ use report::{View, show, tell};
 
 /// How soon a rollout under way is looked at again, at most.
 const RECHECK_STEP: Duration = Duration::from_secs(5);
+/// … at least: right after its step began, when its resources are
+/// usually becoming Ready.
+const RECHECK_FIRST: Duration = Duration::from_secs(1);
 /// … right after a write (its watch event usually comes first).
 const RECHECK_WRITTEN: Duration = Duration::from_secs(1);
 /// The field manager of the operator's writes to a definition.
@@ -121,7 +124,16 @@ pub async fn look(
     if written {
         return Some(RECHECK_WRITTEN);
     }
-    recheck_after(&action, judged.as_ref().map(|(verdict, _)| verdict))
+    let waited = record_now
+        .as_ref()
+        .map_or(Duration::ZERO, |r| waited_since(r.since));
+    recheck_after(&action, judged.as_ref().map(|(verdict, _)| verdict), waited)
+}
+
+/// How long ago `since` was (none if it is to come).
+fn waited_since(since: jiff::Timestamp) -> Duration {
+    let waited = jiff::Timestamp::now().duration_since(since);
+    Duration::try_from(waited).unwrap_or_default()
 }
 
 /// `def` as the API server has it now (not the controller's cache), when
@@ -203,13 +215,18 @@ async fn carry_out(
     Ok(write.record.or_else(|| s.record.cloned()))
 }
 
-/// When to look again after `action` (`None`: the usual recheck).
-fn recheck_after(action: &Action, verdict: Option<&Verdict>) -> Option<Duration> {
+/// When to look again after `action` (`None`: the usual recheck), its
+/// step having `waited` so far: every second at first, then after a
+/// quarter of the time waited, up to [`RECHECK_STEP`]; so a step whose
+/// resources are Ready in a few seconds passes its gate within about one
+/// more, and one that waits long is listed every few seconds only.
+fn recheck_after(action: &Action, verdict: Option<&Verdict>, waited: Duration) -> Option<Duration> {
+    let soon = (waited / 4).clamp(RECHECK_FIRST, RECHECK_STEP);
     match (action, verdict) {
         (Action::Wait, Some(Verdict::Waiting { left, .. })) => {
-            Some((*left).clamp(Duration::from_secs(1), RECHECK_STEP))
+            Some((*left).clamp(RECHECK_FIRST, soon))
         }
-        (Action::Wait | Action::Start | Action::Advance | Action::Resume, _) => Some(RECHECK_STEP),
+        (Action::Wait | Action::Start | Action::Advance | Action::Resume, _) => Some(soon),
         // Held at a step: shown fresh.
         (Action::Hold | Action::Pause, Some(_)) => Some(RECHECK_STEP),
         _ => None,
@@ -246,4 +263,46 @@ async fn persist(
     api.patch(&def.name_any(), &params, &Patch::Merge(&patch))
         .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn waiting(left: u64) -> Verdict {
+        Verdict::Waiting {
+            left: Duration::from_secs(left),
+            why: "1 of 2 resource(s) not Ready".into(),
+        }
+    }
+
+    #[test]
+    fn a_waiting_gate_is_looked_at_every_second_at_first_then_less_often() {
+        let after = |waited: u64, left: u64| {
+            recheck_after(
+                &Action::Wait,
+                Some(&waiting(left)),
+                Duration::from_secs(waited),
+            )
+        };
+        assert_eq!(after(0, 300), Some(Duration::from_secs(1)));
+        assert_eq!(after(3, 297), Some(Duration::from_secs(1)));
+        assert_eq!(after(10, 290), Some(Duration::from_millis(2500)));
+        assert_eq!(after(60, 240), Some(RECHECK_STEP), "at most");
+        assert_eq!(
+            after(298, 2),
+            Some(Duration::from_secs(2)),
+            "the window's end"
+        );
+        assert_eq!(after(299, 0), Some(RECHECK_FIRST), "at least");
+    }
+
+    #[test]
+    fn a_held_rollout_is_shown_fresh_and_a_finished_one_is_not_looked_at_soon() {
+        let held = recheck_after(&Action::Hold, Some(&waiting(100)), Duration::ZERO);
+        assert_eq!(held, Some(RECHECK_STEP));
+        assert_eq!(recheck_after(&Action::Promote, None, Duration::ZERO), None);
+        let advanced = recheck_after(&Action::Advance, None, Duration::ZERO);
+        assert_eq!(advanced, Some(RECHECK_FIRST));
+    }
 }
