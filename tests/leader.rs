@@ -397,6 +397,30 @@ async fn wait_table(client: &Client, ns: &str, members: &[&str]) -> Table {
     seen
 }
 
+/// `kustomize-operator shards` shows the ring as `ring` has it: each of
+/// the `replicas` with its Lease renewed, its slots, and at least the
+/// Samples of `ns` its share holds (it counts every namespace's); no
+/// slot free.
+async fn shards_shows(ns: &str, ring: &Table, replicas: &[Replica]) {
+    let (code, out, err) = common::operator_command("shards", &["-n", ns]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!out.contains("(free)"), "{out}");
+    for replica in replicas {
+        let row = (out.lines())
+            .find(|line| line.split_whitespace().next() == Some(replica.name))
+            .unwrap_or_else(|| panic!("{} in:\n{out}", replica.name));
+        let columns: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(columns[1], "renewed", "{row}");
+        let slots = ring.held_by(replica.name).len().to_string();
+        assert_eq!(columns[4], slots, "{row}");
+        let held = replica.metric("kustomize_operator_shard_resources").await;
+        let samples = (columns.iter())
+            .find_map(|c| c.split(',').find_map(|k| k.strip_prefix("Sample=")))
+            .map_or(0.0, |n| n.parse::<f64>().unwrap());
+        assert!(samples >= held, "{held} Samples held: {row}");
+    }
+}
+
 /// Creates Samples `prefix-0` .. `prefix-(n-1)`.
 async fn create_samples(client: &Client, ns: &str, prefix: &str, n: usize) {
     for i in 0..n {
@@ -497,6 +521,7 @@ async fn three_replicas_share_the_samples_and_take_over_a_killed_ones_share() {
         );
     }
     assert_eq!(held, 24.0, "every Sample in exactly one replica's share");
+    shards_shows(&ns.name, &ring, &replicas).await;
     // From 1.36 the local plane serves KEP-5866's shard selector: no
     // replica reads another's Samples. Before, each filters as it reads.
     let version = client.apiserver_version().await.unwrap();

@@ -19,6 +19,9 @@ pub enum ShardsError {
     /// The kinds could not be loaded.
     #[error(transparent)]
     Kinds(#[from] crate::cli::KindsError),
+    /// No kubeconfig (or in-cluster account) to connect with.
+    #[error("cannot read the kubeconfig: {}", crate::error_text::any(.0))]
+    Config(#[source] kube::config::InferConfigError),
     /// No cluster to ask.
     #[error("cannot connect: {}", crate::error_text::kube(.0))]
     Connect(#[source] kube::Error),
