@@ -185,8 +185,8 @@ async fn shards(args: &kustomize_operator::cli::ShardsArgs) -> Result<(), Error>
     let kinds: Vec<_> = registry.all().iter().map(|k| k.api_resource().0).collect();
     // The kinds' resources are what tenants wrote: read through the
     // decoding guard, as `render`, `diff` and `plan` read them.
-    let config = kube::Config::infer().await.map_err(ShardsError::Config)?;
-    let client = kustomize_operator::guard::logging_client(config).map_err(ShardsError::Connect)?;
+    let client =
+        (kustomize_operator::guard::kubeconfig_client().await).map_err(ShardsError::from)?;
     let report = report::read(client, &args.namespace, &args.ring, &kinds).await?;
     print!("{report}");
     Ok(())

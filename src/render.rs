@@ -268,10 +268,7 @@ async fn client() -> Result<kube::Client, RenderCommandError> {
         what: "the kubeconfig".into(),
         reason,
     };
-    let config = kube::Config::infer()
-        .await
-        .map_err(|e| failed(crate::error_text::any(&e)))?;
-    crate::guard::logging_client(config).map_err(|e| failed(crate::error_text::kube(&e)))
+    (crate::guard::kubeconfig_client().await).map_err(|e| failed(e.to_string()))
 }
 
 /// The live resource `reference` names, as JSON.

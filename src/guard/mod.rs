@@ -93,6 +93,27 @@ impl Guard {
     }
 }
 
+/// Why the command-line verbs have no client for the kubeconfig.
+#[derive(Debug, thiserror::Error)]
+pub enum KubeconfigError {
+    /// No kubeconfig (or in-cluster account) could be read.
+    #[error("{}", crate::error_text::any(.0))]
+    Infer(#[source] kube::config::InferConfigError),
+    /// The client could not be built from it.
+    #[error("{}", crate::error_text::kube(.0))]
+    Client(#[source] kube::Error),
+}
+
+/// A [`logging_client`] for the kubeconfig (or the in-cluster account):
+/// the command-line verbs' (`render`, `diff`, `plan`, `shards`) way to the
+/// cluster.
+pub async fn kubeconfig_client() -> Result<kube::Client, KubeconfigError> {
+    let config = kube::Config::infer()
+        .await
+        .map_err(KubeconfigError::Infer)?;
+    logging_client(config).map_err(KubeconfigError::Client)
+}
+
 /// A client for `config` whose responses pass a guard of their own that
 /// logs what it leaves out: for the command-line verbs (`render`, `diff`),
 /// which read what tenants wrote as the operator does.

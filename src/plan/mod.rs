@@ -243,10 +243,7 @@ async fn client() -> Result<Client, PlanError> {
         what: "the kubeconfig".into(),
         reason,
     };
-    let config = kube::Config::infer()
-        .await
-        .map_err(|e| failed(e.to_string()))?;
-    crate::guard::logging_client(config).map_err(|e| failed(e.to_string()))
+    (crate::guard::kubeconfig_client().await).map_err(|e| failed(e.to_string()))
 }
 
 /// Render workers for the definitions' templates: this binary, under the

@@ -19,12 +19,9 @@ pub enum ShardsError {
     /// The kinds could not be loaded.
     #[error(transparent)]
     Kinds(#[from] crate::cli::KindsError),
-    /// No kubeconfig (or in-cluster account) to connect with.
-    #[error("cannot read the kubeconfig: {}", crate::error_text::any(.0))]
-    Config(#[source] kube::config::InferConfigError),
     /// No cluster to ask.
-    #[error("cannot connect: {}", crate::error_text::kube(.0))]
-    Connect(#[source] kube::Error),
+    #[error("cannot connect: {0}")]
+    Connect(#[from] crate::guard::KubeconfigError),
     /// Reading the ring failed.
     #[error("cannot read the ring {ring:?}: {}", crate::error_text::kube(.source))]
     Read {
