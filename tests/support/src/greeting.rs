@@ -289,6 +289,27 @@ impl GreetingKind {
         .await
     }
 
+    /// Waits until the condition `type_` has one of `reasons`; that reason
+    /// and the condition's message.
+    pub async fn wait_reason(&self, type_: &str, reasons: &[&str]) -> (String, String) {
+        let what = format!("{} {type_} with one of {reasons:?}", self.name);
+        crate::wait_for(TIMEOUT, what, async || {
+            let definition = self.definition().ok_or(Value::Null)?;
+            let conditions = &definition["status"]["conditions"];
+            let found = conditions
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|c| c["type"] == type_ && reasons.iter().any(|r| c["reason"] == *r));
+            let text = |c: &Value, key: &str| c[key].as_str().unwrap_or_default().to_string();
+            match found {
+                Some(c) => Ok((text(c, "reason"), text(c, "message"))),
+                None => Err(conditions.clone()),
+            }
+        })
+        .await
+    }
+
     /// Deletes the definition and waits until it is gone. Admission (the
     /// guard of deploy/admission, when installed) refuses the deletion
     /// while the definition's status still counts resources: asked again
