@@ -1686,10 +1686,12 @@ async fn a_conversion_whose_output_has_the_wrong_type_is_refused_naming_the_fiel
 
     let path = "jsonpath={.status.storedVersions}";
     // Where the API server migrates storage itself (storagemigration.k8s.io/v1,
-    // Kubernetes 1.37), its migration has been seen both ways: rewriting
-    // `large` although the policy holds every update of it, each through
-    // the webhook, `large` computed to 3; or failing on `large`, and the
-    // operator's own walk after it naming `large`. Elsewhere only the walk.
+    // Kubernetes 1.37), its migration has been seen both ways: succeeding
+    // although the policy holds every update of `large` (its migrator
+    // skips an object whose patch conflicts, taking it as written at the
+    // new version meanwhile), or failing on `large` (any other error fails
+    // it), after which the operator's own walk names `large`. Elsewhere
+    // only the walk.
     let by_server = common::kubectl(&["get", "--raw", "/apis/storagemigration.k8s.io/v1"]).0;
     let (reason, said) = kind
         .wait_reason("StorageMigrated", &["Migrated", "MigrationFailed"])
