@@ -260,13 +260,7 @@ impl GreetingKind {
     /// The definition as the API server has it, read through `client`
     /// (what the waits poll: a kubectl costs about 0.1 s of CPU a look).
     async fn definition_from(&self, client: &kube::Client) -> Result<Option<Value>, kube::Error> {
-        let resource = kube::api::ApiResource {
-            group: "kustomize-operator.io".into(),
-            version: "v1alpha1".into(),
-            api_version: "kustomize-operator.io/v1alpha1".into(),
-            kind: "KindDefinition".into(),
-            plural: "kinddefinitions".into(),
-        };
+        let resource = kustomize_operator::definitions::resource::api_resource();
         let api = kube::Api::<kube::api::DynamicObject>::all_with(client.clone(), &resource);
         let found = api.get_opt(&self.name).await?;
         Ok(found.and_then(|d| serde_json::to_value(d).ok()))
@@ -294,29 +288,32 @@ impl GreetingKind {
         part: &str,
     ) -> String {
         let what = format!("{} {type_}={status} ({reason}) saying {part:?}", self.name);
-        let client = Self::client().await;
-        crate::wait_for(TIMEOUT, what, async || {
-            let read = self.definition_from(&client).await;
-            let definition = read.ok().flatten().ok_or(Value::Null)?;
-            let conditions = &definition["status"]["conditions"];
-            let found = conditions.as_array().into_iter().flatten().find(|c| {
+        let found = self
+            .wait_condition_where(what, |c| {
                 c["type"] == type_
                     && c["status"] == status
                     && c["reason"] == reason
-                    && c["message"].as_str().unwrap_or_default().contains(part)
-            });
-            match found {
-                Some(c) => Ok(c["message"].as_str().unwrap_or_default().to_string()),
-                None => Err(conditions.clone()),
-            }
-        })
-        .await
+                    && text(c, "message").contains(part)
+            })
+            .await;
+        text(&found, "message")
     }
 
     /// Waits until the condition `type_` has one of `reasons`; that reason
     /// and the condition's message.
     pub async fn wait_reason(&self, type_: &str, reasons: &[&str]) -> (String, String) {
         let what = format!("{} {type_} with one of {reasons:?}", self.name);
+        let found = self
+            .wait_condition_where(what, |c| {
+                c["type"] == type_ && reasons.iter().any(|r| c["reason"] == *r)
+            })
+            .await;
+        (text(&found, "reason"), text(&found, "message"))
+    }
+
+    /// Waits until one of the definition's conditions is `wanted`; that
+    /// condition. Until then it shows the conditions last seen.
+    async fn wait_condition_where(&self, what: String, wanted: impl Fn(&Value) -> bool) -> Value {
         let client = Self::client().await;
         crate::wait_for(TIMEOUT, what, async || {
             let read = self.definition_from(&client).await;
@@ -326,12 +323,8 @@ impl GreetingKind {
                 .as_array()
                 .into_iter()
                 .flatten()
-                .find(|c| c["type"] == type_ && reasons.iter().any(|r| c["reason"] == *r));
-            let text = |c: &Value, key: &str| c[key].as_str().unwrap_or_default().to_string();
-            match found {
-                Some(c) => Ok((text(c, "reason"), text(c, "message"))),
-                None => Err(conditions.clone()),
-            }
+                .find(|c| wanted(c));
+            found.cloned().ok_or_else(|| conditions.clone())
         })
         .await
     }
@@ -353,6 +346,11 @@ impl GreetingKind {
         })
         .await;
     }
+}
+
+/// The string `key` of a condition (empty when it has none).
+fn text(condition: &Value, key: &str) -> String {
+    condition[key].as_str().unwrap_or_default().to_string()
 }
 
 /// Whatever a failing test leaves: its definition (finalizer and all),

@@ -15,7 +15,8 @@ use clap::Parser;
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use kube::ResourceExt;
 use kube::api::{
-    ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
+    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+    PostParams,
 };
 use kube::{Api, Client};
 use kustomize_operator::Operator;
@@ -754,14 +755,12 @@ fn namespaced_kinds() -> &'static [ApiResource] {
             .filter(|crd| crd.spec.scope == "Namespaced")
             .filter_map(|crd| {
                 let stored = crd.spec.versions.iter().find(|v| v.storage)?;
-                let group = crd.spec.group.clone();
-                Some(ApiResource {
-                    api_version: format!("{group}/{}", stored.name),
-                    group,
-                    version: stored.name.clone(),
-                    kind: crd.spec.names.kind.clone(),
-                    plural: crd.spec.names.plural.clone(),
-                })
+                let (group, kind) = (&crd.spec.group, &crd.spec.names.kind);
+                let gvk = GroupVersionKind::gvk(group, &stored.name, kind);
+                Some(ApiResource::from_gvk_with_plural(
+                    &gvk,
+                    &crd.spec.names.plural,
+                ))
             })
             .collect()
     })
