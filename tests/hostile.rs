@@ -1627,6 +1627,20 @@ impl Drop for Hold {
     }
 }
 
+/// Lifts `hold` and waits until `large` (of `resource`, in `ns`) may be
+/// written again: the kind's teardown strips its finalizer, which a hold
+/// still in force would refuse, leaving the namespace terminating.
+async fn lift(hold: Hold, resource: &str, ns: &str) {
+    drop(hold);
+    let mut tries = 0;
+    common::wait_until(TIMEOUT, "the hold lifted", async || {
+        tries += 1;
+        let label = format!("lifted={tries}");
+        common::kubectl(&["label", "--overwrite", resource, "large", "-n", ns, &label]).0
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_conversion_whose_output_has_the_wrong_type_is_refused_naming_the_field() {
     let client = common::cluster().await;
@@ -1703,6 +1717,7 @@ async fn a_conversion_whose_output_has_the_wrong_type_is_refused_naming_the_fiel
         assert_eq!(kind.greeting_at(n, "v2", "large")["spec"]["replicas"], 3);
         let stored = common::kubectl(&["get", "crd", &kind.crd(), "-o", path]).1;
         assert_eq!(stored, r#"["v2"]"#);
+        lift(hold, &resource, n).await;
         return;
     }
     // The walk writes `plain`, names `large` and leaves v1 stored.
