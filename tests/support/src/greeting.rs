@@ -316,8 +316,11 @@ impl GreetingKind {
     async fn wait_condition_where(&self, what: String, wanted: impl Fn(&Value) -> bool) -> Value {
         let client = Self::client().await;
         crate::wait_for(TIMEOUT, what, async || {
+            // What was seen says why: the read's error, no definition, or
+            // its conditions (Null before the operator wrote any).
             let read = self.definition_from(&client).await;
-            let definition = read.ok().flatten().ok_or(Value::Null)?;
+            let read = read.map_err(|e| json!(format!("reading it failed: {e}")))?;
+            let definition = read.ok_or_else(|| json!("no such definition"))?;
             let conditions = &definition["status"]["conditions"];
             let found = conditions
                 .as_array()
