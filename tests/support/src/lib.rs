@@ -631,7 +631,22 @@ impl OperatorProcess {
 }
 
 impl Drop for OperatorProcess {
+    /// Kills the process; when the test is failing, first shows whether it
+    /// was still running and the end of its log, so that a wait that timed
+    /// out says what the operator was doing (or that it had exited).
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            let state = match self.child.try_wait() {
+                Ok(None) => "still running".to_string(),
+                Ok(Some(status)) => format!("exited ({status})"),
+                Err(e) => format!("state unknown ({e})"),
+            };
+            eprintln!(
+                "the operator (pid {}, {state}); its log's last lines:\n{}",
+                self.child.id(),
+                self.log_tail()
+            );
+        }
         if self.running() {
             self.signal(libc::SIGKILL);
             let _ = self.child.wait();
