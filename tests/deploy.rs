@@ -19,7 +19,6 @@ use std::time::Duration;
 use common::deploy::{NAMESPACE, SERVICE_ACCOUNT, install, sample_scenario};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
-use futures::FutureExt;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
@@ -104,14 +103,10 @@ async fn run_with_service_account_and<F, Fut>(
     drop(token);
 }
 
-/// Runs `scenario` while `operator` runs: on failure prints the operator's
-/// log; the operator must still be running at the end. Stops it.
+/// Runs `scenario` while `operator` runs (on failure, dropping it prints
+/// its log); the operator must still be running at the end. Stops it.
 async fn supervise(mut operator: common::OperatorProcess, scenario: impl Future<Output = ()>) {
-    let run = std::panic::AssertUnwindSafe(scenario).catch_unwind();
-    if let Err(panic) = run.await {
-        eprintln!("the operator's log (tail):\n{}", operator.log_tail());
-        std::panic::resume_unwind(panic);
-    }
+    scenario.await;
     assert!(
         operator.running(),
         "the operator exited; its log:\n{}",
