@@ -391,6 +391,10 @@ async fn a_kind_gains_a_version_with_a_rename_converted_by_the_operators_webhook
         "jsonpath={.status.storedVersions}",
     ]);
     assert_eq!(stored.1, r#"["v2"]"#);
+    // The CA renewal brings the CRD's caBundle to the CAs trusted now with
+    // a patch of its own (here: the same CA twice), which the operator's
+    // apply does not own: leaving the webhook is applied all the same.
+    renew_the_trusted_cas(&kind.crd());
     kind.edit("kind.yaml", |t| {
         let start = t.find("  versions:\n").unwrap();
         let end = t.find("  names:").unwrap();
@@ -1146,6 +1150,21 @@ async fn a_defined_kind_is_served_by_two_shards_and_survives_its_leader() {
     .await;
     kind.delete().await;
     drop((gone, stays, b1));
+}
+
+/// What the webhook's CA renewal does to a CRD calling the webhook: its
+/// `caBundle` merge-patched to the CAs trusted now (the one there, twice).
+fn renew_the_trusted_cas(crd: &str) {
+    use base64::Engine as _;
+    let read = common::api::get(&common::api::crds(), None, crd);
+    let live = read.unwrap().expect("the CRD");
+    let bundle = &live["spec"]["conversion"]["webhook"]["clientConfig"]["caBundle"];
+    let engine = base64::engine::general_purpose::STANDARD;
+    let pem = engine.decode(bundle.as_str().expect("a caBundle")).unwrap();
+    let twice = engine.encode([pem.as_slice(), pem.as_slice()].concat());
+    let patch = json!({"spec": {"conversion": {"webhook": {"clientConfig": {"caBundle": twice}}}}});
+    let patched = common::api::merge_patch(&common::api::crds(), None, crd, patch);
+    patched.unwrap_or_else(|err| panic!("patching the caBundle of {crd}: {err}"));
 }
 
 /// A field of a Greeting's status (`Null` when it or the Greeting is missing).
