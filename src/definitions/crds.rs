@@ -94,6 +94,31 @@ impl Applied {
     }
 }
 
+/// True when `live` converts through the webhook and `wanted` does not.
+/// The webhook's renewal writes the `caBundle` with a patch of its own,
+/// which an apply that no longer names it does not remove: left without
+/// its strategy, it would make this and every later apply invalid.
+fn leaves_webhook(live: &CustomResourceDefinition, wanted: &CustomResourceDefinition) -> bool {
+    let calls_webhook = |crd: &CustomResourceDefinition| {
+        (crd.spec.conversion.as_ref()).is_some_and(|c| c.webhook.is_some())
+    };
+    calls_webhook(live) && !calls_webhook(wanted)
+}
+
+/// Takes the webhook out of the CRD `name`'s conversion, whoever wrote
+/// its parts: the strategy back to `None`, the client config removed.
+async fn drop_webhook(client: &Client, name: &str) -> Result<(), kube::Error> {
+    let patch = serde_json::json!({"spec": {"conversion": {"strategy": "None", "webhook": null}}});
+    let params = PatchParams {
+        field_manager: Some(Engine::FIELD_MANAGER.to_string()),
+        ..PatchParams::default()
+    };
+    let api = Api::<CustomResourceDefinition>::all(client.clone());
+    api.patch(name, &params, &Patch::Merge(&patch))
+        .await
+        .map(drop)
+}
+
 /// The fingerprint of a CRD's body as applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Fingerprint(u64);
@@ -151,6 +176,9 @@ pub async fn apply(
         }
         if applied.unchanged(fingerprint.0, &existing) {
             return Ok(Outcome::Unchanged);
+        }
+        if leaves_webhook(&existing, crd) {
+            drop_webhook(client, &name).await.map_err(api_error)?;
         }
     }
     applied.forget(&name);
