@@ -38,7 +38,7 @@ use super::migrator::{self, Fallback, Outcome, Progress};
 use super::resource::{self, ConditionType, Reason, Status};
 use super::writes::{count, event, status_of, write_status};
 use super::{deletion, following, planning, progress, rights, rollout};
-use crate::engine::host::{Reconciler, Runtime, guarded};
+use crate::engine::host::{Finalizer, Reconciler, Runtime};
 use crate::kind::{EventType, Nudge, Nudges, Resources};
 use crate::kinds::declared::{DeclaredObject, rbac};
 use kube::runtime::finalizer::Event as FinalizerEvent;
@@ -198,14 +198,15 @@ async fn reconcile(
         },
         None => None,
     };
-    guarded(&api, resource::FINALIZER, def, |event| async {
-        match event {
-            FinalizerEvent::Apply(def) => serve(&def, &ctx).await,
-            FinalizerEvent::Cleanup(def) => deletion::remove(&def, &ctx).await,
-        }
-    })
-    .instrument(span)
-    .await
+    Finalizer(resource::FINALIZER)
+        .guard(&api, def, |event| async {
+            match event {
+                FinalizerEvent::Apply(def) => serve(&def, &ctx).await,
+                FinalizerEvent::Cleanup(def) => deletion::remove(&def, &ctx).await,
+            }
+        })
+        .instrument(span)
+        .await
 }
 
 /// Checks and serves the definition, reviews its rights, counts its
@@ -456,22 +457,20 @@ async fn apply_crd(
         Err(e @ CrdError::NotOwned { .. }) => Err((Reason::CrdNotOwned, e.to_string())),
         Err(e) => Err((Reason::CrdApplyFailed, e.to_string())),
         Ok(crds::Outcome::Unchanged) => Ok(()),
-        Ok(crds::Outcome::Applied(answer, body)) => {
-            match crds::wait_established(&ctx.client, crd).await {
-                Ok(true) => {
-                    ctx.applied_crds.established(body, &answer);
-                    Ok(())
-                }
-                Ok(false) => Err((
-                    Reason::NotEstablished,
-                    format!("the CRD {crd} is not established yet"),
-                )),
-                Err(e) => Err((
-                    Reason::CrdApplyFailed,
-                    format!("the CRD {crd}: {}", crate::error_text::kube(&e)),
-                )),
+        Ok(crds::Outcome::Applied(answer, body)) => match ctx.engine.wait_established(crd).await {
+            Ok(true) => {
+                ctx.applied_crds.established(body, &answer);
+                Ok(())
             }
-        }
+            Ok(false) => Err((
+                Reason::NotEstablished,
+                format!("the CRD {crd} is not established yet"),
+            )),
+            Err(e) => Err((
+                Reason::CrdApplyFailed,
+                format!("the CRD {crd}: {}", crate::error_text::kube(&e)),
+            )),
+        },
     }
 }
 

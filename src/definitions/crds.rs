@@ -14,7 +14,6 @@ use kube::{Api, Client, ResourceExt};
 
 use super::resource::MARKER_LABEL;
 use crate::engine::host::Engine;
-pub(crate) use crate::engine::host::wait_established;
 
 /// Why a CRD could not be applied.
 #[derive(Debug, thiserror::Error)]

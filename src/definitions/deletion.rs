@@ -13,7 +13,7 @@ use super::context::{DefinitionContext, DefinitionError, NAMES_SHOWN};
 use super::resource::{ConditionType, Reason};
 use super::writes::{count, event, not_found_is_empty, status_of, write_status};
 use super::{crds, following};
-use crate::engine::host::release;
+use crate::engine::host::Finalizer;
 use crate::kind::EventType;
 
 /// How often a deletion waiting for resources looks again.
@@ -146,7 +146,7 @@ async fn orphan_resources(
         let Some(object) = api.get_opt(name).await? else {
             continue;
         };
-        release(&api, &object, &finalizer).await?;
+        Finalizer(&finalizer).release(&api, &object).await?;
     }
     Ok(())
 }

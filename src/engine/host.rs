@@ -9,13 +9,12 @@
 pub use super::reconcile::context::ReconcileError;
 pub use super::reconcile::preview::{Preview, PreviewError};
 
-pub(crate) use super::live::crds::wait_established;
 pub(crate) use super::model::identity::{Identity, Writers};
 pub(crate) use super::model::overlay::{OverlayError, RenderedOverlay};
 pub(crate) use super::model::status::{ConditionKind, ConditionUpdate};
 pub(crate) use super::model::templates::CompiledTemplates;
 pub(crate) use super::reconcile::events::{Events, Publish};
-pub(crate) use super::reconcile::finalizing::{guarded, release};
+pub(crate) use super::reconcile::finalizing::Finalizer;
 pub(crate) use super::reconcile::preview::Fate;
 pub(crate) use super::reconcile::runtime::{Engine, ReconcileMetrics, Settings};
 pub(crate) use super::reconcile::serve::{OnCount, Reconciler, Runtime};

@@ -3,7 +3,7 @@
 //! list fails it, and the reconcile retries), then kube-runtime's
 //! `finalizer` state machine: `Apply` while the object lives, `Cleanup`
 //! once it is being deleted, the finalizer removed (by a tested patch)
-//! only after a cleanup that succeeded; and [`release`], the same tested
+//! only after a cleanup that succeeded; and [`Finalizer::release`], the same tested
 //! removal for a resource no controller will serve again (its definition
 //! deleted with `Orphan`).
 
@@ -18,31 +18,54 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
-/// Adds `name` to `obj` if it lacks it (returning the object as the API
-/// server answered), then runs `reconcile` under kube-runtime's finalizer:
-/// the one finalizer state machine of the operator.
-pub(crate) async fn guarded<K, F, Fut, E>(
-    api: &kube::Api<K>,
-    name: &str,
-    obj: Arc<K>,
-    reconcile: F,
-) -> Result<Action, Error<E>>
-where
-    K: Resource + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
-    F: FnOnce(Event<K>) -> Fut,
-    Fut: Future<Output = Result<Action, E>>,
-    E: std::error::Error + 'static,
-{
-    let obj = if needs_finalizer(&*obj, name) {
-        Arc::new(
-            add_finalizer(api, &*obj, name)
-                .await
-                .map_err(Error::AddFinalizer)?,
-        )
-    } else {
-        obj
-    };
-    finalizer(api, name, obj, reconcile).await
+/// A finalizer of the operator's, by name: what guards each resource it
+/// serves, and what it releases from one it will serve no more.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Finalizer<'a>(pub &'a str);
+
+impl Finalizer<'_> {
+    /// Adds this finalizer to `obj` if it lacks it (returning the object
+    /// as the API server answered), then runs `reconcile` under
+    /// kube-runtime's finalizer: the one finalizer state machine of the
+    /// operator.
+    pub(crate) async fn guard<K, F, Fut, E>(
+        self,
+        api: &kube::Api<K>,
+        obj: Arc<K>,
+        reconcile: F,
+    ) -> Result<Action, Error<E>>
+    where
+        K: Resource + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
+        F: FnOnce(Event<K>) -> Fut,
+        Fut: Future<Output = Result<Action, E>>,
+        E: std::error::Error + 'static,
+    {
+        let obj = if needs_finalizer(&*obj, self.0) {
+            Arc::new(
+                add_finalizer(api, &*obj, self.0)
+                    .await
+                    .map_err(Error::AddFinalizer)?,
+            )
+        } else {
+            obj
+        };
+        finalizer(api, self.0, obj, reconcile).await
+    }
+
+    /// Takes this finalizer off `obj`, if it carries it, by a JSON patch
+    /// that tests the entry first (a concurrent change of the list fails
+    /// it): for a resource whose kind is no longer served, so that its
+    /// deletion waits for no controller. Returns whether a patch was sent.
+    pub(crate) async fn release<K>(self, api: &kube::Api<K>, obj: &K) -> Result<bool, kube::Error>
+    where
+        K: Resource + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
+    {
+        let Some(operations) = removal(obj, self.0) else {
+            return Ok(false);
+        };
+        patch_json(api, obj, operations).await?;
+        Ok(true)
+    }
 }
 
 /// True when `obj` is not being deleted and lacks `finalizer`.
@@ -74,25 +97,6 @@ where
         ])
     };
     patch_json(api, obj, operations).await
-}
-
-/// Takes `finalizer` off `obj`, if it carries it, by a JSON patch that
-/// tests the entry first (a concurrent change of the list fails it): for a
-/// resource whose kind is no longer served, so that its deletion waits for
-/// no controller. Returns whether a patch was sent.
-pub(crate) async fn release<K>(
-    api: &kube::Api<K>,
-    obj: &K,
-    finalizer: &str,
-) -> Result<bool, kube::Error>
-where
-    K: Resource + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
-{
-    let Some(operations) = removal(obj, finalizer) else {
-        return Ok(false);
-    };
-    patch_json(api, obj, operations).await?;
-    Ok(true)
 }
 
 /// Sends the JSON patch `operations` to `obj`; returns the object as the

@@ -132,6 +132,13 @@ impl Engine {
     /// The field manager of the engine's server-side applies (objects and status).
     pub const FIELD_MANAGER: &str = "kustomize-operator";
 
+    /// True once the CRD `name` is established at its current generation
+    /// (within a minute): what a kind's CRD, or a definition's, is awaited
+    /// with before it is served.
+    pub async fn wait_established(&self, name: &str) -> Result<bool, kube::Error> {
+        crate::engine::live::crds::wait_established(&self.client, name).await
+    }
+
     /// Builds the engine (and starts its kubectl queues).
     pub fn new(
         client: Client,

@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 
 use crate::engine::contract::{FieldConflicts, Reach};
-use crate::engine::live::crds::{ESTABLISH_TIMEOUT, wait_established};
+use crate::engine::live::crds::ESTABLISH_TIMEOUT;
 use crate::engine::live::ownership::{self, ApiKind, Inspected, Verdict};
 use crate::engine::model::identity::Identity;
 use crate::engine::model::inventory::{Inventory, ObjectId, Owner};
@@ -124,7 +124,7 @@ async fn established(engine: &Engine, applied: &[Value]) -> Result<(), Failure> 
         .filter(|m| m["kind"] == "CustomResourceDefinition")
         .filter_map(|m| m["metadata"]["name"].as_str());
     for name in names {
-        match wait_established(&engine.client, name).await {
+        match engine.wait_established(name).await {
             Ok(true) => {}
             Ok(false) => {
                 return Err(Failure::new(
