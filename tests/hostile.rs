@@ -1490,9 +1490,7 @@ async fn a_non_leader_computes_required_conversion_fields_and_the_migration_comp
         assert_eq!(spec["replicas"], replicas, "{name}: {spec}");
         assert_eq!(spec["size"], if replicas == 3 { "large" } else { "small" });
     }
-    let migrated = kind
-        .wait_condition("StorageMigrated", "True", "Migrated")
-        .await;
+    let migrated = kind.wait_migrated().await;
     assert!(migrated.contains("stored at v2"), "{migrated}");
     let path = "jsonpath={.status.storedVersions}";
     let stored = common::kubectl(&["get", "crd", &kind.crd(), "-o", path]).1;
@@ -1733,8 +1731,7 @@ async fn a_conversion_whose_output_has_the_wrong_type_is_refused_naming_the_fiel
 
     // Released: the one that failed is written again, and then v1 goes.
     drop(hold);
-    kind.wait_condition("StorageMigrated", "True", "Migrated")
-        .await;
+    kind.wait_migrated().await;
     let stored = common::kubectl(&["get", "crd", &kind.crd(), "-o", path]).1;
     assert_eq!(stored, r#"["v2"]"#);
     assert_eq!(kind.greeting_at(n, "v2", "large")["spec"]["replicas"], 3);

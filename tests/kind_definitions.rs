@@ -353,9 +353,7 @@ async fn a_kind_gains_a_version_with_a_rename_converted_by_the_operators_webhook
 
     // Storage migration: every Greeting written again at v2, then v1 no
     // longer listed as stored, so it can go.
-    let migrated = kind
-        .wait_condition("StorageMigrated", "True", "Migrated")
-        .await;
+    let migrated = kind.wait_migrated().await;
     assert!(migrated.contains("stored at v2"), "{migrated}");
     // Where the API server serves StorageVersionMigrations (Kubernetes
     // 1.37), its own did it: the operator's, owned by the definition.

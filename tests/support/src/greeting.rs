@@ -12,6 +12,8 @@ use serde_json::{Value, json};
 use crate::{TestNamespace, api};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
+/// How long [`GreetingKind::wait_migrated`] waits.
+const MIGRATION_TIMEOUT: Duration = Duration::from_secs(180);
 
 /// A Greeting kind folder of one test: the lab's, renamed.
 pub struct GreetingKind {
@@ -320,6 +322,21 @@ impl GreetingKind {
         self.wait_message(type_, status, reason, "").await
     }
 
+    /// Waits until the kind's resources are all stored at its newest
+    /// version (`StorageMigrated` True, `Migrated`); the message. Up to
+    /// three minutes: the API server's own migration (kube-controller-
+    /// manager's) of two Greetings was seen still running after a minute
+    /// in a full CI run.
+    pub async fn wait_migrated(&self) -> String {
+        let what = format!("{} StorageMigrated=True (Migrated)", self.name);
+        let found = self
+            .wait_condition_within(MIGRATION_TIMEOUT, what, |c| {
+                c["type"] == "StorageMigrated" && c["status"] == "True" && c["reason"] == "Migrated"
+            })
+            .await;
+        text(&found, "message")
+    }
+
     /// Waits until the condition `type_` is `status` with `reason` and a
     /// message containing `part`; the message.
     pub async fn wait_message(
@@ -356,8 +373,18 @@ impl GreetingKind {
     /// Waits until one of the definition's conditions is `wanted`; that
     /// condition. Until then it shows the conditions last seen.
     async fn wait_condition_where(&self, what: String, wanted: impl Fn(&Value) -> bool) -> Value {
+        self.wait_condition_within(TIMEOUT, what, wanted).await
+    }
+
+    /// Like [`Self::wait_condition_where`], for up to `timeout`.
+    async fn wait_condition_within(
+        &self,
+        timeout: Duration,
+        what: String,
+        wanted: impl Fn(&Value) -> bool,
+    ) -> Value {
         let client = Self::client().await;
-        crate::wait_for(TIMEOUT, what, async || {
+        crate::wait_for(timeout, what, async || {
             // What was seen says why: the read's error, no definition, or
             // its conditions (Null before the operator wrote any).
             let read = self.definition_from(&client).await;
