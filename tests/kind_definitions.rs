@@ -1141,9 +1141,13 @@ async fn a_defined_kind_is_served_by_two_shards_and_survives_its_leader() {
         vec![leader.clone()]
     );
 
-    kind.delete_greetings(&ns.name, &["hello-a", "hello-b", "hello-a2"]);
+    let greetings = format!("greetings.{}", kind.group);
+    for name in ["hello-a", "hello-b", "hello-a2"] {
+        common::kubectl(&["delete", &greetings, name, "-n", &ns.name, "--wait=false"]);
+    }
     common::wait_until(TIMEOUT, "every Greeting deleted by its shard", async || {
-        kind.greetings_in(&ns.name).is_empty()
+        let (ok, names, _) = common::kubectl(&["get", &greetings, "-n", &ns.name, "-o", "name"]);
+        ok && names.trim().is_empty()
     })
     .await;
     kind.delete().await;
@@ -1154,21 +1158,30 @@ async fn a_defined_kind_is_served_by_two_shards_and_survives_its_leader() {
 /// `caBundle` merge-patched to the CAs trusted now (the one there, twice).
 fn renew_the_trusted_cas(crd: &str) {
     use base64::Engine as _;
-    let read = common::api::get(&common::api::crds(), None, crd);
-    let live = read.unwrap().expect("the CRD");
-    let bundle = &live["spec"]["conversion"]["webhook"]["clientConfig"]["caBundle"];
+    let path = "jsonpath={.spec.conversion.webhook.clientConfig.caBundle}";
+    let (ok, bundle, err) = common::kubectl(&["get", "crd", crd, "-o", path]);
+    assert!(ok, "reading the caBundle of {crd}: {err}");
     let engine = base64::engine::general_purpose::STANDARD;
-    let pem = engine.decode(bundle.as_str().expect("a caBundle")).unwrap();
+    let pem = engine.decode(bundle.trim()).expect("a caBundle");
     let twice = engine.encode([pem.as_slice(), pem.as_slice()].concat());
     let patch = json!({"spec": {"conversion": {"webhook": {"clientConfig": {"caBundle": twice}}}}});
-    let patched = common::api::merge_patch(&common::api::crds(), None, crd, patch);
-    patched.unwrap_or_else(|err| panic!("patching the caBundle of {crd}: {err}"));
+    let (ok, _, err) = common::kubectl(&[
+        "patch",
+        "crd",
+        crd,
+        "--type",
+        "merge",
+        "-p",
+        &patch.to_string(),
+    ]);
+    assert!(ok, "patching the caBundle of {crd}: {err}");
 }
 
 /// A field of a Greeting's status (`Null` when it or the Greeting is missing).
 fn greeting_status(kind: &GreetingKind, ns: &str, name: &str, field: &str) -> Value {
-    let read = kind.read(ns, name);
-    let greeting = read.ok().flatten().unwrap_or_default();
+    let resource = format!("greetings.{}/{name}", kind.group);
+    let (_, out, _) = common::kubectl(&["get", &resource, "-n", ns, "-o", "json"]);
+    let greeting: Value = serde_json::from_str(&out).unwrap_or_default();
     greeting["status"][field].clone()
 }
 
@@ -1819,7 +1832,7 @@ async fn plan_dry_runs_as_the_tenant_and_names_what_it_may_not_do_and_what_the_c
     assert_eq!(code, Some(0), "{err}");
     let (ok, _, err) = common::kubectl_stdin(&["apply", "-f", "-"], &crd);
     assert!(ok, "{err}");
-    common::wait_established(&[&kind.crd()]).unwrap();
+    common::wait_established(None, &[&format!("crd/{}", kind.crd())]).unwrap();
     kind.greet(&ns.name, "a", "Hello", json!({}));
     kind.greet(&ns.name, "b", "Ciao", json!({}));
     let role = |verbs: &str| {
@@ -1983,7 +1996,10 @@ fn rollout_record(kind: &GreetingKind) -> Value {
 /// Each Greeting of `ns`: the revision its status says, and the digest of
 /// what it applied.
 fn greeting_states(kind: &GreetingKind, ns: &str) -> BTreeMap<String, (Value, Value)> {
-    (kind.greetings_in(ns).iter())
+    let (ok, out, err) = common::kubectl(&["get", &kind.crd(), "-n", ns, "-o", "json"]);
+    assert!(ok, "{err}");
+    let list: Value = serde_json::from_str(&out).unwrap_or_default();
+    (list["items"].as_array().into_iter().flatten())
         .map(|g| {
             let name = g["metadata"]["name"]
                 .as_str()
@@ -2001,9 +2017,10 @@ fn greeting_states(kind: &GreetingKind, ns: &str) -> BTreeMap<String, (Value, Va
 /// The names of the ConfigMaps of `ns` whose data has `field`: the
 /// Greetings a revision adding `field` was applied for.
 fn config_maps_with(ns: &str, field: &str) -> BTreeSet<String> {
-    let listed = common::api::list(&common::api::config_maps(), Some(ns));
-    let config_maps = listed.unwrap_or_else(|err| panic!("listing the ConfigMaps: {err}"));
-    (config_maps.iter())
+    let (ok, out, err) = common::kubectl(&["get", "configmaps", "-n", ns, "-o", "json"]);
+    assert!(ok, "{err}");
+    let list: Value = serde_json::from_str(&out).unwrap_or_default();
+    (list["items"].as_array().into_iter().flatten())
         .filter(|cm| !cm["data"][field].is_null())
         .filter_map(|cm| cm["metadata"]["name"].as_str().map(str::to_string))
         .collect()
@@ -2224,7 +2241,9 @@ async fn a_change_that_breaks_1_of_20_rolls_back_by_itself_after_its_first_step(
     assert_eq!(greeting_states(&kind, &ns.name)["g-01"], before["g-01"]);
     kind.roll_out(json!({"stable": 1}));
 
-    kind.delete_greetings(&ns.name, &names);
+    for name in &names {
+        common::kubectl(&["delete", &kind.crd(), name, "-n", &ns.name, "--wait=false"]);
+    }
     kind.delete().await;
     drop(operator);
 }
@@ -2352,7 +2371,9 @@ async fn a_good_change_reaches_all_20_through_every_step_by_itself() {
     let note = "every step passed its gate (20 of 20 resources on revision 2): revision 2 is stable (spec.rollout.stable)";
     assert_eq!(promoted, [note]);
 
-    kind.delete_greetings(&ns.name, &names);
+    for name in &names {
+        common::kubectl(&["delete", &kind.crd(), name, "-n", &ns.name, "--wait=false"]);
+    }
     kind.delete().await;
     drop(operator);
 }
@@ -2539,7 +2560,9 @@ async fn a_paused_rollout_holds_across_a_restart_and_a_change_midway_starts_over
     .await;
     assert_eq!(kind.definition().unwrap()["spec"]["rollout"]["stable"], 4);
 
-    kind.delete_greetings(&ns.name, &names);
+    for name in &names {
+        common::kubectl(&["delete", &kind.crd(), name, "-n", &ns.name, "--wait=false"]);
+    }
     kind.delete().await;
     drop(operator);
 }
@@ -2639,8 +2662,10 @@ async fn a_change_whose_plan_fails_waits_with_the_plan_in_the_status_and_a_good_
         }
     })
     .await;
-    let names: Vec<String> = (0..20).map(|i| format!("g{i:02}")).collect();
-    kind.delete_greetings(&ns.name, &names);
+    for i in 0..20 {
+        let name = format!("g{i:02}");
+        common::kubectl(&["delete", &kind.crd(), &name, "-n", &ns.name, "--wait=false"]);
+    }
     kind.delete().await;
     drop(operator);
 }
