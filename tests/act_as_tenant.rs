@@ -990,8 +990,7 @@ fn tenant_kind() -> kustomize_operator::kinds::registry::Kind {
     let (ok, _, err) = common::kubectl_stdin(&["apply", "--server-side", "-f", "-"], &crd);
     assert!(ok, "installing the Tenant CRD: {err}");
     let name = kind.crd().metadata.name.unwrap();
-    common::wait_established(None, &[&format!("crd/{name}")])
-        .unwrap_or_else(|e| panic!("{name} not established: {e}"));
+    common::wait_established(&[&name]).unwrap_or_else(|e| panic!("{name} not established: {e}"));
     kind
 }
 

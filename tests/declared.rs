@@ -45,7 +45,7 @@ async fn install_crd(_client: &Client, kind: &Kind) {
     let (ok, _, err) = common::kubectl_stdin(&["apply", "--server-side", "-f", "-"], &crd);
     assert!(ok, "installing the CRD of {kind}: {err}");
     let name = kind.crd().metadata.name.unwrap();
-    if let Err(err) = common::wait_established(None, &[&format!("crd/{name}")]) {
+    if let Err(err) = common::wait_established(&[&name]) {
         panic!("{name} not established: {err}");
     }
 }
@@ -808,7 +808,7 @@ async fn a_custom_resource_child_is_ready_only_when_it_says_so() {
     let client = common::cluster().await;
     let (ok, _, err) = common::kubectl_stdin(&["apply", "--server-side", "-f", "-"], WIDGETS_CRD);
     assert!(ok, "{err}");
-    common::wait_established(None, &["crd/widgets.inert.example.com"]).unwrap();
+    common::wait_established(&["widgets.inert.example.com"]).unwrap();
     let folder = kind_folder(
         "outer",
         OUTER,
@@ -1754,7 +1754,7 @@ fn things_with_scope(group: &str, scope: &str) {
     common::kubectl(&["delete", "crd", &crd, "--ignore-not-found"]);
     let (ok, _, err) = common::kubectl_stdin(&["create", "-f", "-"], &things_crd(group, scope));
     assert!(ok, "creating the {scope} CRD {crd}: {err}");
-    common::wait_established(None, &[&format!("crd/{crd}")]).unwrap();
+    common::wait_established(&[&crd]).unwrap();
 }
 
 /// A custom resource kind the operator applies (not one it serves),
@@ -1803,7 +1803,7 @@ spec:
     let (ok, _, err) =
         common::kubectl_stdin(&["create", "-f", "-"], &things_crd(&group, "Cluster"));
     assert!(ok, "{err}");
-    common::wait_established(None, &[&format!("crd/{crd}")]).unwrap();
+    common::wait_established(&[&crd]).unwrap();
     let holders = folder_kind(&client, &folder, "holder").await;
     let ns = common::TestNamespace::new(&client, "rescoped").await;
     let operator = folder_operator(&ns.name, &folder, "holder", &[]).await;

@@ -45,14 +45,14 @@ async fn registry() -> Registry {
             let mut crds = Vec::new();
             for name in KINDS {
                 let crd = select(&registry, name).crd();
-                crds.push(format!("crd/{}", crd.metadata.name.clone().unwrap()));
+                crds.push(crd.metadata.name.clone().unwrap());
                 let crd = serde_json::to_string(&crd).unwrap();
                 let (ok, _, err) =
                     common::kubectl_stdin(&["apply", "--server-side", "-f", "-"], &crd);
                 assert!(ok, "installing the CRD of {name}: {err}");
             }
             let crds: Vec<&str> = crds.iter().map(String::as_str).collect();
-            common::wait_established(None, &crds).unwrap();
+            common::wait_established(&crds).unwrap();
         })
         .await;
     registry

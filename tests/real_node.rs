@@ -518,7 +518,14 @@ async fn the_pods_answer_conversions_through_their_service_across_a_leader_chang
     assert_eq!(service["name"], "kustomize-operator-webhook", "{crd}");
     assert_eq!(service["namespace"], NAMESPACE);
 
-    kind.write_at(&ns.name, "v1", "one", json!({"message": "before"}));
+    // The first write at v1 is converted once the Service routes to a
+    // Pod: kube-proxy refuses the connection until then.
+    common::wait_for(
+        TIMEOUT,
+        "a write at v1 converted through the Service",
+        || async { kind.try_write_at(&ns.name, "v1", "one", json!({"message": "before"})) },
+    )
+    .await;
     let one = kind.greeting_at(&ns.name, "v2", "one");
     assert_eq!(one["spec"]["text"], "before", "{one}");
     wait_ready(&kind, &ns.name, "one").await;

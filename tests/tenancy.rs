@@ -1676,7 +1676,7 @@ impl MadeUpKind {
         });
         let (ok, _, err) = common::kubectl_stdin(&["apply", "-f", "-"], &crd.to_string());
         assert!(ok, "creating the made-up CRD: {err}");
-        common::wait_established(None, &[&format!("crd/gadgets.{group}")])
+        common::wait_established(&[&format!("gadgets.{group}")])
             .unwrap_or_else(|e| panic!("gadgets.{group} not established: {e}"));
         Self {
             kind: (group, "v1".into(), "Gadget".into(), "gadgets".into()),

@@ -6,9 +6,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use kube::api::ApiResource;
 use serde_json::{Value, json};
 
-use crate::TestNamespace;
+use crate::{TestNamespace, api};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 /// How long [`GreetingKind::wait_migrated`] waits.
@@ -121,22 +122,35 @@ impl GreetingKind {
     /// Sets the definition's `spec.rollout` (a merge patch: `null`
     /// removes a field).
     pub fn roll_out(&self, rollout: Value) {
-        let patch = json!({"spec": {"rollout": rollout}}).to_string();
-        let (ok, _, err) = self.merge_patch(&patch);
-        assert!(ok, "patching the rollout: {err}");
+        let patch = json!({"spec": {"rollout": rollout}});
+        let patched = self.merge_patch(patch);
+        patched.unwrap_or_else(|err| panic!("patching the rollout: {err}"));
     }
 
-    /// `kubectl patch --type merge` of the definition.
-    fn merge_patch(&self, patch: &str) -> (bool, String, String) {
-        crate::kubectl(&[
-            "patch",
-            "kinddefinition",
-            &self.name,
-            "--type",
-            "merge",
-            "-p",
-            patch,
-        ])
+    /// A JSON merge patch of the definition.
+    fn merge_patch(&self, patch: Value) -> Result<(), String> {
+        api::merge_patch(&definitions(), None, &self.name, patch)
+    }
+
+    /// Greetings at `version` of this kind.
+    pub fn greetings(&self, version: &str) -> ApiResource {
+        api::resource(&self.group, version, "Greeting", "greetings")
+    }
+
+    /// The Greetings as kubectl reaches them: at the served version of the
+    /// highest priority, in the kind's scope (v1 and namespaced while the
+    /// CRD cannot be read).
+    pub fn served(&self) -> Served {
+        let crd = api::get(&api::crds(), None, &self.crd()).ok().flatten();
+        let crd = crd.unwrap_or_default();
+        let versions = crd["spec"]["versions"].as_array().into_iter().flatten();
+        let served = versions.filter(|v| v["served"] == true);
+        let names = served.filter_map(|v| v["name"].as_str());
+        let preferred = names.max_by_key(|name| kube::core::Version::parse(name).priority());
+        Served {
+            resource: self.greetings(preferred.unwrap_or("v1")),
+            namespaced: crd["spec"]["scope"] != "Cluster",
+        }
     }
 
     /// `kind pack` of the folder, labelled for the test, applied.
@@ -180,11 +194,10 @@ impl GreetingKind {
         let (key, value) = self.label.split_once('=').unwrap();
         definition["metadata"]["labels"] = json!({ key: value });
         change(&mut definition);
-        let (ok, _, err) = crate::kubectl_stdin(
-            &["apply", "--server-side", "-f", "-"],
-            &definition.to_string(),
-        );
-        assert!(ok, "applying the definition: {err}");
+        // As `kubectl apply --server-side` does: kubectl's manager, and
+        // conflicts refused.
+        let applied = api::apply(&definitions(), &definition, "kubectl", false);
+        applied.unwrap_or_else(|err| panic!("applying the definition: {err}"));
     }
 
     /// The kind at v2: `message` is `text`, `length` is new (computed from
@@ -219,23 +232,34 @@ impl GreetingKind {
 
     /// The Greeting `name` in `ns` read at `version`.
     pub fn greeting_at(&self, ns: &str, version: &str, name: &str) -> Value {
-        let resource = format!("greetings.{version}.{}", self.group);
-        let (ok, out, err) = crate::kubectl(&["get", &resource, name, "-n", ns, "-o", "json"]);
-        assert!(ok, "get {resource} {name}: {err}");
-        serde_json::from_str(&out).unwrap()
+        let read = api::get(&self.greetings(version), Some(ns), name);
+        let found = read.unwrap_or_else(|err| panic!("get Greeting {name} at {version}: {err}"));
+        found.unwrap_or_else(|| panic!("no Greeting {name} at {version}"))
     }
 
     /// Creates (or changes) the Greeting `name` in `ns` at `version` with
     /// `spec`.
     pub fn write_at(&self, ns: &str, version: &str, name: &str, spec: Value) {
+        let applied = self.try_write_at(ns, version, name, spec);
+        applied.unwrap_or_else(|err| panic!("applying the Greeting at {version}: {err}"));
+    }
+
+    /// Like [`Self::write_at`], saying why the write failed (e.g. its
+    /// conversion webhook not reachable yet) instead of panicking.
+    pub fn try_write_at(
+        &self,
+        ns: &str,
+        version: &str,
+        name: &str,
+        spec: Value,
+    ) -> Result<(), String> {
         let greeting = json!({
             "apiVersion": format!("{}/{version}", self.group),
             "kind": "Greeting",
             "metadata": {"name": name, "namespace": ns},
             "spec": spec,
         });
-        let (ok, _, err) = crate::kubectl_stdin(&["apply", "-f", "-"], &greeting.to_string());
-        assert!(ok, "applying the Greeting at {version}: {err}");
+        self.apply_greeting(version, &greeting)
     }
 
     pub fn crd(&self) -> String {
@@ -250,13 +274,43 @@ impl GreetingKind {
             "metadata": {"name": name, "namespace": ns, "labels": labels},
             "spec": {"message": message},
         });
-        let (ok, _, err) = crate::kubectl_stdin(&["apply", "-f", "-"], &greeting.to_string());
-        assert!(ok, "applying the Greeting: {err}");
+        let applied = self.apply_greeting("v1", &greeting);
+        applied.unwrap_or_else(|err| panic!("applying the Greeting: {err}"));
     }
 
+    /// A Greeting applied as `kubectl apply` would: the test's manifest
+    /// wins over any other writer's fields.
+    fn apply_greeting(&self, version: &str, greeting: &Value) -> Result<(), String> {
+        api::apply(&self.greetings(version), greeting, "ko-test", true)
+    }
+
+    /// Deletes the Greetings `names` of `ns` (not waiting for them to go).
+    pub fn delete_greetings(&self, ns: &str, names: &[impl AsRef<str>]) {
+        let served = self.served();
+        for name in names {
+            let deleted = api::delete(&served.resource, served.namespace(ns), name.as_ref());
+            deleted.unwrap_or_else(|err| panic!("deleting Greeting {}: {err}", name.as_ref()));
+        }
+    }
+
+    /// The Greeting `name` of `ns` (kubectl's way: `ns` is ignored when the
+    /// kind is cluster-scoped), as JSON.
+    pub fn read(&self, ns: &str, name: &str) -> Result<Option<Value>, String> {
+        let served = self.served();
+        api::get(&served.resource, served.namespace(ns), name)
+    }
+
+    /// The Greetings of `ns`, as JSON.
+    pub fn greetings_in(&self, ns: &str) -> Vec<Value> {
+        let served = self.served();
+        let listed = api::list(&served.resource, served.namespace(ns));
+        listed.unwrap_or_else(|err| panic!("listing the Greetings of {ns}: {err}"))
+    }
+
+    /// The definition as the API server has it (`None`: none, or the read
+    /// failed).
     pub fn definition(&self) -> Option<Value> {
-        let (ok, out, _) = crate::kubectl(&["get", "kinddefinition", &self.name, "-o", "json"]);
-        ok.then(|| serde_json::from_str(&out).ok()).flatten()
+        api::get(&definitions(), None, &self.name).ok().flatten()
     }
 
     /// The definition as the API server has it, read through `client`
@@ -273,6 +327,16 @@ impl GreetingKind {
         kube::Client::try_default()
             .await
             .expect("a client from the kubeconfig")
+    }
+
+    /// Waits until the operator has seen generation `generation` of the
+    /// definition: its `Accepted` condition observed it (or a later one).
+    pub async fn wait_observed(&self, generation: i64) {
+        let what = format!("{} Accepted at generation {generation} or later", self.name);
+        self.wait_condition_where(what, |c| {
+            c["type"] == "Accepted" && c["observedGeneration"].as_i64() >= Some(generation)
+        })
+        .await;
     }
 
     /// Waits until the condition `type_` is `status` with `reason`; its message.
@@ -365,9 +429,7 @@ impl GreetingKind {
     /// until it is accepted.
     pub async fn delete(&self) {
         crate::wait_until(TIMEOUT, format!("{} deleted", self.name), async || {
-            let (ok, _, err) =
-                crate::kubectl(&["delete", "kinddefinition", &self.name, "--wait=false"]);
-            ok || err.contains("NotFound")
+            api::delete(&definitions(), None, &self.name).is_ok()
         })
         .await;
         let client = Self::client().await;
@@ -388,28 +450,20 @@ fn text(condition: &Value, key: &str) -> String {
 impl Drop for GreetingKind {
     fn drop(&mut self) {
         // Orphan: the guard admits the deletion whatever the count.
-        let _ =
-            self.merge_patch(r#"{"metadata":{"finalizers":null},"spec":{"onDelete":"Orphan"}}"#);
-        let _ = crate::kubectl(&["delete", "kinddefinition", &self.name, "--wait=false"]);
-        let columns = "custom-columns=NS:.metadata.namespace,NAME:.metadata.name";
-        let (_, listed, _) =
-            crate::kubectl(&["get", &self.crd(), "-A", "--no-headers", "-o", columns]);
-        for line in listed.lines() {
-            if let Some((ns, name)) = line.split_once(char::is_whitespace) {
-                let _ = crate::kubectl(&[
-                    "patch",
-                    &self.crd(),
-                    name.trim(),
-                    "-n",
-                    ns,
-                    "--type",
-                    "merge",
-                    "-p",
-                    r#"{"metadata":{"finalizers":null}}"#,
-                ]);
-            }
+        let orphan = json!({"metadata": {"finalizers": null}, "spec": {"onDelete": "Orphan"}});
+        let _ = self.merge_patch(orphan);
+        let _ = api::delete(&definitions(), None, &self.name);
+        let greetings = self.served().resource;
+        let unheld = json!({"metadata": {"finalizers": null}});
+        for greeting in api::list(&greetings, None).unwrap_or_default() {
+            let (ns, name) = (
+                &greeting["metadata"]["namespace"],
+                &greeting["metadata"]["name"],
+            );
+            let name = name.as_str().unwrap_or_default();
+            let _ = api::merge_patch(&greetings, ns.as_str(), name, unheld.clone());
         }
-        let _ = crate::kubectl(&["delete", "crd", &self.crd(), "--wait=false"]);
+        let _ = api::delete(&api::crds(), None, &self.crd());
     }
 }
 
@@ -428,18 +482,23 @@ pub(crate) fn copy_dir(from: &Path, to: &Path) {
 
 /// A field of a ConfigMap (empty when it or the ConfigMap is missing).
 pub fn config_map_field(ns: &str, name: &str, field: &str) -> String {
-    let path = format!("jsonpath={{.data.{field}}}");
-    crate::kubectl(&["get", "configmap", name, "-n", ns, "-o", &path]).1
+    let found = api::get(&api::config_maps(), Some(ns), name).ok().flatten();
+    let value = found.as_ref().map(|c| &c["data"][field]);
+    value
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string()
 }
 
 pub async fn wait_ready(kind: &GreetingKind, ns: &str, name: &str) {
-    let resource = format!("greetings.{}/{name}", kind.group);
-    crate::wait_for(TIMEOUT, format!("{resource} Ready"), async || {
-        let path = "jsonpath={.status.conditions}";
-        let conditions = crate::kubectl(&["get", &resource, "-n", ns, "-o", path]).1;
-        let ready = serde_json::from_str::<Vec<Value>>(&conditions)
-            .unwrap_or_default()
-            .iter()
+    crate::wait_for(TIMEOUT, format!("Greeting {name} Ready"), async || {
+        let found = kind.read(ns, name);
+        let conditions = found.map(|g| g.map(|g| g["status"]["conditions"].clone()));
+        let conditions = conditions.map_err(Value::String)?.unwrap_or_default();
+        let ready = conditions
+            .as_array()
+            .into_iter()
+            .flatten()
             .any(|c| c["type"] == "Ready" && c["status"] == "True");
         if ready { Ok(()) } else { Err(conditions) }
     })
@@ -492,4 +551,23 @@ impl Drop for ReadsAt {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
     }
+}
+
+/// How kubectl reaches a kind's Greetings: the version it prefers, the
+/// kind's scope.
+pub struct Served {
+    pub resource: ApiResource,
+    namespaced: bool,
+}
+
+impl Served {
+    /// `ns` for a namespaced kind; none for a cluster-scoped one.
+    pub fn namespace<'a>(&self, ns: &'a str) -> Option<&'a str> {
+        self.namespaced.then_some(ns)
+    }
+}
+
+/// KindDefinitions.
+fn definitions() -> ApiResource {
+    kustomize_operator::definitions::resource::api_resource()
 }

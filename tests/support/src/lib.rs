@@ -4,6 +4,7 @@
 //! for every test binary; each test file names it `common`:
 //! `use ko_test_support as common;`.
 
+pub mod api;
 pub mod area;
 pub mod deploy;
 pub mod greeting;
@@ -131,32 +132,29 @@ pub fn kubectl(args: &[&str]) -> (bool, String, String) {
     )
 }
 
-/// Waits until the CRDs `target` names (`crd/NAME`, or `crd --all`) are
-/// established, with the kubeconfig given or the environment's. kubectl's
-/// wait fails at once instead of waiting when it reads a CRD created a
-/// moment before, whose `status.conditions` is still null ("accessor
-/// error"): that failure is retried.
-pub fn wait_established(kubeconfig: Option<&Path>, target: &[&str]) -> Result<(), String> {
-    let mut last = String::new();
-    for _ in 0..20 {
-        let mut command = std::process::Command::new(kubectl_path());
-        command
-            .args(["wait", "--for=condition=Established", "--timeout=60s"])
-            .args(target);
-        if let Some(kubeconfig) = kubeconfig {
-            command.env("KUBECONFIG", kubeconfig);
+/// Waits (up to 60 s) until the CRDs named are established; the last
+/// thing seen when one is not.
+pub fn wait_established(crds: &[&str]) -> Result<(), String> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    for name in crds {
+        loop {
+            let read = api::get(&api::crds(), None, name);
+            let conditions = read.map(|c| c.map(|c| c["status"]["conditions"].clone()));
+            let established = conditions.as_ref().is_ok_and(|c| {
+                let all = c.iter().flat_map(|c| c.as_array()).flatten();
+                all.clone()
+                    .any(|c| c["type"] == "Established" && c["status"] == "True")
+            });
+            if established {
+                break;
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(format!("{name}: {conditions:?}"));
+            }
+            std::thread::sleep(Duration::from_millis(100));
         }
-        let out = command.output().map_err(|e| format!("run kubectl: {e}"))?;
-        if out.status.success() {
-            return Ok(());
-        }
-        last = String::from_utf8_lossy(&out.stderr).into_owned();
-        if !last.contains("accessor error") {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(250));
     }
-    Err(last)
+    Ok(())
 }
 
 /// The documents `kubectl kustomize <dir>` builds (`dir` in the repo).
@@ -222,7 +220,7 @@ pub async fn cluster() -> Client {
             }
             for kind in all_kinds() {
                 let name = kind.crd().metadata.name.unwrap_or_default();
-                if let Err(err) = wait_established(None, &[&format!("crd/{name}")]) {
+                if let Err(err) = wait_established(&[&name]) {
                     return Err(format!("CRD {name} not established: {err}"));
                 }
             }
