@@ -349,6 +349,7 @@ async fn a_leader_that_loses_its_lease_stops_and_exits() {
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::events::v1::Event as ApiEvent;
+use kustomize_operator::sharding::ring;
 use kustomize_operator::sharding::table::Table;
 use kustomize_operator::sharding::{Slots, slot_of};
 
@@ -381,16 +382,19 @@ async fn table(client: &Client, ns: &str) -> Table {
         .unwrap_or_default()
 }
 
-/// Waits until exactly `members` hold every slot between them.
+/// Waits until `members` hold every slot between them, each the slots
+/// the ring assigns it: the table has settled (until then, slots still
+/// move from one member to another, and a resource created meanwhile is
+/// served by a member that is about to give its slot away).
 async fn wait_table(client: &Client, ns: &str, members: &[&str]) -> Table {
+    let wanted = ring::assign(&members.iter().map(|m| m.to_string()).collect());
     let mut seen = Table::default();
     common::wait_until(
         TIMEOUT,
-        format!("the ring's slots all held by {members:?}"),
+        format!("the ring's slots held by {members:?} as it assigns them"),
         async || {
             seen = table(client, ns).await;
-            let holders: Vec<&str> = seen.owners.keys().map(String::as_str).collect();
-            holders == members && seen.free().is_empty()
+            seen.owners == wanted && seen.free().is_empty()
         },
     )
     .await;
