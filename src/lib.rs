@@ -44,7 +44,6 @@ pub mod telemetry;
 mod text;
 pub mod trust;
 
-pub use engine::host::ReconcileError;
 pub use kind::{Handler, HandlerError, Plan, Step};
 pub use kinds::KindName;
 pub use kubectl::KubectlStats;
@@ -103,7 +102,6 @@ mod tests {
             source: invalid(),
         };
         let said = [
-            crate::ReconcileError::from(invalid()).to_string(),
             crate::definitions::DefinitionError::from(invalid()).to_string(),
             crate::StartError::Connect(invalid()).to_string(),
             crd.to_string(),

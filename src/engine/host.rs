@@ -6,7 +6,6 @@
 //! is said once. Everything here is a re-export; nothing outside the
 //! engine names another engine path (`hack/check-imports` checks it).
 
-pub use super::reconcile::context::ReconcileError;
 pub use super::reconcile::preview::{Preview, PreviewError};
 
 pub(crate) use super::model::identity::{Identity, Writers};

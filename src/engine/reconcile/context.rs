@@ -138,3 +138,23 @@ pub(crate) fn marking<H: Handler>(handler: &H, owner: Owner) -> Marking {
         owner_references: handler.info().policy.owner_references,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::ReconcileError;
+
+    /// An API error reads as the crate's words for it
+    /// (`error_text::kube`, checked against kube's debug form in the
+    /// crate root's tests).
+    #[test]
+    fn an_api_error_reads_as_the_crates_words_for_it() {
+        let status = serde_json::json!({
+            "kind": "Status", "status": "Failure", "reason": "Invalid", "code": 422,
+            "message": "spec.count: Invalid value: -1: must be at least 0",
+        });
+        let error = || kube::Error::Api(Box::new(serde_json::from_value(status.clone()).unwrap()));
+        let said = ReconcileError::from(error()).to_string();
+        assert_eq!(said, crate::error_text::kube(&error()));
+        assert!(said.contains("spec.count: Invalid value: -1"), "{said}");
+    }
+}
