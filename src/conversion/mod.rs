@@ -75,6 +75,23 @@ impl Endpoint {
             ],
         }
     }
+
+    /// Whether the API server may go on calling this process for a moment
+    /// after it stops, through a route that then drops it (a Service's
+    /// endpoints; a balancer behind a URL): its webhook drains. A
+    /// loopback URL names this process alone, and nothing answers there
+    /// once it is gone, drained or not.
+    pub fn drains(&self) -> bool {
+        match self {
+            Self::Url(_) => !self.hosts().iter().all(|host| {
+                host == "localhost"
+                    || host
+                        .parse::<std::net::IpAddr>()
+                        .is_ok_and(|ip| ip.is_loopback())
+            }),
+            Self::Service { .. } => true,
+        }
+    }
 }
 
 /// The conversions of every kind served, by group and kind, each filed
@@ -229,5 +246,21 @@ mod tests {
             service.hosts(),
             ["webhook.ops.svc", "webhook.ops.svc.cluster.local"]
         );
+    }
+
+    #[test]
+    fn a_service_or_a_remote_url_drains_and_a_loopback_url_does_not() {
+        let url = |u: &str| Endpoint::Url(u.into()).drains();
+        assert!(!url("https://127.0.0.1:9443"));
+        assert!(!url("https://[::1]:9443"));
+        assert!(!url("https://localhost:9443"));
+        assert!(url("https://webhook.example.com"));
+        assert!(url("https://10.0.0.7:9443"));
+        let service = Endpoint::Service {
+            namespace: "ops".into(),
+            name: "webhook".into(),
+            port: 443,
+        };
+        assert!(service.drains());
     }
 }

@@ -14,7 +14,8 @@ use crate::conversion::renew::Renewing;
 /// shuts down: the API server may still send reviews to this replica
 /// until its Service's endpoints and every node's routes have dropped it
 /// (a second or two), and every list of a kind at another version would
-/// fail meanwhile.
+/// fail meanwhile. Not for a loopback URL ([`crate::conversion::Endpoint::drains`]):
+/// an operator run beside the API server stops at once.
 pub(super) const WEBHOOK_DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// How long the reviews under way may then take before their connections
@@ -112,6 +113,11 @@ impl Operator {
         }
         let token = self.shutdown.clone();
         let conversions = webhook.conversions.clone();
+        let drain = if webhook.endpoint.drains() {
+            WEBHOOK_DRAIN
+        } else {
+            std::time::Duration::ZERO
+        };
         tracing::info!(%addr, endpoint = ?webhook.endpoint, "conversion webhook: serving");
         if let Some(following) = following {
             let client = self.engine.client().clone();
@@ -128,7 +134,7 @@ impl Operator {
             let drained = token.clone();
             let stop = async move {
                 drained.cancelled().await;
-                tokio::time::sleep(WEBHOOK_DRAIN).await;
+                tokio::time::sleep(drain).await;
             };
             let serving = crate::conversion::server::serve(addr, serving, conversions, stop);
             tokio::select! {
@@ -139,7 +145,7 @@ impl Operator {
                 }
                 () = async {
                     token.cancelled().await;
-                    tokio::time::sleep(WEBHOOK_DRAIN + WEBHOOK_CLOSE).await;
+                    tokio::time::sleep(drain + WEBHOOK_CLOSE).await;
                 } => tracing::warn!("conversion webhook: connections still open at shutdown, dropped"),
             }
         });
