@@ -1392,6 +1392,20 @@ async fn the_webhooks_certificate_is_renewed_while_it_runs_and_no_list_fails() {
         trusted_cas(&kind) == 2
     })
     .await;
+    // Written under the operator's name, as its apply is.
+    let (ok, managers, err) = common::kubectl(&[
+        "get",
+        "crd",
+        &kind.crd(),
+        "--show-managed-fields",
+        "-o",
+        "jsonpath={range .metadata.managedFields[*]}{.manager}/{.operation}{\"\\n\"}{end}",
+    ]);
+    assert!(ok, "{err}");
+    assert!(
+        managers.lines().any(|m| m == "kustomize-operator/Update"),
+        "the caBundle's writer: {managers}"
+    );
     assert_eq!(
         webhook_secret(&ns.name)["data"]["tls.crt"],
         before,

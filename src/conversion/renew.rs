@@ -17,6 +17,7 @@ use serde_json::json;
 use super::Webhook;
 use super::certificate::{self, Certificate, Renewal};
 use super::server::ServingCertificate;
+use crate::engine::host::Engine;
 
 /// Where the shared certificate is, and how it is renewed.
 #[derive(Clone)]
@@ -101,7 +102,11 @@ async fn trust(renewing: &Renewing, webhook: &Webhook) {
     let patch =
         json!({"spec": {"conversion": {"webhook": {"clientConfig": {"caBundle": bundle}}}}});
     for crd in crds.iter().filter(|crd| calls_webhook(crd)) {
-        let params = PatchParams::default();
+        // Under the operator's name, as its other writes are.
+        let params = PatchParams {
+            field_manager: Some(Engine::FIELD_MANAGER.into()),
+            ..PatchParams::default()
+        };
         if let Err(e) = api
             .patch(&crd.name_any(), &params, &Patch::Merge(&patch))
             .await
