@@ -94,6 +94,11 @@ impl Endpoint {
     }
 }
 
+/// True when `crd` converts through a webhook.
+pub fn calls_webhook(crd: &CustomResourceDefinition) -> bool {
+    (crd.spec.conversion.as_ref()).is_some_and(|c| c.strategy == "Webhook" && c.webhook.is_some())
+}
+
 /// The conversions of every kind served, by group and kind, each filed
 /// from the kind's own CRD ([`Filed::from_crd`]).
 #[derive(Debug, Default)]

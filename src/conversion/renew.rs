@@ -14,9 +14,9 @@ use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
-use super::Webhook;
 use super::certificate::{self, Certificate, Renewal};
 use super::server::ServingCertificate;
+use super::{Webhook, calls_webhook};
 use crate::engine::host::Engine;
 
 /// Where the shared certificate is, and how it is renewed.
@@ -114,9 +114,4 @@ async fn trust(renewing: &Renewing, webhook: &Webhook) {
             tracing::warn!(crd = %crd.name_any(), error = %crate::error_text::kube(&e), "conversion webhook: cannot trust the renewed CAs");
         }
     }
-}
-
-/// True when `crd` converts through a webhook.
-fn calls_webhook(crd: &CustomResourceDefinition) -> bool {
-    (crd.spec.conversion.as_ref()).is_some_and(|c| c.strategy == "Webhook" && c.webhook.is_some())
 }

@@ -13,6 +13,7 @@ use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 
 use super::resource::MARKER_LABEL;
+use crate::conversion::calls_webhook;
 use crate::engine::host::Engine;
 
 /// Why a CRD could not be applied.
@@ -98,9 +99,6 @@ impl Applied {
 /// which an apply that no longer names it does not remove: left without
 /// its strategy, it would make this and every later apply invalid.
 fn leaves_webhook(live: &CustomResourceDefinition, wanted: &CustomResourceDefinition) -> bool {
-    let calls_webhook = |crd: &CustomResourceDefinition| {
-        (crd.spec.conversion.as_ref()).is_some_and(|c| c.webhook.is_some())
-    };
     calls_webhook(live) && !calls_webhook(wanted)
 }
 
