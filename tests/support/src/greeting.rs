@@ -313,22 +313,6 @@ impl GreetingKind {
         api::get(&definitions(), None, &self.name).ok().flatten()
     }
 
-    /// The definition as the API server has it, read through `client`
-    /// (what the waits poll: a kubectl costs about 0.1 s of CPU a look).
-    async fn definition_from(&self, client: &kube::Client) -> Result<Option<Value>, kube::Error> {
-        let resource = kustomize_operator::definitions::resource::api_resource();
-        let api = kube::Api::<kube::api::DynamicObject>::all_with(client.clone(), &resource);
-        let found = api.get_opt(&self.name).await?;
-        Ok(found.and_then(|d| serde_json::to_value(d).ok()))
-    }
-
-    /// A client for the waits, from the environment's kubeconfig.
-    async fn client() -> kube::Client {
-        kube::Client::try_default()
-            .await
-            .expect("a client from the kubeconfig")
-    }
-
     /// Waits until the operator has seen generation `generation` of the
     /// definition: its `Accepted` condition observed it (or a later one).
     pub async fn wait_observed(&self, generation: i64) {
@@ -405,11 +389,10 @@ impl GreetingKind {
         what: String,
         wanted: impl Fn(&Value) -> bool,
     ) -> Value {
-        let client = Self::client().await;
         crate::wait_for(timeout, what, async || {
             // What was seen says why: the read's error, no definition, or
             // its conditions (Null before the operator wrote any).
-            let read = self.definition_from(&client).await;
+            let read = api::get(&definitions(), None, &self.name);
             let read = read.map_err(|e| json!(format!("reading it failed: {e}")))?;
             let definition = read.ok_or_else(|| json!("no such definition"))?;
             let conditions = &definition["status"]["conditions"];
@@ -432,9 +415,8 @@ impl GreetingKind {
             api::delete(&definitions(), None, &self.name).is_ok()
         })
         .await;
-        let client = Self::client().await;
         crate::wait_until(TIMEOUT, format!("{} gone", self.name), async || {
-            matches!(self.definition_from(&client).await, Ok(None))
+            matches!(api::get(&definitions(), None, &self.name), Ok(None))
         })
         .await;
     }
