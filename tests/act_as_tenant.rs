@@ -386,6 +386,17 @@ async fn a_forged_copyrator_inventory_tells_nothing_about_other_namespaces() {
         || async { copies.get_opt("src").await.unwrap().is_some() },
     )
     .await;
+    // The copy is made before the status is written: the status is read
+    // once it counts the new source, not the forged inventory's.
+    common::wait_until(TIMEOUT, "the rule r's status counting src", || async {
+        admin_rules
+            .get("r")
+            .await
+            .unwrap()
+            .status
+            .is_some_and(|s| s.copies.source_count == 1)
+    })
+    .await;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &victim.name);
     assert!(secrets.get_opt("victim-secret").await.unwrap().is_some());
     let status = serde_json::to_string(&admin_rules.get("r").await.unwrap().status).unwrap();
