@@ -325,10 +325,14 @@ impl Drop for OwnPlane {
 async fn api_server_outage_and_dropped_watches_converge_without_restart() {
     // Needs a cluster to exist at all (and kubectl); otherwise skip like the rest.
     let _ = common::cluster().await;
+    // Longer than the operator's kubectl timeout (10 s, below): a run in
+    // flight when the API server goes times out during the outage. The
+    // watches' backoff (0.8 s doubling to 30 s, as client-go's) grows with
+    // it: 30 s of outage took the test 122 s, 15 s took 81 s.
     let outage = std::env::var("FAULT_OUTAGE_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(30);
+        .unwrap_or(15);
     let state = tempfile::tempdir().unwrap();
     let plane = OwnPlane::up(&state.path().join("plane"));
     let client = plane.client().await;
