@@ -756,6 +756,23 @@ async fn rights_condition(
         .flat_map(|g| g.object_types.iter().cloned())
         .collect();
     let needed = rights::operator_rules(&rules, !matches!(writer, Writer::Operator));
+    let found = match rights::missing(&ctx.client, &ctx.granted, &needed, None).await {
+        Ok(mut missing) => match writer.cluster_user() {
+            Some(user) => rights::missing(&ctx.client, &ctx.granted, &rules.writer(), Some(user))
+                .await
+                .map(|theirs| {
+                    missing.extend(theirs.into_iter().map(|m| m.as_user(user)));
+                    missing
+                }),
+            None => Ok(missing),
+        },
+        Err(e) => Err(e),
+    };
+    // The reach is asked after the rights: a grant that lands between
+    // the two reviews then shows in both once the rights say Granted
+    // (looked at again in 10 s while they do not), instead of a
+    // Granted status keeping the reach from before it until the next
+    // look, minutes later.
     let reach = rights::reach(
         &ctx.client,
         &ctx.granted,
@@ -777,18 +794,6 @@ async fn rights_condition(
         format!("; it reaches: {}", reach.join("; "))
     };
     status.reach = Some(reach);
-    let found = match rights::missing(&ctx.client, &ctx.granted, &needed, None).await {
-        Ok(mut missing) => match writer.cluster_user() {
-            Some(user) => rights::missing(&ctx.client, &ctx.granted, &rules.writer(), Some(user))
-                .await
-                .map(|theirs| {
-                    missing.extend(theirs.into_iter().map(|m| m.as_user(user)));
-                    missing
-                }),
-            None => Ok(missing),
-        },
-        Err(e) => Err(e),
-    };
     let by = writer.describe();
     let (granted, reason, message) = match found {
         Ok(missing) if missing.is_empty() => (
