@@ -39,6 +39,9 @@ use served::Served;
 
 use crate::engine::reconcile::runtime::Engine;
 
+/// How long a reconcile runs before the log says so.
+const SLOW_RECONCILE: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// The runtime: every kind served, one store, one queue, one set of
 /// workers.
 pub(crate) struct Runtime {
@@ -143,8 +146,10 @@ impl Runtime {
             idle: Notify::new(),
             count: counted.as_ref().map(|_| Arc::new(Count::default())),
         });
+        // Served before its watches start: a reconcile they ask for finds
+        // its kind.
+        self.shared.kinds_mut().insert(kind, served.clone());
         self.start_watches(&served, reconciler, counted);
-        self.shared.kinds_mut().insert(kind, served);
     }
 
     /// Stops serving the kind `name`: its watches stop, its running
@@ -339,11 +344,29 @@ async fn reconcile(
         return Ok(Action::await_change());
     };
     served.in_flight.fetch_add(1, Ordering::AcqRel);
-    let action = served.reconciler.clone().reconcile(&obj).await;
+    let action = said_if_slow(served.reconciler.clone().reconcile(&obj), &obj).await;
     if served.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
         served.idle.notify_waiters();
     }
     Ok(action)
+}
+
+/// Awaits `reconciling`, the reconcile of `obj`; one still running after
+/// [`SLOW_RECONCILE`] is said in the log (once), so that a reconcile that
+/// waits for good shows where.
+async fn said_if_slow(reconciling: impl Future<Output = Action>, obj: &Keyed) -> Action {
+    let mut reconciling = std::pin::pin!(reconciling);
+    tokio::select! {
+        action = &mut reconciling => return action,
+        () = tokio::time::sleep(SLOW_RECONCILE) => {}
+    }
+    tracing::warn!(
+        kind = %obj.kind,
+        object = %obj.key(),
+        seconds = SLOW_RECONCILE.as_secs(),
+        "a reconcile is still running"
+    );
+    reconciling.await
 }
 
 /// The resources whose owned objects changed (owner annotations
