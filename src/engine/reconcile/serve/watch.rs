@@ -7,6 +7,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
@@ -43,16 +44,25 @@ pub(super) async fn resources<R: Reconciler>(
         .boxed();
     let mut held = Held::new();
     let mut listing = Held::new();
+    let mut said = Said::default();
     loop {
         let mut event = tokio::select! {
             () = stop.cancelled() => break,
+            () = said.list_due(), if said.listing() => {
+                said.list_slow(&kind);
+                continue;
+            }
             event = events.next() => match event {
                 Some(Ok(event)) => event,
-                // The watch retries (after a backoff); kube-runtime logs it.
-                Some(Err(_)) => continue,
+                // The watch retries, after a backoff.
+                Some(Err(e)) => {
+                    said.failed(&kind, &e);
+                    continue;
+                }
                 None => break,
             },
         };
+        said.seen(&event);
         if let watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) = &mut event {
             slim(obj);
         }
@@ -97,6 +107,58 @@ pub(super) async fn resources<R: Reconciler>(
         }
     }
     held
+}
+
+/// How long a watch's list may take before the log says so.
+const SLOW_LIST: Duration = Duration::from_secs(30);
+
+/// What the log was told of a watch: a list that takes long, and the
+/// first failure after the watch ran well (kube-runtime logs them only
+/// at debug level), so that a kind that never lists shows why.
+#[derive(Default)]
+struct Said {
+    /// When the list under way is said to be slow.
+    list_due: Option<tokio::time::Instant>,
+    /// A failure was said, and no list has finished since.
+    failing: bool,
+}
+
+impl Said {
+    fn listing(&self) -> bool {
+        self.list_due.is_some()
+    }
+
+    async fn list_due(&self) {
+        if let Some(due) = self.list_due {
+            tokio::time::sleep_until(due).await;
+        }
+    }
+
+    fn list_slow(&mut self, kind: &str) {
+        self.list_due = None;
+        let seconds = SLOW_LIST.as_secs();
+        tracing::warn!(kind, seconds, "the watch's list has not finished");
+    }
+
+    fn failed(&mut self, kind: &str, error: &watcher::Error) {
+        if !std::mem::replace(&mut self.failing, true) {
+            let error = crate::error_text::any(error);
+            tracing::warn!(kind, %error, "the watch failed; it starts again after a backoff");
+        }
+    }
+
+    fn seen<K>(&mut self, event: &watcher::Event<K>) {
+        match event {
+            watcher::Event::Init => {
+                self.list_due = Some(tokio::time::Instant::now() + SLOW_LIST);
+            }
+            watcher::Event::InitDone => {
+                self.list_due = None;
+                self.failing = false;
+            }
+            _ => {}
+        }
+    }
 }
 
 /// The annotation `kubectl apply` (client-side) keeps the whole last
@@ -233,5 +295,64 @@ pub(super) async fn count(
             count.set(uids.len());
             (counted.on_count)();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+    use tracing_subscriber::layer::SubscriberExt;
+
+    /// Collects what the log says.
+    #[derive(Clone, Default)]
+    struct Lines(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().expect("lines").extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Lines {
+        fn count(&self, said: &str) -> usize {
+            let text = String::from_utf8(self.0.lock().expect("lines").clone()).expect("utf-8");
+            text.matches(said).count()
+        }
+    }
+
+    const FAILED: &str = "the watch failed";
+    const SLOW: &str = "the watch's list has not finished";
+
+    #[tokio::test(start_paused = true)]
+    async fn a_watch_that_fails_or_lists_slowly_is_said_once_until_it_lists() {
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let layer = tracing_subscriber::fmt::layer().with_writer(move || writer.clone());
+        let _logging = tracing::subscriber::set_default(tracing_subscriber::registry().with(layer));
+        let mut said = Said::default();
+        let init = watcher::Event::<DynamicObject>::Init;
+        let done = watcher::Event::<DynamicObject>::InitDone;
+
+        said.seen(&init);
+        assert!(said.listing());
+        said.failed("Greeting", &watcher::Error::NoResourceVersion);
+        said.failed("Greeting", &watcher::Error::NoResourceVersion);
+        assert_eq!(lines.count(FAILED), 1, "a failure said once");
+        said.seen(&init);
+        said.list_due().await;
+        said.list_slow("Greeting");
+        assert_eq!(lines.count(SLOW), 1);
+        assert!(!said.listing(), "a slow list is said once");
+
+        said.seen(&init);
+        said.seen(&done);
+        assert!(!said.listing());
+        said.failed("Greeting", &watcher::Error::NoResourceVersion);
+        assert_eq!(lines.count(FAILED), 2, "said again after a list finished");
     }
 }
