@@ -18,8 +18,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use crate::cli::CommonArgs;
-use crate::engine::host::Fate;
-use crate::engine::host::{BuildJob, Engine, RenderedOverlay};
+use crate::engine::host::{Builds, Engine, RenderedOverlay};
 use crate::kind::ObjectId;
 use crate::kind::Step;
 use crate::kinds::{OwnedObjects, Preview};
@@ -96,14 +95,8 @@ pub async fn diff(
         }
     }
     match prune_preview(&kubectl, &prepared.output).await {
-        Ok(fates) => {
-            for fate in &fates {
-                println!("{fate}");
-            }
-            if fates.iter().any(|f| matches!(f, Fate::Prune(_))) {
-                drift = Drift::Changes;
-            }
-        }
+        Ok(true) => drift = Drift::Changes,
+        Ok(false) => {}
         Err(Unchecked(why)) => eprintln!("note: what run would prune was not checked: {why}"),
     }
     Ok(Ok(drift))
@@ -112,12 +105,13 @@ pub async fn diff(
 /// Why `diff` could not tell what a run would prune.
 struct Unchecked(String);
 
-/// What a run would do with the objects leaving the resource. The
-/// overlays are built only when a candidate exists in the cluster.
-async fn prune_preview(kubectl: &Kubectl, output: &Preview) -> Result<Vec<Fate>, Unchecked> {
+/// Prints what a run would do with each object leaving the resource;
+/// true when it would prune one. The overlays are built only when a
+/// candidate exists in the cluster.
+async fn prune_preview(kubectl: &Kubectl, output: &Preview) -> Result<bool, Unchecked> {
     let pruning = &output.pruning;
     match &pruning.looked {
-        _ if !pruning.prunes || pruning.candidates.is_empty() => return Ok(Vec::new()),
+        _ if !pruning.prunes || pruning.candidates.is_empty() => return Ok(false),
         None => {
             return Err(Unchecked(format!(
                 "{} objects in the file's status.inventory; diff KIND/NAME reads them from the cluster",
@@ -125,7 +119,7 @@ async fn prune_preview(kubectl: &Kubectl, output: &Preview) -> Result<Vec<Fate>,
             )));
         }
         Some(Err(why)) => return Err(Unchecked(why.clone())),
-        Some(Ok(_)) if !pruning.has_live_candidates() => return Ok(Vec::new()),
+        Some(Ok(_)) if !pruning.has_live_candidates() => return Ok(false),
         Some(Ok(_)) => {}
     }
     let mut built = BTreeSet::new();
@@ -136,14 +130,18 @@ async fn prune_preview(kubectl: &Kubectl, output: &Preview) -> Result<Vec<Fate>,
             .map_err(|e| Unchecked(format!("cannot make a temporary directory: {e}")))?;
         for (step, overlay) in output.steps.iter().zip(&output.overlays) {
             if let (Step::Apply { .. }, Some(overlay)) = (step, overlay) {
-                let manifests = BuildJob::build_one(kubectl, work.path(), overlay)
+                let manifests = Builds::build_one(kubectl, work.path(), overlay)
                     .await
                     .map_err(|f| Unchecked(f.to_string()))?;
                 built.extend(manifests.iter().filter_map(ObjectId::of_manifest));
             }
         }
     }
-    Ok(pruning.fates(&built))
+    let fates = pruning.fates(&built);
+    for fate in &fates {
+        println!("{fate}");
+    }
+    Ok(fates.iter().any(|fate| fate.prunes()))
 }
 
 /// `kubectl diff --server-side` of one overlay, through the runner (its

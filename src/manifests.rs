@@ -99,7 +99,7 @@ pub async fn rbac_yaml(args: &RbacArgs) -> Result<Vec<(String, String)>, Manifes
             return Err(ManifestError::Builtin(kind.name().to_string()));
         };
         let base =
-            crate::engine::host::BuildJob::build_base(&kubectl, work.path(), &dir, declared.name())
+            crate::engine::host::Builds::build_base(&kubectl, work.path(), &dir, declared.name())
                 .await
                 .map_err(|failure| ManifestError::Base {
                     file: declared.path.display().to_string(),

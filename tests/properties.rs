@@ -732,7 +732,8 @@ proptest! {
     ) {
         let built = match build(&resource, &[]) {
             Ok(built) => built,
-            Err(RenderError::Handler(e)) => {
+            Err(e) if e.refusal().is_some() => {
+                let e = e.refusal().expect("a refusal");
                 // What a schema cannot say: a name too long for a label, a
                 // character kustomize cannot carry.
                 prop_assert!(e.is_permanent(), "{kind}: {e}");

@@ -11,8 +11,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::scan::Skipped;
-use crate::engine::host::{Events, Publish};
-use crate::kind::EventType;
+use crate::engine::host::Events;
 
 /// How often one object's being left out is said again.
 pub const REPEAT: Duration = Duration::from_secs(10 * 60);
@@ -102,15 +101,7 @@ async fn report(events: &Events, skipped: &Skipped) {
         "the operator cannot read this object, {}; it is left out of what the operator serves until it changes",
         skipped.reason
     );
-    let event = Publish {
-        regarding: &regarding,
-        type_: EventType::Warning,
-        reason: "Unreadable",
-        action: "Read",
-        note: &note,
-        related: None,
-    };
-    if let Err(e) = events.publish(&event).await {
+    if let Err(e) = events.warn(&regarding, "Unreadable", "Read", &note).await {
         tracing::debug!(error = %crate::error_text::kube(&e), "cannot publish the Unreadable event");
     }
 }

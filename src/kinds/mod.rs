@@ -41,7 +41,7 @@ use kube::CustomResourceExt;
 use kube::api::ApiResource;
 
 pub use crate::engine::host::Preview;
-use crate::engine::host::{OverlayError, PreviewError, Runtime};
+use crate::engine::host::{PreviewError, Runtime};
 use crate::kind::{Handler, HandlerError, KustomizeDir};
 
 /// What every kind is told about where the operator runs.
@@ -114,19 +114,17 @@ pub enum RenderError {
         /// Why.
         reason: String,
     },
-    /// The handler refused the resource.
+    /// The handler refused the resource, or its overlay did not render.
     #[error(transparent)]
-    Handler(#[from] HandlerError),
-    /// Rendering failed.
-    #[error(transparent)]
-    Overlay(#[from] OverlayError),
+    Preview(#[from] PreviewError),
 }
 
-impl From<PreviewError> for RenderError {
-    fn from(e: PreviewError) -> Self {
-        match e {
-            PreviewError::Handler(e) => Self::Handler(e),
-            PreviewError::Overlay(e) => Self::Overlay(e),
+impl RenderError {
+    /// The handler's refusal, when the handler refused the resource.
+    pub fn refusal(&self) -> Option<&HandlerError> {
+        match self {
+            Self::Preview(PreviewError::Handler(e)) => Some(e),
+            _ => None,
         }
     }
 }
@@ -337,7 +335,9 @@ impl WithHandler for Render<'_> {
 
     fn with<H: Handler>(self, handler: H) -> Self::Output {
         let resource = resource_of(&handler, self.doc)?;
-        let observed = handler.observe_offline(&resource, self.rest)?;
+        let observed = handler
+            .observe_offline(&resource, self.rest)
+            .map_err(PreviewError::Handler)?;
         Ok(Preview::of(&handler, &resource, &observed, self.dir)?)
     }
 }
@@ -361,7 +361,10 @@ impl<'a> WithHandler for RenderLive<'a> {
     fn with<H: Handler>(self, handler: H) -> Self::Output {
         Box::pin(async move {
             let resource = resource_of(&handler, self.doc)?;
-            let observed = handler.observe_preview(&resource, self.client).await?;
+            let observed = handler
+                .observe_preview(&resource, self.client)
+                .await
+                .map_err(PreviewError::Handler)?;
             let mut output = Preview::of(&handler, &resource, &observed, self.dir)?;
             if self.owned == OwnedObjects::Read {
                 let adopts = |meta: &kube::api::ObjectMeta| handler.adopts(&resource, meta);

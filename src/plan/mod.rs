@@ -36,7 +36,7 @@ use self::fleet::Right;
 pub use self::report::Report;
 use self::report::{Change, Failure, Outcome, Reason, ResourcePlan};
 use crate::cli::PlanArgs;
-use crate::engine::host::{BatchSettings, BuildJob, Built, Engine, Identity, Queue, Writers};
+use crate::engine::host::{BatchSettings, Builds, Engine, Identity, Writers};
 use crate::kind::Step;
 use crate::kind::{Isolation, ObjectId, Owner};
 use crate::kinds::declared::DeclaredKind;
@@ -151,7 +151,7 @@ pub async fn plan(args: &PlanArgs) -> Result<Report, PlanError> {
 pub(crate) struct Setup {
     /// Where overlays that need `kubectl kustomize` are built (`None`:
     /// kubectl was not found; such resources fail to build).
-    pub builds: Option<Queue<BuildJob, Built>>,
+    pub builds: Option<Builds>,
     /// The kinds' options.
     pub options: KindOptions,
     /// The ServiceAccount the writes of a tenant's resources use unless
@@ -179,8 +179,7 @@ impl Setup {
                     window: std::time::Duration::from_millis(20),
                     max: 100,
                 };
-                let runner = BuildJob::runner(kubectl.clone(), std::env::temp_dir());
-                Queue::start(kubectl, settings, runner)
+                Builds::start(kubectl, settings, std::env::temp_dir())
             });
         Self {
             builds,
@@ -274,7 +273,7 @@ struct Planner<'a> {
     change: &'a Loaded,
     converts: bool,
     dry_run: DryRun,
-    builds: Option<Queue<BuildJob, Built>>,
+    builds: Option<Builds>,
     account: Option<String>,
     cluster_account: Option<Identity>,
     operator_namespace: Option<String>,
@@ -433,11 +432,7 @@ impl<'a> Planner<'a> {
             let built = match (overlay.prebuilt(), &self.builds) {
                 (Some(manifests), _) => manifests.to_vec(),
                 (None, Some(builds)) => {
-                    let job = BuildJob {
-                        overlay,
-                        owner_uid: uid.to_string(),
-                    };
-                    let built = builds.submit(job).await;
+                    let built = builds.build(overlay, uid.to_string()).await;
                     let built = built.ok_or_else(|| "the build queue stopped".to_string());
                     built
                         .and_then(|b| b.map_err(|e| e.to_string()))

@@ -117,6 +117,13 @@ pub(crate) enum Fate {
     Leave(ObjectId, String),
 }
 
+impl Fate {
+    /// True when the run deletes the object.
+    pub fn prunes(&self) -> bool {
+        matches!(self, Self::Prune(_))
+    }
+}
+
 impl std::fmt::Display for Fate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

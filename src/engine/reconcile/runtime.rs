@@ -20,7 +20,7 @@ use crate::engine::live::watch::ObjectCache;
 use crate::engine::model::identity::Identity;
 use crate::engine::model::templates::KustomizeDir;
 use crate::engine::run::batch::{BatchSettings, Queue};
-use crate::engine::run::build::{self, BuildJob, Built};
+use crate::engine::run::build::{self, Builds};
 use crate::engine::run::kubectl_apply::{self, Applied, ApplyJob};
 use crate::kubectl::Kubectl;
 use crate::partition::share::Entered;
@@ -114,7 +114,7 @@ pub struct Engine {
     pub(super) failures: Mutex<Expiring<String, u32>>,
     pub(super) memo: StatusMemo,
     pub(super) parked: ParkedStatuses,
-    pub(super) builds: Queue<BuildJob, Built>,
+    pub(super) builds: Builds,
     pub(super) applies: Queue<ApplyJob, Applied>,
     pub(super) discovery: Discovery,
     pub(super) objects: ObjectCache,
@@ -151,11 +151,7 @@ impl Engine {
             max: settings.batch.max.max(1),
             ..settings.batch
         };
-        let builds = Queue::start(
-            kubectl.clone(),
-            batch,
-            BuildJob::runner(kubectl.clone(), settings.work_dir.clone()),
-        );
+        let builds = Builds::start(kubectl.clone(), batch, settings.work_dir.clone());
         let applies = Queue::start(
             kubectl.clone(),
             batch,
@@ -204,7 +200,7 @@ impl Engine {
     }
 
     /// The queue building overlays with `kubectl kustomize`.
-    pub(crate) fn builds(&self) -> &Queue<BuildJob, Built> {
+    pub(crate) fn builds(&self) -> &Builds {
         &self.builds
     }
 
@@ -216,7 +212,7 @@ impl Engine {
         templates: Option<&KustomizeDir>,
         kind: &str,
     ) -> build::Built {
-        BuildJob::build_base(
+        Builds::build_base(
             &self.kubectl,
             &self.settings.work_dir,
             templates.unwrap_or(&self.templates),

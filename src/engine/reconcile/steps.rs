@@ -21,7 +21,6 @@ use crate::engine::model::outcome::Failure;
 use crate::engine::model::overlay::RenderedOverlay;
 use crate::engine::model::status::Reason;
 use crate::engine::reconcile::runtime::Engine;
-use crate::engine::run::build::BuildJob;
 use crate::engine::run::kubectl_apply::{ApplyJob, Document};
 use crate::kubectl::{self, CommandRecord, Invocation};
 
@@ -247,11 +246,11 @@ pub(crate) async fn build_owned<'a>(
     if let Some(manifests) = overlay.prebuilt() {
         return Ok(Cow::Borrowed(manifests));
     }
-    let job = BuildJob {
-        overlay: overlay.clone(),
-        owner_uid: owner.uid.clone(),
-    };
-    match engine.builds.submit(job).await {
+    match engine
+        .builds
+        .build(overlay.clone(), owner.uid.clone())
+        .await
+    {
         Some(Ok(manifests)) => Ok(Cow::Owned(manifests)),
         Some(Err(failure)) => Err(Failure {
             reason: Reason::RenderFailed,

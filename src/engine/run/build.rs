@@ -14,27 +14,38 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::batch::{self, Job, Member, Runner};
+use super::batch::{self, BatchSettings, Job, Member, Queue, Runner};
 use crate::engine::model::inventory::Owner;
 use crate::engine::model::overlay::RenderedOverlay;
 use crate::kubectl::{CommandRecord, Invocation, Kubectl, Slot};
 
 /// One overlay to build.
-pub(crate) struct BuildJob {
+struct BuildJob {
     /// The rendered overlay (with the owner's marker).
     pub overlay: RenderedOverlay,
     /// The owner's UID: the marker label value on every object it builds.
     pub owner_uid: String,
 }
 
-impl BuildJob {
-    /// The runner of a build queue writing overlays under `work_dir`.
-    pub(crate) fn runner(kubectl: Kubectl, work_dir: PathBuf) -> Runner<Self, Built> {
-        Arc::new(move |batch, slot| {
-            let kubectl = kubectl.clone();
-            let work_dir = work_dir.clone();
-            Box::pin(async move { run(batch, slot, kubectl, work_dir).await })
-        })
+/// A queue building overlays with `kubectl kustomize`: the builds of
+/// resources due together coalesced into one run.
+#[derive(Clone)]
+pub(crate) struct Builds(Queue<BuildJob, Built>);
+
+impl Builds {
+    /// Starts a queue writing its overlays under `work_dir`.
+    pub(crate) fn start(kubectl: Kubectl, settings: BatchSettings, work_dir: PathBuf) -> Self {
+        Self(Queue::start(
+            kubectl.clone(),
+            settings,
+            BuildJob::runner(kubectl, work_dir),
+        ))
+    }
+
+    /// Builds `overlay`, every object of which carries the marker of the
+    /// owner `owner_uid`; `None` when the queue stopped.
+    pub(crate) async fn build(&self, overlay: RenderedOverlay, owner_uid: String) -> Option<Built> {
+        self.0.submit(BuildJob { overlay, owner_uid }).await
     }
 
     /// Builds the base of the kind folder `kind` alone, in `work_dir`: what
@@ -72,6 +83,17 @@ impl BuildJob {
         }
         let slot = kubectl.acquire().await;
         build_dir(work_dir, kubectl, slot, |dir| overlay.write_to(dir)).await
+    }
+}
+
+impl BuildJob {
+    /// The runner of a build queue writing overlays under `work_dir`.
+    fn runner(kubectl: Kubectl, work_dir: PathBuf) -> Runner<Self, Built> {
+        Arc::new(move |batch, slot| {
+            let kubectl = kubectl.clone();
+            let work_dir = work_dir.clone();
+            Box::pin(async move { run(batch, slot, kubectl, work_dir).await })
+        })
     }
 }
 
