@@ -30,29 +30,43 @@ pub(crate) fn record_revision(number: u32) {
     Span::current().record(REVISION, number);
 }
 
+/// What a test's log says: the writer of a `fmt` layer, read back as text.
+#[cfg(test)]
+#[derive(Clone, Default)]
+pub(crate) struct LogLines(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+#[cfg(test)]
+impl LogLines {
+    /// Everything written so far.
+    pub(crate) fn text(&self) -> String {
+        String::from_utf8(self.0.lock().expect("lines").clone()).expect("utf-8")
+    }
+
+    /// How many times `said` was written.
+    pub(crate) fn count(&self, said: &str) -> usize {
+        self.text().matches(said).count()
+    }
+}
+
+#[cfg(test)]
+impl std::io::Write for LogLines {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("lines").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::{Arc, Mutex};
     use tracing_subscriber::layer::SubscriberExt;
-
-    /// Collects what the fmt layer writes.
-    #[derive(Clone, Default)]
-    struct Lines(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Lines {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().expect("lines").extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
 
     #[test]
     fn a_log_line_inside_a_reconcile_names_the_kind_the_resource_its_generation_and_revision() {
-        let lines = Lines::default();
+        let lines = LogLines::default();
         let writer = lines.clone();
         let layer = tracing_subscriber::fmt::layer()
             .json()
@@ -69,7 +83,7 @@ mod tests {
             record_revision(2);
             tracing::warn!("applying failed");
         });
-        let text = String::from_utf8(lines.0.lock().expect("lines").clone()).expect("utf-8");
+        let text = lines.text();
         let line: serde_json::Value = serde_json::from_str(text.trim()).expect(&text);
         assert_eq!(line["fields"]["message"], "applying failed");
         let span = &line["span"];

@@ -301,36 +301,15 @@ pub(super) async fn count(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Mutex;
+    use crate::engine::reconcile::traced::LogLines;
     use tracing_subscriber::layer::SubscriberExt;
-
-    /// Collects what the log says.
-    #[derive(Clone, Default)]
-    struct Lines(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Lines {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().expect("lines").extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    impl Lines {
-        fn count(&self, said: &str) -> usize {
-            let text = String::from_utf8(self.0.lock().expect("lines").clone()).expect("utf-8");
-            text.matches(said).count()
-        }
-    }
 
     const FAILED: &str = "the watch failed";
     const SLOW: &str = "the watch's list has not finished";
 
     #[tokio::test(start_paused = true)]
     async fn a_watch_that_fails_or_lists_slowly_is_said_once_until_it_lists() {
-        let lines = Lines::default();
+        let lines = LogLines::default();
         let writer = lines.clone();
         let layer = tracing_subscriber::fmt::layer().with_writer(move || writer.clone());
         let _logging = tracing::subscriber::set_default(tracing_subscriber::registry().with(layer));
