@@ -231,3 +231,74 @@ async fn a_kind_watched_whole_is_counted_by_its_own_watch() {
     stop.cancel();
     task.await.expect("the runtime stops");
 }
+
+/// A recorder whose kind is served slowly: starting its watches takes
+/// until its watch has seen a resource, and a while more, so that a
+/// reconcile asked for by that first event runs while the serving has not
+/// yet returned.
+struct Slow {
+    recorder: Recorder<DynamicObject>,
+    seen_first: std::sync::mpsc::SyncSender<()>,
+    waited: Mutex<std::sync::mpsc::Receiver<()>>,
+}
+
+impl Reconciler for Slow {
+    type Resource = DynamicObject;
+
+    fn watched(&self) -> (kube::Api<DynamicObject>, watcher::Config) {
+        self.recorder.watched()
+    }
+
+    fn see(&self, _event: &mut watcher::Event<DynamicObject>) -> bool {
+        let _ = self.seen_first.try_send(());
+        true
+    }
+
+    async fn reconcile(&self, resource: Arc<DynamicObject>) -> Action {
+        self.recorder.reconcile(resource).await
+    }
+
+    fn nudges(&self, _: Resources<DynamicObject>) -> Vec<BoxStream<'static, Nudge<DynamicObject>>> {
+        // Called while the runtime starts the kind's watches, on the
+        // thread serving it (not one of the runtime's workers).
+        let seen = crate::sync::lock(&self.waited).recv_timeout(PATIENCE);
+        assert!(seen.is_ok(), "the watch saw a resource in time");
+        std::thread::sleep(Duration::from_millis(500));
+        Vec::new()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kind_served_on_a_running_runtime_loses_no_first_reconcile() {
+    // The kind must be known to the runtime before its watch starts: a
+    // reconcile the watch's first list asks for, run before the kind was
+    // known, was dropped, and the resource waited for its next change.
+    let world = World::new(FieldConflicts::Report).await;
+    world.create("web", &[], json!({}));
+    let widgets = ApiResource {
+        group: "test.example.com".into(),
+        version: "v1".into(),
+        api_version: "test.example.com/v1".into(),
+        kind: "Widget".into(),
+        plural: "widgets".into(),
+    };
+    let client = world.ctx.engine.client.clone();
+    let api = kube::Api::<DynamicObject>::namespaced_with(client, NAMESPACE, &widgets);
+    let (recorder, mut recorded) = recorder(api);
+    let (seen_first, waited) = std::sync::mpsc::sync_channel(1);
+    let slow = Slow {
+        recorder,
+        seen_first,
+        waited: Mutex::new(waited),
+    };
+    let runtime = Arc::new(Runtime::new(world.ctx.engine.clone()));
+    let (stop, task) = run(&runtime);
+    // Served from a thread of its own, so that its wait blocks no worker:
+    // the watch and the reconcile it asks for run meanwhile.
+    let (serving, handle) = (runtime.clone(), tokio::runtime::Handle::current());
+    let served = std::thread::spawn(move || handle.block_on(serving.serve("widgets", slow, None)));
+    assert_eq!(next_seen(&mut recorded.seen, 1).await, ["web"]);
+    served.join().expect("served");
+    stop.cancel();
+    task.await.expect("the runtime stops");
+}
