@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 
 use super::generation::{Generation, Taken};
 use super::revisions::History;
-use crate::engine::host::{OnCount, Runtime};
+use crate::engine::host::Runtime;
 use crate::kinds::declared::DeclaredHandler;
 use crate::kinds::declared::rollout::{OnMove, Rollout, RolloutError, RolloutSpec};
 
@@ -277,7 +277,7 @@ impl Serving {
         name: &str,
         generation: Generation,
         handler: DeclaredHandler,
-        on_count: Option<OnCount>,
+        on_count: Option<Arc<dyn Fn() + Send + Sync>>,
     ) {
         let previous = crate::sync::lock(&self.served).get(name).cloned();
         if let Some(previous) = previous.filter(|p| p.kind.name() != generation.kind.name()) {
