@@ -45,15 +45,20 @@ struct Widgets {
     info: KindInfo<ApiResource>,
 }
 
+/// The Widget's API resource (served under [`WIDGETS`]).
+fn widget_resource() -> ApiResource {
+    ApiResource {
+        group: "test.example.com".into(),
+        version: "v1".into(),
+        api_version: "test.example.com/v1".into(),
+        kind: "Widget".into(),
+        plural: "widgets".into(),
+    }
+}
+
 impl Widgets {
     fn new(conflicts: FieldConflicts) -> Self {
-        let dyn_type = ApiResource {
-            group: "test.example.com".into(),
-            version: "v1".into(),
-            api_version: "test.example.com/v1".into(),
-            kind: "Widget".into(),
-            plural: "widgets".into(),
-        };
+        let dyn_type = widget_resource();
         let policy = Policy {
             conflicts,
             owner_references: false,

@@ -11,7 +11,7 @@ use futures::StreamExt;
 use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
-use kube::api::{ApiResource, DynamicObject};
+use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
@@ -19,7 +19,7 @@ use serde_json::json;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::{CONFIG_MAPS, NAMESPACE, Widgets, World, ready};
+use super::{CONFIG_MAPS, NAMESPACE, Widgets, World, ready, widget_resource};
 use crate::engine::contract::{FieldConflicts, Nudge, Object, Resources};
 use crate::engine::model::status::{ConditionStatus, Reason};
 use crate::engine::reconcile::serve::{Reconciler, Runtime};
@@ -160,13 +160,7 @@ async fn a_typed_and_a_dynamic_kind_share_one_runtime_each_with_its_own_type() {
         world.api.put(&format!("{CONFIG_MAPS}/{name}"), config_map);
     }
     world.create("web", &[], json!({}));
-    let widgets = ApiResource {
-        group: "test.example.com".into(),
-        version: "v1".into(),
-        api_version: "test.example.com/v1".into(),
-        kind: "Widget".into(),
-        plural: "widgets".into(),
-    };
+    let widgets = widget_resource();
     let (typed, mut config_maps) = recorder(kube::Api::<ConfigMap>::namespaced(
         client.clone(),
         NAMESPACE,
@@ -275,13 +269,7 @@ async fn a_kind_served_on_a_running_runtime_loses_no_first_reconcile() {
     // known, was dropped, and the resource waited for its next change.
     let world = World::new(FieldConflicts::Report).await;
     world.create("web", &[], json!({}));
-    let widgets = ApiResource {
-        group: "test.example.com".into(),
-        version: "v1".into(),
-        api_version: "test.example.com/v1".into(),
-        kind: "Widget".into(),
-        plural: "widgets".into(),
-    };
+    let widgets = widget_resource();
     let client = world.ctx.engine.client.clone();
     let api = kube::Api::<DynamicObject>::namespaced_with(client, NAMESPACE, &widgets);
     let (recorder, mut recorded) = recorder(api);
