@@ -759,12 +759,15 @@ async fn sigterm_past_the_grace_period_kills_kubectl_and_records_it() {
         operator_with_slow_apply(&client, "sigkillgrace", 600, "5s").await;
     let _group = KillGroupOnDrop(kubectl);
     // The run (the stand-in's shell) and its child (`sleep 600`), both in
-    // the run's process group, seen before.
-    let running = alive_in_group(kubectl);
-    assert!(
-        running.len() >= 2 && running.iter().any(|p| p.ends_with(" sleep")),
-        "the kubectl run {kubectl} and its sleep are not seen running: {running:?}"
-    );
+    // the run's process group, seen before (the shell may not have forked
+    // its sleep yet when the run is first seen).
+    let what = format!("the kubectl run {kubectl} and its sleep running");
+    common::wait_for(Duration::from_secs(10), what, async || {
+        let running = alive_in_group(kubectl);
+        let both = running.len() >= 2 && running.iter().any(|p| p.ends_with(" sleep"));
+        if both { Ok(()) } else { Err(running) }
+    })
+    .await;
     let start = Instant::now();
     operator.signal(libc::SIGTERM);
     operator
