@@ -1096,11 +1096,11 @@ async fn namespaces_and_crds_are_applied_before_what_needs_them() {
         "--field-selector",
         &format!("involvedObject.name={name}"),
         "-o",
-        "jsonpath={.items[*].reason}",
+        "jsonpath={range .items[*]}{.reason}: {.message}{\"\\n\"}{end}",
     ]);
-    assert!(events.contains("Applied"), "{events}");
+    assert!(events.contains("Applied: "), "{events}");
     assert!(
-        !events.contains("Failed") && !events.contains("ApiError"),
+        !events.contains("Failed: ") && !events.contains("ApiError: "),
         "{events}"
     );
     api.delete(&name, &DeleteParams::default()).await.unwrap();

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ApiResource, DynamicObject};
+use kube::core::GroupVersionKind;
 use kube::{Api, Client};
 use serde_json::Value;
 
@@ -16,23 +17,61 @@ const ESTABLISH_POLL: Duration = Duration::from_millis(200);
 
 /// True once the CRD `name` is established (within [`ESTABLISH_TIMEOUT`])
 /// at its current generation, where the API server says (see
-/// [`is_established`]).
+/// [`is_established`]), and discovery serves its kind at every version it
+/// serves. The API server publishes a new group's discovery a moment after
+/// it sets `Established`; a lookup in between finds no such kind, and an
+/// apply of the kind's objects then would fail once before converging.
 pub(crate) async fn wait_established(client: &Client, name: &str) -> Result<bool, kube::Error> {
     let api = Api::<DynamicObject>::all_with(client.clone(), &crd_resource());
     let deadline = tokio::time::Instant::now() + ESTABLISH_TIMEOUT;
     loop {
-        let established = api.get_opt(name).await?.is_some_and(|crd| {
-            let object = serde_json::json!({
-                "metadata": {"generation": crd.metadata.generation},
-                "status": crd.data["status"],
-            });
-            is_established(&object)
-        });
-        if established || tokio::time::Instant::now() >= deadline {
-            return Ok(established);
+        let ready = match api.get_opt(name).await? {
+            Some(crd) if is_established(&summary(&crd)) => {
+                discovered(client, &served_kinds(&crd.data["spec"])).await?
+            }
+            _ => false,
+        };
+        if ready || tokio::time::Instant::now() >= deadline {
+            return Ok(ready);
         }
         tokio::time::sleep(ESTABLISH_POLL).await;
     }
+}
+
+/// What [`is_established`] reads of a live CRD.
+fn summary(crd: &DynamicObject) -> Value {
+    serde_json::json!({
+        "metadata": {"generation": crd.metadata.generation},
+        "status": crd.data["status"],
+    })
+}
+
+/// The kind a CRD's `spec` declares, at each version it serves.
+fn served_kinds(spec: &Value) -> Vec<GroupVersionKind> {
+    let (Some(group), Some(kind)) = (spec["group"].as_str(), spec["names"]["kind"].as_str()) else {
+        return Vec::new();
+    };
+    spec["versions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|v| v["served"] != false)
+        .filter_map(|v| v["name"].as_str())
+        .map(|version| GroupVersionKind::gvk(group, version, kind))
+        .collect()
+}
+
+/// True when discovery serves every one of `kinds` (not found: not yet).
+async fn discovered(client: &Client, kinds: &[GroupVersionKind]) -> Result<bool, kube::Error> {
+    for gvk in kinds {
+        match kube::discovery::pinned_kind(client, gvk).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => return Ok(false),
+            Err(kube::Error::Discovery(_)) => return Ok(false),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(true)
 }
 
 /// What kube needs to read CRDs as JSON: the conditions' `observedGeneration`
@@ -89,5 +128,21 @@ mod tests {
         let not = json!({"type": "Established", "status": "False", "observedGeneration": 3});
         assert!(!is_established(&crd(3, not)));
         assert!(!is_established(&json!({"metadata": {"generation": 1}})));
+    }
+
+    #[test]
+    fn the_kinds_waited_for_in_discovery_are_those_of_the_served_versions() {
+        let spec = json!({
+            "group": "g.example.com",
+            "names": {"kind": "Gadget", "plural": "gadgets"},
+            "versions": [
+                {"name": "v1", "served": true},
+                {"name": "v1beta1", "served": false},
+                {"name": "v2"},
+            ],
+        });
+        let versions: Vec<String> = served_kinds(&spec).into_iter().map(|k| k.version).collect();
+        assert_eq!(versions, ["v1", "v2"]);
+        assert!(served_kinds(&json!({"versions": [{"name": "v1"}]})).is_empty());
     }
 }
