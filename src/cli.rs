@@ -596,7 +596,7 @@ fn parse_webhook_service(s: &str) -> Result<Endpoint, String> {
 
 /// A ServiceAccount name (`--default-service-account`).
 pub fn parse_account_name(name: &str) -> Result<String, String> {
-    crate::kind::check_account_name(name).map(|()| name.to_string())
+    crate::names::check_account_name(name).map(|()| name.to_string())
 }
 
 #[cfg(test)]

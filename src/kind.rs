@@ -14,9 +14,8 @@
 pub use crate::engine::contract::{
     Beyond, Deletion, EventType, FieldConflicts, FromObjects, Handler, HandlerError, KindInfo,
     Nudge, Nudges, Object, OnFailure, Plan, PlannedEvent, Policy, Reach, ReadAs, Resources,
-    Revision, Step, Watching, namespaced_api,
+    Revision, Step, Watching,
 };
-pub use crate::engine::model::identity::check_account_name;
 pub use crate::engine::model::inventory::{Inventory, ObjectId, Owner};
 pub use crate::engine::model::overlay::{
     ConfigMapGenerator, Labels, Overlay, PatchTarget, PatchTemplate, ResourceTemplate,
@@ -29,4 +28,3 @@ pub use crate::engine::model::templates::{
 };
 
 // For the declared kinds: the dynamic kind of a declared resource.
-pub(crate) use crate::engine::model::dynamic_kind::dynamic_kind;

@@ -38,6 +38,7 @@ use futures::future::BoxFuture;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
+use kube::Resource;
 use kube::api::ApiResource;
 
 pub use crate::engine::host::Preview;
@@ -392,4 +393,16 @@ fn resource_of<H: Handler>(
         kind: handler.info().name.clone(),
         reason: e.to_string(),
     })
+}
+
+/// [`Handler::api`](crate::kind::Handler::api) for a typed namespaced kind:
+/// the namespace's, or every namespace's.
+pub(crate) fn namespaced_api<K>(client: kube::Client, namespace: Option<&str>) -> kube::Api<K>
+where
+    K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>,
+{
+    match namespace {
+        Some(ns) => kube::Api::namespaced(client, ns),
+        None => kube::Api::all(client),
+    }
 }

@@ -166,14 +166,3 @@ pub enum ReadAs {
     /// None: the resource's writes are refused, and so are its reads (why).
     Refused(String),
 }
-
-/// [`Handler::api`] for a typed namespaced kind.
-pub fn namespaced_api<K>(client: kube::Client, namespace: Option<&str>) -> kube::Api<K>
-where
-    K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>,
-{
-    match namespace {
-        Some(ns) => kube::Api::namespaced(client, ns),
-        None => kube::Api::all(client),
-    }
-}

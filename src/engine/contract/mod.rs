@@ -21,7 +21,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 pub use error::HandlerError;
-pub use handler::{Handler, ReadAs, Revision, namespaced_api};
+pub use handler::{Handler, ReadAs, Revision};
 pub use nudge::{Nudge, Nudges, Resources, Watching};
 pub use plan::{EventType, FromObjects, OnFailure, Plan, PlannedEvent, Step};
 pub use policy::{Beyond, Deletion, FieldConflicts, KindInfo, Policy, Reach};

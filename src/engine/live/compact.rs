@@ -12,7 +12,7 @@ use kube::api::ObjectMeta;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Value, json};
 
-use crate::engine::model::dynamic_kind::dynamic_kind;
+use crate::dynamic_kind::dynamic_kind;
 use crate::engine::model::inventory::Owner;
 
 /// One watched object: its kind is the watch's [`ApiResource`].

@@ -162,29 +162,11 @@ impl Identity {
                 "{namespace:?} is not a namespace name (in {text:?}, NAMESPACE/NAME)"
             ));
         }
-        check_account_name(name)?;
+        crate::names::check_account_name(name)?;
         Ok(Identity::ServiceAccount {
             namespace: namespace.to_string(),
             name: name.to_string(),
         })
-    }
-}
-
-/// Checks a ServiceAccount name: a DNS subdomain (lower-case
-/// alphanumerics, `-` and `.`, at most 253, alphanumeric at both ends).
-pub fn check_account_name(name: &str) -> Result<(), String> {
-    let valid = (1..=253).contains(&name.len())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
-        && !name.starts_with(['-', '.'])
-        && !name.ends_with(['-', '.']);
-    if valid {
-        Ok(())
-    } else {
-        Err(format!(
-            "{name:?} is not a ServiceAccount name (a DNS subdomain)"
-        ))
     }
 }
 

@@ -2,12 +2,10 @@
 //! ([`status`]) and the mapping of an outcome to status ([`outcome`]), what
 //! a resource owns ([`inventory`]), whose rights its writes use
 //! ([`identity`]), overlays as data and their templates ([`overlay`],
-//! [`templates`]) and the dynamic kind of a declared resource
-//! ([`dynamic_kind`]). Pure: no process, no API call; it names nothing of
+//! [`templates`]). Pure: no process, no API call; it names nothing of
 //! the engine but [`crate::kubectl`]'s command record. (Which resources a
 //! replica serves, its shard and its share, is [`crate::partition`]'s.)
 
-pub(crate) mod dynamic_kind;
 pub(crate) mod identity;
 pub(crate) mod inventory;
 pub(crate) mod outcome;

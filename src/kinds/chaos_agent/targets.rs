@@ -8,7 +8,8 @@ use kube::api::{ListParams, ObjectMeta};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
-use crate::kind::{HandlerError, namespaced_api};
+use crate::kind::HandlerError;
+use crate::kinds::namespaced_api;
 
 /// At most this many objects of each type are considered in one round.
 pub const MAX_TARGETS: usize = 20_000;

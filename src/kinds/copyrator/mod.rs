@@ -42,9 +42,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::kind::{
     CommonStatus, Deletion, FieldConflicts, Handler, HandlerError, KindInfo, Nudges, Plan, Policy,
-    Watching, namespaced_api,
+    Watching,
 };
-use crate::kinds::{KindContext, RustKind};
+use crate::kinds::{KindContext, RustKind, namespaced_api};
 use plan::Rails;
 
 // The default read budget holds two rules at the default byte cap

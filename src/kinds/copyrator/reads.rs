@@ -38,7 +38,8 @@ use super::paging::{self, Page, PageError, ReadError};
 use super::plan;
 use super::resource::{ResolvedRule, RuleType};
 use super::scope::Scope;
-use crate::kind::{HandlerError, Reason, namespaced_api};
+use crate::kind::{HandlerError, Reason};
+use crate::kinds::namespaced_api;
 
 /// Parallel metadata lists when looking for same-named objects.
 const LIST_CONCURRENCY: usize = 8;

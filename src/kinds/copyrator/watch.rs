@@ -30,7 +30,8 @@ use kube::{Api, ResourceExt};
 use super::marker;
 use super::resource::{CopyratorRule, RuleType};
 use super::scope::Scope;
-use crate::kind::{Nudge, Nudges, Resources, Watching, namespaced_api};
+use crate::kind::{Nudge, Nudges, Resources, Watching};
+use crate::kinds::namespaced_api;
 
 /// The rule's triggers: a stream of the rules each watch's events concern.
 pub fn nudges(

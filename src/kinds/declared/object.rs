@@ -16,7 +16,7 @@ use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
-use crate::kind::dynamic_kind;
+use crate::dynamic_kind::dynamic_kind;
 
 /// One resource of a declared kind; its kind is an [`ApiResource`].
 #[derive(Clone, Debug, PartialEq)]

@@ -580,7 +580,7 @@ fn is_namespace_pattern(pattern: &str) -> bool {
 fn check_reconcile(path: &Path, file: &KindFile) -> Result<()> {
     if let Some(account) = &file.spec.reconcile.service_account_name {
         let field = "spec.reconcile.serviceAccountName";
-        crate::kind::check_account_name(account).map_err(|e| invalid(path, field, e))?;
+        crate::names::check_account_name(account).map_err(|e| invalid(path, field, e))?;
         if file.spec.scope == file::Scope::Cluster {
             return Err(invalid(
                 path,

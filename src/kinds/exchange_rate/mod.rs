@@ -35,9 +35,9 @@ use sha2::{Digest, Sha256};
 
 use crate::kind::{
     CommonStatus, ConfigMapGenerator, FieldConflicts, Handler, HandlerError, KindInfo, Labels,
-    OnFailure, Overlay, Plan, PlannedEvent, Policy, Reason, namespaced_api,
+    OnFailure, Overlay, Plan, PlannedEvent, Policy, Reason,
 };
-use crate::kinds::{KindContext, RustKind};
+use crate::kinds::{KindContext, RustKind, namespaced_api};
 
 pub use kustomize_hash::config_map_name;
 use provider::Provider;

@@ -1,4 +1,5 @@
-//! `kube::Resource` for the engine's compact object types, whose kind is
+//! `kube::Resource` for the operator's compact object types (the engine's
+//! `CompactObject`, the declared kinds' `DeclaredObject`), whose kind is
 //! known at run time as an [`kube::api::ApiResource`] (as for a
 //! `DynamicObject`).
 
