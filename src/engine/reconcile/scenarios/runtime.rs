@@ -290,3 +290,62 @@ async fn a_kind_served_on_a_running_runtime_loses_no_first_reconcile() {
     stop.cancel();
     task.await.expect("the runtime stops");
 }
+
+/// A plug-in whose reconciles take a while, at most `at_once` of them at a
+/// time: it keeps the most it saw running together.
+struct Crowded {
+    recorder: Recorder<ConfigMap>,
+    at_once: usize,
+    running: std::sync::atomic::AtomicUsize,
+    most: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Reconciler for Crowded {
+    type Resource = ConfigMap;
+
+    fn watched(&self) -> (kube::Api<ConfigMap>, watcher::Config) {
+        self.recorder.watched()
+    }
+
+    fn at_once(&self) -> Option<usize> {
+        Some(self.at_once)
+    }
+
+    async fn reconcile(&self, resource: Arc<ConfigMap>) -> Action {
+        use std::sync::atomic::Ordering::SeqCst;
+        let now = self.running.fetch_add(1, SeqCst) + 1;
+        self.most.fetch_max(now, SeqCst);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        self.running.fetch_sub(1, SeqCst);
+        self.recorder.reconcile(resource).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kind_runs_no_more_reconciles_at_once_than_it_asks() {
+    let world = World::new(FieldConflicts::Report).await;
+    let names: Vec<String> = (0..6).map(|i| format!("cm-{i}")).collect();
+    for name in &names {
+        let config_map = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": NAMESPACE}, "data": {}});
+        world.api.put(&format!("{CONFIG_MAPS}/{name}"), config_map);
+    }
+    let client = world.ctx.engine.client.clone();
+    let (recorder, mut recorded) = recorder(kube::Api::<ConfigMap>::namespaced(client, NAMESPACE));
+    let most = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let crowded = Crowded {
+        recorder,
+        at_once: 2,
+        running: Default::default(),
+        most: most.clone(),
+    };
+    let runtime = Arc::new(Runtime::new(world.ctx.engine.clone()));
+    runtime.serve("configmaps", crowded, None).await;
+    let (stop, task) = run(&runtime);
+    // The first list asks for all six at once (the runtime's own limit is
+    // off in these scenarios); they run two at a time.
+    assert_eq!(next_seen(&mut recorded.seen, 6).await, names);
+    assert_eq!(most.load(std::sync::atomic::Ordering::SeqCst), 2);
+    stop.cancel();
+    task.await.expect("the runtime stops");
+}

@@ -27,7 +27,7 @@ use kube::api::ApiResource;
 use kube::runtime::controller::{Action, Config, applier};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::watcher;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, Semaphore};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -79,6 +79,8 @@ pub(super) struct ServedKind {
     in_flight: AtomicUsize,
     idle: Notify,
     count: Option<Arc<Count>>,
+    /// Its turns, when it runs at most so many reconciles at once.
+    turns: Option<Arc<Semaphore>>,
 }
 
 /// The keys of a kind's resources in the store.
@@ -145,6 +147,9 @@ impl Runtime {
             in_flight: AtomicUsize::new(0),
             idle: Notify::new(),
             count: counted.as_ref().map(|_| Arc::new(Count::default())),
+            turns: reconciler
+                .at_once()
+                .map(|n| Arc::new(Semaphore::new(n.max(1)))),
         });
         // Served before its watches start: a reconcile they ask for finds
         // its kind.
@@ -344,6 +349,11 @@ async fn reconcile(
         return Ok(Action::await_change());
     };
     served.in_flight.fetch_add(1, Ordering::AcqRel);
+    // Waiting for a turn is not running: not said as slow.
+    let _turn = match &served.turns {
+        Some(turns) => turns.clone().acquire_owned().await.ok(),
+        None => None,
+    };
     let action = said_if_slow(served.reconciler.clone().reconcile(&obj), &obj).await;
     if served.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
         served.idle.notify_waiters();

@@ -29,6 +29,13 @@ pub(crate) trait Reconciler: Send + Sync + 'static {
         false
     }
 
+    /// At most this many of the kind's reconciles run at once; the others
+    /// wait their turn (in the runtime's queue, before their reconcile
+    /// starts). Default: `None`, only the runtime's limit for all kinds.
+    fn at_once(&self) -> Option<usize> {
+        None
+    }
+
     /// Looks at an event of the watch, and may cut its object down,
     /// before the store holds it; false when it starts no reconcile.
     /// Default: every event starts one.
