@@ -26,5 +26,3 @@ pub use crate::engine::model::status::{
 pub use crate::engine::model::templates::{
     Isolation, KustomizeDir, TemplateError, TemplateFlavor, TemplateSources, Templates,
 };
-
-// For the declared kinds: the dynamic kind of a declared resource.

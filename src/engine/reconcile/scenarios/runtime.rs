@@ -113,6 +113,13 @@ async fn eventually(what: &str, holds: impl Fn() -> bool) {
     }
 }
 
+/// Puts an empty ConfigMap `name` in the mocked API server.
+fn put_config_map(world: &World, name: &str) {
+    let config_map = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": NAMESPACE}, "data": {}});
+    world.api.put(&format!("{CONFIG_MAPS}/{name}"), config_map);
+}
+
 /// Runs `runtime` until the token it returns is cancelled.
 fn run(runtime: &Arc<Runtime>) -> (CancellationToken, tokio::task::JoinHandle<()>) {
     let token = CancellationToken::new();
@@ -155,9 +162,7 @@ async fn a_typed_and_a_dynamic_kind_share_one_runtime_each_with_its_own_type() {
     let world = World::new(FieldConflicts::Report).await;
     let client = world.ctx.engine.client.clone();
     for name in ["red", "blue"] {
-        let config_map = json!({"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": name, "namespace": NAMESPACE}, "data": {}});
-        world.api.put(&format!("{CONFIG_MAPS}/{name}"), config_map);
+        put_config_map(&world, name);
     }
     world.create("web", &[], json!({}));
     let widgets = widget_resource();
@@ -326,9 +331,7 @@ async fn a_kind_runs_no_more_reconciles_at_once_than_it_asks() {
     let world = World::new(FieldConflicts::Report).await;
     let names: Vec<String> = (0..6).map(|i| format!("cm-{i}")).collect();
     for name in &names {
-        let config_map = json!({"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": name, "namespace": NAMESPACE}, "data": {}});
-        world.api.put(&format!("{CONFIG_MAPS}/{name}"), config_map);
+        put_config_map(&world, name);
     }
     let client = world.ctx.engine.client.clone();
     let (recorder, mut recorded) = recorder(kube::Api::<ConfigMap>::namespaced(client, NAMESPACE));
