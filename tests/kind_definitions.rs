@@ -436,16 +436,7 @@ async fn a_kind_gains_a_version_with_a_rename_converted_by_the_operators_webhook
     let bulk = texts.lines().filter(|t| t.starts_with("bulk ")).count();
     assert_eq!(bulk, 100, "{texts}");
 
-    let (ok, _, err) = common::kubectl(&[
-        "delete",
-        &kind.crd(),
-        "--all",
-        "-n",
-        &ns.name,
-        "--wait=true",
-        "--timeout=60s",
-    ]);
-    assert!(ok, "{err}");
+    kind.delete_every_greeting(&ns.name).await;
     kind.delete().await;
     if by_the_api_server {
         common::wait_until(

@@ -876,9 +876,7 @@ async fn sharing_replicas_serve_a_kind_definition_one_writes_it_every_one_serves
 
     // Deleted, once its resources are: each replica cleans up its share,
     // the writer removes the CRD, and every replica stops serving.
-    let all = format!("greetings.{}", kind.group);
-    let (ok, _, err) = common::kubectl(&["delete", &all, "--all", "-n", &ns.name]);
-    assert!(ok, "{err}");
+    kind.delete_every_greeting(&ns.name).await;
     kind.delete().await;
     wait_stopped(&replicas, &kind).await;
     drop(killed);
