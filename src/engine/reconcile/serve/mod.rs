@@ -12,6 +12,7 @@
 //! resource twice at once, so a reconcile of the generation before
 //! finishes before one of the new starts.
 
+mod count;
 mod keyed;
 mod reconciler;
 mod served;
@@ -31,8 +32,9 @@ use tokio::sync::{Notify, Semaphore};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+pub(crate) use count::Count;
 pub(crate) use reconciler::Reconciler;
-pub(crate) use watch::{Count, slim};
+pub(crate) use watch::slim;
 
 use keyed::Keyed;
 use served::Served;
@@ -225,7 +227,7 @@ impl Runtime {
         let (kind, stop) = (&served.kind, &served.stop);
         let (counted, tally) = match (&served.count, counted) {
             (Some(count), Some(counted)) if counted.by_resource_watch => {
-                let tally = watch::Tally {
+                let tally = count::Tally {
                     count: count.clone(),
                     on_count: counted.on_count,
                 };
@@ -247,7 +249,7 @@ impl Runtime {
         *crate::sync::lock(&served.nudged) = nudged;
         if let (Some(count), Some(counted)) = (&served.count, counted) {
             let client = self.shared.engine.client.clone();
-            let counting = watch::count(client, counted, count.clone(), stop.clone());
+            let counting = count::count(client, counted, count.clone(), stop.clone());
             *crate::sync::lock(&served.counting) = Some(tokio::spawn(counting));
         }
     }

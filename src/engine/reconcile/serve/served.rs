@@ -11,9 +11,9 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use tokio_util::sync::CancellationToken;
 
+use super::count::Tally;
 use super::keyed::{self, Keyed};
 use super::reconciler::Reconciler;
-use super::watch::Tally;
 use super::{Held, Shared};
 use crate::engine::contract::{Nudge, Resources};
 

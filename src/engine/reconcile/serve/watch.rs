@@ -1,25 +1,22 @@
 //! The watches of one kind the runtime serves: its resources (each event
 //! seen by its reconciler first, which may cut the object down and say
 //! whether it starts a reconcile), fed into the runtime's one store and
-//! queue; its nudges; and, for a kind defined in the cluster, how many
-//! resources it has in every namespace and shard.
+//! queue; and its nudges. (How many resources a kind defined in the
+//! cluster has in every namespace is `count`'s.)
 
-use std::collections::HashSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use kube::Resource;
-use kube::api::DynamicObject;
-use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio_util::sync::CancellationToken;
 
+use super::count::Tally;
 use super::keyed::Keyed;
-use super::{Counted, Held, Queue, Reconciler, Shared};
+use super::{Held, Queue, Reconciler, Shared};
 use crate::engine::contract::Nudge;
 
 /// Watches the resources of the kind `kind` until `stop` is cancelled,
@@ -210,98 +207,11 @@ impl Queue {
     }
 }
 
-/// A count kept by the watch of a kind's resources, which sees them all.
-pub(super) struct Tally {
-    /// The count.
-    pub count: Arc<Count>,
-    /// Called when it changes.
-    pub on_count: super::OnCount,
-}
-
-impl Tally {
-    /// The count is `value` now.
-    fn set(&self, value: usize) {
-        if self.count.get() != Some(value as u64) {
-            self.count.set(value);
-            (self.on_count)();
-        }
-    }
-}
-
-/// How many resources a kind has, once its count watch listed them.
-#[derive(Debug, Default)]
-pub(crate) struct Count {
-    value: AtomicU64,
-    known: AtomicBool,
-}
-
-impl Count {
-    fn set(&self, value: usize) {
-        self.value.store(value as u64, Ordering::Relaxed);
-        self.known.store(true, Ordering::Relaxed);
-    }
-
-    /// The count, once known.
-    pub fn get(&self) -> Option<u64> {
-        self.known
-            .load(Ordering::Relaxed)
-            .then(|| self.value.load(Ordering::Relaxed))
-    }
-}
-
-/// Keeps `count` of the resources of `counted`'s kind in every namespace
-/// and shard (their UIDs, from a metadata watch: a definition's count,
-/// which guards its deletion, includes what other shards serve), calling
-/// its `on_count` whenever it changes; until `stop` is cancelled.
-pub(super) async fn count(
-    client: kube::Client,
-    counted: Counted,
-    count: Arc<Count>,
-    stop: CancellationToken,
-) {
-    let api = kube::Api::<PartialObjectMeta<DynamicObject>>::all_with(client, &counted.resource);
-    let mut events = watcher::watcher(api, watcher::Config::default())
-        .default_backoff()
-        .boxed();
-    let mut uids: HashSet<String> = HashSet::new();
-    let mut listing: HashSet<String> = HashSet::new();
-    loop {
-        let event = tokio::select! {
-            () = stop.cancelled() => return,
-            event = events.next() => match event {
-                Some(Ok(event)) => event,
-                Some(Err(_)) => continue,
-                None => return,
-            },
-        };
-        let moved = match event {
-            watcher::Event::Init => {
-                listing.clear();
-                false
-            }
-            watcher::Event::InitApply(object) => {
-                listing.extend(object.metadata.uid);
-                false
-            }
-            watcher::Event::InitDone => {
-                std::mem::swap(&mut uids, &mut listing);
-                listing.clear();
-                true
-            }
-            watcher::Event::Apply(object) => object.metadata.uid.is_some_and(|u| uids.insert(u)),
-            watcher::Event::Delete(object) => object.metadata.uid.is_some_and(|u| uids.remove(&u)),
-        };
-        if moved && count.get() != Some(uids.len() as u64) {
-            count.set(uids.len());
-            (counted.on_count)();
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::engine::reconcile::traced::LogLines;
+    use kube::api::DynamicObject;
     use tracing_subscriber::layer::SubscriberExt;
 
     const FAILED: &str = "the watch failed";
