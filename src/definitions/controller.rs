@@ -437,7 +437,7 @@ async fn check(
     let kept = (ctx.serving).bytes_kept_with(&name, &generation, &rollout::spec_of(def));
     generation::check_budget(&generation, kept, others, ctx.budget)?;
     let baseline = match served {
-        Some(g) => g.crd.crd().ok(),
+        Some(g) => g.crd().ok(),
         None => crds::live(&ctx.client, &generation.crd_name())
             .await
             .ok()
@@ -502,7 +502,7 @@ async fn ensure_crd(
         // follower reads it: the same conversions whoever files them last.
         webhook.conversions.file(filed.clone());
     }
-    let reason = match generation.crd.crd() {
+    let reason = match generation.crd() {
         Ok(declared) => apply_crd(ctx, declared, name, &crd).await,
         Err(e) => Err((
             Reason::CrdApplyFailed,

@@ -47,32 +47,69 @@ impl Generation {
     pub fn crd_name(&self) -> String {
         self.crd.name.to_string()
     }
+
+    /// The CRD it declares, carrying the definition's marker.
+    pub fn crd(&self) -> Result<CustomResourceDefinition, serde_json::Error> {
+        self.crd.read(&self.kind)
+    }
 }
 
-/// A CRD as a generation keeps it: its JSON text, shared by every copy of
-/// the generation (the table of what is served, its revisions, the
-/// rollout). Typed, a CRD's schema weighs ten times its text (a field of
-/// the schema is a struct of some forty optional fields), and a
-/// definition's CRD is only read when it is applied or compared.
+/// A CRD as a generation keeps it, shared by every copy of the
+/// generation (the table of what is served, its revisions, the rollout).
+/// Typed, a CRD's schema weighs ten times its text, and a definition's
+/// CRD is only read when it is applied or compared: a kind of one version
+/// keeps none (some 4.5 KiB of text for the lab's Greeting), its CRD built
+/// again from the kind when read; a kind of several keeps its JSON text,
+/// which carries the conversion webhook attached to it.
 #[derive(Clone, Debug)]
 pub struct KeptCrd {
     /// The CRD's name.
     pub name: Arc<str>,
-    json: Arc<str>,
+    kept: Kept,
+}
+
+/// How a [`KeptCrd`] is kept.
+#[derive(Clone, Debug)]
+enum Kept {
+    /// Built from the kind when read, marked as the definition's (its name).
+    Built { marker: Arc<str> },
+    /// As JSON text.
+    Text(Arc<str>),
 }
 
 impl KeptCrd {
-    /// Keeps `crd`.
-    pub fn new(crd: &CustomResourceDefinition) -> Self {
+    /// The CRD of a kind, built again from it when read, marked as the
+    /// definition `marker`'s.
+    fn built(kind: &DeclaredKind, marker: &str) -> Self {
         Self {
-            name: crd.metadata.name.as_deref().unwrap_or_default().into(),
-            json: serde_json::to_string(crd).unwrap_or_default().into(),
+            name: kind.crd().metadata.name.unwrap_or_default().into(),
+            kept: Kept::Built {
+                marker: marker.into(),
+            },
         }
     }
 
-    /// The CRD, read back.
-    pub fn crd(&self) -> Result<CustomResourceDefinition, serde_json::Error> {
-        serde_json::from_str(&self.json)
+    /// Keeps `crd` as it is.
+    pub fn new(crd: &CustomResourceDefinition) -> Self {
+        Self {
+            name: crd.metadata.name.as_deref().unwrap_or_default().into(),
+            kept: Kept::Text(serde_json::to_string(crd).unwrap_or_default().into()),
+        }
+    }
+
+    /// The CRD of `kind`, read back.
+    fn read(&self, kind: &DeclaredKind) -> Result<CustomResourceDefinition, serde_json::Error> {
+        match &self.kept {
+            Kept::Text(json) => serde_json::from_str(json),
+            Kept::Built { marker } => {
+                let mut crd = kind.crd();
+                crd.metadata
+                    .labels
+                    .get_or_insert_default()
+                    .insert(resource::MARKER_LABEL.into(), marker.to_string());
+                Ok(crd)
+            }
+        }
     }
 }
 
@@ -158,15 +195,11 @@ pub fn load(
     })?;
     kind.path = PathBuf::from(format!("KindDefinition {name}"));
     kind.templates = Some(Arc::new(dir));
-    let mut crd = kind.crd();
-    crd.metadata
-        .labels
-        .get_or_insert_default()
-        .insert(resource::MARKER_LABEL.into(), name);
+    let crd = KeptCrd::built(&kind, &name);
     Ok(Generation {
         number: definition.metadata.generation.unwrap_or_default(),
         kind: Arc::new(kind),
-        crd: KeptCrd::new(&crd),
+        crd,
         object_types: BTreeSet::new(),
         bytes: text.len(),
         digest: digest(&definition.data["spec"]),
@@ -202,7 +235,7 @@ pub fn attach_webhook(
     };
     let kind = generation.kind.clone();
     let unreadable = |e: serde_json::Error| Rejection::Invalid(format!("its CRD: {e}"));
-    let mut crd = generation.crd.crd().map_err(unreadable)?;
+    let mut crd = generation.crd().map_err(unreadable)?;
     let filed = webhook
         .attach(&mut crd, kind.versions())
         .map_err(|e| Rejection::Invalid(e.to_string()))?;
@@ -275,7 +308,7 @@ pub fn check_compatible(
     generation: &Generation,
 ) -> Result<(), Rejection> {
     let unreadable = |e: serde_json::Error| Rejection::Invalid(format!("its CRD: {e}"));
-    let changes = breaking::breaking_changes(served, &generation.crd.crd().map_err(unreadable)?);
+    let changes = breaking::breaking_changes(served, &generation.crd().map_err(unreadable)?);
     if changes.is_empty() || breaking_allowed(definition) {
         return Ok(());
     }
@@ -333,7 +366,7 @@ mod tests {
         let templates = generation.kind.templates.as_ref().unwrap();
         assert!(templates.base("sample").is_some());
         assert_eq!(
-            generation.crd.crd().unwrap().metadata.labels.unwrap()[resource::MARKER_LABEL],
+            generation.crd().unwrap().metadata.labels.unwrap()[resource::MARKER_LABEL],
             "sample"
         );
         assert_eq!(std::fs::read_dir(work.path()).unwrap().count(), 0);
@@ -378,7 +411,7 @@ mod tests {
         let endpoint = crate::conversion::Endpoint::Url("https://127.0.0.1:9443".into());
         let webhook = Webhook::new(endpoint, "CA".into(), Default::default());
         attach_webhook(&mut generation, Some(&webhook)).unwrap();
-        let crd = generation.crd.crd().unwrap();
+        let crd = generation.crd().unwrap();
         let conversion = crd.spec.conversion.as_ref().unwrap();
         assert_eq!(conversion.strategy, "Webhook");
         let config = conversion
