@@ -1359,6 +1359,8 @@ async fn the_webhooks_certificate_is_renewed_while_it_runs_and_no_list_fails() {
         .await;
     assert_eq!(trusted_cas(&kind), 1);
     let before = webhook_secret(&ns.name)["data"]["tls.crt"].clone();
+    // Another install's CRD: the same marker label, another webhook.
+    let foreign = ForeignCrd::apply(&ns.name);
 
     // A certificate near its end: its successor is trusted first, then
     // serves, while a client lists at v1 (through the webhook) throughout.
@@ -1383,6 +1385,11 @@ async fn the_webhooks_certificate_is_renewed_while_it_runs_and_no_list_fails() {
         trusted_cas(&kind) == 2
     })
     .await;
+    assert_eq!(
+        foreign.read(),
+        (json!(ForeignCrd::CA), json!(1)),
+        "another install's CRD untouched (its caBundle, its generation)"
+    );
     // Written under the operator's name, as its apply is.
     let (ok, managers, err) = common::kubectl(&[
         "get",
@@ -1431,6 +1438,63 @@ async fn the_webhooks_certificate_is_renewed_while_it_runs_and_no_list_fails() {
     common::kubectl(&["delete", &kind.crd(), "one", "-n", &ns.name]);
     kind.delete().await;
     drop(operator);
+}
+
+/// A CRD as another install of the operator leaves it: the marker label
+/// of its definitions, a conversion webhook of its own. Deleted when
+/// dropped.
+struct ForeignCrd {
+    name: String,
+}
+
+impl ForeignCrd {
+    /// Its `caBundle` (base64 of `another install's CA`).
+    const CA: &str = "YW5vdGhlciBpbnN0YWxsJ3MgQ0E=";
+
+    /// Applies one in an API group named after the namespace `ns`.
+    fn apply(ns: &str) -> Self {
+        let group = format!("{ns}.foreign.test");
+        let name = format!("widgets.{group}");
+        let schema = json!({"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}});
+        let crd = json!({
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": name, "labels": {"kustomize-operator.io/kind-definition": "another-install"}},
+            "spec": {
+                "group": group,
+                "scope": "Namespaced",
+                "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+                "versions": [
+                    {"name": "v2", "served": true, "storage": true, "schema": schema},
+                    {"name": "v1", "served": true, "storage": false, "schema": schema},
+                ],
+                "conversion": {"strategy": "Webhook", "webhook": {
+                    "conversionReviewVersions": ["v1"],
+                    "clientConfig": {"url": "https://127.0.0.1:1/convert", "caBundle": Self::CA},
+                }},
+            },
+        });
+        let (ok, _, err) = common::kubectl_stdin(&["apply", "-f", "-"], &crd.to_string());
+        assert!(ok, "{err}");
+        Self { name }
+    }
+
+    /// Its `caBundle` and generation, as the API server has them.
+    fn read(&self) -> (Value, Value) {
+        let live = common::api::get(&common::api::crds(), None, &self.name);
+        let live = live.unwrap().expect("the foreign CRD");
+        let config = &live["spec"]["conversion"]["webhook"]["clientConfig"];
+        (
+            config["caBundle"].clone(),
+            live["metadata"]["generation"].clone(),
+        )
+    }
+}
+
+impl Drop for ForeignCrd {
+    fn drop(&mut self) {
+        let _ = common::kubectl(&["delete", "crd", &self.name, "--wait=false"]);
+    }
 }
 
 /// Two kinds, one applying the other: the child Greeting kind

@@ -165,6 +165,19 @@ impl Webhook {
         changed
     }
 
+    /// True when `crd` converts through this webhook: another operator's
+    /// (another install, another namespace's), calling another URL or
+    /// Service, is not this one's to touch, though it carries the same
+    /// marker label.
+    pub fn is_called_by(&self, crd: &CustomResourceDefinition) -> bool {
+        let called = (crd.spec.conversion.as_ref())
+            .filter(|c| c.strategy == "Webhook")
+            .and_then(|c| c.webhook.as_ref())
+            .and_then(|w| w.client_config.as_ref());
+        let ours = self.client_config();
+        called.is_some_and(|c| c.url == ours.url && c.service == ours.service)
+    }
+
     /// Brings the `caBundle` of `crd`, if it calls the webhook, to the CAs
     /// trusted now (a CRD checked before a renewal carries the older).
     pub fn refresh(&self, crd: &mut CustomResourceDefinition) {
@@ -235,6 +248,45 @@ impl Webhook {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinitionSpec;
+
+    #[test]
+    fn a_crd_calling_another_operators_webhook_is_not_called_by_this_one() {
+        let ours = Webhook::new(
+            Endpoint::Url("https://127.0.0.1:9443".into()),
+            "CA".into(),
+            Arc::default(),
+        );
+        let other = Webhook::new(
+            Endpoint::Url("https://127.0.0.1:9444".into()),
+            "CA".into(),
+            Arc::default(),
+        );
+        let crd = |conversion| CustomResourceDefinition {
+            spec: CustomResourceDefinitionSpec {
+                conversion,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let calling_ours = crd(Some(ours.conversion()));
+        assert!(ours.is_called_by(&calling_ours));
+        assert!(!other.is_called_by(&calling_ours));
+        ours.set_ca("a renewed CA");
+        assert!(ours.is_called_by(&calling_ours), "whatever CA it trusts");
+        assert!(!ours.is_called_by(&crd(None)));
+        let service = Webhook::new(
+            Endpoint::Service {
+                namespace: "ops".into(),
+                name: "webhook".into(),
+                port: 443,
+            },
+            "CA".into(),
+            Arc::default(),
+        );
+        assert!(!service.is_called_by(&calling_ours));
+        assert!(service.is_called_by(&crd(Some(service.conversion()))));
+    }
 
     #[test]
     fn the_certificate_is_for_the_host_the_api_server_calls() {

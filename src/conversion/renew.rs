@@ -14,9 +14,9 @@ use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
+use super::Webhook;
 use super::certificate::{self, Certificate, Renewal};
 use super::server::ServingCertificate;
-use super::{Webhook, calls_webhook};
 use crate::engine::host::Engine;
 
 /// Where the shared certificate is, and how it is renewed.
@@ -85,7 +85,11 @@ pub async fn renew(
 }
 
 /// Brings the `caBundle` of every CRD carrying the label that calls the
-/// webhook to the CAs `webhook` trusts now.
+/// webhook to the CAs `webhook` trusts now. Only those calling this
+/// webhook: another install's CRDs carry the same label (a patch of
+/// theirs made the API server call them with the wrong CAs, and changed
+/// their spec under a storage migration, which then kept the old stored
+/// versions).
 async fn trust(renewing: &Renewing, webhook: &Webhook) {
     let api = Api::<CustomResourceDefinition>::all(renewing.client.clone());
     let crds = match api
@@ -101,7 +105,7 @@ async fn trust(renewing: &Renewing, webhook: &Webhook) {
     let bundle = ByteString(webhook.ca().into_bytes());
     let patch =
         json!({"spec": {"conversion": {"webhook": {"clientConfig": {"caBundle": bundle}}}}});
-    for crd in crds.iter().filter(|crd| calls_webhook(crd)) {
+    for crd in crds.iter().filter(|crd| webhook.is_called_by(crd)) {
         // Under the operator's name, as its other writes are.
         let params = PatchParams {
             field_manager: Some(Engine::FIELD_MANAGER.into()),
