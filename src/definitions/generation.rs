@@ -82,7 +82,7 @@ impl KeptCrd {
     /// definition `marker`'s.
     fn built(kind: &DeclaredKind, marker: &str) -> Self {
         Self {
-            name: kind.crd().metadata.name.unwrap_or_default().into(),
+            name: kind.crd_name().into(),
             kept: Kept::Built {
                 marker: marker.into(),
             },

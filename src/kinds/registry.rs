@@ -275,7 +275,7 @@ impl Registry {
 
 /// A declared kind may not take a name, a CRD or an API another kind has.
 fn check_clash(kinds: &[Kind], declared: &DeclaredKind) -> Result<(), RegistryError> {
-    let crd_name = declared.crd().metadata.name.unwrap_or_default();
+    let crd_name = declared.crd_name();
     for other in kinds {
         let reason = if other.name().eq_ignore_ascii_case(declared.name()) {
             Some(format!(

@@ -62,6 +62,12 @@ impl DeclaredKind {
         &self.versions
     }
 
+    /// Its CRD's name (`<plural>.<group>`).
+    pub fn crd_name(&self) -> String {
+        let spec = &self.file.spec;
+        format!("{}.{}", spec.names.plural, spec.group)
+    }
+
     /// The CRD (without a conversion webhook: whoever applies a CRD of
     /// several versions adds its own).
     pub fn crd(&self) -> CustomResourceDefinition {
@@ -69,7 +75,7 @@ impl DeclaredKind {
         let names = &spec.names;
         CustomResourceDefinition {
             metadata: ObjectMeta {
-                name: Some(format!("{}.{}", names.plural, spec.group)),
+                name: Some(self.crd_name()),
                 ..Default::default()
             },
             spec: CustomResourceDefinitionSpec {
