@@ -468,12 +468,12 @@ async fn apply_crd(
         Err(e @ CrdError::NotOwned { .. }) => Err((Reason::CrdNotOwned, e.to_string())),
         Err(e) => Err((Reason::CrdApplyFailed, e.to_string())),
         Ok(crds::Outcome::Unchanged) => Ok(()),
-        Ok(crds::Outcome::Applied(answer, body)) => match ctx.engine.wait_established(crd).await {
-            Ok(true) => {
-                ctx.applied_crds.established(body, &answer);
+        Ok(crds::Outcome::Applied(body)) => match ctx.engine.wait_established(crd).await {
+            Ok(Some(established)) => {
+                ctx.applied_crds.established(crd, body, &established);
                 Ok(())
             }
-            Ok(false) => Err((
+            Ok(None) => Err((
                 Reason::NotEstablished,
                 format!("the CRD {crd} is not established yet"),
             )),

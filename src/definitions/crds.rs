@@ -9,7 +9,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::Mutex;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 
 use super::resource::MARKER_LABEL;
@@ -42,13 +42,12 @@ pub enum CrdError {
 }
 
 /// What the operator applied to each CRD and saw established: the body's
-/// fingerprint, and the object's UID and resource version after the
-/// apply. The live CRD still at that UID and version (not changed since,
-/// by hand or otherwise, nor deleted and created again) and the body to
-/// apply the same: nothing to apply, and it is established. (The API
-/// server's own status writes after an apply change the version: the
-/// next look applies once more, which changes nothing, and records it.)
-/// Kept in the process only: a restart applies each CRD once more.
+/// fingerprint, and the object's UID and resource version as read when it
+/// was established (after the API server's own status writes that follow
+/// an apply). The live CRD still at that UID and version (not changed
+/// since, by hand or otherwise, nor deleted and created again) and the
+/// body to apply the same: nothing to apply, and it is established. Kept
+/// in the process only: a restart applies each CRD once more.
 #[derive(Debug, Default)]
 pub struct Applied(Mutex<HashMap<String, Stamp>>);
 
@@ -62,12 +61,12 @@ struct Stamp {
 }
 
 impl Stamp {
-    /// `body`'s fingerprint, with `crd`'s UID and resource version.
-    fn of(body: u64, crd: &CustomResourceDefinition) -> Option<Self> {
+    /// `body`'s fingerprint, with the UID and resource version of `meta`.
+    fn of(body: u64, meta: &ObjectMeta) -> Option<Self> {
         Some(Self {
             body,
-            uid: crd.metadata.uid.clone()?,
-            version: crd.metadata.resource_version.clone()?,
+            uid: meta.uid.clone()?,
+            version: meta.resource_version.clone()?,
         })
     }
 }
@@ -78,13 +77,14 @@ impl Applied {
         let stamps = crate::sync::lock(&self.0);
         stamps
             .get(&live.name_any())
-            .is_some_and(|stamp| Some(stamp) == Stamp::of(body, live).as_ref())
+            .is_some_and(|stamp| Some(stamp) == Stamp::of(body, &live.metadata).as_ref())
     }
 
-    /// `crd` (as the apply answered) is established with `body`.
-    pub fn established(&self, body: Fingerprint, crd: &CustomResourceDefinition) {
-        if let Some(stamp) = Stamp::of(body.0, crd) {
-            crate::sync::lock(&self.0).insert(crd.name_any(), stamp);
+    /// The CRD `name`, applied with `body`, is established, its metadata
+    /// as read then `meta`.
+    pub fn established(&self, name: &str, body: Fingerprint, meta: &ObjectMeta) {
+        if let Some(stamp) = Stamp::of(body.0, meta) {
+            crate::sync::lock(&self.0).insert(name.to_string(), stamp);
         }
     }
 
@@ -125,9 +125,9 @@ pub struct Fingerprint(u64);
 pub enum Outcome {
     /// The live CRD is as last applied and established: nothing applied.
     Unchanged,
-    /// Applied: the CRD as the API server answered, and the body's
-    /// fingerprint (for [`Applied::established`] once it is).
-    Applied(Box<CustomResourceDefinition>, Fingerprint),
+    /// Applied, with the body's fingerprint (for [`Applied::established`]
+    /// once it is).
+    Applied(Fingerprint),
 }
 
 /// The definition named by the marker of `crd`, if it carries one.
@@ -179,7 +179,7 @@ pub async fn apply(
         }
     }
     applied.forget(&name);
-    let answer = Api::<CustomResourceDefinition>::all(client.clone())
+    Api::<CustomResourceDefinition>::all(client.clone())
         .patch(
             &name,
             &PatchParams::apply(Engine::FIELD_MANAGER).force(),
@@ -187,7 +187,7 @@ pub async fn apply(
         )
         .await
         .map_err(api_error)?;
-    Ok(Outcome::Applied(Box::new(answer), fingerprint))
+    Ok(Outcome::Applied(fingerprint))
 }
 
 /// The fingerprint of a CRD's body (JSON, whose maps keep their keys in
@@ -243,7 +243,7 @@ mod tests {
         let body = fingerprint(&serde_json::json!({"spec": {"group": "hello.io"}}));
         let other = fingerprint(&serde_json::json!({"spec": {"group": "hello.io", "x": 1}}));
         assert!(!applied.unchanged(body.0, &crd("a", "7")), "never applied");
-        applied.established(body, &crd("a", "7"));
+        applied.established("greetings.hello.io", body, &crd("a", "7").metadata);
         assert!(applied.unchanged(body.0, &crd("a", "7")));
         assert!(
             !applied.unchanged(other.0, &crd("a", "7")),

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ApiResource, DynamicObject};
-use kube::core::GroupVersionKind;
+use kube::core::{GroupVersionKind, ObjectMeta};
 use kube::{Api, Client};
 use serde_json::Value;
 
@@ -15,24 +15,31 @@ pub(crate) const ESTABLISH_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often it is looked at meanwhile.
 const ESTABLISH_POLL: Duration = Duration::from_millis(200);
 
-/// True once the CRD `name` is established (within [`ESTABLISH_TIMEOUT`])
-/// at its current generation, where the API server says (see
-/// [`is_established`]), and discovery serves its kind at every version it
-/// serves. The API server publishes a new group's discovery a moment after
-/// it sets `Established`; a lookup in between finds no such kind, and an
-/// apply of the kind's objects then would fail once before converging.
-pub(crate) async fn wait_established(client: &Client, name: &str) -> Result<bool, kube::Error> {
+/// The CRD `name`'s metadata once it is established (within
+/// [`ESTABLISH_TIMEOUT`]; `None` when it is not by then) at its current
+/// generation, where the API server says (see [`is_established`]), and
+/// discovery serves its kind at every version it serves. The API server
+/// publishes a new group's discovery a moment after it sets `Established`;
+/// a lookup in between finds no such kind, and an apply of the kind's
+/// objects then would fail once before converging. The metadata is as
+/// read then, after the API server's own status writes of the apply.
+pub(crate) async fn wait_established(
+    client: &Client,
+    name: &str,
+) -> Result<Option<ObjectMeta>, kube::Error> {
     let api = Api::<DynamicObject>::all_with(client.clone(), &crd_resource());
     let deadline = tokio::time::Instant::now() + ESTABLISH_TIMEOUT;
     loop {
-        let ready = match api.get_opt(name).await? {
+        match api.get_opt(name).await? {
             Some(crd) if is_established(&summary(&crd)) => {
-                discovered(client, &served_kinds(&crd.data["spec"])).await?
+                if discovered(client, &served_kinds(&crd.data["spec"])).await? {
+                    return Ok(Some(crd.metadata));
+                }
             }
-            _ => false,
-        };
-        if ready || tokio::time::Instant::now() >= deadline {
-            return Ok(ready);
+            _ => {}
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Ok(None);
         }
         tokio::time::sleep(ESTABLISH_POLL).await;
     }

@@ -132,10 +132,13 @@ impl Engine {
     /// The field manager of the engine's server-side applies (objects and status).
     pub const FIELD_MANAGER: &str = "kustomize-operator";
 
-    /// True once the CRD `name` is established at its current generation
-    /// (within a minute): what a kind's CRD, or a definition's, is awaited
-    /// with before it is served.
-    pub async fn wait_established(&self, name: &str) -> Result<bool, kube::Error> {
+    /// The CRD `name`'s metadata once it is established at its current
+    /// generation (`None`: not within half a minute): what a kind's CRD,
+    /// or a definition's, is awaited with before it is served.
+    pub async fn wait_established(
+        &self,
+        name: &str,
+    ) -> Result<Option<kube::core::ObjectMeta>, kube::Error> {
         crate::engine::live::crds::wait_established(&self.client, name).await
     }
 

@@ -124,8 +124,8 @@ async fn established(engine: &Engine, applied: &[Value]) -> Result<(), Failure> 
         .filter_map(|m| m["metadata"]["name"].as_str());
     for name in names {
         match engine.wait_established(name).await {
-            Ok(true) => {}
-            Ok(false) => {
+            Ok(Some(_)) => {}
+            Ok(None) => {
                 return Err(Failure::new(
                     Reason::ApplyFailed,
                     format!(
