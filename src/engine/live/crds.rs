@@ -31,10 +31,11 @@ pub(crate) async fn wait_established(
     let deadline = tokio::time::Instant::now() + ESTABLISH_TIMEOUT;
     loop {
         match api.get_opt(name).await? {
-            Some(crd) if is_established(&summary(&crd)) => {
-                if discovered(client, &served_kinds(&crd.data["spec"])).await? {
-                    return Ok(Some(crd.metadata));
-                }
+            Some(crd)
+                if is_established(&summary(&crd))
+                    && discovered(client, &served_kinds(&crd.data["spec"])).await? =>
+            {
+                return Ok(Some(crd.metadata));
             }
             _ => {}
         }
