@@ -468,9 +468,9 @@ async fn apply_crd(
         Err(e @ CrdError::NotOwned { .. }) => Err((Reason::CrdNotOwned, e.to_string())),
         Err(e) => Err((Reason::CrdApplyFailed, e.to_string())),
         Ok(crds::Outcome::Unchanged) => Ok(()),
-        Ok(crds::Outcome::Applied(body)) => match ctx.engine.wait_established(crd).await {
+        Ok(crds::Outcome::Applied(applied)) => match ctx.engine.wait_established(crd).await {
             Ok(Some(established)) => {
-                ctx.applied_crds.established(crd, body, &established);
+                ctx.applied_crds.established(crd, applied, &established);
                 Ok(())
             }
             Ok(None) => Err((

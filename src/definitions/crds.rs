@@ -46,8 +46,10 @@ pub enum CrdError {
 /// was established (after the API server's own status writes that follow
 /// an apply). The live CRD still at that UID and version (not changed
 /// since, by hand or otherwise, nor deleted and created again) and the
-/// body to apply the same: nothing to apply, and it is established. Kept
-/// in the process only: a restart applies each CRD once more.
+/// body to apply the same: nothing to apply, and it is established. A CRD
+/// whose spec changed between the apply and that read (another
+/// generation) is not recorded: the next look applies it again. Kept in
+/// the process only: a restart applies each CRD once more.
 #[derive(Debug, Default)]
 pub struct Applied(Mutex<HashMap<String, Stamp>>);
 
@@ -80,10 +82,14 @@ impl Applied {
             .is_some_and(|stamp| Some(stamp) == Stamp::of(body, &live.metadata).as_ref())
     }
 
-    /// The CRD `name`, applied with `body`, is established, its metadata
-    /// as read then `meta`.
-    pub fn established(&self, name: &str, body: Fingerprint, meta: &ObjectMeta) {
-        if let Some(stamp) = Stamp::of(body.0, meta) {
+    /// The CRD `name`, applied as `applied` says, is established, its
+    /// metadata as read then `meta`; recorded only if that is still the
+    /// generation the apply made.
+    pub fn established(&self, name: &str, applied: AppliedAs, meta: &ObjectMeta) {
+        if meta.generation != applied.generation {
+            return;
+        }
+        if let Some(stamp) = Stamp::of(applied.body.0, meta) {
             crate::sync::lock(&self.0).insert(name.to_string(), stamp);
         }
     }
@@ -125,9 +131,16 @@ pub struct Fingerprint(u64);
 pub enum Outcome {
     /// The live CRD is as last applied and established: nothing applied.
     Unchanged,
-    /// Applied, with the body's fingerprint (for [`Applied::established`]
-    /// once it is).
-    Applied(Fingerprint),
+    /// Applied (for [`Applied::established`] once it is).
+    Applied(AppliedAs),
+}
+
+/// What an apply of a CRD wrote: the body's fingerprint and the
+/// generation the API server answered with.
+#[derive(Debug, Clone, Copy)]
+pub struct AppliedAs {
+    body: Fingerprint,
+    generation: Option<i64>,
 }
 
 /// The definition named by the marker of `crd`, if it carries one.
@@ -179,7 +192,7 @@ pub async fn apply(
         }
     }
     applied.forget(&name);
-    Api::<CustomResourceDefinition>::all(client.clone())
+    let answer = Api::<CustomResourceDefinition>::all(client.clone())
         .patch(
             &name,
             &PatchParams::apply(Engine::FIELD_MANAGER).force(),
@@ -187,7 +200,10 @@ pub async fn apply(
         )
         .await
         .map_err(api_error)?;
-    Ok(Outcome::Applied(fingerprint))
+    Ok(Outcome::Applied(AppliedAs {
+        body: fingerprint,
+        generation: answer.metadata.generation,
+    }))
 }
 
 /// The fingerprint of a CRD's body (JSON, whose maps keep their keys in
@@ -234,6 +250,7 @@ mod tests {
         crd.metadata.name = Some("greetings.hello.io".into());
         crd.metadata.uid = Some(uid.into());
         crd.metadata.resource_version = Some(version.into());
+        crd.metadata.generation = Some(1);
         crd
     }
 
@@ -243,7 +260,11 @@ mod tests {
         let body = fingerprint(&serde_json::json!({"spec": {"group": "hello.io"}}));
         let other = fingerprint(&serde_json::json!({"spec": {"group": "hello.io", "x": 1}}));
         assert!(!applied.unchanged(body.0, &crd("a", "7")), "never applied");
-        applied.established("greetings.hello.io", body, &crd("a", "7").metadata);
+        let as_applied = AppliedAs {
+            body,
+            generation: Some(1),
+        };
+        applied.established("greetings.hello.io", as_applied, &crd("a", "7").metadata);
         assert!(applied.unchanged(body.0, &crd("a", "7")));
         assert!(
             !applied.unchanged(other.0, &crd("a", "7")),
@@ -253,5 +274,22 @@ mod tests {
         assert!(!applied.unchanged(body.0, &crd("b", "7")), "created again");
         applied.forget("greetings.hello.io");
         assert!(!applied.unchanged(body.0, &crd("a", "7")), "forgotten");
+    }
+
+    #[test]
+    fn a_crd_changed_between_its_apply_and_its_establishment_is_not_recorded() {
+        let applied = Applied::default();
+        let body = fingerprint(&serde_json::json!({"spec": {"group": "hello.io"}}));
+        let mut changed = crd("a", "9");
+        changed.metadata.generation = Some(2);
+        let as_applied = AppliedAs {
+            body,
+            generation: Some(1),
+        };
+        applied.established("greetings.hello.io", as_applied, &changed.metadata);
+        assert!(
+            !applied.unchanged(body.0, &changed),
+            "another generation: applied again"
+        );
     }
 }
