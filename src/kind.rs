@@ -13,8 +13,8 @@
 
 pub use crate::engine::contract::{
     Beyond, Deletion, EventType, FieldConflicts, FromObjects, Handler, HandlerError, KindInfo,
-    Nudge, Nudges, Object, OnFailure, Plan, PlannedEvent, Policy, Reach, ReadAs, Resources,
-    Revision, Step, Watching,
+    Nudge, Nudges, OnFailure, Plan, PlannedEvent, Policy, Reach, ReadAs, Resources, Revision, Step,
+    Watching,
 };
 pub use crate::engine::model::inventory::{Inventory, ObjectId, Owner};
 pub use crate::engine::model::overlay::{

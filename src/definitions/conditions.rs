@@ -1,10 +1,9 @@
 //! A definition's own vocabulary: its condition types and their reasons,
-//! set the way every condition is (`ConditionUpdate::set_in`, over
+//! set the way every condition is (`Condition::set_in`, over
 //! these types instead of a resource's).
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::host::ConditionKind;
 use crate::kinds::declared::rollout::RolloutError;
 
 /// A definition's condition, of the types and reasons below.
@@ -42,12 +41,6 @@ pub enum ConditionType {
     /// A condition this version does not maintain (written by another version).
     #[serde(other)]
     Other,
-}
-
-impl ConditionKind for ConditionType {
-    fn message_limit(self) -> usize {
-        MESSAGE_LIMIT
-    }
 }
 
 /// Why a definition's condition is what it is.

@@ -38,7 +38,7 @@ use super::migrator::{self, Fallback, Outcome, Progress};
 use super::resource::{self, ConditionType, Reason, Status};
 use super::writes::{count, event, status_of, write_status};
 use super::{deletion, following, planning, progress, rights, rollout};
-use crate::engine::host::{Finalizer, Reconciler, Runtime};
+use crate::engine::host::{Reconciler, Runtime};
 use crate::kind::{EventType, Nudge, Nudges, Resources};
 use crate::kinds::declared::{DeclaredObject, rbac};
 use kube::runtime::finalizer::Event as FinalizerEvent;
@@ -209,8 +209,8 @@ async fn reconcile(
         },
         None => None,
     };
-    Finalizer(resource::FINALIZER)
-        .guard(&api, def, |event| async {
+    (ctx.engine)
+        .guarded(&api, resource::FINALIZER, def, |event| async {
             match event {
                 FinalizerEvent::Apply(def) => serve(&def, &ctx).await,
                 FinalizerEvent::Cleanup(def) => deletion::remove(&def, &ctx).await,
@@ -262,7 +262,7 @@ async fn serve(def: &DynamicObject, ctx: &DefinitionContext) -> Result<Action, D
     ]
     .iter()
     .all(|&c| status.is_true(c));
-    write_status(&ctx.client, def, &before, &status).await?;
+    write_status(ctx, def, &before, &status).await?;
     match migrating {
         Next::Step => return Ok(Action::requeue(MIGRATION_STEP)),
         Next::Follow => return Ok(Action::requeue(MIGRATION_FOLLOW)),

@@ -13,7 +13,6 @@ use super::context::{DefinitionContext, DefinitionError, NAMES_SHOWN};
 use super::resource::{ConditionType, Reason};
 use super::writes::{count, event, not_found_is_empty, status_of, write_status};
 use super::{crds, following};
-use crate::engine::host::Finalizer;
 use crate::kind::EventType;
 
 /// How often a deletion waiting for resources looks again.
@@ -54,7 +53,7 @@ pub(super) async fn remove(
             // The other replicas stop serving the kind first.
             return Err(DefinitionError::Orphaning);
         }
-        orphan_resources(&ctx.client, kind, &remaining).await?;
+        orphan_resources(ctx, kind, &remaining).await?;
     } else {
         ctx.serving.stop(&name).await;
         if let Some(kind) = &kind {
@@ -97,7 +96,7 @@ async fn wait_for_resources(
         &message,
         def.metadata.generation,
     );
-    write_status(&ctx.client, def, &before, &status).await?;
+    write_status(ctx, def, &before, &status).await?;
     event(ctx, def, EventType::Warning, "DeletionWaits", &message).await;
     Err(DefinitionError::Waiting)
 }
@@ -122,14 +121,14 @@ async fn wait_for_crd(
         &message,
         def.metadata.generation,
     );
-    write_status(&ctx.client, def, &before, &status).await?;
+    write_status(ctx, def, &before, &status).await?;
     Err(DefinitionError::CrdTerminating(crd))
 }
 
 /// Takes the kind's finalizer off each remaining resource: no controller
 /// serves them any more, and their deletion must not wait for one.
 async fn orphan_resources(
-    client: &Client,
+    ctx: &DefinitionContext,
     kind: &ApiResource,
     remaining: &[String],
 ) -> Result<(), kube::Error> {
@@ -140,13 +139,15 @@ async fn orphan_resources(
             None => (None, key.as_str()),
         };
         let api = match namespace {
-            Some(ns) => Api::<DynamicObject>::namespaced_with(client.clone(), ns, kind),
-            None => Api::<DynamicObject>::all_with(client.clone(), kind),
+            Some(ns) => Api::<DynamicObject>::namespaced_with(ctx.client.clone(), ns, kind),
+            None => Api::<DynamicObject>::all_with(ctx.client.clone(), kind),
         };
         let Some(object) = api.get_opt(name).await? else {
             continue;
         };
-        Finalizer(&finalizer).release(&api, &object).await?;
+        (ctx.engine)
+            .release_finalizer(&api, &finalizer, &object)
+            .await?;
     }
     Ok(())
 }

@@ -17,7 +17,6 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use super::conditions::{Condition, ConditionType, Reason};
-use crate::engine::host::ConditionUpdate;
 use crate::kind::ConditionStatus;
 use crate::kinds::declared::file::KindSpec;
 use crate::kinds::declared::rollout::{KEPT_MAX, RolloutSpec};
@@ -262,7 +261,7 @@ pub struct RevisionStatus {
 }
 
 impl Status {
-    /// Sets a condition (`ConditionUpdate::set_in`, as for every status).
+    /// Sets a condition (`Condition::set_in`, as for every status).
     pub fn set(
         &mut self,
         type_: ConditionType,
@@ -271,14 +270,16 @@ impl Status {
         message: &str,
         generation: Option<i64>,
     ) {
-        let update = ConditionUpdate {
+        let status = ConditionStatus::from(ok);
+        Condition::new(
             type_,
-            status: ConditionStatus::from(ok),
+            status,
             reason,
             message,
             generation,
-        };
-        update.set_in(&mut self.conditions, jiff::Timestamp::now());
+            jiff::Timestamp::now(),
+        )
+        .set_in(&mut self.conditions, super::conditions::MESSAGE_LIMIT);
     }
 
     /// The condition of type `type_`, if set.

@@ -8,7 +8,6 @@ use kube::{Api, Client, Resource, ResourceExt};
 
 use super::context::DefinitionContext;
 use super::resource::{self, Status};
-use crate::engine::host::apply_status;
 use crate::kind::EventType;
 
 /// The resources of `kind`, as `namespace/name` (or `name`), in every namespace.
@@ -40,7 +39,7 @@ pub(super) fn status_of(def: &DynamicObject) -> Status {
 
 /// Writes the status when it changed, as the engine writes every status.
 pub(super) async fn write_status(
-    client: &Client,
+    ctx: &DefinitionContext,
     def: &DynamicObject,
     before: &Status,
     status: &Status,
@@ -49,9 +48,11 @@ pub(super) async fn write_status(
         return Ok(());
     }
     let kind = resource::api_resource();
-    let api = Api::<DynamicObject>::all_with(client.clone(), &kind);
+    let api = Api::<DynamicObject>::all_with(ctx.client.clone(), &kind);
     let status = serde_json::to_value(status).map_err(kube::Error::SerdeError)?;
-    apply_status(&api, &kind, &def.name_any(), &status).await?;
+    (ctx.engine)
+        .apply_status(&api, &kind, &def.name_any(), &status)
+        .await?;
     Ok(())
 }
 

@@ -10,12 +10,8 @@ pub use super::reconcile::preview::{Preview, PreviewError};
 
 pub(crate) use super::model::identity::{Identity, Writers};
 pub(crate) use super::model::overlay::RenderedOverlay;
-pub(crate) use super::model::status::{ConditionKind, ConditionUpdate};
 pub(crate) use super::model::templates::CompiledTemplates;
 pub(crate) use super::reconcile::events::Events;
-pub(crate) use super::reconcile::finalizing::Finalizer;
 pub(crate) use super::reconcile::runtime::{Engine, ReconcileMetrics, Settings};
 pub(crate) use super::reconcile::serve::{Reconciler, Runtime};
-pub(crate) use super::reconcile::status_writer::apply_status;
-pub(crate) use super::run::batch::BatchSettings;
 pub(crate) use super::run::build::Builds;

@@ -10,7 +10,6 @@ use std::time::Duration;
 use super::StartError;
 use crate::cli::RunArgs;
 use crate::conversion::Webhook;
-use crate::engine::host::BatchSettings;
 use crate::engine::host::Settings;
 use crate::kinds::Availability;
 use crate::kinds::registry::Kind;
@@ -221,10 +220,8 @@ pub(super) fn settings(args: &RunArgs, work_dir: PathBuf, share: Option<Arc<Shar
             Some(shard) => format!("kustomize-operator-{shard}"),
             None => "kustomize-operator".into(),
         },
-        batch: BatchSettings {
-            window: args.batch_window,
-            max: args.batch_max,
-        },
+        batch_window: args.batch_window,
+        batch_max: args.batch_max,
         max_reconciles: args.max_concurrent_reconciles,
         default_service_account: args.default_service_account.clone(),
         cluster_service_account: args.cluster_service_account.clone(),

@@ -36,7 +36,7 @@ use self::fleet::Right;
 pub use self::report::Report;
 use self::report::{Change, Failure, Outcome, Reason, ResourcePlan};
 use crate::cli::PlanArgs;
-use crate::engine::host::{BatchSettings, Builds, Engine, Identity, Writers};
+use crate::engine::host::{Builds, Engine, Identity, Writers};
 use crate::kind::Step;
 use crate::kind::{Isolation, ObjectId, Owner};
 use crate::kinds::declared::DeclaredKind;
@@ -175,11 +175,8 @@ impl Setup {
             .map(|mut config| {
                 config.max_concurrent = 2;
                 let kubectl = Kubectl::new(config);
-                let settings = BatchSettings {
-                    window: std::time::Duration::from_millis(20),
-                    max: 100,
-                };
-                Builds::start(kubectl, settings, std::env::temp_dir())
+                let window = std::time::Duration::from_millis(20);
+                Builds::start(kubectl, window, 100, std::env::temp_dir())
             });
         Self {
             builds,

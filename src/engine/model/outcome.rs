@@ -8,8 +8,7 @@
 
 use super::inventory::Inventory;
 use super::status::{
-    CommonStatus, ConditionStatus, ConditionType, ConditionUpdate, Reason, SHORT_MESSAGE_LIMIT,
-    one_line,
+    CommonStatus, Condition, ConditionStatus, ConditionType, Reason, SHORT_MESSAGE_LIMIT, one_line,
 };
 use crate::kubectl::CommandRecord;
 
@@ -149,14 +148,8 @@ struct Conditions<'a> {
 
 impl Conditions<'_> {
     fn set(&mut self, type_: ConditionType, value: ConditionStatus, reason: Reason, message: &str) {
-        let update = ConditionUpdate {
-            type_,
-            status: value,
-            reason,
-            message,
-            generation: self.generation,
-        };
-        self.status.set_condition(update, self.now);
+        let condition = Condition::new(type_, value, reason, message, self.generation, self.now);
+        self.status.set_condition(condition);
     }
 
     /// `Ready=Unknown`, `Reconciling=True`: work is under way.

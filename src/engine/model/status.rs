@@ -37,20 +37,6 @@ pub enum ConditionType {
     Other,
 }
 
-/// A vocabulary of condition types: the engine's ([`ConditionType`]), or
-/// a host's own (a definition's).
-pub trait ConditionKind: Copy + PartialEq {
-    /// The longest message kept, in bytes.
-    fn message_limit(self) -> usize;
-}
-
-impl ConditionKind for ConditionType {
-    /// A resource's conditions stay short: thousands of resources.
-    fn message_limit(self) -> usize {
-        MESSAGE_LIMIT
-    }
-}
-
 /// A condition's status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum ConditionStatus {
@@ -254,9 +240,11 @@ impl CommonStatus {
         self.condition(ConditionType::Ready).map(|c| c.reason)
     }
 
-    /// Sets a condition, keeping its transition time when the status is unchanged.
-    pub(crate) fn set_condition(&mut self, update: ConditionUpdate<'_>, now: jiff::Timestamp) {
-        update.set_in(&mut self.conditions, now);
+    /// Sets a condition, keeping its transition time when the status is
+    /// unchanged; its message trimmed to [`MESSAGE_LIMIT`] (thousands of
+    /// resources keep their conditions short).
+    pub(crate) fn set_condition(&mut self, condition: Condition) {
+        condition.set_in(&mut self.conditions, MESSAGE_LIMIT);
     }
 
     /// Records a kubectl run, trimming its output to [`OUTPUT_LIMIT`].
@@ -269,45 +257,45 @@ impl CommonStatus {
     }
 }
 
-/// One condition to set.
-#[derive(Debug, Clone, Copy)]
-pub struct ConditionUpdate<'a, T = ConditionType, R = Reason> {
-    /// Which.
-    pub type_: T,
-    /// `True`, `False`, `Unknown`.
-    pub status: ConditionStatus,
-    /// Why.
-    pub reason: R,
-    /// Detail (trimmed to [`MESSAGE_LIMIT`]).
-    pub message: &'a str,
-    /// The generation it describes.
-    pub generation: Option<i64>,
-}
+impl<T: Copy + PartialEq, R> Condition<T, R> {
+    /// The condition `type_` as set `now`, describing `generation`.
+    pub fn new(
+        type_: T,
+        status: ConditionStatus,
+        reason: R,
+        message: &str,
+        generation: Option<i64>,
+        now: jiff::Timestamp,
+    ) -> Self {
+        Self {
+            type_,
+            status,
+            reason,
+            message: message.to_owned(),
+            last_transition_time: now,
+            observed_generation: generation,
+        }
+    }
 
-impl<T: ConditionKind, R> ConditionUpdate<'_, T, R> {
-    /// Sets the condition this update names in `conditions`, keeping its
-    /// transition time when its status is unchanged: the one way every
-    /// condition of every status (a resource's, a definition's) is set.
-    pub fn set_in(self, conditions: &mut Vec<Condition<T, R>>, now: jiff::Timestamp) {
-        let message = truncate(self.message, self.type_.message_limit());
+    /// Sets this condition in `conditions`, its message trimmed to
+    /// `message_limit` bytes, keeping the transition time of the one there
+    /// when its status is unchanged: the one way every condition of every
+    /// status (a resource's, a definition's) is set.
+    pub fn set_in(mut self, conditions: &mut Vec<Self>, message_limit: usize) {
+        self.message = truncate(&self.message, message_limit);
         match conditions.iter_mut().find(|c| c.type_ == self.type_) {
             Some(c) => {
-                if c.status != self.status {
-                    c.last_transition_time = now;
-                }
-                c.status = self.status;
-                c.reason = self.reason;
-                c.message = message;
-                c.observed_generation = self.generation;
+                let since = if c.status == self.status {
+                    c.last_transition_time
+                } else {
+                    self.last_transition_time
+                };
+                *c = Self {
+                    last_transition_time: since,
+                    ..self
+                };
             }
-            None => conditions.push(Condition {
-                type_: self.type_,
-                status: self.status,
-                reason: self.reason,
-                message,
-                last_transition_time: now,
-                observed_generation: self.generation,
-            }),
+            None => conditions.push(self),
         }
     }
 }
@@ -361,14 +349,15 @@ impl StatusText {
 mod tests {
     use super::*;
 
-    fn ready(status: bool, reason: Reason, message: &str) -> ConditionUpdate<'_> {
-        ConditionUpdate {
-            type_: ConditionType::Ready,
-            status: status.into(),
+    fn ready(status: bool, reason: Reason, message: &str, at: jiff::Timestamp) -> Condition {
+        Condition::new(
+            ConditionType::Ready,
+            status.into(),
             reason,
             message,
-            generation: Some(1),
-        }
+            Some(1),
+            at,
+        )
     }
 
     #[test]
@@ -376,15 +365,15 @@ mod tests {
         let t0: jiff::Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
         let t1: jiff::Timestamp = "2026-01-01T00:01:00Z".parse().unwrap();
         let mut s = CommonStatus::default();
-        s.set_condition(ready(true, Reason::Applied, "ok"), t0);
-        s.set_condition(ready(true, Reason::Applied, "again"), t1);
+        s.set_condition(ready(true, Reason::Applied, "ok", t0));
+        s.set_condition(ready(true, Reason::Applied, "again", t1));
         assert_eq!(
             s.condition(ConditionType::Ready)
                 .unwrap()
                 .last_transition_time,
             t0
         );
-        s.set_condition(ready(false, Reason::ApplyFailed, "bad"), t1);
+        s.set_condition(ready(false, Reason::ApplyFailed, "bad", t1));
         assert_eq!(
             s.condition(ConditionType::Ready)
                 .unwrap()
@@ -406,10 +395,12 @@ mod tests {
             ..Default::default()
         });
         s.message = Some(one_line(&huge, SHORT_MESSAGE_LIMIT));
-        s.set_condition(
-            ready(false, Reason::ApplyFailed, &huge),
+        s.set_condition(ready(
+            false,
+            Reason::ApplyFailed,
+            &huge,
             jiff::Timestamp::now(),
-        );
+        ));
         let size = serde_json::to_string(&s).unwrap().len();
         assert!(size < 8 * 1024, "status is {size} bytes");
     }

@@ -3,9 +3,10 @@
 //! list fails it, and the reconcile retries), then kube-runtime's
 //! `finalizer` state machine: `Apply` while the object lives, `Cleanup`
 //! once it is being deleted, the finalizer removed (by a tested patch)
-//! only after a cleanup that succeeded; and [`Finalizer::release`], the same tested
-//! removal for a resource no controller will serve again (its definition
-//! deleted with `Orphan`).
+//! only after a cleanup that succeeded; and [`Engine::release_finalizer`],
+//! the same tested removal for a resource no controller will serve again
+//! (its definition deleted with `Orphan`). A reconciler plugged into the
+//! runtime (a KindDefinition's) reaches both through the [`Engine`].
 
 use std::future::Future;
 use std::sync::Arc;
@@ -18,17 +19,19 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
+use crate::engine::reconcile::runtime::Engine;
+
 /// A finalizer of the operator's, by name: what guards each resource it
 /// serves, and what it releases from one it will serve no more.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Finalizer<'a>(pub &'a str);
+pub(super) struct Finalizer<'a>(pub &'a str);
 
 impl Finalizer<'_> {
     /// Adds this finalizer to `obj` if it lacks it (returning the object
     /// as the API server answered), then runs `reconcile` under
     /// kube-runtime's finalizer: the one finalizer state machine of the
     /// operator.
-    pub(crate) async fn guard<K, F, Fut, E>(
+    pub(super) async fn guard<K, F, Fut, E>(
         self,
         api: &kube::Api<K>,
         obj: Arc<K>,
@@ -56,7 +59,7 @@ impl Finalizer<'_> {
     /// that tests the entry first (a concurrent change of the list fails
     /// it): for a resource whose kind is no longer served, so that its
     /// deletion waits for no controller. Returns whether a patch was sent.
-    pub(crate) async fn release<K>(self, api: &kube::Api<K>, obj: &K) -> Result<bool, kube::Error>
+    pub(super) async fn release<K>(self, api: &kube::Api<K>, obj: &K) -> Result<bool, kube::Error>
     where
         K: Resource + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
     {
@@ -65,6 +68,40 @@ impl Finalizer<'_> {
         };
         patch_json(api, obj, operations).await?;
         Ok(true)
+    }
+}
+
+impl Engine {
+    /// Runs `reconcile` on `obj` under the operator's finalizer named
+    /// `finalizer` ([`Finalizer::guard`]).
+    pub(crate) async fn guarded<K, F, Fut, E>(
+        &self,
+        api: &kube::Api<K>,
+        finalizer: &str,
+        obj: Arc<K>,
+        reconcile: F,
+    ) -> Result<Action, Error<E>>
+    where
+        K: Resource + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
+        F: FnOnce(Event<K>) -> Fut,
+        Fut: Future<Output = Result<Action, E>>,
+        E: std::error::Error + 'static,
+    {
+        Finalizer(finalizer).guard(api, obj, reconcile).await
+    }
+
+    /// Takes the finalizer `finalizer` off `obj`, a resource no reconciler
+    /// will serve again ([`Finalizer::release`]); whether a patch was sent.
+    pub(crate) async fn release_finalizer<K>(
+        &self,
+        api: &kube::Api<K>,
+        finalizer: &str,
+        obj: &K,
+    ) -> Result<bool, kube::Error>
+    where
+        K: Resource + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
+    {
+        Finalizer(finalizer).release(api, obj).await
     }
 }
 

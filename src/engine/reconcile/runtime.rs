@@ -57,8 +57,11 @@ pub struct Settings {
     pub share: Option<Arc<crate::partition::share::Share>>,
     /// Name reported on events.
     pub reporter: String,
-    /// How kubectl runs are coalesced.
-    pub batch: BatchSettings,
+    /// After the first kubectl job queued, wait this long for others to
+    /// share its run.
+    pub batch_window: Duration,
+    /// At most this many jobs share one kubectl run.
+    pub batch_max: usize,
     /// At most this many reconciles of one kind run at once (0: no limit).
     pub max_reconciles: u16,
     /// The ServiceAccount of a resource's namespace that the writes of
@@ -151,10 +154,15 @@ impl Engine {
         metrics: Arc<dyn ReconcileMetrics>,
     ) -> Self {
         let batch = BatchSettings {
-            max: settings.batch.max.max(1),
-            ..settings.batch
+            window: settings.batch_window,
+            max: settings.batch_max.max(1),
         };
-        let builds = Builds::start(kubectl.clone(), batch, settings.work_dir.clone());
+        let builds = Builds::start(
+            kubectl.clone(),
+            batch.window,
+            batch.max,
+            settings.work_dir.clone(),
+        );
         let applies = Queue::start(
             kubectl.clone(),
             batch,

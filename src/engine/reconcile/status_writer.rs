@@ -142,7 +142,9 @@ pub(crate) async fn write<H: Handler>(
     status: Value,
 ) -> Result<(), kube::Error> {
     let api = handler.api(engine.client.clone(), obj.namespace().as_deref());
-    let written = apply_status(&api, &handler.info().dyn_type, &obj.name_any(), &status).await?;
+    let written = engine
+        .apply_status(&api, &handler.info().dyn_type, &obj.name_any(), &status)
+        .await?;
     if let Some(uid) = written.uid() {
         engine.parked.release(&uid);
         let stored = handler.status(&written).unwrap_or(status);
@@ -153,25 +155,29 @@ pub(crate) async fn write<H: Handler>(
     Ok(())
 }
 
-/// Writes `status` as the whole status of the object `name` of `api`: one
-/// server-side apply with the engine's field manager. Every status the
-/// operator writes, a resource's or a definition's, goes through here.
-pub(crate) async fn apply_status<K>(
-    api: &kube::Api<K>,
-    dyn_type: &K::DynamicType,
-    name: &str,
-    status: &Value,
-) -> Result<K, kube::Error>
-where
-    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    let body = json!({
-        "apiVersion": K::api_version(dyn_type),
-        "kind": K::kind(dyn_type),
-        "status": status,
-    });
-    let params = PatchParams::apply(Engine::FIELD_MANAGER).force();
-    api.patch_status(name, &params, &Patch::Apply(&body)).await
+impl Engine {
+    /// Writes `status` as the whole status of the object `name` of `api`:
+    /// one server-side apply with the engine's field manager. Every status
+    /// the operator writes, a resource's or a definition's, goes through
+    /// here.
+    pub(crate) async fn apply_status<K>(
+        &self,
+        api: &kube::Api<K>,
+        dyn_type: &K::DynamicType,
+        name: &str,
+        status: &Value,
+    ) -> Result<K, kube::Error>
+    where
+        K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
+        let body = json!({
+            "apiVersion": K::api_version(dyn_type),
+            "kind": K::kind(dyn_type),
+            "status": status,
+        });
+        let params = PatchParams::apply(Self::FIELD_MANAGER).force();
+        api.patch_status(name, &params, &Patch::Apply(&body)).await
+    }
 }
 
 #[cfg(test)]

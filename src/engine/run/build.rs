@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::Value;
@@ -33,11 +34,13 @@ struct BuildJob {
 pub(crate) struct Builds(Queue<BuildJob, Built>);
 
 impl Builds {
-    /// Starts a queue writing its overlays under `work_dir`.
-    pub(crate) fn start(kubectl: Kubectl, settings: BatchSettings, work_dir: PathBuf) -> Self {
+    /// Starts a queue writing its overlays under `work_dir`: after the
+    /// first build queued, it waits `window` for others, and builds at
+    /// most `max` in one run.
+    pub(crate) fn start(kubectl: Kubectl, window: Duration, max: usize, work_dir: PathBuf) -> Self {
         Self(Queue::start(
             kubectl.clone(),
-            settings,
+            BatchSettings { window, max },
             BuildJob::runner(kubectl, work_dir),
         ))
     }

@@ -533,18 +533,11 @@ fn a_round_plan_runs_and_requeues_after_the_pause() {
 
 #[test]
 fn failures_are_kept_in_last_errors_once_and_bounded() {
-    use crate::engine::host::ConditionUpdate;
-    use crate::kind::{ConditionStatus, ConditionType, Reason};
-    fn ready(status: ConditionStatus, reason: Reason, message: &str) -> ConditionUpdate<'_> {
-        ConditionUpdate {
-            type_: ConditionType::Ready,
-            status,
-            reason,
-            message,
-            generation: Some(1),
-        }
-    }
+    use crate::kind::{Condition, ConditionStatus, ConditionType, Reason};
     let at: jiff::Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+    let ready = |status, reason, message| {
+        Condition::new(ConditionType::Ready, status, reason, message, Some(1), at)
+    };
     let mut status = ChaosAgentStatus {
         round: RoundStatus {
             round: Some(3),
@@ -552,10 +545,11 @@ fn failures_are_kept_in_last_errors_once_and_bounded() {
         },
         ..Default::default()
     };
-    status.common.set_condition(
-        ready(ConditionStatus::False, Reason::ActionFailed, "forbidden"),
-        at,
-    );
+    status.common.set_condition(ready(
+        ConditionStatus::False,
+        Reason::ActionFailed,
+        "forbidden",
+    ));
     let errors = errors_seen(&status);
     assert_eq!(errors.len(), 1);
     assert_eq!(errors[0].round, 3);
@@ -574,7 +568,7 @@ fn failures_are_kept_in_last_errors_once_and_bounded() {
     assert_eq!(status.round.last_errors[4].round, 19);
     status
         .common
-        .set_condition(ready(ConditionStatus::True, Reason::Applied, "ok"), at);
+        .set_condition(ready(ConditionStatus::True, Reason::Applied, "ok"));
     assert_eq!(errors_seen(&status), status.round.last_errors);
 }
 

@@ -29,7 +29,6 @@ use crate::engine::model::overlay::Overlay;
 use crate::engine::model::status::{CommonStatus, ConditionStatus, ConditionType, Reason};
 use crate::engine::model::templates::KustomizeDir;
 use crate::engine::reconcile::runtime::{Engine, Settings};
-use crate::engine::run::batch::BatchSettings;
 use crate::kubectl::{Kubectl, KubectlConfig};
 
 const NAMESPACE: &str = "ns";
@@ -298,10 +297,8 @@ fn settings(dir: &Path) -> Settings {
         shard: None,
         share: None,
         reporter: "kustomize-operator".into(),
-        batch: BatchSettings {
-            window: Duration::ZERO,
-            max: 1,
-        },
+        batch_window: Duration::ZERO,
+        batch_max: 1,
         max_reconciles: 0,
         default_service_account: None,
         cluster_service_account: None,
