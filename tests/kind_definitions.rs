@@ -239,6 +239,20 @@ async fn a_kind_gains_a_version_with_a_rename_converted_by_the_operators_webhook
     for name in names {
         wait_ready(&kind, &ns.name, name).await;
     }
+    // The deep one is left out of what the operator reads, and said so on
+    // it (docs/security.md, "Decoding what tenants wrote").
+    common::wait_until(
+        TIMEOUT,
+        "a Warning Unreadable on the deep Greeting",
+        async || {
+            let path =
+                r#"jsonpath={range .items[*]}{.type}/{.reason}/{.regarding.name}{"\n"}{end}"#;
+            let events =
+                common::kubectl(&["get", "events.events.k8s.io", "-n", &ns.name, "-o", path]);
+            events.1.lines().any(|e| e == "Warning/Unreadable/deep")
+        },
+    )
+    .await;
     // Of a shard no operator serves: nobody writes it again but the
     // storage migration.
     let idle = json!({"kustomize-operator.io/shard": "elsewhere"});

@@ -6,12 +6,12 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::scan::Skipped;
-use crate::engine::host::Events;
 
 /// How often one object's being left out is said again.
 pub const REPEAT: Duration = Duration::from_secs(10 * 60);
@@ -45,7 +45,13 @@ pub fn channel() -> (Sink, Reports) {
 /// is dropped: the client holding it is held here too, so only `stop`
 /// ends a running operator's reports).
 pub async fn run(client: kube::Client, mut reports: Reports, stop: CancellationToken) {
-    let events = Events::new(client, "kustomize-operator");
+    let reporter = Reporter {
+        controller: "kustomize-operator".into(),
+        instance: std::env::var("POD_NAME")
+            .ok()
+            .or_else(|| std::env::var("HOSTNAME").ok()),
+    };
+    let events = Recorder::new(client, reporter);
     let mut said: HashMap<String, Instant> = HashMap::new();
     loop {
         let skipped = tokio::select! {
@@ -76,7 +82,7 @@ fn key(skipped: &Skipped) -> String {
     )
 }
 
-async fn report(events: &Events, skipped: &Skipped) {
+async fn report(events: &Recorder, skipped: &Skipped) {
     let id = &skipped.identity;
     tracing::warn!(
         api_version = %id.api_version,
@@ -101,7 +107,14 @@ async fn report(events: &Events, skipped: &Skipped) {
         "the operator cannot read this object, {}; it is left out of what the operator serves until it changes",
         skipped.reason
     );
-    if let Err(e) = events.warn(&regarding, "Unreadable", "Read", &note).await {
+    let event = Event {
+        type_: EventType::Warning,
+        reason: "Unreadable".into(),
+        note: Some(note),
+        action: "Read".into(),
+        secondary: None,
+    };
+    if let Err(e) = events.publish(&event, &regarding).await {
         tracing::debug!(error = %crate::error_text::kube(&e), "cannot publish the Unreadable event");
     }
 }

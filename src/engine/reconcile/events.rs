@@ -110,25 +110,6 @@ impl Events {
         }
     }
 
-    /// Publishes a Warning about `regarding`, seen while doing `action`.
-    pub async fn warn(
-        &self,
-        regarding: &ObjectReference,
-        reason: &str,
-        action: &str,
-        note: &str,
-    ) -> Result<(), kube::Error> {
-        let event = Publish {
-            regarding,
-            type_: EventType::Warning,
-            reason,
-            action,
-            note,
-            related: None,
-        };
-        self.publish(&event).await
-    }
-
     /// Publishes `event`: a new Event, or the next count of the same one
     /// published in the last few minutes.
     pub async fn publish(&self, event: &Publish<'_>) -> Result<(), kube::Error> {
