@@ -12,9 +12,8 @@
 //! names an engine path.
 
 pub use crate::engine::contract::{
-    Beyond, Deletion, EventType, FieldConflicts, FromObjects, Handler, HandlerError, KindInfo,
-    Nudge, Nudges, OnFailure, Plan, PlannedEvent, Policy, Reach, ReadAs, Resources, Revision, Step,
-    Watching,
+    Beyond, Deletion, FieldConflicts, FromObjects, Handler, HandlerError, KindInfo, Nudge, Nudges,
+    OnFailure, Plan, PlannedEvent, Policy, Reach, ReadAs, Revision, Step, Watching,
 };
 pub use crate::engine::model::inventory::{Inventory, ObjectId, Owner};
 pub use crate::engine::model::overlay::{

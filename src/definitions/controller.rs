@@ -39,7 +39,7 @@ use super::resource::{self, ConditionType, Reason, Status};
 use super::writes::{count, event, status_of, write_status};
 use super::{deletion, following, planning, progress, rights, rollout};
 use crate::engine::host::{Reconciler, Runtime};
-use crate::kind::{EventType, Nudge, Nudges, Resources};
+use crate::kind::{Nudge, Nudges, PlannedEvent, Watching};
 use crate::kinds::declared::{DeclaredObject, rbac};
 use kube::runtime::finalizer::Event as FinalizerEvent;
 
@@ -138,7 +138,7 @@ impl Reconciler for Definitions {
         }
     }
 
-    fn nudges(&self, _: Resources<DeclaredObject>) -> Vec<Nudges<DeclaredObject>> {
+    fn nudges(&self, _: Watching<DeclaredObject>) -> Vec<Nudges<DeclaredObject>> {
         let mut nudges = Vec::new();
         if let Some(nudged) = crate::sync::lock(&self.nudged).take() {
             let named = futures::stream::unfold(nudged, |mut nudged| async move {
@@ -312,7 +312,7 @@ async fn accept(def: &DynamicObject, ctx: &DefinitionContext, status: &mut Statu
                 number,
             );
             if !told {
-                event(ctx, def, EventType::Warning, "Rejected", &message).await;
+                event(ctx, def, PlannedEvent::warning("Rejected", message.clone())).await;
             }
             if let Some(generation) = &served {
                 ensure_crd(ctx, &name, generation, status).await;
@@ -336,7 +336,7 @@ async fn accept(def: &DynamicObject, ctx: &DefinitionContext, status: &mut Statu
                     generation.number
                 );
                 match rollout::serve(ctx, def, generation).await {
-                    Ok(()) => event(ctx, def, EventType::Normal, "Serving", &note).await,
+                    Ok(()) => event(ctx, def, PlannedEvent::normal("Serving", note)).await,
                     Err(refused) => not_served(ctx, def, status, &refused, number).await,
                 }
             }
@@ -361,7 +361,7 @@ async fn not_served(
     let reason = Reason::of_rollout(&refused.error);
     status.set(ConditionType::Accepted, false, reason, &message, number);
     if !told {
-        event(ctx, def, EventType::Warning, "Rejected", &message).await;
+        event(ctx, def, PlannedEvent::warning("Rejected", message.clone())).await;
     }
 }
 

@@ -13,7 +13,7 @@ use super::context::{DefinitionContext, DefinitionError, NAMES_SHOWN};
 use super::resource::{ConditionType, Reason};
 use super::writes::{count, event, not_found_is_empty, status_of, write_status};
 use super::{crds, following};
-use crate::kind::EventType;
+use crate::kind::PlannedEvent;
 
 /// How often a deletion waiting for resources looks again.
 pub(super) const DELETION_RECHECK: Duration = Duration::from_secs(5);
@@ -97,7 +97,12 @@ async fn wait_for_resources(
         def.metadata.generation,
     );
     write_status(ctx, def, &before, &status).await?;
-    event(ctx, def, EventType::Warning, "DeletionWaits", &message).await;
+    event(
+        ctx,
+        def,
+        PlannedEvent::warning("DeletionWaits", message.clone()),
+    )
+    .await;
     Err(DefinitionError::Waiting)
 }
 

@@ -17,7 +17,7 @@ use super::planned::{Made, recent};
 use super::resource::{ConditionType, PLAN_FAILURES_SHOWN, PlanStatus, Reason, Status};
 use super::rollout::spec_of;
 use super::writes::event;
-use crate::kind::EventType;
+use crate::kind::PlannedEvent;
 use crate::kinds::declared::rollout::PlanGate;
 use crate::kinds::{KindContext, KindOptions};
 use crate::plan::report::{Outcome, Report};
@@ -228,12 +228,13 @@ pub(super) fn in_words(plan: &PlanStatus) -> String {
 
 /// An event for a plan just made: `Planned`, or a warning when it fails.
 async fn tell(ctx: &DefinitionContext, def: &DynamicObject, made: &Made) {
-    let (kind, reason) = if made.passed {
-        (EventType::Normal, "Planned")
+    let note = in_words(&made.summary);
+    let said = if made.passed {
+        PlannedEvent::normal("Planned", note)
     } else {
-        (EventType::Warning, "PlanFailed")
+        PlannedEvent::warning("PlanFailed", note)
     };
-    event(ctx, def, kind, reason, &in_words(&made.summary)).await;
+    event(ctx, def, said).await;
 }
 
 #[cfg(test)]

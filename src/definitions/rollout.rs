@@ -16,7 +16,7 @@ use super::resource::{ConditionType, Reason, Status};
 use super::revisions::{self, History, Refused, Revision, Stored, Tampered};
 use super::serving::Revisions;
 use super::writes::{event, status_of};
-use crate::kind::EventType;
+use crate::kind::PlannedEvent;
 use crate::kinds::declared::pack::ROLLOUT_FIELD;
 use crate::kinds::declared::rollout::machine::{self, RECORD_ANNOTATION, Record};
 use crate::kinds::declared::rollout::{RolloutError, RolloutSpec};
@@ -139,7 +139,7 @@ async fn tell_withdrawn(
             "revision {number} is withdrawn: the {serving} resource(s) it served move to the stable revision {}; it may no longer be pinned or made stable",
             now.rollout.stable()
         );
-        event(ctx, def, EventType::Normal, "RevisionWithdrawn", &note).await;
+        event(ctx, def, PlannedEvent::normal("RevisionWithdrawn", note)).await;
     }
 }
 
@@ -152,7 +152,7 @@ async fn restore(ctx: &DefinitionContext, def: &DynamicObject) -> History {
         // gets no flood (the condition counts them all).
         for refusal in history.refused().iter().take(NAMES_SHOWN) {
             let note = refused_note(store, refusal);
-            event(ctx, def, EventType::Warning, "RevisionRefused", &note).await;
+            event(ctx, def, PlannedEvent::warning("RevisionRefused", note)).await;
         }
     }
     history

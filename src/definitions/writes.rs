@@ -8,7 +8,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 
 use super::context::DefinitionContext;
 use super::resource::{self, Status};
-use crate::kind::EventType;
+use crate::kind::PlannedEvent;
 
 /// The resources of `kind`, as `namespace/name` (or `name`), in every namespace.
 pub(super) async fn count(client: &Client, kind: &ApiResource) -> Result<Vec<String>, kube::Error> {
@@ -57,13 +57,7 @@ pub(super) async fn write_status(
 }
 
 /// Publishes an event about the definition.
-pub(super) async fn event(
-    ctx: &DefinitionContext,
-    def: &DynamicObject,
-    type_: EventType,
-    reason: &str,
-    note: &str,
-) {
+pub(super) async fn event(ctx: &DefinitionContext, def: &DynamicObject, event: PlannedEvent) {
     let regarding = ObjectReference {
         api_version: Some(DynamicObject::api_version(&resource::api_resource()).into_owned()),
         kind: Some(resource::KIND.into()),
@@ -71,7 +65,5 @@ pub(super) async fn event(
         uid: def.metadata.uid.clone(),
         ..Default::default()
     };
-    ctx.engine
-        .publish_event(&regarding, type_, reason, note)
-        .await;
+    ctx.engine.publish_event(&regarding, &event).await;
 }

@@ -9,7 +9,7 @@ use super::super::context::DefinitionContext;
 use super::super::resource::{ConditionType, Reason, RolloutPhase, RolloutStatus, Status};
 use super::super::writes::event;
 use super::observe::RolloutView;
-use crate::kind::EventType;
+use crate::kind::PlannedEvent;
 use crate::kinds::declared::rollout::RolloutError;
 use crate::kinds::declared::rollout::gate::{Cause, Tally, Verdict};
 use crate::kinds::declared::rollout::machine::{
@@ -33,21 +33,18 @@ pub async fn tell(
         _ => s.latest,
     };
     let latest = s.latest;
-    let (type_, reason, note) = match action {
-        Action::AdoptStable => (
-            EventType::Normal,
+    let said = match action {
+        Action::AdoptStable => PlannedEvent::normal(
             "StableAdopted",
             format!(
                 "spec.rollout.stable set to {latest}, the revision serving every resource: the next revision rolls out from it in {n} step(s)"
             ),
         ),
-        Action::Start => (
-            EventType::Normal,
+        Action::Start => PlannedEvent::normal(
             "RolloutStarted",
             format!("revision {latest} rolls out from revision {from}: step 1 of {n} begins"),
         ),
-        Action::Advance => (
-            EventType::Normal,
+        Action::Advance => PlannedEvent::normal(
             "RolloutStep",
             format!(
                 "step {step} of {n} passed its gate: step {} begins{}",
@@ -55,8 +52,7 @@ pub async fn tell(
                 moved(seen, latest)
             ),
         ),
-        Action::Promote => (
-            EventType::Normal,
+        Action::Promote => PlannedEvent::normal(
             "Promoted",
             format!(
                 "every step passed its gate{}: revision {latest} is stable (spec.rollout.stable)",
@@ -65,8 +61,7 @@ pub async fn tell(
         ),
         Action::RollBack(failure) => {
             ctx.metrics.rolled_back(&def.name_any());
-            (
-                EventType::Warning,
+            PlannedEvent::warning(
                 "RolledBack",
                 format!(
                     "revision {latest} rolled back at step {step} of {n}: {}; every resource goes back to revision {from}",
@@ -74,22 +69,19 @@ pub async fn tell(
                 ),
             )
         }
-        Action::Pause => (
-            EventType::Normal,
+        Action::Pause => PlannedEvent::normal(
             "RolloutPaused",
             format!(
                 "the rollout of revision {latest} holds at step {step} of {n} (spec.rollout.paused)"
             ),
         ),
-        Action::Resume => (
-            EventType::Normal,
+        Action::Resume => PlannedEvent::normal(
             "RolloutResumed",
             format!(
                 "the rollout of revision {latest} goes on at step {step} of {n}, its gate's window anew"
             ),
         ),
-        Action::Stop => (
-            EventType::Normal,
+        Action::Stop => PlannedEvent::normal(
             "RolloutStopped",
             format!(
                 "spec.rollout.stable was set by hand during the rollout of revision {latest}: it ends at step {step} of {n}"
@@ -97,7 +89,7 @@ pub async fn tell(
         ),
         Action::Refuse | Action::Settled(_) | Action::Hold | Action::Wait => return,
     };
-    event(ctx, def, type_, reason, &note).await;
+    event(ctx, def, said).await;
 }
 
 /// `: 37 of 120 resources on revision 5` (nothing when not counted).

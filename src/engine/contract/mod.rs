@@ -22,7 +22,8 @@ use serde::de::DeserializeOwned;
 
 pub use error::HandlerError;
 pub use handler::{Handler, ReadAs, Revision};
-pub use nudge::{Nudge, Nudges, Resources, Watching};
+pub(crate) use nudge::Resources;
+pub use nudge::{Nudge, Nudges, Watching};
 pub use plan::{EventType, FromObjects, OnFailure, Plan, PlannedEvent, Step};
 pub use policy::{Beyond, Deletion, FieldConflicts, KindInfo, Policy, Reach};
 

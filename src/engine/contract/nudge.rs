@@ -19,7 +19,7 @@ pub enum Nudge<K: kube::Resource> {
 pub type Nudges<K> = BoxStream<'static, Nudge<K>>;
 
 /// The resources of a kind as the runtime holds them now.
-pub struct Resources<K>(Arc<dyn Fn() -> Vec<Arc<K>> + Send + Sync>);
+pub(crate) struct Resources<K>(Arc<dyn Fn() -> Vec<Arc<K>> + Send + Sync>);
 
 impl<K> Clone for Resources<K> {
     fn clone(&self) -> Self {
@@ -34,7 +34,7 @@ impl<K> Resources<K> {
     }
 
     /// Every resource of the kind held now.
-    pub fn all(&self) -> Vec<Arc<K>> {
+    fn all(&self) -> Vec<Arc<K>> {
         (self.0)()
     }
 }
@@ -47,5 +47,22 @@ pub struct Watching<K> {
     /// The one namespace watched, if any.
     pub namespace: Option<String>,
     /// The kind's resources held now.
-    pub resources: Resources<K>,
+    pub(crate) resources: Resources<K>,
+}
+
+impl<K> Clone for Watching<K> {
+    fn clone(&self) -> Self {
+        Self {
+            client: self.client.clone(),
+            namespace: self.namespace.clone(),
+            resources: self.resources.clone(),
+        }
+    }
+}
+
+impl<K> Watching<K> {
+    /// Every resource of the kind the runtime holds now.
+    pub fn resources(&self) -> Vec<Arc<K>> {
+        self.resources.all()
+    }
 }

@@ -68,6 +68,39 @@ pub struct PlannedEvent {
     pub related: Option<k8s_openapi::api::core::v1::ObjectReference>,
 }
 
+impl PlannedEvent {
+    /// A Normal event: something happened as it should.
+    pub fn normal(reason: &'static str, note: impl Into<String>) -> Self {
+        Self {
+            type_: EventType::Normal,
+            reason,
+            note: note.into(),
+            related: None,
+        }
+    }
+
+    /// A Warning: something needs attention.
+    pub fn warning(reason: &'static str, note: impl Into<String>) -> Self {
+        Self {
+            type_: EventType::Warning,
+            ..Self::normal(reason, note)
+        }
+    }
+
+    /// This event, about `related` too (the Event's `related`).
+    pub fn related_to(self, related: k8s_openapi::api::core::v1::ObjectReference) -> Self {
+        Self {
+            related: Some(related),
+            ..self
+        }
+    }
+
+    /// True for a Warning.
+    pub fn is_warning(&self) -> bool {
+        self.type_ == EventType::Warning
+    }
+}
+
 /// Which kind-specific status fields a failed run writes.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub enum OnFailure<S> {

@@ -20,7 +20,7 @@ use super::primer::Primer;
 use super::serve::{Counted, OnCount, Reconciler, Runtime, slim};
 use super::triggers::Triggers;
 use super::{apply_path, cleanup, traced};
-use crate::engine::contract::{Handler, Nudges, Resources, Watching};
+use crate::engine::contract::{Handler, Nudges, Watching};
 use crate::engine::reconcile::runtime::{Engine, backoff};
 
 /// A handler's kind, served.
@@ -122,13 +122,8 @@ impl<H: Handler> Reconciler for Handled<H> {
         }
     }
 
-    fn nudges(&self, resources: Resources<H::Resource>) -> Vec<Nudges<H::Resource>> {
-        let engine = &self.ctx.engine;
-        self.ctx.handler.nudges(Watching {
-            client: engine.client.clone(),
-            namespace: engine.settings.namespace.clone(),
-            resources,
-        })
+    fn nudges(&self, watching: Watching<H::Resource>) -> Vec<Nudges<H::Resource>> {
+        self.ctx.handler.nudges(watching)
     }
 
     fn owner(&self, annotation: &str) -> Option<ObjectRef<H::Resource>> {

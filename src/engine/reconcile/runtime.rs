@@ -242,17 +242,16 @@ impl Engine {
     pub(crate) async fn publish_event(
         &self,
         regarding: &k8s_openapi::api::core::v1::ObjectReference,
-        type_: crate::engine::contract::EventType,
-        reason: &str,
-        note: &str,
+        event: &crate::engine::contract::PlannedEvent,
     ) {
+        let reason = event.reason;
         let event = super::events::Publish {
             regarding,
-            type_,
+            type_: event.type_,
             reason,
             action: reason,
-            note,
-            related: None,
+            note: &event.note,
+            related: event.related.as_ref(),
         };
         if let Err(e) = self.events.publish(&event).await {
             tracing::warn!(reason, error = %crate::error_text::kube(&e), "cannot publish an event");

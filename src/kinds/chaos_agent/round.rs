@@ -14,9 +14,7 @@ use super::{
     ActionCounts, ChaosAgentStatus, FIELD_MANAGER, MAX_REPLICAS, RoundError, RoundInput,
     RoundReport, RoundStatus, lorem,
 };
-use crate::kind::{
-    ConditionStatus, ConditionType, EventType, ObjectId, Overlay, Plan, PlannedEvent, Step,
-};
+use crate::kind::{ConditionStatus, ConditionType, ObjectId, Overlay, Plan, PlannedEvent, Step};
 use crate::text::truncate;
 
 /// Lorem Ipsum written into one ConfigMap, all keys together, in bytes.
@@ -107,18 +105,13 @@ impl Action {
                 format!("configmap {namespace}/{name}: data replaced with Lorem Ipsum"),
             ),
         };
-        PlannedEvent {
-            type_: EventType::Normal,
-            reason,
-            note,
-            related: Some(ObjectReference {
-                api_version: Some(api_version.into()),
-                kind: Some(kind.into()),
-                namespace: Some(namespace.clone()),
-                name: Some(name.clone()),
-                ..Default::default()
-            }),
-        }
+        PlannedEvent::normal(reason, note).related_to(ObjectReference {
+            api_version: Some(api_version.into()),
+            kind: Some(kind.into()),
+            namespace: Some(namespace.clone()),
+            name: Some(name.clone()),
+            ..Default::default()
+        })
     }
 }
 

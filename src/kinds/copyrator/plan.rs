@@ -33,9 +33,7 @@ use super::inputs::{NamespaceState, Object, Observed};
 use super::marker;
 use super::resource::{CopiesStatus, DeletionPolicy, ResolvedRule, RuleType, TargetStatus};
 use super::scope::Scope;
-use crate::kind::{
-    EventType, HandlerError, ObjectId, OnFailure, Overlay, Plan, PlannedEvent, Step,
-};
+use crate::kind::{HandlerError, ObjectId, OnFailure, Overlay, Plan, PlannedEvent, Step};
 use crate::text::{IN_EVENT, first_names, truncate};
 
 /// Namespaces holding the cluster's own machinery: never targets unless the
@@ -673,33 +671,29 @@ fn events(
 ) -> Vec<PlannedEvent> {
     let mut events = Vec::new();
     if !foreign.is_empty() {
-        events.push(PlannedEvent {
-            type_: EventType::Warning,
-            reason: "ForeignObject",
-            note: format!(
+        events.push(PlannedEvent::warning(
+            "ForeignObject",
+            format!(
                 "left alone {} same-named {}(s) not created by this rule: {}",
                 foreign.len(),
                 kind,
                 name_list(foreign)
             ),
-            related: None,
-        });
+        ));
     }
     if !not_copyable.is_empty() {
         let lines: Vec<String> = not_copyable
             .iter()
             .map(|(n, why)| format!("{n}: {why}"))
             .collect();
-        events.push(PlannedEvent {
-            type_: EventType::Warning,
-            reason: "NotCopyable",
-            note: format!(
+        events.push(PlannedEvent::warning(
+            "NotCopyable",
+            format!(
                 "{} source(s) not copied (existing copies left as they are): {}",
                 lines.len(),
                 name_list(&lines)
             ),
-            related: None,
-        });
+        ));
     }
     events
 }
@@ -918,7 +912,7 @@ mod tests {
             "{reported}"
         );
         let warning = p.events.iter().find(|e| e.reason == "NotCopyable").unwrap();
-        assert_eq!(warning.type_, EventType::Warning);
+        assert!(warning.is_warning());
     }
 
     #[test]
@@ -1139,7 +1133,7 @@ mod tests {
         assert_eq!(s["targets"][0]["result"], "Conflict");
         assert_eq!(s["targets"][0]["foreign"], json!(["a"]));
         let warning = &plan.events[0];
-        assert!(warning.type_ == EventType::Warning && warning.reason == "ForeignObject");
+        assert!(warning.is_warning() && warning.reason == "ForeignObject");
         assert!(
             warning.note.contains("t1/a") && warning.note.contains("t2/a"),
             "{}",

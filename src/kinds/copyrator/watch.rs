@@ -30,7 +30,7 @@ use kube::{Api, ResourceExt};
 use super::marker;
 use super::resource::{CopyratorRule, RuleType};
 use super::scope::Scope;
-use crate::kind::{Nudge, Nudges, Resources, Watching};
+use crate::kind::{Nudge, Nudges, Watching};
 use crate::kinds::namespaced_api;
 
 /// The rule's triggers: a stream of the rules each watch's events concern.
@@ -39,12 +39,9 @@ pub fn nudges(
     namespace_selector: Option<&str>,
     scope: &Scope,
 ) -> Vec<Nudges<CopyratorRule>> {
-    let Watching {
-        client,
-        namespace,
-        resources: rules,
-    } = watching;
-    let namespace = namespace.as_deref();
+    let client = watching.client.clone();
+    let namespace = watching.namespace.as_deref();
+    let rules = &watching;
     let mut nudges = Vec::new();
     for ns in scope.call_namespaces(namespace) {
         nudges.push(objects(
@@ -81,8 +78,9 @@ pub fn nudges(
         None => watcher::Config::default(),
     };
     let namespaces = Api::<PartialObjectMeta<Namespace>>::all(client);
+    let rules = rules.clone();
     nudges.push(touched(namespaces, config, move |ns| {
-        rules_for_namespace(&rules.all(), &ns.name_any())
+        rules_for_namespace(&rules.resources(), &ns.name_any())
     }));
     nudges
 }
@@ -91,7 +89,7 @@ pub fn nudges(
 fn objects<K>(
     api: Api<PartialObjectMeta<K>>,
     config: watcher::Config,
-    rules: Resources<CopyratorRule>,
+    rules: Watching<CopyratorRule>,
     kind: RuleType,
 ) -> Nudges<CopyratorRule>
 where
@@ -103,7 +101,7 @@ where
         + 'static,
 {
     touched(api, config, move |obj| {
-        rules_for_object(&rules.all(), kind, &obj.metadata)
+        rules_for_object(&rules.resources(), kind, &obj.metadata)
     })
 }
 

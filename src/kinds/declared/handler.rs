@@ -22,9 +22,8 @@ use super::references::{self, Readers};
 pub use super::rollout::REVISION_FIELD;
 use super::rollout::Rollout;
 use crate::kind::{
-    Beyond, CommonStatus, Deletion, EventType, FromObjects, Handler, HandlerError, Inventory,
-    KindInfo, Nudges, ObjectId, Plan, PlannedEvent, Policy, Reach, ReadAs, Reason, Revision,
-    Watching,
+    Beyond, CommonStatus, Deletion, FromObjects, Handler, HandlerError, Inventory, KindInfo,
+    Nudges, ObjectId, Plan, PlannedEvent, Policy, Reach, ReadAs, Reason, Revision, Watching,
 };
 
 /// The finalizer the resources of a declared kind of API group `group`
@@ -226,12 +225,7 @@ impl Handler for DeclaredHandler {
             events.extend(
                 rollout
                     .withdrawn_pin(resource.labels())
-                    .map(|note| PlannedEvent {
-                        type_: EventType::Warning,
-                        reason: "RevisionWithdrawn",
-                        note,
-                        related: None,
-                    }),
+                    .map(|note| PlannedEvent::warning("RevisionWithdrawn", note)),
             );
         }
         Ok(Plan {

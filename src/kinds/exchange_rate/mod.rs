@@ -588,17 +588,16 @@ impl Handler for ExchangeRateHandler {
         // fields of the last success stay.
         plan.on_failure = OnFailure::KeepPrevious;
         if let Some(refresh) = observed.refresh {
-            plan.events.push(PlannedEvent {
-                reason: "Fetched",
-                note: format!(
+            plan.events.push(PlannedEvent::normal(
+                "Fetched",
+                format!(
                     "1 {} = {} {} ({}); ConfigMap {config_map}",
                     fetched.base,
                     fetched.rate,
                     fetched.currency,
                     refresh.as_str()
                 ),
-                ..Default::default()
-            });
+            ));
         }
         let due = next_due(&uid, fetched, desired.interval);
         let wait = due

@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::{CONFIG_MAPS, NAMESPACE, Widgets, World, ready, widget_resource};
-use crate::engine::contract::{FieldConflicts, Nudge, Object, Resources};
+use crate::engine::contract::{FieldConflicts, Nudge, Object, Watching};
 use crate::engine::model::status::{ConditionStatus, Reason};
 use crate::engine::reconcile::serve::{Reconciler, Runtime};
 
@@ -48,7 +48,7 @@ impl<K: Object> Reconciler for Recorder<K> {
         Action::await_change()
     }
 
-    fn nudges(&self, _: Resources<K>) -> Vec<BoxStream<'static, Nudge<K>>> {
+    fn nudges(&self, _: Watching<K>) -> Vec<BoxStream<'static, Nudge<K>>> {
         crate::sync::lock(&self.nudges).take().into_iter().collect()
     }
 
@@ -257,7 +257,7 @@ impl Reconciler for Slow {
         self.recorder.reconcile(resource).await
     }
 
-    fn nudges(&self, _: Resources<DynamicObject>) -> Vec<BoxStream<'static, Nudge<DynamicObject>>> {
+    fn nudges(&self, _: Watching<DynamicObject>) -> Vec<BoxStream<'static, Nudge<DynamicObject>>> {
         // Called while the runtime starts the kind's watches, on the
         // thread serving it (not one of the runtime's workers).
         let seen = crate::sync::lock(&self.waited).recv_timeout(PATIENCE);

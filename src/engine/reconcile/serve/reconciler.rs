@@ -12,7 +12,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 
-use crate::engine::contract::{Nudge, Object, Resources};
+use crate::engine::contract::{Nudge, Object, Watching};
 
 /// A kind as the runtime serves it: how its resources are watched, what
 /// an event of the watch does, one reconcile, and what else starts one.
@@ -53,7 +53,7 @@ pub(crate) trait Reconciler: Send + Sync + 'static {
     /// What else starts a reconcile (watches of other objects).
     fn nudges(
         &self,
-        _resources: Resources<Self::Resource>,
+        _watching: Watching<Self::Resource>,
     ) -> Vec<BoxStream<'static, Nudge<Self::Resource>>> {
         Vec::new()
     }

@@ -15,7 +15,7 @@ use super::count::Tally;
 use super::keyed::{self, Keyed};
 use super::reconciler::Reconciler;
 use super::{Held, Shared};
-use crate::engine::contract::{Nudge, Resources};
+use crate::engine::contract::{Nudge, Resources, Watching};
 
 /// A [`Reconciler`] without its type: what the runtime's table holds.
 pub(super) trait Served: Send + Sync + 'static {
@@ -74,7 +74,12 @@ impl<R: Reconciler> Served for R {
                 .collect()
         });
         let kind = kind.clone();
-        Reconciler::nudges(self, resources)
+        let watching = Watching {
+            client: shared.engine.client.clone(),
+            namespace: shared.engine.settings.namespace.clone(),
+            resources,
+        };
+        Reconciler::nudges(self, watching)
             .into_iter()
             .map(|nudges| {
                 let kind = kind.clone();
