@@ -23,5 +23,5 @@ pub use crate::engine::model::status::{
     CommonStatus, Condition, ConditionStatus, ConditionType, Reason,
 };
 pub use crate::engine::model::templates::{
-    Isolation, KustomizeDir, TemplateError, TemplateFlavor, TemplateSources, Templates,
+    Isolation, KustomizeDir, TemplateError, TemplateSources, Templates,
 };

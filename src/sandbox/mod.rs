@@ -134,11 +134,7 @@ fn load(worker: &mut Worker, set: &TemplateSources, limits: Limits) -> Result<()
     if worker.loaded.contains(&set.id) {
         return Ok(());
     }
-    let request = Request::Load {
-        id: set.id,
-        flavor: set.flavor,
-        templates: set.templates.clone(),
-    };
+    let request = Request::Load(set.clone());
     match worker.ask(&request, limits.time)? {
         Response::Loaded => {
             worker.loaded.insert(set.id);

@@ -6,7 +6,7 @@ use std::io::{Read, Write};
 
 use serde::{Deserialize, Serialize};
 
-use crate::kind::TemplateFlavor;
+use crate::kind::TemplateSources;
 
 /// The longest frame either side accepts, in bytes: a resource's context
 /// is at most what the API server stores (about 1.5 MiB), a set of
@@ -16,15 +16,8 @@ pub const FRAME_LIMIT: usize = 16 << 20;
 /// What the operator asks.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum Request {
-    /// Parse and keep a template set under `id`.
-    Load {
-        /// The set's digest.
-        id: u64,
-        /// Files (escaped) or strings (data).
-        flavor: TemplateFlavor,
-        /// (name, text) of every template.
-        templates: Vec<(String, String)>,
-    },
+    /// Parse and keep a template set under its digest.
+    Load(TemplateSources),
     /// Render template `name` of the set `id` for `context`.
     Render {
         /// The set's digest.

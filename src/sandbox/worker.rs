@@ -61,16 +61,12 @@ fn watch_parent() {
 
 fn answer(sets: &mut HashMap<u64, CompiledTemplates>, request: Request) -> Response {
     match request {
-        Request::Load {
-            id,
-            flavor,
-            templates,
-        } => match CompiledTemplates::compile(flavor, &templates) {
+        Request::Load(set) => match set.compile() {
             Ok(compiled) => {
                 if sets.len() >= SETS_KEPT {
                     sets.clear();
                 }
-                sets.insert(id, compiled);
+                sets.insert(set.id, compiled);
                 Response::Loaded
             }
             Err(e) => Response::Failed(e.to_string()),

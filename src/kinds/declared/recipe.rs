@@ -15,7 +15,7 @@ use super::object::DeclaredObject;
 use super::references::{By, Lookup, api_resource};
 use crate::kind::{
     ConfigMapGenerator, HandlerError, Isolation, Labels, Overlay, PatchTarget, PatchTemplate,
-    ResourceTemplate, TemplateError, TemplateFlavor, Templates,
+    ResourceTemplate, TemplateError, Templates,
 };
 
 /// The compiled templated strings of one kind file.
@@ -139,14 +139,13 @@ impl Recipe {
                 );
             }
         }
-        let templates =
-            Templates::compile(TemplateFlavor::Strings, texts).map_err(|e| match e {
-                TemplateError::Invalid { name, reason } => (
-                    fields.get(&name).cloned().unwrap_or(name),
-                    format!("not a valid template: {reason}"),
-                ),
-                other => ("spec".to_string(), other.to_string()),
-            })?;
+        let templates = Templates::strings(texts).map_err(|e| match e {
+            TemplateError::Invalid { name, reason } => (
+                fields.get(&name).cloned().unwrap_or(name),
+                format!("not a valid template: {reason}"),
+            ),
+            other => ("spec".to_string(), other.to_string()),
+        })?;
         Ok(Self {
             templates,
             schema: spec.schema.clone(),

@@ -320,6 +320,12 @@ impl Templates {
         })
     }
 
+    /// Parses and checks the templated strings `templates` ((name, text)
+    /// pairs) of a kind file, rendered as plain text.
+    pub fn strings(templates: Vec<(String, String)>) -> Result<Self, TemplateError> {
+        Self::compile(TemplateFlavor::Strings, templates)
+    }
+
     /// Renders in `isolation` from now on.
     pub fn isolate(&mut self, isolation: Arc<dyn Isolation>) {
         self.renderer = Renderer::Isolated(isolation);
@@ -343,7 +349,7 @@ impl Templates {
 
 /// The text of a template set, as a render worker loads it; named by a
 /// digest of its contents.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TemplateSources {
     /// sha256 of the flavor and every (name, text), its first 8 bytes.
     pub id: u64,
@@ -373,6 +379,12 @@ impl TemplateSources {
             flavor,
             templates,
         }
+    }
+
+    /// The set parsed and checked, as its flavor says (in a render
+    /// worker).
+    pub fn compile(&self) -> Result<CompiledTemplates, TemplateError> {
+        CompiledTemplates::compile(self.flavor, &self.templates)
     }
 }
 
