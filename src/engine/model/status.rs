@@ -282,7 +282,9 @@ impl<T: Copy + PartialEq, R> Condition<T, R> {
     /// when its status is unchanged: the one way every condition of every
     /// status (a resource's, a definition's) is set.
     pub fn set_in(mut self, conditions: &mut Vec<Self>, message_limit: usize) {
-        self.message = truncate(&self.message, message_limit);
+        if self.message.len() > message_limit {
+            self.message = truncate(&self.message, message_limit);
+        }
         match conditions.iter_mut().find(|c| c.type_ == self.type_) {
             Some(c) => {
                 let since = if c.status == self.status {
