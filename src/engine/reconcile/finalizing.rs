@@ -21,19 +21,15 @@ use serde_json::json;
 
 use crate::engine::reconcile::runtime::Engine;
 
-/// A finalizer of the operator's, by name: what guards each resource it
-/// serves, and what it releases from one it will serve no more.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Finalizer<'a>(pub &'a str);
-
-impl Finalizer<'_> {
-    /// Adds this finalizer to `obj` if it lacks it (returning the object
-    /// as the API server answered), then runs `reconcile` under
-    /// kube-runtime's finalizer: the one finalizer state machine of the
-    /// operator.
-    pub(super) async fn guard<K, F, Fut, E>(
-        self,
+impl Engine {
+    /// Adds the finalizer `finalizer` to `obj` if it lacks it (going on
+    /// with the object as the API server answered), then runs `reconcile`
+    /// under kube-runtime's finalizer: the one finalizer state machine of
+    /// the operator, for a kind's resources and a definition alike.
+    pub(crate) async fn guarded<K, F, Fut, E>(
+        &self,
         api: &kube::Api<K>,
+        finalizer_name: &str,
         obj: Arc<K>,
         reconcile: F,
     ) -> Result<Action, Error<E>>
@@ -43,55 +39,23 @@ impl Finalizer<'_> {
         Fut: Future<Output = Result<Action, E>>,
         E: std::error::Error + 'static,
     {
-        let obj = if needs_finalizer(&*obj, self.0) {
+        let obj = if needs_finalizer(&*obj, finalizer_name) {
             Arc::new(
-                add_finalizer(api, &*obj, self.0)
+                add_finalizer(api, &*obj, finalizer_name)
                     .await
                     .map_err(Error::AddFinalizer)?,
             )
         } else {
             obj
         };
-        finalizer(api, self.0, obj, reconcile).await
+        finalizer(api, finalizer_name, obj, reconcile).await
     }
 
-    /// Takes this finalizer off `obj`, if it carries it, by a JSON patch
-    /// that tests the entry first (a concurrent change of the list fails
-    /// it): for a resource whose kind is no longer served, so that its
-    /// deletion waits for no controller. Returns whether a patch was sent.
-    pub(super) async fn release<K>(self, api: &kube::Api<K>, obj: &K) -> Result<bool, kube::Error>
-    where
-        K: Resource + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
-    {
-        let Some(operations) = removal(obj, self.0) else {
-            return Ok(false);
-        };
-        patch_json(api, obj, operations).await?;
-        Ok(true)
-    }
-}
-
-impl Engine {
-    /// Runs `reconcile` on `obj` under the operator's finalizer named
-    /// `finalizer` ([`Finalizer::guard`]).
-    pub(crate) async fn guarded<K, F, Fut, E>(
-        &self,
-        api: &kube::Api<K>,
-        finalizer: &str,
-        obj: Arc<K>,
-        reconcile: F,
-    ) -> Result<Action, Error<E>>
-    where
-        K: Resource + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
-        F: FnOnce(Event<K>) -> Fut,
-        Fut: Future<Output = Result<Action, E>>,
-        E: std::error::Error + 'static,
-    {
-        Finalizer(finalizer).guard(api, obj, reconcile).await
-    }
-
-    /// Takes the finalizer `finalizer` off `obj`, a resource no reconciler
-    /// will serve again ([`Finalizer::release`]); whether a patch was sent.
+    /// Takes the finalizer `finalizer` off `obj`, if it carries it, by a
+    /// JSON patch that tests the entry first (a concurrent change of the
+    /// list fails it): for a resource whose kind is no longer served, so
+    /// that its deletion waits for no controller. Returns whether a patch
+    /// was sent.
     pub(crate) async fn release_finalizer<K>(
         &self,
         api: &kube::Api<K>,
@@ -101,7 +65,11 @@ impl Engine {
     where
         K: Resource + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
     {
-        Finalizer(finalizer).release(api, obj).await
+        let Some(operations) = removal(obj, finalizer) else {
+            return Ok(false);
+        };
+        patch_json(api, obj, operations).await?;
+        Ok(true)
     }
 }
 

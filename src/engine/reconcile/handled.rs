@@ -15,7 +15,7 @@ use kube::{Resource, ResourceExt};
 use tracing::Instrument;
 
 use super::context::{Context, ReconcileError};
-use super::finalizing::{Finalizer, add_finalizer, needs_finalizer};
+use super::finalizing::{add_finalizer, needs_finalizer};
 use super::primer::Primer;
 use super::serve::{Counted, OnCount, Reconciler, Runtime, slim};
 use super::triggers::Triggers;
@@ -238,8 +238,8 @@ async fn reconcile_in_span<H: Handler>(
         return Ok(Action::await_change());
     }
     let finalizing = deleting && obj.finalizers().contains(&finalizer_name);
-    let result = Finalizer(&finalizer_name)
-        .guard(&api, obj.clone(), |event| async {
+    let result = engine
+        .guarded(&api, &finalizer_name, obj.clone(), |event| async {
             match event {
                 FinalizerEvent::Apply(obj) => apply_path::apply(&ctx, &obj).await,
                 FinalizerEvent::Cleanup(obj) => cleanup::cleanup(&ctx, &obj).await,
