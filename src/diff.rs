@@ -18,7 +18,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use crate::cli::CommonArgs;
-use crate::engine::host::{Builds, Engine, RenderedOverlay};
+use crate::engine::host::{Builds, Engine};
 use crate::kind::ObjectId;
 use crate::kind::Step;
 use crate::kinds::{OwnedObjects, Preview};
@@ -88,7 +88,8 @@ pub async fn diff(
             }
         };
         let Some(overlay) = overlay else { continue };
-        match compare(&kubectl, overlay, field_manager, force).await? {
+        let input = input_of(overlay.prebuilt(), |dir| overlay.write_to(dir))?;
+        match compare(&kubectl, input, field_manager, force).await? {
             Compared::Same => {}
             Compared::Differs => drift = Drift::Changes,
             Compared::Failed(code) => return Ok(Err(code)),
@@ -148,12 +149,12 @@ async fn prune_preview(kubectl: &Kubectl, output: &Preview) -> Result<bool, Unch
 /// timeout, process group and output cap); kubectl's output is passed on.
 async fn compare(
     kubectl: &Kubectl,
-    overlay: &RenderedOverlay,
+    input: Input,
     field_manager: &str,
     force: bool,
 ) -> Result<Compared, DiffError> {
-    // `_dir` (an overlay's files) stays until kubectl is done.
-    let (stdin, dir) = match input_of(overlay)? {
+    // `dir` (an overlay's files) stays until kubectl is done.
+    let (stdin, dir) = match input {
         Input::Stdin(bytes) => (Some(bytes), None),
         Input::Dir(dir) => (None, Some(dir)),
     };
@@ -184,27 +185,23 @@ enum Input {
     Dir(tempfile::TempDir),
 }
 
-fn input_of(overlay: &RenderedOverlay) -> Result<Input, DiffError> {
-    match overlay.prebuilt() {
-        Some(manifests) => {
-            let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": manifests});
-            serde_json::to_vec(&list)
-                .map(Input::Stdin)
-                .map_err(|e| DiffError::Io(e.to_string()))
-        }
-        None => write_overlay(overlay).map(Input::Dir),
+/// How kubectl reads an overlay: its objects (`prebuilt`, when built in
+/// memory) on standard input, else its files, which `write` puts in a
+/// private temporary directory.
+fn input_of<E: std::fmt::Display>(
+    prebuilt: Option<&[serde_json::Value]>,
+    write: impl FnOnce(&std::path::Path) -> Result<(), E>,
+) -> Result<Input, DiffError> {
+    if let Some(manifests) = prebuilt {
+        let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": manifests});
+        return serde_json::to_vec(&list)
+            .map(Input::Stdin)
+            .map_err(|e| DiffError::Io(e.to_string()));
     }
-}
-
-/// Writes an overlay that needs kustomize into a private temporary
-/// directory, removed when dropped.
-fn write_overlay(overlay: &RenderedOverlay) -> Result<tempfile::TempDir, DiffError> {
     let dir = tempfile::Builder::new()
         .prefix("kustomize-operator-diff-")
         .tempdir()
         .map_err(|e| DiffError::Io(format!("cannot make a temporary directory: {e}")))?;
-    overlay
-        .write_to(dir.path())
-        .map_err(|e| DiffError::Io(e.to_string()))?;
-    Ok(dir)
+    write(dir.path()).map_err(|e| DiffError::Io(e.to_string()))?;
+    Ok(Input::Dir(dir))
 }

@@ -202,8 +202,6 @@ fn write(prepared: &Prepared, out: &Path) -> Result<RenderSummary, RenderCommand
             path: target.clone(),
             reason,
         };
-        crate::engine::host::RenderedOverlay::private_dir(&target)
-            .map_err(|e| output_err(e.to_string()))?;
         rendered
             .write_to(&target)
             .map_err(|e| output_err(e.to_string()))?;
@@ -321,5 +319,11 @@ fn prepare_out(out: &Path) -> Result<(), RenderCommandError> {
             return Err(output_err("exists and is not empty".into()));
         }
     }
-    crate::engine::host::RenderedOverlay::private_dir(out).map_err(|e| output_err(e.to_string()))
+    // Readable by its owner only, like the overlays written into it.
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(out)
+        .map_err(|e| output_err(e.to_string()))
 }

@@ -10,7 +10,7 @@ use std::io::{BufReader, BufWriter};
 use std::process::ExitCode;
 
 use super::protocol::{Request, Response, read_frame, write_frame};
-use crate::engine::host::CompiledTemplates;
+use crate::kind::Templates;
 
 /// The argument that makes the binary a render worker.
 pub const WORKER_ARG: &str = "__render-worker";
@@ -26,7 +26,7 @@ pub fn serve() -> ExitCode {
     watch_parent();
     let mut input = BufReader::new(std::io::stdin().lock());
     let mut output = BufWriter::new(std::io::stdout().lock());
-    let mut sets: HashMap<u64, CompiledTemplates> = HashMap::new();
+    let mut sets: HashMap<u64, Templates> = HashMap::new();
     loop {
         let request = match read_frame::<Request>(&mut input) {
             Ok(Some(request)) => request,
@@ -59,21 +59,24 @@ fn watch_parent() {
     }
 }
 
-fn answer(sets: &mut HashMap<u64, CompiledTemplates>, request: Request) -> Response {
+fn answer(sets: &mut HashMap<u64, Templates>, request: Request) -> Response {
     match request {
-        Request::Load(set) => match set.compile() {
-            Ok(compiled) => {
-                if sets.len() >= SETS_KEPT {
-                    sets.clear();
+        Request::Load(set) => {
+            let id = set.id;
+            match set.compile() {
+                Ok(templates) => {
+                    if sets.len() >= SETS_KEPT {
+                        sets.clear();
+                    }
+                    sets.insert(id, templates);
+                    Response::Loaded
                 }
-                sets.insert(set.id, compiled);
-                Response::Loaded
+                Err(e) => Response::Failed(e.to_string()),
             }
-            Err(e) => Response::Failed(e.to_string()),
-        },
+        }
         Request::Render { id, name, context } => match sets.get(&id) {
             None => Response::UnknownSet,
-            Some(compiled) => match compiled.render(&name, &context) {
+            Some(templates) => match templates.render_json(&name, &context) {
                 Ok(text) => Response::Rendered(text),
                 Err(e) => Response::Failed(e.to_string()),
             },

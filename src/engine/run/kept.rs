@@ -27,10 +27,7 @@ pub(crate) fn keep(dir: &Path, overlay: &RenderedOverlay, built: Option<&[Value]
         tracing::info!(dir = %dir.display(), "not keeping an overlay that may hold Secret data");
         return;
     }
-    let result = RenderedOverlay::private_dir(dir)
-        .map_err(|e| e.to_string())
-        .and_then(|()| overlay.write_to(dir).map_err(|e| e.to_string()));
-    if let Err(e) = result {
+    if let Err(e) = overlay.write_to(dir) {
         tracing::warn!(dir = %dir.display(), error = %e, "cannot keep overlay");
     }
 }

@@ -568,15 +568,6 @@ fn to_yaml(value: &impl Serialize, what: &str) -> Result<String, OverlayError> {
 }
 
 impl RenderedOverlay {
-    /// Creates `dir` and its missing parents, each 0700.
-    pub(crate) fn private_dir(dir: &Path) -> std::io::Result<()> {
-        use std::os::unix::fs::DirBuilderExt;
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-    }
-
     /// Wraps a set of files, computing their digest.
     pub fn new(files: BTreeMap<String, Vec<u8>>) -> Self {
         let mut hasher = Sha256::new();
@@ -648,9 +639,14 @@ impl RenderedOverlay {
         &self.files
     }
 
-    /// Writes the overlay into `dir` (which must exist), readable by its
-    /// owner only: directories it creates 0700, files 0600.
+    /// Writes the overlay into `dir`, readable by its owner only: the
+    /// directories it creates (`dir` and its missing parents too) 0700,
+    /// files 0600.
     pub fn write_to(&self, dir: &Path) -> Result<(), OverlayError> {
+        private_dir(dir).map_err(|source| OverlayError::Write {
+            path: dir.display().to_string(),
+            source,
+        })?;
         for (rel, bytes) in &self.files {
             let path = dir.join(rel);
             let write_err = |source| OverlayError::Write {
@@ -658,12 +654,21 @@ impl RenderedOverlay {
                 source,
             };
             if let Some(parent) = path.parent() {
-                RenderedOverlay::private_dir(parent).map_err(write_err)?;
+                private_dir(parent).map_err(write_err)?;
             }
             private_file(&path, bytes).map_err(write_err)?;
         }
         Ok(())
     }
+}
+
+/// Creates `dir` and its missing parents, each 0700.
+fn private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
 }
 
 /// Writes `bytes` to `path`, a file only its owner can read (0600).

@@ -238,7 +238,7 @@ pub enum TemplateFlavor {
 
 /// A template set, parsed and checked.
 #[derive(Debug)]
-pub struct CompiledTemplates {
+pub(crate) struct CompiledTemplates {
     tera: Tera,
 }
 
@@ -246,7 +246,7 @@ impl CompiledTemplates {
     /// Parses and checks `templates` ((name, text) pairs) as `flavor` says:
     /// the one way every template set is made, in the operator and in a
     /// render worker alike.
-    pub fn compile(
+    pub(crate) fn compile(
         flavor: TemplateFlavor,
         templates: &[(String, String)],
     ) -> Result<Self, TemplateError> {
@@ -271,7 +271,7 @@ impl CompiledTemplates {
     }
 
     /// Renders template `name` for `context`, within [`OUTPUT_LIMIT`].
-    pub fn render(&self, name: &str, context: &serde_json::Value) -> Result<String, TemplateError> {
+    fn render(&self, name: &str, context: &serde_json::Value) -> Result<String, TemplateError> {
         let context = Context::from_value(context.clone()).map_err(|e| TemplateError::Render {
             name: name.to_string(),
             reason: error_chain(&e),
@@ -313,11 +313,7 @@ impl Templates {
         flavor: TemplateFlavor,
         templates: Vec<(String, String)>,
     ) -> Result<Self, TemplateError> {
-        let compiled = CompiledTemplates::compile(flavor, &templates)?;
-        Ok(Self {
-            renderer: Renderer::Here(Arc::new(compiled)),
-            sources: Arc::new(TemplateSources::new(flavor, templates)),
-        })
+        TemplateSources::new(flavor, templates).compile()
     }
 
     /// Parses and checks the templated strings `templates` ((name, text)
@@ -343,6 +339,19 @@ impl Templates {
             Renderer::Isolated(isolation) => {
                 isolation.render(&self.sources, name, &context.clone().into_json())
             }
+        }
+    }
+
+    /// [`Templates::render`] for a context given as JSON (what a render
+    /// worker receives).
+    pub fn render_json(
+        &self,
+        name: &str,
+        context: &serde_json::Value,
+    ) -> Result<String, TemplateError> {
+        match &self.renderer {
+            Renderer::Here(compiled) => compiled.render(name, context),
+            Renderer::Isolated(isolation) => isolation.render(&self.sources, name, context),
         }
     }
 }
@@ -381,10 +390,14 @@ impl TemplateSources {
         }
     }
 
-    /// The set parsed and checked, as its flavor says (in a render
-    /// worker).
-    pub fn compile(&self) -> Result<CompiledTemplates, TemplateError> {
-        CompiledTemplates::compile(self.flavor, &self.templates)
+    /// The set parsed and checked, as its flavor says, rendering in this
+    /// process (the operator's own, or a render worker's).
+    pub fn compile(self) -> Result<Templates, TemplateError> {
+        let compiled = CompiledTemplates::compile(self.flavor, &self.templates)?;
+        Ok(Templates {
+            renderer: Renderer::Here(Arc::new(compiled)),
+            sources: Arc::new(self),
+        })
     }
 }
 
