@@ -12,8 +12,8 @@
 //! names an engine path.
 
 pub use crate::engine::contract::{
-    Beyond, Deletion, FieldConflicts, FromObjects, Handler, HandlerError, KindInfo, Nudge, Nudges,
-    OnFailure, Plan, PlannedEvent, Policy, Reach, ReadAs, Revision, Step, Watching,
+    Deletion, FieldConflicts, FromObjects, Handler, HandlerError, KindInfo, Nudge, OnFailure, Plan,
+    PlannedEvent, Policy, ReadAs, Revision, Step, Watching,
 };
 pub use crate::engine::model::inventory::{Inventory, ObjectId, Owner};
 pub use crate::engine::model::overlay::{

@@ -20,6 +20,7 @@ use std::time::Duration;
 use std::sync::Mutex;
 
 use futures::StreamExt;
+use futures::stream::BoxStream;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
@@ -39,7 +40,7 @@ use super::resource::{self, ConditionType, Reason, Status};
 use super::writes::{count, event, status_of, write_status};
 use super::{deletion, following, planning, progress, rights, rollout};
 use crate::engine::host::{Reconciler, Runtime};
-use crate::kind::{Nudge, Nudges, PlannedEvent, Watching};
+use crate::kind::{Nudge, PlannedEvent, Watching};
 use crate::kinds::declared::{DeclaredObject, rbac};
 use kube::runtime::finalizer::Event as FinalizerEvent;
 
@@ -138,7 +139,10 @@ impl Reconciler for Definitions {
         }
     }
 
-    fn nudges(&self, _: Watching<DeclaredObject>) -> Vec<Nudges<DeclaredObject>> {
+    fn nudges(
+        &self,
+        _: Watching<DeclaredObject>,
+    ) -> Vec<BoxStream<'static, Nudge<DeclaredObject>>> {
         let mut nudges = Vec::new();
         if let Some(nudged) = crate::sync::lock(&self.nudged).take() {
             let named = futures::stream::unfold(nudged, |mut nudged| async move {

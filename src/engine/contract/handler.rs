@@ -5,11 +5,12 @@ use std::fmt::Debug;
 use std::future::Future;
 use std::sync::Arc;
 
+use futures::stream::BoxStream;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use serde::Serialize;
 
-use super::{Deletion, FromObjects, HandlerError, KindInfo, Nudges, Object, Plan, Watching};
+use super::{Deletion, FromObjects, HandlerError, KindInfo, Nudge, Object, Plan, Watching};
 use crate::engine::model::inventory::{Inventory, ObjectId};
 use crate::engine::model::status::CommonStatus;
 use crate::engine::model::templates::KustomizeDir;
@@ -112,6 +113,15 @@ pub trait Handler: Send + Sync + 'static {
         observed: &Self::Observed,
     ) -> Result<Plan<Self::Status>, HandlerError>;
 
+    /// True when `object` may be one of `resource`'s objects (its
+    /// `namespace` is `None` for a cluster-scoped kind): the engine applies
+    /// no overlay that builds any other, and never prunes or deletes one.
+    /// Default: anywhere the resource's writer may write (kinds whose
+    /// resources only the operator's administrator makes).
+    fn reaches(&self, _resource: &Self::Resource, _object: &ObjectId) -> bool {
+        true
+    }
+
     /// What happens to the resource's objects when it is deleted.
     fn deletion(&self, _resource: &Self::Resource) -> Deletion {
         Deletion::Delete
@@ -141,7 +151,10 @@ pub trait Handler: Send + Sync + 'static {
     /// [`Nudge`](super::Nudge)s, each usually fed by a watch of other objects (a declared
     /// kind's references, the sources a copyrator rule copies). Default:
     /// none, only changes of the resources and of the objects they own.
-    fn nudges(&self, _watching: Watching<Self::Resource>) -> Vec<Nudges<Self::Resource>> {
+    fn nudges(
+        &self,
+        _watching: Watching<Self::Resource>,
+    ) -> Vec<BoxStream<'static, Nudge<Self::Resource>>> {
         Vec::new()
     }
 

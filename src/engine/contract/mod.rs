@@ -23,9 +23,9 @@ use serde::de::DeserializeOwned;
 pub use error::HandlerError;
 pub use handler::{Handler, ReadAs, Revision};
 pub(crate) use nudge::Resources;
-pub use nudge::{Nudge, Nudges, Watching};
+pub use nudge::{Nudge, Watching};
 pub use plan::{EventType, FromObjects, OnFailure, Plan, PlannedEvent, Step};
-pub use policy::{Beyond, Deletion, FieldConflicts, KindInfo, Policy, Reach};
+pub use policy::{Deletion, FieldConflicts, KindInfo, Policy};
 
 /// A custom resource type the engine can serve: a typed one (derived with
 /// `kube::CustomResource`) or `kube::api::DynamicObject` for declared kinds.

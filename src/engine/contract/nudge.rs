@@ -4,7 +4,6 @@
 
 use std::sync::Arc;
 
-use futures::stream::BoxStream;
 use kube::runtime::reflector::ObjectRef;
 
 /// A request to reconcile resources of a kind.
@@ -14,9 +13,6 @@ pub enum Nudge<K: kube::Resource> {
     /// Every resource of the kind the runtime holds.
     Every,
 }
-
-/// A stream of nudges, watched until the kind stops being served.
-pub type Nudges<K> = BoxStream<'static, Nudge<K>>;
 
 /// The resources of a kind as the runtime holds them now.
 pub(crate) struct Resources<K>(Arc<dyn Fn() -> Vec<Arc<K>> + Send + Sync>);

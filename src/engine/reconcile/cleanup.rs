@@ -43,11 +43,12 @@ pub(crate) async fn cleanup<H: Handler>(
         }
     };
     let never = |_: &ObjectMeta| false;
+    let reaches = |id: &ObjectId| ctx.handler.reaches(obj, id);
     let actor = Actor {
         owner: &owner,
         conflicts: ctx.handler.info().policy.conflicts,
         adopts: &never,
-        reach: &ctx.handler.info().policy.reach,
+        reaches: &reaches,
         identity: &identity,
     };
     let mut done = Done::default();

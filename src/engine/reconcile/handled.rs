@@ -6,6 +6,7 @@
 
 use std::sync::{Arc, Mutex};
 
+use futures::stream::BoxStream;
 use kube::api::ApiResource;
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::Event as FinalizerEvent;
@@ -20,7 +21,7 @@ use super::primer::Primer;
 use super::serve::{Counted, OnCount, Reconciler, Runtime, slim};
 use super::triggers::Triggers;
 use super::{apply_path, cleanup, traced};
-use crate::engine::contract::{Handler, Nudges, Watching};
+use crate::engine::contract::{Handler, Nudge, Watching};
 use crate::engine::reconcile::runtime::{Engine, backoff};
 
 /// A handler's kind, served.
@@ -122,7 +123,10 @@ impl<H: Handler> Reconciler for Handled<H> {
         }
     }
 
-    fn nudges(&self, watching: Watching<H::Resource>) -> Vec<Nudges<H::Resource>> {
+    fn nudges(
+        &self,
+        watching: Watching<H::Resource>,
+    ) -> Vec<BoxStream<'static, Nudge<H::Resource>>> {
         self.ctx.handler.nudges(watching)
     }
 

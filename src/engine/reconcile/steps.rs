@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 
-use crate::engine::contract::{FieldConflicts, Reach};
+use crate::engine::contract::FieldConflicts;
 use crate::engine::live::crds::ESTABLISH_TIMEOUT;
 use crate::engine::live::ownership::{self, ApiKind, Inspected, Verdict};
 use crate::engine::model::identity::Identity;
@@ -39,8 +39,9 @@ pub(crate) struct Actor<'a> {
     pub conflicts: FieldConflicts,
     /// The kind's adoption rule for the resource.
     pub adopts: &'a (dyn Fn(&ObjectMeta) -> bool + Sync),
-    /// Where the owner's objects may be.
-    pub reach: &'a Reach,
+    /// True when an object may be the owner's (its kind's
+    /// [`Handler::reaches`](crate::engine::contract::Handler::reaches)).
+    pub reaches: &'a (dyn Fn(&ObjectId) -> bool + Sync),
     /// Whose rights the writes use.
     pub identity: &'a Identity,
 }
@@ -207,10 +208,9 @@ async fn apply_stage(
 /// may be created by anyone who may write in a namespace): its namespace,
 /// and what the kind declares beyond it.
 fn confinement(actor: &Actor<'_>, inspected: &[Inspected]) -> Result<(), Failure> {
-    let home = actor.owner.namespace.as_deref();
     let outside: Vec<String> = inspected
         .iter()
-        .filter(|i| !within(actor.reach, home, &i.id, i.served.namespaced))
+        .filter(|i| !within(actor, &i.id, i.served.namespaced))
         .map(|i| i.id.to_string())
         .collect();
     if outside.is_empty() {
@@ -226,13 +226,16 @@ fn confinement(actor: &Actor<'_>, inspected: &[Inspected]) -> Result<(), Failure
 }
 
 /// True when the object `id` (namespaced or not, as the API serves its
-/// kind) is within `reach` of a resource in `home`.
-fn within(reach: &Reach, home: Option<&str>, id: &ObjectId, namespaced: bool) -> bool {
-    let namespace = id.namespace.as_deref().filter(|_| namespaced);
-    if namespaced && namespace.is_none() {
-        return false;
+/// kind) may be the actor's owner's.
+fn within(actor: &Actor<'_>, id: &ObjectId, namespaced: bool) -> bool {
+    match (namespaced, &id.namespace) {
+        (true, None) => false,
+        (false, Some(_)) => (actor.reaches)(&ObjectId {
+            namespace: None,
+            ..id.clone()
+        }),
+        _ => (actor.reaches)(id),
     }
-    reach.allows(home, &id.api_version, &id.kind, namespace)
 }
 
 /// The overlay's manifests: built in memory when it needs no kustomize
@@ -601,7 +604,6 @@ async fn candidates(
     ids: Vec<ObjectId>,
     report: &mut Deleted,
 ) -> Result<Vec<ObjectId>, Failure> {
-    let home = actor.owner.namespace.as_deref();
     let mut kept = Vec::with_capacity(ids.len());
     for id in ids {
         if !plausible(actor, &id) {
@@ -609,7 +611,7 @@ async fn candidates(
             continue;
         }
         match engine.discovery.resolve(&engine.client, &id).await {
-            Ok(served) if !within(actor.reach, home, &id, served.namespaced) => {
+            Ok(served) if !within(actor, &id, served.namespaced) => {
                 report.invalid += 1;
             }
             Ok(_) => kept.push(id),
@@ -632,12 +634,8 @@ async fn candidates(
 /// name and namespace an object can have (they become an API path), and
 /// within the owner's reach as far as the entry tells.
 fn plausible(actor: &Actor<'_>, id: &ObjectId) -> bool {
-    let home = actor.owner.namespace.as_deref();
-    let namespace = id.namespace.as_deref();
-    namespace.is_none_or(is_namespace_name)
-        && actor
-            .reach
-            .allows(home, &id.api_version, &id.kind, namespace)
+    id.namespace.as_deref().is_none_or(is_namespace_name)
+        && (actor.reaches)(id)
         && is_object_name(&id.name)
 }
 
@@ -891,12 +889,14 @@ mod tests {
         }
     }
 
-    fn actor<'a>(owner: &'a Owner, reach: &'a Reach, identity: &'a Identity) -> Actor<'a> {
+    type Reaches<'a> = &'a (dyn Fn(&ObjectId) -> bool + Sync);
+
+    fn actor<'a>(owner: &'a Owner, reaches: Reaches<'a>, identity: &'a Identity) -> Actor<'a> {
         Actor {
             owner,
             conflicts: FieldConflicts::Report,
             adopts: &|_| false,
-            reach,
+            reaches,
             identity,
         }
     }
@@ -904,28 +904,37 @@ mod tests {
     #[test]
     fn an_entry_outside_a_confined_owners_namespace_is_never_looked_at() {
         let (o, id) = (owner(Some("attacker")), Identity::Operator);
-        let reach = Reach::Confined(vec![]);
-        let confined = actor(&o, &reach, &id);
+        let home = |object: &ObjectId| object.namespace.as_deref() == Some("attacker");
+        let confined = actor(&o, &home, &id);
         assert!(plausible(&confined, &deployment(Some("attacker"), "web")));
         assert!(!plausible(&confined, &deployment(Some("victim"), "web")));
         assert!(!plausible(&confined, &deployment(None, "web")));
-        let declared = Reach::Confined(vec![crate::engine::contract::Beyond {
-            group: "apps".into(),
-            kind: "Deployment".into(),
-            namespaces: Some(vec!["victim".into()]),
-        }]);
+        let declared = |object: &ObjectId| {
+            home(object)
+                || object.kind == "Deployment" && object.namespace.as_deref() == Some("victim")
+        };
         let reaching = actor(&o, &declared, &id);
         assert!(plausible(&reaching, &deployment(Some("victim"), "web")));
         assert!(!plausible(&reaching, &deployment(Some("other"), "web")));
-        let free = actor(&o, &Reach::Anywhere, &id);
+        let free = actor(&o, &|_| true, &id);
         assert!(plausible(&free, &deployment(Some("victim"), "web")));
         assert!(plausible(&free, &deployment(None, "web")));
     }
 
     #[test]
+    fn an_object_of_a_cluster_scoped_kind_is_asked_about_without_its_namespace() {
+        let (o, id) = (owner(Some("a")), Identity::Operator);
+        let cluster_scoped = |object: &ObjectId| object.namespace.is_none();
+        let only = actor(&o, &cluster_scoped, &id);
+        assert!(within(&only, &deployment(Some("a"), "web"), false));
+        assert!(within(&only, &deployment(None, "web"), false));
+        assert!(!within(&only, &deployment(None, "web"), true));
+    }
+
+    #[test]
     fn names_that_would_change_an_api_path_are_invalid() {
         let (o, id) = (owner(Some("a")), Identity::Operator);
-        let free = actor(&o, &Reach::Anywhere, &id);
+        let free = actor(&o, &|_| true, &id);
         for bad in ["", ".", "..", "web/../x", "web?x", "web#x", "we b", "%2e"] {
             assert!(!plausible(&free, &deployment(Some("a"), bad)), "{bad:?}");
         }

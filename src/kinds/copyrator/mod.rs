@@ -38,10 +38,11 @@ pub use resource::{
 };
 pub use scope::Scope;
 
+use futures::stream::BoxStream;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::kind::{
-    CommonStatus, Deletion, FieldConflicts, Handler, HandlerError, KindInfo, Nudges, Plan, Policy,
+    CommonStatus, Deletion, FieldConflicts, Handler, HandlerError, KindInfo, Nudge, Plan, Policy,
     Watching,
 };
 use crate::kinds::{KindContext, RustKind, namespaced_api};
@@ -195,7 +196,10 @@ impl Handler for CopyratorHandler {
             && label == Some(&marker::rule_label(&namespace, &name))
     }
 
-    fn nudges(&self, watching: Watching<CopyratorRule>) -> Vec<Nudges<CopyratorRule>> {
+    fn nudges(
+        &self,
+        watching: Watching<CopyratorRule>,
+    ) -> Vec<BoxStream<'static, Nudge<CopyratorRule>>> {
         let namespace = watching.namespace.as_deref();
         if let Some(ns) = namespace.filter(|ns| !self.rails.scope.contains(ns)) {
             tracing::warn!(

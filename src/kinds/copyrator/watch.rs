@@ -19,6 +19,7 @@
 
 use std::sync::Arc;
 
+use futures::stream::BoxStream;
 use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::api::ObjectMeta;
@@ -30,7 +31,7 @@ use kube::{Api, ResourceExt};
 use super::marker;
 use super::resource::{CopyratorRule, RuleType};
 use super::scope::Scope;
-use crate::kind::{Nudge, Nudges, Watching};
+use crate::kind::{Nudge, Watching};
 use crate::kinds::namespaced_api;
 
 /// The rule's triggers: a stream of the rules each watch's events concern.
@@ -38,7 +39,7 @@ pub fn nudges(
     watching: Watching<CopyratorRule>,
     namespace_selector: Option<&str>,
     scope: &Scope,
-) -> Vec<Nudges<CopyratorRule>> {
+) -> Vec<BoxStream<'static, Nudge<CopyratorRule>>> {
     let client = watching.client.clone();
     let namespace = watching.namespace.as_deref();
     let rules = &watching;
@@ -91,7 +92,7 @@ fn objects<K>(
     config: watcher::Config,
     rules: Watching<CopyratorRule>,
     kind: RuleType,
-) -> Nudges<CopyratorRule>
+) -> BoxStream<'static, Nudge<CopyratorRule>>
 where
     PartialObjectMeta<K>: kube::Resource<DynamicType = ()>
         + Clone
@@ -111,7 +112,7 @@ fn touched<K>(
     api: Api<K>,
     config: watcher::Config,
     concerned: impl Fn(K) -> Vec<ObjectRef<CopyratorRule>> + Send + 'static,
-) -> Nudges<CopyratorRule>
+) -> BoxStream<'static, Nudge<CopyratorRule>>
 where
     K: kube::Resource<DynamicType = ()>
         + Clone

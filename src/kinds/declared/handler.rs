@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use futures::stream::BoxStream;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::ApiResource;
 use kube::{Api, Client, ResourceExt};
@@ -16,14 +17,15 @@ use super::children::Children;
 use super::evaluation::{Budget, Evaluations, Overdue};
 use super::file::{ObjectSelector, ReadinessRule, Scope};
 use super::object::DeclaredObject;
+use super::reach::{Beyond, Reach};
 use super::recipe::ValueRule;
 use super::references::{self, Readers};
 /// The status field a resource served from revisions shows its revision in.
 pub use super::rollout::REVISION_FIELD;
 use super::rollout::Rollout;
 use crate::kind::{
-    Beyond, CommonStatus, Deletion, FromObjects, Handler, HandlerError, Inventory, KindInfo,
-    Nudges, ObjectId, Plan, PlannedEvent, Policy, Reach, ReadAs, Reason, Revision, Watching,
+    CommonStatus, Deletion, FromObjects, Handler, HandlerError, Inventory, KindInfo, Nudge,
+    ObjectId, Plan, PlannedEvent, Policy, ReadAs, Reason, Revision, Watching,
 };
 
 /// The finalizer the resources of a declared kind of API group `group`
@@ -37,6 +39,8 @@ pub fn finalizer(group: &str) -> String {
 pub struct DeclaredHandler {
     kind: Arc<DeclaredKind>,
     info: KindInfo<ApiResource>,
+    /// Where its resources' objects may be.
+    reach: Reach,
     /// Who read which references at their last reconcile.
     readers: Arc<Readers>,
     /// The revisions of a kind defined in the cluster, and which serves
@@ -56,13 +60,13 @@ impl DeclaredHandler {
                 conflicts: reconcile.field_conflicts,
                 owner_references: reconcile.owner_references,
                 health: true,
-                reach: reach(&kind),
                 tenant_writes: kind.namespaced(),
                 service_account: reconcile.service_account_name.clone(),
             },
             templates: kind.templates.clone(),
         };
         Self {
+            reach: reach(&kind),
             kind,
             info,
             readers: Arc::default(),
@@ -239,7 +243,10 @@ impl Handler for DeclaredHandler {
     /// reconciles of the resources that read it: the stable revision
     /// serves most resources while the latest has a canary, and a change
     /// of what either reads must start their reconciles.
-    fn nudges(&self, watching: Watching<DeclaredObject>) -> Vec<Nudges<DeclaredObject>> {
+    fn nudges(
+        &self,
+        watching: Watching<DeclaredObject>,
+    ) -> Vec<BoxStream<'static, Nudge<DeclaredObject>>> {
         let kind = &self.info.dyn_type;
         (self.referenced().into_iter())
             .map(|read| references::nudges(&watching, read, self.readers.clone(), kind.clone()))
@@ -251,6 +258,17 @@ impl Handler for DeclaredHandler {
         if let Some(rollout) = &self.rollout {
             rollout.forget(&key(resource));
         }
+    }
+
+    fn reaches(&self, resource: &DeclaredObject, object: &ObjectId) -> bool {
+        let home = resource.namespace();
+        let namespace = object.namespace.as_deref();
+        self.reach.allows(
+            home.as_deref(),
+            &object.api_version,
+            &object.kind,
+            namespace,
+        )
     }
 
     fn deletion(&self, resource: &DeclaredObject) -> Deletion {

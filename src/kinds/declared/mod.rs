@@ -30,6 +30,7 @@ mod kro_tests;
 mod object;
 pub mod pack;
 pub mod rbac;
+mod reach;
 mod recipe;
 pub mod references;
 pub mod rollout;

@@ -9,6 +9,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
+use futures::stream::BoxStream;
 use futures::{StreamExt, stream};
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::ObjectRef;
@@ -21,7 +22,7 @@ use kube::core::GroupVersionKind;
 use serde_json::Value;
 
 use super::object::DeclaredObject;
-use crate::kind::{HandlerError, Nudge, Nudges, Reason, Watching};
+use crate::kind::{HandlerError, Nudge, Reason, Watching};
 
 /// The most bytes (as JSON) one resource's references may read in all.
 pub const MAX_READ_BYTES: usize = 1024 * 1024;
@@ -352,7 +353,7 @@ pub fn nudges(
     resource: ApiResource,
     readers: Arc<Readers>,
     kind: ApiResource,
-) -> Nudges<DeclaredObject> {
+) -> BoxStream<'static, Nudge<DeclaredObject>> {
     let client = watching.client.clone();
     let api: kube::Api<PartialObjectMeta<DynamicObject>> = match watching.namespace.as_deref() {
         Some(ns) => kube::Api::namespaced_with(client, ns, &resource),

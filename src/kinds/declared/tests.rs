@@ -401,10 +401,10 @@ fn the_plan_is_the_recipe_for_the_resource() {
     assert_eq!(overlay.config_map_generators[0].data["message"], "hey");
     assert_eq!(overlay.patches[0].values["spec"]["replicas"], 2);
     assert_eq!(overlay.resource_templates[0].template, "service.yaml");
-    assert_eq!(
-        handler.info().policy.reach,
-        crate::kind::Reach::Confined(vec![])
-    );
+    let greeting = resource(json!({"message": "hey"}));
+    assert!(handler.reaches(&greeting, &object("apps/v1", "Deployment", Some("ns"))));
+    assert!(!handler.reaches(&greeting, &object("apps/v1", "Deployment", Some("other"))));
+    assert!(!handler.reaches(&greeting, &object("v1", "Namespace", None)));
     assert!(!overlay.namespace_unset_only);
 }
 
@@ -469,25 +469,21 @@ fn references_render_for_the_resource_and_reach_templates_and_expressions() {
 }
 
 #[test]
-fn a_declared_reach_becomes_the_kinds_policy_and_keeps_named_namespaces() {
+fn a_declared_reach_confines_the_kinds_objects_and_keeps_named_namespaces() {
     let reaching = VALID.replace(
         "reconcile: {interval: 5m}",
         "reach:\n    - {apiVersion: rbac.authorization.k8s.io/v1, kind: ClusterRole}\n    - {apiVersion: v1, kind: ConfigMap, namespaces: [\"tenant-*\", shared]}",
     );
     let handler = DeclaredHandler::new(std::sync::Arc::new(load(&reaching).unwrap()));
-    let reach = &handler.info().policy.reach;
-    assert!(reach.allows(
-        Some("ns"),
-        "rbac.authorization.k8s.io/v1",
-        "ClusterRole",
-        None
-    ));
-    assert!(reach.allows(Some("ns"), "v1", "ConfigMap", Some("tenant-a")));
-    assert!(!reach.allows(Some("ns"), "v1", "ConfigMap", Some("kube-system")));
-    assert!(!reach.allows(Some("ns"), "v1", "Secret", Some("shared")));
-    let plan = handler
-        .plan(&resource(json!({"message": "hey"})), &BTreeMap::new())
-        .unwrap();
+    let greeting = resource(json!({"message": "hey"}));
+    let reaches = |api_version, kind, namespace| {
+        handler.reaches(&greeting, &object(api_version, kind, namespace))
+    };
+    assert!(reaches("rbac.authorization.k8s.io/v1", "ClusterRole", None));
+    assert!(reaches("v1", "ConfigMap", Some("tenant-a")));
+    assert!(!reaches("v1", "ConfigMap", Some("kube-system")));
+    assert!(!reaches("v1", "Secret", Some("shared")));
+    let plan = handler.plan(&greeting, &BTreeMap::new()).unwrap();
     let [Step::Apply { overlay, .. }] = plan.steps.as_slice() else {
         panic!("{plan:?}")
     };
@@ -528,6 +524,16 @@ fn a_label_value_kubernetes_would_refuse_is_an_invalid_spec() {
     let err = handler.plan(&long, &BTreeMap::new()).unwrap_err();
     assert!(err.is_permanent());
     assert!(err.to_string().contains("at most 63"), "{err}");
+}
+
+/// An object named `x` of `kind` in `namespace`.
+fn object(api_version: &str, kind: &str, namespace: Option<&str>) -> ObjectId {
+    ObjectId {
+        api_version: api_version.into(),
+        kind: kind.into(),
+        namespace: namespace.map(str::to_string),
+        name: "x".into(),
+    }
 }
 
 fn deployment(ready: i64, available: i64) -> BTreeMap<ObjectId, Value> {

@@ -100,11 +100,12 @@ pub(super) async fn run_steps<H: Handler>(
     let engine = &ctx.engine;
     let identity = ctx.identity(owner)?;
     let adopts = |meta: &ObjectMeta| ctx.handler.adopts(&current.object, meta);
+    let reaches = |id: &ObjectId| ctx.handler.reaches(&current.object, id);
     let actor = Actor {
         owner,
         conflicts: ctx.handler.info().policy.conflicts,
         adopts: &adopts,
-        reach: &ctx.handler.info().policy.reach,
+        reaches: &reaches,
         identity: &identity,
     };
     let before = current

@@ -21,10 +21,8 @@ use self::fake_api::FakeApi;
 use super::context::Context;
 use super::handled::{error_policy, reconcile_one};
 use super::triggers::Triggers;
-use crate::engine::contract::{
-    FieldConflicts, Handler, HandlerError, KindInfo, Plan, Policy, Reach,
-};
-use crate::engine::model::inventory::Owner;
+use crate::engine::contract::{FieldConflicts, Handler, HandlerError, KindInfo, Plan, Policy};
+use crate::engine::model::inventory::{ObjectId, Owner};
 use crate::engine::model::overlay::Overlay;
 use crate::engine::model::status::{CommonStatus, ConditionStatus, ConditionType, Reason};
 use crate::engine::model::templates::KustomizeDir;
@@ -62,7 +60,6 @@ impl Widgets {
             conflicts,
             owner_references: false,
             health: false,
-            reach: Reach::Confined(Vec::new()),
             tenant_writes: false,
             service_account: None,
         };
@@ -90,6 +87,15 @@ impl Handler for Widgets {
     fn api(&self, client: kube::Client, namespace: Option<&str>) -> kube::Api<DynamicObject> {
         let namespace = namespace.unwrap_or(NAMESPACE);
         kube::Api::namespaced_with(client, namespace, &self.info.dyn_type)
+    }
+
+    /// Confined to the Widget's own namespace.
+    fn reaches(
+        &self,
+        widget: &DynamicObject,
+        object: &crate::engine::model::inventory::ObjectId,
+    ) -> bool {
+        object.namespace.is_some() && object.namespace == widget.metadata.namespace
     }
 
     fn common_status(&self, resource: &DynamicObject) -> Option<CommonStatus> {
