@@ -13,7 +13,7 @@
 
 pub use crate::engine::contract::{
     Deletion, FieldConflicts, FromObjects, Handler, HandlerError, KindInfo, Nudge, OnFailure, Plan,
-    PlannedEvent, Policy, ReadAs, Revision, Step, Watching,
+    PlannedEvent, ReadAs, Revision, Step, Watching,
 };
 pub use crate::engine::model::inventory::{Inventory, ObjectId, Owner};
 pub use crate::engine::model::overlay::{

@@ -1,5 +1,5 @@
 //! The contract between the engine and the kinds: what a kind provides
-//! ([`Handler`], [`KindInfo`], [`Policy`]) and the data it answers with
+//! ([`Handler`], [`KindInfo`]) and the data it answers with
 //! ([`Plan`], [`Step`], [`PlannedEvent`], [`HandlerError`]).
 //!
 //! A leaf of the engine: it names only `model/` (the overlays, inventory
@@ -25,7 +25,7 @@ pub use handler::{Handler, ReadAs, Revision};
 pub(crate) use nudge::Resources;
 pub use nudge::{Nudge, Watching};
 pub use plan::{EventType, FromObjects, OnFailure, Plan, PlannedEvent, Step};
-pub use policy::{Deletion, FieldConflicts, KindInfo, Policy};
+pub use policy::{Deletion, FieldConflicts, KindInfo};
 
 /// A custom resource type the engine can serve: a typed one (derived with
 /// `kube::CustomResource`) or `kube::api::DynamicObject` for declared kinds.

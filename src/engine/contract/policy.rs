@@ -23,9 +23,19 @@ pub enum FieldConflicts {
     TakeBack,
 }
 
-/// How the engine treats a kind's objects.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Policy {
+/// A kind's identity, and how the engine treats its objects.
+#[derive(Debug, Clone)]
+pub struct KindInfo<D> {
+    /// Short name: the `--kinds` value and the `kustomize/<name>` folder.
+    pub name: String,
+    /// The finalizer the engine puts on each resource.
+    pub finalizer: String,
+    /// What kube needs to address the resource (`()` for typed kinds).
+    pub dyn_type: D,
+    /// The kind's own templates and base, for a kind defined while the
+    /// operator runs (a `KindDefinition`); `None`: the kustomize
+    /// directories the operator started with.
+    pub templates: Option<Arc<KustomizeDir>>,
     /// Field conflicts on the resource's objects.
     pub conflicts: FieldConflicts,
     /// Namespaced objects in the resource's own namespace get an
@@ -40,13 +50,21 @@ pub struct Policy {
     /// resource's namespace, so the tenant's own RBAC bounds them.
     pub tenant_writes: bool,
     /// The ServiceAccount the kind's writes run as, overriding
-    /// `--default-service-account` (only with [`Policy::tenant_writes`]).
+    /// `--default-service-account` (only with [`KindInfo::tenant_writes`]).
     pub service_account: Option<String>,
 }
 
-impl Default for Policy {
-    fn default() -> Self {
+impl<D> KindInfo<D> {
+    /// The kind `name`, whose resources carry `finalizer`, as the engine
+    /// treats a kind unless it says otherwise: the operator's kind folders,
+    /// field conflicts reported, no ownerReferences, `Ready` waiting for
+    /// health, writes as the operator.
+    pub fn new(name: impl Into<String>, finalizer: impl Into<String>, dyn_type: D) -> Self {
         Self {
+            name: name.into(),
+            finalizer: finalizer.into(),
+            dyn_type,
+            templates: None,
             conflicts: FieldConflicts::Report,
             owner_references: false,
             health: true,
@@ -54,23 +72,6 @@ impl Default for Policy {
             service_account: None,
         }
     }
-}
-
-/// A kind's identity and engine policy.
-#[derive(Debug, Clone)]
-pub struct KindInfo<D> {
-    /// Short name: the `--kinds` value and the `kustomize/<name>` folder.
-    pub name: String,
-    /// The finalizer the engine puts on each resource.
-    pub finalizer: String,
-    /// What kube needs to address the resource (`()` for typed kinds).
-    pub dyn_type: D,
-    /// How the engine treats the kind's objects.
-    pub policy: Policy,
-    /// The kind's own templates and base, for a kind defined while the
-    /// operator runs (a `KindDefinition`); `None`: the kustomize
-    /// directories the operator started with.
-    pub templates: Option<Arc<KustomizeDir>>,
 }
 
 /// What happens to a resource's objects when the resource is deleted (a

@@ -46,7 +46,7 @@ pub(crate) async fn cleanup<H: Handler>(
     let reaches = |id: &ObjectId| ctx.handler.reaches(obj, id);
     let actor = Actor {
         owner: &owner,
-        conflicts: ctx.handler.info().policy.conflicts,
+        conflicts: ctx.handler.info().conflicts,
         adopts: &never,
         reaches: &reaches,
         identity: &identity,

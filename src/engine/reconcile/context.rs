@@ -84,14 +84,14 @@ impl<H: Handler> Context<H> {
     /// or, in an install writing as tenants without one, none (refused);
     /// else the operator's own. `Forbidden` when refused.
     pub fn identity(&self, owner: &Owner) -> Result<Identity, Failure> {
-        let policy = &self.handler.info().policy;
+        let kind = self.handler.info();
         let settings = &self.engine.settings;
         let writers = identity::Writers {
-            account: policy
+            account: kind
                 .service_account
                 .as_deref()
                 .or(settings.default_service_account.as_deref()),
-            tenant_writes: policy.tenant_writes,
+            tenant_writes: kind.tenant_writes,
             cluster_account: settings.cluster_service_account.as_ref(),
             operator_namespace: settings.operator_namespace.as_deref(),
         };
@@ -135,7 +135,7 @@ pub(crate) fn owner_with_uid<H: Handler>(handler: &H, obj: &H::Resource, uid: St
 pub(crate) fn marking<H: Handler>(handler: &H, owner: Owner) -> Marking {
     Marking {
         owner,
-        owner_references: handler.info().policy.owner_references,
+        owner_references: handler.info().owner_references,
     }
 }
 

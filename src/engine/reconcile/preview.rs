@@ -85,7 +85,7 @@ impl Preview {
                 .and_then(|s| serde_json::to_value(s).ok()),
             steps: plan.steps,
             overlays,
-            takes_back: handler.info().policy.conflicts == FieldConflicts::TakeBack,
+            takes_back: handler.info().conflicts == FieldConflicts::TakeBack,
         })
     }
 }

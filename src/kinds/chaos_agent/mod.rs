@@ -25,7 +25,7 @@ use kube::{CustomResource, ResourceExt};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::kind::{CommonStatus, Deletion, Handler, HandlerError, KindInfo, Plan, Policy, Reason};
+use crate::kind::{CommonStatus, Deletion, Handler, HandlerError, KindInfo, Plan, Reason};
 use crate::kinds::{KindContext, NoFlags, RustKind};
 use targets::{Targets, ToList};
 
@@ -306,16 +306,10 @@ impl ChaosAgentHandler {
     pub fn new(operator_namespace: Option<String>, watch_namespace: Option<String>) -> Self {
         Self {
             info: KindInfo {
-                name: Self::NAME.into(),
-                finalizer: "blackadder.io/kustomize-operator".into(),
-                dyn_type: (),
                 // An agent owns nothing: its steps act on others' objects.
                 // It owns nothing that has a health of its own.
-                policy: Policy {
-                    health: false,
-                    ..Policy::default()
-                },
-                templates: None,
+                health: false,
+                ..KindInfo::new(Self::NAME, "blackadder.io/kustomize-operator", ())
             },
             operator_namespace,
             watch_namespace,

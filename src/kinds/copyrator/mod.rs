@@ -42,8 +42,7 @@ use futures::stream::BoxStream;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::kind::{
-    CommonStatus, Deletion, FieldConflicts, Handler, HandlerError, KindInfo, Nudge, Plan, Policy,
-    Watching,
+    CommonStatus, Deletion, FieldConflicts, Handler, HandlerError, KindInfo, Nudge, Plan, Watching,
 };
 use crate::kinds::{KindContext, RustKind, namespaced_api};
 use plan::Rails;
@@ -83,22 +82,16 @@ impl CopyratorHandler {
     pub fn new(namespace_selector: Option<String>, rails: Rails, read_budget: usize) -> Self {
         Self {
             info: KindInfo {
-                name: NAME.into(),
-                finalizer: "flant.com/kustomize-operator".into(),
-                dyn_type: (),
-                policy: Policy {
-                    // A copy follows its source: an edited copy is taken back
-                    // (new copies are still created without force).
-                    conflicts: FieldConflicts::TakeBack,
-                    // Copies live in other namespaces.
-                    owner_references: false,
-                    // With impersonation on, copies are written as an
-                    // account of the rule's namespace: revoking its right
-                    // to write a target stops the copies there.
-                    tenant_writes: true,
-                    ..Policy::default()
-                },
-                templates: None,
+                // A copy follows its source: an edited copy is taken back
+                // (new copies are still created without force).
+                conflicts: FieldConflicts::TakeBack,
+                // Copies live in other namespaces.
+                owner_references: false,
+                // With impersonation on, copies are written as an
+                // account of the rule's namespace: revoking its right
+                // to write a target stops the copies there.
+                tenant_writes: true,
+                ..KindInfo::new(NAME, "flant.com/kustomize-operator", ())
             },
             namespace_selector,
             rails,

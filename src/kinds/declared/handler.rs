@@ -25,7 +25,7 @@ pub use super::rollout::REVISION_FIELD;
 use super::rollout::Rollout;
 use crate::kind::{
     CommonStatus, Deletion, FromObjects, Handler, HandlerError, Inventory, KindInfo, Nudge,
-    ObjectId, Plan, PlannedEvent, Policy, ReadAs, Reason, Revision, Watching,
+    ObjectId, Plan, PlannedEvent, ReadAs, Reason, Revision, Watching,
 };
 
 /// The finalizer the resources of a declared kind of API group `group`
@@ -53,17 +53,17 @@ impl DeclaredHandler {
     pub fn new(kind: Arc<DeclaredKind>) -> Self {
         let reconcile = &kind.file.spec.reconcile;
         let info = KindInfo {
-            name: kind.name().to_string(),
-            finalizer: finalizer(&kind.file.spec.group),
-            dyn_type: kind.resource.clone(),
-            policy: Policy {
-                conflicts: reconcile.field_conflicts,
-                owner_references: reconcile.owner_references,
-                health: true,
-                tenant_writes: kind.namespaced(),
-                service_account: reconcile.service_account_name.clone(),
-            },
             templates: kind.templates.clone(),
+            conflicts: reconcile.field_conflicts,
+            owner_references: reconcile.owner_references,
+            health: true,
+            tenant_writes: kind.namespaced(),
+            service_account: reconcile.service_account_name.clone(),
+            ..KindInfo::new(
+                kind.name(),
+                finalizer(&kind.file.spec.group),
+                kind.resource.clone(),
+            )
         };
         Self {
             reach: reach(&kind),

@@ -35,7 +35,7 @@ use sha2::{Digest, Sha256};
 
 use crate::kind::{
     CommonStatus, ConfigMapGenerator, FieldConflicts, Handler, HandlerError, KindInfo, Labels,
-    OnFailure, Overlay, Plan, PlannedEvent, Policy, Reason,
+    OnFailure, Overlay, Plan, PlannedEvent, Reason,
 };
 use crate::kinds::{KindContext, RustKind, namespaced_api};
 
@@ -299,17 +299,15 @@ impl ExchangeRateHandler {
         let provider = Provider::new(&options.url, &options.rate_path, options.timeout);
         Self {
             info: KindInfo {
-                name: Self::NAME.into(),
-                finalizer: "operators.brennerm.github.io/kustomize-operator".into(),
-                dyn_type: (),
-                policy: Policy {
-                    conflicts: FieldConflicts::Report,
-                    owner_references: true,
-                    // The rate's ConfigMap is made for the resource's user.
-                    tenant_writes: true,
-                    ..Policy::default()
-                },
-                templates: None,
+                conflicts: FieldConflicts::Report,
+                owner_references: true,
+                // The rate's ConfigMap is made for the resource's user.
+                tenant_writes: true,
+                ..KindInfo::new(
+                    Self::NAME,
+                    "operators.brennerm.github.io/kustomize-operator",
+                    (),
+                )
             },
             options,
             provider,

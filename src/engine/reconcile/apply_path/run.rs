@@ -103,7 +103,7 @@ pub(super) async fn run_steps<H: Handler>(
     let reaches = |id: &ObjectId| ctx.handler.reaches(&current.object, id);
     let actor = Actor {
         owner,
-        conflicts: ctx.handler.info().policy.conflicts,
+        conflicts: ctx.handler.info().conflicts,
         adopts: &adopts,
         reaches: &reaches,
         identity: &identity,

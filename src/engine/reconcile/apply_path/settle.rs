@@ -46,7 +46,7 @@ pub(super) async fn succeed<H: Handler>(
     // no reconcile (see `triggers`), so this requeue is the next look.
     let resync = ctx.engine.settings.resync_interval;
     let requeue = plan.requeue_after.map_or(resync, |r| r.min(resync));
-    let checkup = if ctx.handler.info().policy.health {
+    let checkup = if ctx.handler.info().health {
         let source = Source::AfterApply {
             created: &ran.done.created,
         };
@@ -233,7 +233,7 @@ pub(super) async fn recheck<H: Handler>(
     current: &Current<'_, H::Resource>,
     next: Duration,
 ) -> Recheck {
-    if !ctx.handler.info().policy.health {
+    if !ctx.handler.info().health {
         return Recheck::Done(Ok(Action::requeue(next)));
     }
     let ids = current

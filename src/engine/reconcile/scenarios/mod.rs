@@ -21,7 +21,7 @@ use self::fake_api::FakeApi;
 use super::context::Context;
 use super::handled::{error_policy, reconcile_one};
 use super::triggers::Triggers;
-use crate::engine::contract::{FieldConflicts, Handler, HandlerError, KindInfo, Plan, Policy};
+use crate::engine::contract::{FieldConflicts, Handler, HandlerError, KindInfo, Plan};
 use crate::engine::model::inventory::{ObjectId, Owner};
 use crate::engine::model::overlay::Overlay;
 use crate::engine::model::status::{CommonStatus, ConditionStatus, ConditionType, Reason};
@@ -55,21 +55,11 @@ fn widget_resource() -> ApiResource {
 
 impl Widgets {
     fn new(conflicts: FieldConflicts) -> Self {
-        let dyn_type = widget_resource();
-        let policy = Policy {
-            conflicts,
-            owner_references: false,
-            health: false,
-            tenant_writes: false,
-            service_account: None,
-        };
         Self {
             info: KindInfo {
-                name: "widget".into(),
-                finalizer: FINALIZER.into(),
-                dyn_type,
-                policy,
-                templates: None,
+                conflicts,
+                health: false,
+                ..KindInfo::new("widget", FINALIZER, widget_resource())
             },
         }
     }
@@ -90,11 +80,7 @@ impl Handler for Widgets {
     }
 
     /// Confined to the Widget's own namespace.
-    fn reaches(
-        &self,
-        widget: &DynamicObject,
-        object: &crate::engine::model::inventory::ObjectId,
-    ) -> bool {
+    fn reaches(&self, widget: &DynamicObject, object: &ObjectId) -> bool {
         object.namespace.is_some() && object.namespace == widget.metadata.namespace
     }
 
