@@ -8,7 +8,7 @@ use std::sync::Arc;
 use futures::stream::BoxStream;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::ApiResource;
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client, Resource, ResourceExt};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -261,14 +261,10 @@ impl Handler for DeclaredHandler {
     }
 
     fn reaches(&self, resource: &DeclaredObject, object: &ObjectId) -> bool {
-        let home = resource.namespace();
+        let home = resource.meta().namespace.as_deref();
         let namespace = object.namespace.as_deref();
-        self.reach.allows(
-            home.as_deref(),
-            &object.api_version,
-            &object.kind,
-            namespace,
-        )
+        self.reach
+            .allows(home, &object.api_version, &object.kind, namespace)
     }
 
     fn deletion(&self, resource: &DeclaredObject) -> Deletion {
