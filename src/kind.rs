@@ -22,6 +22,5 @@ pub use crate::engine::model::overlay::{
 pub use crate::engine::model::status::{
     CommonStatus, Condition, ConditionStatus, ConditionType, Reason,
 };
-pub use crate::engine::model::templates::{
-    Isolation, KustomizeDir, TemplateError, TemplateSources, Templates,
-};
+pub use crate::engine::model::templates::{KustomizeDir, TemplateError, Templates};
+pub use crate::engine::run::sandbox::Sandbox;

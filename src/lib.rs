@@ -37,7 +37,6 @@ pub mod operator;
 pub mod partition;
 pub mod plan;
 pub mod render;
-pub mod sandbox;
 pub mod sharding;
 pub mod source;
 pub mod support_range;

@@ -34,10 +34,10 @@ fn main() -> ExitCode {
     // A render worker (a child of `run`, see `sandbox`) runs no runtime.
     if std::env::args_os().nth(1).as_deref()
         == Some(std::ffi::OsStr::new(
-            kustomize_operator::sandbox::worker::WORKER_ARG,
+            kustomize_operator::kind::Sandbox::WORKER_ARG,
         ))
     {
-        return kustomize_operator::sandbox::worker::serve();
+        return kustomize_operator::kind::Sandbox::serve_worker();
     }
     let cli = Cli::parse();
     // Outside the runtime: the trace export runs on threads of its own.

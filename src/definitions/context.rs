@@ -16,7 +16,7 @@ use super::revisions::Store;
 use super::serving::Serving;
 use crate::conversion::Webhook;
 use crate::engine::host::Engine;
-use crate::kind::Isolation;
+use crate::kind::Sandbox;
 
 /// How many names a message lists.
 pub(super) const NAMES_SHOWN: usize = 10;
@@ -57,7 +57,7 @@ pub(super) struct DefinitionContext {
     /// The most bytes the definitions served may hold together.
     pub budget: usize,
     /// Where the definitions' templates render.
-    pub isolation: Option<Arc<dyn Isolation>>,
+    pub isolation: Option<Arc<Sandbox>>,
     /// The rights access reviews granted lately.
     pub granted: super::rights::Granted,
     /// Each served kind's CRD as last applied and established.

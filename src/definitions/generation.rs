@@ -15,8 +15,8 @@ use kube::api::DynamicObject;
 use super::resource::{self, Reason};
 use crate::conversion::{Filed, Webhook};
 use crate::engine::host::Engine;
-use crate::kind::Isolation;
 use crate::kind::KustomizeDir;
+use crate::kind::Sandbox;
 use crate::kinds::declared::breaking::{self, BreakingChange};
 use crate::kinds::declared::rbac::{self, ObjectType};
 use crate::kinds::declared::{DeclaredKind, pack};
@@ -169,7 +169,7 @@ pub struct Taken {
 pub fn load(
     definition: &DynamicObject,
     work_dir: &Path,
-    isolation: Option<Arc<dyn Isolation>>,
+    isolation: Option<Arc<Sandbox>>,
 ) -> Result<Generation, Rejection> {
     let name = definition.name_any();
     let text = serde_json::to_string(definition).map_err(|e| Rejection::Invalid(e.to_string()))?;

@@ -62,7 +62,7 @@ use generation::Taken;
 use crate::conversion::Webhook;
 use crate::engine::host::Engine;
 use crate::engine::host::Runtime;
-use crate::kind::Isolation;
+use crate::kind::Sandbox;
 use crate::kinds::registry::Kind;
 
 /// How the operator serves definitions.
@@ -79,7 +79,7 @@ pub struct Config {
     pub budget: usize,
     /// Where the definitions' templates render (`None`: in process, for
     /// tests without a worker binary).
-    pub isolation: Option<Arc<dyn Isolation>>,
+    pub isolation: Option<Arc<Sandbox>>,
     /// The operator's conversion webhook, if it serves one: a kind of
     /// several versions needs it.
     pub webhook: Option<Arc<Webhook>>,

@@ -33,4 +33,4 @@ pub(crate) mod host;
 mod live;
 pub(crate) mod model;
 mod reconcile;
-mod run;
+pub(crate) mod run;

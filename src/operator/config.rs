@@ -11,6 +11,7 @@ use super::StartError;
 use crate::cli::RunArgs;
 use crate::conversion::Webhook;
 use crate::engine::host::Settings;
+use crate::kind::Sandbox;
 use crate::kinds::Availability;
 use crate::kinds::registry::Kind;
 use crate::kubectl::Kubectl;
@@ -155,17 +156,14 @@ pub(super) async fn definitions_config(
 
 /// The render workers of defined kinds' templates (`None`, and rendered in
 /// process, only when this binary cannot be found again).
-pub(super) fn sandbox(args: &RunArgs) -> Option<Arc<dyn crate::kind::Isolation>> {
-    let limits = crate::sandbox::Limits {
-        time: args.template_timeout,
-        memory: args.template_memory_mib << 20,
-    };
+pub(super) fn sandbox(args: &RunArgs) -> Option<Arc<Sandbox>> {
+    let (time, memory) = (args.template_timeout, args.template_memory_mib << 20);
     let workers = usize::try_from(args.render_workers).unwrap_or(1);
     let exe = match &args.render_worker {
         Some(path) => Ok(path.clone()),
         None => std::env::current_exe(),
     };
-    match exe.map(|exe| crate::sandbox::Sandbox::new(exe, workers, limits)) {
+    match exe.map(|exe| Sandbox::new(exe, workers, time, memory)) {
         Ok(sandbox) => Some(Arc::new(sandbox)),
         Err(e) => {
             tracing::error!(error = %e, "cannot find the operator's binary: defined kinds' templates render in process, without limits");

@@ -17,7 +17,7 @@ use super::PlanError;
 use crate::cli::PlanArgs;
 use crate::definitions::generation;
 use crate::definitions::resource as definition;
-use crate::kind::Isolation;
+use crate::kind::Sandbox;
 use crate::kinds::declared::DeclaredKind;
 use crate::kinds::declared::pack::{self, ROLLOUT_FIELD};
 use crate::kinds::declared::rollout::{Rollout, RolloutSpec};
@@ -39,7 +39,7 @@ pub struct Loaded {
 pub fn change(
     args: &PlanArgs,
     work: &Path,
-    isolation: Option<Arc<dyn Isolation>>,
+    isolation: Option<Arc<Sandbox>>,
 ) -> Result<Loaded, PlanError> {
     let (text, what) = match (&args.change, &args.kind) {
         (Some(path), _) => read(path)?,
@@ -56,7 +56,7 @@ pub fn change(
 pub fn folder(
     path: &Path,
     work: &Path,
-    isolation: Option<Arc<dyn Isolation>>,
+    isolation: Option<Arc<Sandbox>>,
 ) -> Result<Current, PlanError> {
     let (text, what) = read(path)?;
     let loaded = load(&text, what, work, isolation)?;
@@ -100,7 +100,7 @@ fn load(
     text: &str,
     what: String,
     work: &Path,
-    isolation: Option<Arc<dyn Isolation>>,
+    isolation: Option<Arc<Sandbox>>,
 ) -> Result<Loaded, PlanError> {
     let invalid = |reason: String| PlanError::Invalid {
         what: what.clone(),
@@ -190,7 +190,7 @@ pub async fn definition(
     name: &str,
     namespace: Option<&str>,
     work: &Path,
-    isolation: Option<Arc<dyn Isolation>>,
+    isolation: Option<Arc<Sandbox>>,
 ) -> Result<Current, PlanError> {
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &definition::api_resource());
     let def = match api.get_opt(name).await {

@@ -38,7 +38,7 @@ use self::report::{Change, Failure, Outcome, Reason, ResourcePlan};
 use crate::cli::PlanArgs;
 use crate::engine::host::{Builds, Engine, Identity, Writers};
 use crate::kind::Step;
-use crate::kind::{Isolation, ObjectId, Owner};
+use crate::kind::{ObjectId, Owner, Sandbox};
 use crate::kinds::declared::DeclaredKind;
 use crate::kinds::registry::Kind;
 use crate::kinds::{KindOptions, OwnedObjects};
@@ -245,10 +245,10 @@ async fn client() -> Result<Client, PlanError> {
 /// Render workers for the definitions' templates: this binary, under the
 /// operator's default limits (`None`, rendered in process, when it cannot
 /// be found again).
-fn sandbox() -> Option<Arc<dyn Isolation>> {
+fn sandbox() -> Option<Arc<Sandbox>> {
     let exe = std::env::current_exe().ok()?;
-    let limits = crate::sandbox::Limits::default();
-    Some(Arc::new(crate::sandbox::Sandbox::new(exe, 2, limits)))
+    let (time, memory) = (Sandbox::DEFAULT_TIME, Sandbox::DEFAULT_MEMORY);
+    Some(Arc::new(Sandbox::new(exe, 2, time, memory)))
 }
 
 /// A resource's objects, each with how it is written.

@@ -8,3 +8,4 @@ pub(crate) mod batch;
 pub(in crate::engine) mod build;
 pub(in crate::engine) mod kept;
 pub(in crate::engine) mod kubectl_apply;
+pub(crate) mod sandbox;

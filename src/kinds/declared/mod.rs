@@ -159,7 +159,7 @@ impl DeclaredKind {
     /// Renders its templated strings in `isolation` from now on (a kind
     /// defined in the cluster; its templates and base go with
     /// [`KustomizeDir::isolate`]).
-    pub fn isolate(&mut self, isolation: Arc<dyn crate::kind::Isolation>) {
+    pub fn isolate(&mut self, isolation: Arc<crate::kind::Sandbox>) {
         self.recipe.isolate(isolation);
     }
 

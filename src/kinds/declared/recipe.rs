@@ -14,8 +14,8 @@ use super::file::{GeneratorSpec, KindSpec, ReadinessRule, Scope};
 use super::object::DeclaredObject;
 use super::references::{By, Lookup, api_resource};
 use crate::kind::{
-    ConfigMapGenerator, HandlerError, Isolation, Labels, Overlay, PatchTarget, PatchTemplate,
-    ResourceTemplate, TemplateError, Templates,
+    ConfigMapGenerator, HandlerError, Labels, Overlay, PatchTarget, PatchTemplate,
+    ResourceTemplate, Sandbox, TemplateError, Templates,
 };
 
 /// The compiled templated strings of one kind file.
@@ -153,7 +153,7 @@ impl Recipe {
     }
 
     /// Renders the templated strings in `isolation` from now on.
-    pub fn isolate(&mut self, isolation: Arc<dyn Isolation>) {
+    pub fn isolate(&mut self, isolation: Arc<Sandbox>) {
         self.templates.isolate(isolation);
     }
 

@@ -402,7 +402,7 @@ impl TemplateSources {
 }
 
 /// Renders template sets away from the operator's own process, under
-/// limits (the render workers of `crate::sandbox`).
+/// limits (the render workers of `engine::run::sandbox`).
 pub trait Isolation: Send + Sync + std::fmt::Debug {
     /// Renders template `name` of `set` for `context`.
     fn render(

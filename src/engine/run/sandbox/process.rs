@@ -20,13 +20,12 @@ pub struct Limits {
     pub memory: u64,
 }
 
-impl Default for Limits {
-    fn default() -> Self {
-        Self {
-            time: Duration::from_secs(2),
-            memory: 256 << 20,
-        }
-    }
+impl Limits {
+    /// Two seconds per render, 256 MiB.
+    pub const DEFAULT: Self = Self {
+        time: Duration::from_secs(2),
+        memory: 256 << 20,
+    };
 }
 
 /// Why a request to a worker got no answer.

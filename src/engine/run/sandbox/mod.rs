@@ -19,16 +19,19 @@
 //! runtime.
 
 mod process;
-pub mod protocol;
-pub mod worker;
+mod protocol;
+mod worker;
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
 
-pub use process::{Limits, WorkerError};
+use process::Limits;
+pub use process::WorkerError;
 
-use crate::kind::{Isolation, TemplateError, TemplateSources};
+use crate::engine::model::templates::{Isolation, TemplateError, TemplateSources};
 use process::Worker;
 use protocol::{Request, Response};
 
@@ -42,15 +45,28 @@ pub struct Sandbox {
 }
 
 impl Sandbox {
+    /// The argument that makes the binary a render worker.
+    pub const WORKER_ARG: &str = worker::WORKER_ARG;
+    /// How long one render may take unless the operator says.
+    pub const DEFAULT_TIME: Duration = Limits::DEFAULT.time;
+    /// The memory a worker may map unless the operator says, in bytes.
+    pub const DEFAULT_MEMORY: u64 = Limits::DEFAULT.memory;
+
     /// A pool of `workers` (at least one) started from `exe` when first
-    /// needed, each under `limits`.
-    pub fn new(exe: PathBuf, workers: usize, limits: Limits) -> Self {
+    /// needed, each allowed `time` per render and `memory` bytes.
+    pub fn new(exe: PathBuf, workers: usize, time: Duration, memory: u64) -> Self {
         Self {
             exe,
-            limits,
+            limits: Limits { time, memory },
             slots: (0..workers.max(1)).map(|_| Mutex::new(None)).collect(),
             next: AtomicUsize::new(0),
         }
+    }
+
+    /// Runs this process as a render worker (started with
+    /// [`Sandbox::WORKER_ARG`]): serves its parent until it goes.
+    pub fn serve_worker() -> ExitCode {
+        worker::serve()
     }
 
     /// A free slot, or the next one in turn (waiting for it).

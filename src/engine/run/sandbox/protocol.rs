@@ -6,7 +6,7 @@ use std::io::{Read, Write};
 
 use serde::{Deserialize, Serialize};
 
-use crate::kind::TemplateSources;
+use crate::engine::model::templates::TemplateSources;
 
 /// The longest frame either side accepts, in bytes: a resource's context
 /// is at most what the API server stores (about 1.5 MiB), a set of

@@ -10,7 +10,7 @@ use std::io::{BufReader, BufWriter};
 use std::process::ExitCode;
 
 use super::protocol::{Request, Response, read_frame, write_frame};
-use crate::kind::Templates;
+use crate::engine::model::templates::Templates;
 
 /// The argument that makes the binary a render worker.
 pub const WORKER_ARG: &str = "__render-worker";
