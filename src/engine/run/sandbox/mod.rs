@@ -28,11 +28,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use process::Limits;
-pub use process::WorkerError;
-
 use crate::engine::model::templates::{Isolation, TemplateError, TemplateSources};
-use process::Worker;
+use process::{Limits, Worker, WorkerError};
 use protocol::{Request, Response};
 
 /// A pool of render workers.
