@@ -42,19 +42,18 @@ pub fn nudges(
 ) -> Vec<BoxStream<'static, Nudge<CopyratorRule>>> {
     let client = watching.client.clone();
     let namespace = watching.namespace.as_deref();
-    let rules = &watching;
     let mut nudges = Vec::new();
     for ns in scope.call_namespaces(namespace) {
         nudges.push(objects(
             namespaced_api::<PartialObjectMeta<ConfigMap>>(client.clone(), ns),
             watcher::Config::default(),
-            rules.clone(),
+            watching.clone(),
             RuleType::Configmap,
         ));
         nudges.push(objects(
             namespaced_api::<PartialObjectMeta<Secret>>(client.clone(), ns),
             watcher::Config::default(),
-            rules.clone(),
+            watching.clone(),
             RuleType::Secret,
         ));
     }
@@ -64,13 +63,13 @@ pub fn nudges(
         nudges.push(objects(
             Api::<PartialObjectMeta<ConfigMap>>::all(client.clone()),
             copies.clone(),
-            rules.clone(),
+            watching.clone(),
             RuleType::Configmap,
         ));
         nudges.push(objects(
             Api::<PartialObjectMeta<Secret>>::all(client.clone()),
             copies,
-            rules.clone(),
+            watching.clone(),
             RuleType::Secret,
         ));
     }
@@ -79,7 +78,7 @@ pub fn nudges(
         None => watcher::Config::default(),
     };
     let namespaces = Api::<PartialObjectMeta<Namespace>>::all(client);
-    let rules = rules.clone();
+    let rules = watching.clone();
     nudges.push(touched(namespaces, config, move |ns| {
         rules_for_namespace(&rules.resources(), &ns.name_any())
     }));
