@@ -12,10 +12,10 @@
 //! names an engine path.
 
 pub use crate::engine::contract::{
-    Deletion, FieldConflicts, FromObjects, Handler, HandlerError, KindInfo, Nudge, OnFailure, Plan,
-    PlannedEvent, ReadAs, Revision, Step, Watching,
+    FieldConflicts, FromObjects, Handler, HandlerError, KindInfo, Nudge, Plan, PlannedEvent,
+    Revision, Step, Watching,
 };
-pub use crate::engine::model::inventory::{Inventory, ObjectId, Owner};
+pub use crate::engine::model::inventory::{ObjectId, Owner};
 pub use crate::engine::model::overlay::{
     ConfigMapGenerator, Labels, Overlay, PatchTarget, PatchTemplate, ResourceTemplate,
 };

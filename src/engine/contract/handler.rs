@@ -10,8 +10,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use serde::Serialize;
 
-use super::{Deletion, FromObjects, HandlerError, KindInfo, Nudge, Object, Plan, Watching};
-use crate::engine::model::inventory::{Inventory, ObjectId};
+use super::{FromObjects, HandlerError, KindInfo, Nudge, Object, Plan, Watching};
+use crate::engine::model::inventory::ObjectId;
 use crate::engine::model::status::CommonStatus;
 use crate::engine::model::templates::KustomizeDir;
 
@@ -52,12 +52,6 @@ pub trait Handler: Send + Sync + 'static {
     /// The engine's status fields of a resource.
     fn common_status(&self, resource: &Self::Resource) -> Option<CommonStatus>;
 
-    /// The objects a resource's status lists as its own. (Kinds whose
-    /// status is untyped may read just this field.)
-    fn inventory(&self, resource: &Self::Resource) -> Option<Inventory> {
-        self.common_status(resource)?.inventory
-    }
-
     /// A resource's whole status as JSON, if it has one. (Kinds that keep
     /// their resources as JSON text may read just this field.)
     fn status(&self, resource: &Self::Resource) -> Option<serde_json::Value> {
@@ -75,13 +69,16 @@ pub trait Handler: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Self::Observed, HandlerError>> + Send;
 
     /// [`Handler::observe`], for a kind that reads objects it does not own:
-    /// those reads use `reader`, the identity the resource's writes use
-    /// (never more than its rights). Default: [`Handler::observe`].
+    /// those reads impersonate `user` (`system:serviceaccount:NS:NAME`), the
+    /// identity the resource's writes use, so they never reach beyond its
+    /// rights; `None`: the operator's own account, which its writes use
+    /// too. (A resource whose writes are refused is not observed at all.)
+    /// Default: [`Handler::observe`].
     fn observe_as(
         &self,
         resource: &Self::Resource,
         client: &kube::Client,
-        _reader: &ReadAs,
+        _user: Option<&str>,
     ) -> impl Future<Output = Result<Self::Observed, HandlerError>> + Send {
         self.observe(resource, client)
     }
@@ -122,9 +119,11 @@ pub trait Handler: Send + Sync + 'static {
         true
     }
 
-    /// What happens to the resource's objects when it is deleted.
-    fn deletion(&self, _resource: &Self::Resource) -> Deletion {
-        Deletion::Delete
+    /// True when the resource's objects stay when it is deleted (they keep
+    /// its marker). Default: false, every object of its inventory that
+    /// still carries the marker is deleted with it.
+    fn retains(&self, _resource: &Self::Resource) -> bool {
+        false
     }
 
     /// True when an existing object without the resource's marker is the
@@ -167,15 +166,4 @@ pub trait Handler: Send + Sync + 'static {
     fn revision_for(&self, _resource: &Self::Resource) -> Option<Revision> {
         None
     }
-}
-
-/// Whose rights a kind's reads of objects it does not own use.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ReadAs {
-    /// The operator's own account (its writes use it too).
-    Operator,
-    /// This user, impersonated (`system:serviceaccount:NS:NAME`).
-    User(String),
-    /// None: the resource's writes are refused, and so are its reads (why).
-    Refused(String),
 }

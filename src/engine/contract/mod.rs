@@ -21,11 +21,11 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 pub use error::HandlerError;
-pub use handler::{Handler, ReadAs, Revision};
+pub use handler::{Handler, Revision};
 pub(crate) use nudge::Resources;
 pub use nudge::{Nudge, Watching};
-pub use plan::{EventType, FromObjects, OnFailure, Plan, PlannedEvent, Step};
-pub use policy::{Deletion, FieldConflicts, KindInfo};
+pub use plan::{EventType, FromObjects, Plan, PlannedEvent, Step};
+pub use policy::{FieldConflicts, KindInfo};
 
 /// A custom resource type the engine can serve: a typed one (derived with
 /// `kube::CustomResource`) or `kube::api::DynamicObject` for declared kinds.

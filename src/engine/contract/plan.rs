@@ -101,18 +101,6 @@ impl PlannedEvent {
     }
 }
 
-/// Which kind-specific status fields a failed run writes.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub enum OnFailure<S> {
-    /// The same as on success.
-    #[default]
-    Same,
-    /// None: the fields of the last success stay.
-    KeepPrevious,
-    /// These.
-    Write(S),
-}
-
 /// What a handler wants done for one resource, as data. `S` is the kind's
 /// own status fields, written beside the engine's.
 #[derive(Debug, Clone, PartialEq)]
@@ -121,8 +109,9 @@ pub struct Plan<S> {
     pub steps: Vec<Step>,
     /// Kind-specific status fields written after the run (`None`: unchanged).
     pub status: Option<S>,
-    /// What a failed run writes instead.
-    pub on_failure: OnFailure<S>,
+    /// Kind-specific status fields a failed run writes instead (`None`:
+    /// those of the last success stay).
+    pub failure_status: Option<S>,
     /// Events to publish after a successful run.
     pub events: Vec<PlannedEvent>,
     /// Reconcile again after this long (otherwise the resync interval).
@@ -153,7 +142,7 @@ impl<S> Default for Plan<S> {
         Self {
             steps: Vec::new(),
             status: None,
-            on_failure: OnFailure::Same,
+            failure_status: None,
             events: Vec::new(),
             requeue_after: None,
             always_run: false,

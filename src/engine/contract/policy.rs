@@ -73,14 +73,3 @@ impl<D> KindInfo<D> {
         }
     }
 }
-
-/// What happens to a resource's objects when the resource is deleted (a
-/// kind file's `reconcile.deletionPolicy`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, JsonSchema)]
-pub enum Deletion {
-    /// Delete every object in its inventory that still carries its marker.
-    #[default]
-    Delete,
-    /// Leave them (they keep the marker).
-    Retain,
-}

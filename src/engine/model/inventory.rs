@@ -217,11 +217,6 @@ pub struct InventoryGroup {
 }
 
 impl Inventory {
-    /// Objects one resource may own: above this its plan is refused
-    /// (`TooLarge`), so the inventory in its status stays far below etcd's
-    /// object size limit.
-    pub const MAX_OBJECTS: usize = 10_000;
-
     /// The inventory of these objects.
     pub fn of(ids: &BTreeSet<ObjectId>) -> Self {
         let mut objects: Vec<InventoryGroup> = Vec::new();

@@ -213,6 +213,11 @@ pub struct CommonStatus {
 }
 
 impl CommonStatus {
+    /// Objects one resource may own: above this its plan is refused
+    /// (`TooLarge`), so the inventory in its status stays far below etcd's
+    /// object size limit.
+    pub const MAX_OBJECTS: usize = 10_000;
+
     /// The status fields the engine writes; every other field is the kind's.
     pub(crate) const ENGINE_FIELDS: [&str; 7] = [
         "observedGeneration",

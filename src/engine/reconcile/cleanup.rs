@@ -13,7 +13,7 @@ use super::apply_path::{fail, publish, render};
 use super::context::{Context, ReconcileError, marking};
 use super::status_writer::{self, Current};
 use super::steps::{self, Actor, Done};
-use crate::engine::contract::{Deletion, EventType, Handler, HandlerError, Step};
+use crate::engine::contract::{EventType, Handler, HandlerError, Step};
 use crate::engine::model::identity::Identity;
 use crate::engine::model::inventory::{ObjectId, Owner};
 use crate::engine::model::outcome::Failure;
@@ -26,7 +26,7 @@ pub(crate) async fn cleanup<H: Handler>(
     obj: &H::Resource,
 ) -> Result<Action, ReconcileError> {
     let current = status_writer::current(&ctx.engine, &*ctx.handler, obj);
-    if ctx.handler.deletion(obj) == Deletion::Retain {
+    if ctx.handler.retains(obj) {
         forget(ctx, obj);
         return Ok(Action::await_change());
     }
@@ -131,10 +131,10 @@ async fn rendered_objects<H: Handler>(
     current: &Current<'_, H::Resource>,
     owner: &Owner,
 ) -> Result<BTreeSet<ObjectId>, Unrendered> {
-    let reader = ctx.read_as(&current.object);
+    let reader = ctx.reader(&current.object)?;
     let observed = ctx
         .handler
-        .observe_as(&current.object, &ctx.engine.client, &reader)
+        .observe_as(&current.object, &ctx.engine.client, reader.as_deref())
         .await?;
     let plan = ctx.handler.plan(&current.object, &observed)?;
     let owned = crate::engine::contract::Plan::<H::Status> {

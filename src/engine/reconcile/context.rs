@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{Resource, ResourceExt};
 
 use super::triggers::Triggers;
-use crate::engine::contract::{Handler, ReadAs};
+use crate::engine::contract::{Handler, HandlerError};
 use crate::engine::model::identity::{self, Identity};
 use crate::engine::model::inventory::Owner;
 use crate::engine::model::outcome::Failure;
@@ -101,15 +101,16 @@ impl<H: Handler> Context<H> {
     }
 
     /// Whose rights `obj`'s reads of objects it does not own use: the
-    /// identity its writes use.
-    pub fn read_as(&self, obj: &H::Resource) -> ReadAs {
-        let Some(owner) = self.owner(obj) else {
-            return ReadAs::Refused("the resource has no uid yet".into());
-        };
-        match self.identity(&owner) {
-            Ok(identity) => identity.username().map_or(ReadAs::Operator, ReadAs::User),
-            Err(failure) => ReadAs::Refused(failure.message),
-        }
+    /// identity its writes use, as the user to impersonate (`None`: the
+    /// operator's own account). Refused (`Forbidden`) as its writes are:
+    /// the engine then acts for the resource not at all, not even to read.
+    pub fn reader(&self, obj: &H::Resource) -> Result<Option<String>, HandlerError> {
+        let refused = |message| HandlerError::transient(Reason::Forbidden, message);
+        let owner = self
+            .owner(obj)
+            .ok_or_else(|| refused("the resource has no uid yet".into()))?;
+        let identity = self.identity(&owner).map_err(|f| refused(f.message))?;
+        Ok(identity.username())
     }
 
     /// The resource as the owner of what it applies.

@@ -69,7 +69,7 @@ impl Preview {
             .unwrap_or_else(|| Self::PLACEHOLDER_UID.to_string());
         let marking = marking(handler, owner_with_uid(handler, resource, uid));
         let Rendered { overlays, .. } = render(&plan, dir, &marking)?;
-        let inventory = handler.inventory(resource);
+        let inventory = handler.common_status(resource).and_then(|s| s.inventory);
         let pruning = Pruning {
             prunes: plan.prune,
             owner: Some(marking.owner),

@@ -40,7 +40,8 @@ impl<H: Handler> Primer<H> {
         let watcher::Event::InitApply(resource) = event else {
             return;
         };
-        let Some(inventory) = self.handler.inventory(resource) else {
+        let Some(inventory) = (self.handler.common_status(resource)).and_then(|s| s.inventory)
+        else {
             return;
         };
         for id in new_kinds(&mut self.started, inventory) {

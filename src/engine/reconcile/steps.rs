@@ -16,10 +16,10 @@ use crate::engine::contract::FieldConflicts;
 use crate::engine::live::crds::ESTABLISH_TIMEOUT;
 use crate::engine::live::ownership::{self, ApiKind, Inspected, Verdict};
 use crate::engine::model::identity::Identity;
-use crate::engine::model::inventory::{Inventory, ObjectId, Owner};
+use crate::engine::model::inventory::{ObjectId, Owner};
 use crate::engine::model::outcome::Failure;
 use crate::engine::model::overlay::RenderedOverlay;
-use crate::engine::model::status::Reason;
+use crate::engine::model::status::{CommonStatus, Reason};
 use crate::engine::reconcile::runtime::Engine;
 use crate::engine::run::kubectl_apply::{ApplyJob, Document};
 use crate::kubectl::{self, CommandRecord, Invocation};
@@ -274,13 +274,13 @@ pub(crate) async fn build_owned<'a>(
 /// The identity of each built object, checked: every one carries the
 /// owner's marker, and there are not too many.
 fn identify(owner: &Owner, manifests: &[Value]) -> Result<Vec<ObjectId>, Failure> {
-    if manifests.len() > Inventory::MAX_OBJECTS {
+    if manifests.len() > CommonStatus::MAX_OBJECTS {
         return Err(Failure::new(
             Reason::TooLarge,
             format!(
                 "the overlay builds to {} objects; one resource may own at most {}",
                 manifests.len(),
-                Inventory::MAX_OBJECTS
+                CommonStatus::MAX_OBJECTS
             ),
         ));
     }

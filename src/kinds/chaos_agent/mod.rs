@@ -25,7 +25,7 @@ use kube::{CustomResource, ResourceExt};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::kind::{CommonStatus, Deletion, Handler, HandlerError, KindInfo, Plan, Reason};
+use crate::kind::{CommonStatus, Handler, HandlerError, KindInfo, Plan, Reason};
 use crate::kinds::{KindContext, NoFlags, RustKind};
 use targets::{Targets, ToList};
 
@@ -438,8 +438,8 @@ impl Handler for ChaosAgentHandler {
     }
 
     /// A round leaves nothing of the agent's own behind to undo.
-    fn deletion(&self, _: &ChaosAgent) -> Deletion {
-        Deletion::Retain
+    fn retains(&self, _: &ChaosAgent) -> bool {
+        true
     }
 }
 

@@ -149,15 +149,18 @@ pub fn plan(input: &RoundInput, eligible: impl Fn(&str) -> bool) -> Plan<RoundSt
         capped: i64::try_from(choice.capped).unwrap_or(i64::MAX),
         actions: acts.lines,
     };
+    let status = RoundStatus {
+        round: Some(round),
+        last_round_at: Some(input.now),
+        last_round: Some(report),
+        total,
+        last_errors: errors_seen(&previous),
+    };
     Plan {
         steps: acts.steps,
-        status: Some(RoundStatus {
-            round: Some(round),
-            last_round_at: Some(input.now),
-            last_round: Some(report),
-            total,
-            last_errors: errors_seen(&previous),
-        }),
+        // A failed round is a round too: counted and reported the same.
+        failure_status: Some(status.clone()),
+        status: Some(status),
         events: acts.events,
         always_run: true,
         ..Default::default()

@@ -42,7 +42,7 @@ use futures::stream::BoxStream;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::kind::{
-    CommonStatus, Deletion, FieldConflicts, Handler, HandlerError, KindInfo, Nudge, Plan, Watching,
+    CommonStatus, FieldConflicts, Handler, HandlerError, KindInfo, Nudge, Plan, Watching,
 };
 use crate::kinds::{KindContext, RustKind, namespaced_api};
 use plan::Rails;
@@ -171,11 +171,8 @@ impl Handler for CopyratorHandler {
         plan::plan(&rule.resolve()?, observed, last_digest, &self.rails)
     }
 
-    fn deletion(&self, rule: &CopyratorRule) -> Deletion {
-        match rule.cleanup_policy() {
-            DeletionPolicy::Retain => Deletion::Retain,
-            DeletionPolicy::Delete => Deletion::Delete,
-        }
+    fn retains(&self, rule: &CopyratorRule) -> bool {
+        rule.cleanup_policy() == DeletionPolicy::Retain
     }
 
     /// Copies made by versions before the ownership marker carry the rule's

@@ -33,7 +33,7 @@ use super::inputs::{NamespaceState, Object, Observed};
 use super::marker;
 use super::resource::{CopiesStatus, DeletionPolicy, ResolvedRule, RuleType, TargetStatus};
 use super::scope::Scope;
-use crate::kind::{HandlerError, ObjectId, OnFailure, Overlay, Plan, PlannedEvent, Step};
+use crate::kind::{HandlerError, ObjectId, Overlay, Plan, PlannedEvent, Step};
 use crate::text::{IN_EVENT, first_names, truncate};
 
 /// Namespaces holding the cluster's own machinery: never targets unless the
@@ -545,7 +545,7 @@ pub fn plan(
     }
     Ok(Plan {
         steps,
-        on_failure: OnFailure::Write(failed(&status)),
+        failure_status: Some(failed(&status)),
         status: Some(status),
         events: events(&wanted.foreign, &sources.not_copyable, rule.rule_type),
         requeue_after: (!wanted.foreign.is_empty()).then_some(FOREIGN_RECHECK),
@@ -1001,9 +1001,7 @@ mod tests {
         assert_eq!(s["sources"], json!(["a", "b"]));
         assert_eq!(s["targets"][0]["result"], "Copied");
         assert_eq!(s["targets"][0]["copied"], json!(["a", "b"]));
-        let OnFailure::Write(failed) = &plan.on_failure else {
-            panic!()
-        };
+        let failed = plan.failure_status.as_ref().unwrap();
         assert_eq!(failed.targets[0].result, "ApplyFailed");
     }
 

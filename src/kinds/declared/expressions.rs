@@ -34,7 +34,7 @@ use super::evaluation::{Budget, Look, Refusal};
 use super::file::KindSpec;
 use super::kro_library;
 use super::typing::{self, Expectation};
-use crate::kind::Inventory;
+use crate::kind::CommonStatus;
 
 /// The longest expression, in characters.
 pub const MAX_SOURCE: usize = 2048;
@@ -405,7 +405,7 @@ impl Compiled {
         for (name, child) in &spec.children {
             let field = format!("spec.children.{name}.readyWhen");
             let times = if child.name.is_none() {
-                Inventory::MAX_OBJECTS as u64
+                CommonStatus::MAX_OBJECTS as u64
             } else {
                 1
             };
@@ -442,7 +442,7 @@ fn load_bounds(spec: &KindSpec) -> BTreeMap<&str, Bound> {
     for (name, child) in &spec.children {
         let bound = match child.name {
             Some(_) => Bound::unknown(),
-            None => Bound::list(Inventory::MAX_OBJECTS as u64, Bound::unknown()),
+            None => Bound::list(CommonStatus::MAX_OBJECTS as u64, Bound::unknown()),
         };
         bounds.insert(name.as_str(), bound);
     }

@@ -49,7 +49,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::kind::{Deletion, FieldConflicts};
+use crate::kind::FieldConflicts;
 
 /// The kind file's `apiVersion`.
 pub const API_VERSION: &str = "kustomize-operator.io/v1alpha1";
@@ -532,6 +532,17 @@ pub struct ReachRule {
 /// A namespace name, a prefix ending in `*`, or `*`.
 const NAMESPACE_PATTERN: &str =
     r"^(\*|[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?|[a-z0-9][-a-z0-9]{0,61}\*)$";
+
+/// What happens to a resource's objects when the resource is deleted (a
+/// kind file's `reconcile.deletionPolicy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, JsonSchema)]
+pub enum Deletion {
+    /// Delete every object in its inventory that still carries its marker.
+    #[default]
+    Delete,
+    /// Leave them (they keep the marker).
+    Retain,
+}
 
 /// How the engine treats the kind's objects.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]

@@ -9,13 +9,12 @@ use futures::stream::BoxStream;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::ApiResource;
 use kube::{Api, Client, Resource, ResourceExt};
-use serde::Deserialize;
 use serde_json::Value;
 
 use super::DeclaredKind;
 use super::children::Children;
 use super::evaluation::{Budget, Evaluations, Overdue};
-use super::file::{ObjectSelector, ReadinessRule, Scope};
+use super::file::{Deletion, ObjectSelector, ReadinessRule, Scope};
 use super::object::DeclaredObject;
 use super::reach::{Beyond, Reach};
 use super::recipe::ValueRule;
@@ -24,8 +23,8 @@ use super::references::{self, Readers};
 pub use super::rollout::REVISION_FIELD;
 use super::rollout::Rollout;
 use crate::kind::{
-    CommonStatus, Deletion, FromObjects, Handler, HandlerError, Inventory, KindInfo, Nudge,
-    ObjectId, Plan, PlannedEvent, ReadAs, Reason, Revision, Watching,
+    CommonStatus, FromObjects, Handler, HandlerError, KindInfo, Nudge, ObjectId, Plan,
+    PlannedEvent, Revision, Watching,
 };
 
 /// The finalizer the resources of a declared kind of API group `group`
@@ -152,15 +151,6 @@ impl Handler for DeclaredHandler {
         resource.status_as()
     }
 
-    fn inventory(&self, resource: &DeclaredObject) -> Option<Inventory> {
-        /// The one field of the status read here; the rest is skipped.
-        #[derive(Deserialize)]
-        struct InventoryOnly {
-            inventory: Option<Inventory>,
-        }
-        resource.status_as::<InventoryOnly>()?.inventory
-    }
-
     fn status(&self, resource: &DeclaredObject) -> Option<Value> {
         resource.status_as()
     }
@@ -183,19 +173,12 @@ impl Handler for DeclaredHandler {
         &self,
         resource: &DeclaredObject,
         client: &Client,
-        reader: &ReadAs,
+        user: Option<&str>,
     ) -> Result<Read, HandlerError> {
         let (_, kind) = self.kind_for(resource)?;
         if kind.file.spec.references.is_empty() {
             return Ok(Read::new());
         }
-        let user = match reader {
-            ReadAs::Operator => None,
-            ReadAs::User(user) => Some(user.as_str()),
-            ReadAs::Refused(why) => {
-                return Err(HandlerError::transient(Reason::Forbidden, why));
-            }
-        };
         let wanted = kind.recipe.references(&kind.file.spec, resource)?;
         let key = key(resource);
         // Remembered before the read: a reference not there yet reconciles
@@ -267,9 +250,9 @@ impl Handler for DeclaredHandler {
             .allows(home, &object.api_version, &object.kind, namespace)
     }
 
-    fn deletion(&self, resource: &DeclaredObject) -> Deletion {
+    fn retains(&self, resource: &DeclaredObject) -> bool {
         let kind = self.kind_for(resource).map_or(&self.kind, |(_, kind)| kind);
-        kind.file.spec.reconcile.deletion_policy
+        kind.file.spec.reconcile.deletion_policy == Deletion::Retain
     }
 
     fn revision_for(&self, resource: &DeclaredObject) -> Option<Revision> {

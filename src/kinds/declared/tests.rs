@@ -722,20 +722,21 @@ fn the_rbac_covers_the_resources_and_what_the_overlay_produces() {
 }
 
 #[test]
-fn the_inventory_is_read_from_the_status_alone() {
+fn the_inventory_is_read_from_the_status_beside_the_kinds_own_fields() {
     let handler = DeclaredHandler::new(std::sync::Arc::new(load(VALID).unwrap()));
+    let inventory = |r: &DeclaredObject| handler.common_status(r).and_then(|s| s.inventory);
     let greeting = resource(json!({"message": "hey"}));
-    assert_eq!(handler.inventory(&greeting), None);
+    assert_eq!(inventory(&greeting), None);
     let greeting = greeting.with_field(
         "status",
         json!({
-            "conditions": "not a list: the rest of the status is not read",
+            "greeting": "a field of the kind's own",
             "inventory": {"count": 1, "objects": [
                 {"apiVersion": "v1", "kind": "Service", "namespace": "ns", "names": ["hi"]},
             ]},
         }),
     );
-    let inventory = handler.inventory(&greeting).unwrap();
+    let inventory = inventory(&greeting).unwrap();
     assert_eq!(inventory.objects[0].kind, "Service");
     assert_eq!(inventory.objects[0].names, ["hi"]);
 }

@@ -35,7 +35,7 @@ use sha2::{Digest, Sha256};
 
 use crate::kind::{
     CommonStatus, ConfigMapGenerator, FieldConflicts, Handler, HandlerError, KindInfo, Labels,
-    OnFailure, Overlay, Plan, PlannedEvent, Reason,
+    Overlay, Plan, PlannedEvent, Reason,
 };
 use crate::kinds::{KindContext, RustKind, namespaced_api};
 
@@ -583,8 +583,7 @@ impl Handler for ExchangeRateHandler {
         let mut plan = Plan::apply(Self::overlay(er, fetched)?);
         plan.status = Some(fetched.status(config_map.clone()));
         // configMapName must name a ConfigMap that exists: on failure the
-        // fields of the last success stay.
-        plan.on_failure = OnFailure::KeepPrevious;
+        // fields of the last success stay (no `failure_status`).
         if let Some(refresh) = observed.refresh {
             plan.events.push(PlannedEvent::normal(
                 "Fetched",
@@ -732,7 +731,7 @@ mod tests {
         );
         assert_eq!(status.rate.as_deref(), Some("1.1901"));
         assert_eq!(status.fetched_generation, Some(1));
-        assert_eq!(plan.on_failure, OnFailure::KeepPrevious);
+        assert_eq!(plan.failure_status, None);
         assert_eq!(plan.events[0].reason, "Fetched");
         let wait = plan.requeue_after.unwrap();
         assert!(

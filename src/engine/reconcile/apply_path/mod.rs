@@ -110,10 +110,10 @@ async fn planned<H: Handler>(
     ctx: &Context<H>,
     obj: &H::Resource,
 ) -> Result<Plan<H::Status>, crate::engine::contract::HandlerError> {
-    let reader = ctx.read_as(obj);
+    let reader = ctx.reader(obj)?;
     let observed = ctx
         .handler
-        .observe_as(obj, &ctx.engine.client, &reader)
+        .observe_as(obj, &ctx.engine.client, reader.as_deref())
         .await?;
     ctx.handler.plan(obj, &observed)
 }

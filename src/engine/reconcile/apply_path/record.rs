@@ -6,7 +6,6 @@ use kube::runtime::controller::Action;
 
 use crate::engine::contract::EventType;
 use crate::engine::contract::Handler;
-use crate::engine::contract::OnFailure;
 use crate::engine::contract::Plan;
 use crate::engine::contract::PlannedEvent;
 use crate::engine::model::outcome;
@@ -66,11 +65,7 @@ pub(crate) async fn fail<H: Handler>(
     plan: Option<&Plan<H::Status>>,
     permanent: bool,
 ) -> Result<Action, ReconcileError> {
-    let kind = plan.and_then(|p| match &p.on_failure {
-        OnFailure::Same => p.status.as_ref(),
-        OnFailure::KeepPrevious => None,
-        OnFailure::Write(s) => Some(s),
-    });
+    let kind = plan.and_then(|p| p.failure_status.as_ref());
     let kind = kind.and_then(|s| serde_json::to_value(s).ok());
     let common = next_common(current, &Outcome::Failed(failure.clone()));
     publish(
