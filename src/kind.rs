@@ -12,8 +12,8 @@
 //! names an engine path.
 
 pub use crate::engine::contract::{
-    FieldConflicts, FromObjects, Handler, HandlerError, KindInfo, Nudge, Plan, PlannedEvent,
-    Revision, Step, Watching,
+    FromObjects, Handler, HandlerError, KindInfo, Nudge, Plan, PlannedEvent, Revision, Step,
+    Watching,
 };
 pub use crate::engine::model::inventory::{ObjectId, Owner};
 pub use crate::engine::model::overlay::{

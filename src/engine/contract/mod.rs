@@ -25,7 +25,7 @@ pub use handler::{Handler, Revision};
 pub(crate) use nudge::Resources;
 pub use nudge::{Nudge, Watching};
 pub use plan::{EventType, FromObjects, Plan, PlannedEvent, Step};
-pub use policy::{FieldConflicts, KindInfo};
+pub use policy::KindInfo;
 
 /// A custom resource type the engine can serve: a typed one (derived with
 /// `kube::CustomResource`) or `kube::api::DynamicObject` for declared kinds.

@@ -2,26 +2,7 @@
 
 use std::sync::Arc;
 
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
-
 use crate::engine::model::templates::KustomizeDir;
-
-/// What the engine does when `kubectl apply` finds a field of one of the
-/// resource's objects owned by another field manager (a kind file's
-/// `reconcile.fieldConflicts`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, JsonSchema)]
-pub enum FieldConflicts {
-    /// Stop and report `FieldConflict` with kubectl's message: another
-    /// controller's (or a person's) change is never overwritten silently.
-    #[default]
-    Report,
-    /// Take the fields back (`--force-conflicts`) on objects the engine has
-    /// just checked carry this resource's marker; objects being created are
-    /// still applied without it, so one created meanwhile by someone else
-    /// is never taken over.
-    TakeBack,
-}
 
 /// A kind's identity, and how the engine treats its objects.
 #[derive(Debug, Clone)]
@@ -36,8 +17,14 @@ pub struct KindInfo<D> {
     /// operator runs (a `KindDefinition`); `None`: the kustomize
     /// directories the operator started with.
     pub templates: Option<Arc<KustomizeDir>>,
-    /// Field conflicts on the resource's objects.
-    pub conflicts: FieldConflicts,
+    /// On a field conflict (a field the resource's objects set is owned by
+    /// another field manager), take the fields back (`--force-conflicts`)
+    /// on objects the engine has just checked carry this resource's
+    /// marker; objects being created are still applied without it, so one
+    /// created meanwhile by someone else is never taken over. Otherwise
+    /// stop and report `FieldConflict` with kubectl's message: another
+    /// controller's (or a person's) change is never overwritten silently.
+    pub takes_back: bool,
     /// Namespaced objects in the resource's own namespace get an
     /// ownerReference to it (garbage collection as a safety net).
     pub owner_references: bool,
@@ -65,7 +52,7 @@ impl<D> KindInfo<D> {
             finalizer: finalizer.into(),
             dyn_type,
             templates: None,
-            conflicts: FieldConflicts::Report,
+            takes_back: false,
             owner_references: false,
             health: true,
             tenant_writes: false,

@@ -46,7 +46,7 @@ pub(crate) async fn cleanup<H: Handler>(
     let reaches = |id: &ObjectId| ctx.handler.reaches(obj, id);
     let actor = Actor {
         owner: &owner,
-        conflicts: ctx.handler.info().conflicts,
+        takes_back: ctx.handler.info().takes_back,
         adopts: &never,
         reaches: &reaches,
         identity: &identity,

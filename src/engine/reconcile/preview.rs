@@ -17,7 +17,7 @@ use kube::api::ObjectMeta;
 
 use super::apply_path::{Rendered, prune_candidates, render};
 use super::context::{marking, owner_with_uid};
-use crate::engine::contract::{FieldConflicts, Handler, HandlerError, Step};
+use crate::engine::contract::{Handler, HandlerError, Step};
 use crate::engine::live::ownership::{self, Discovery, Inspected, Verdict};
 use crate::engine::model::inventory::{ObjectId, Owner};
 use crate::engine::model::overlay::{OverlayError, RenderedOverlay};
@@ -33,7 +33,7 @@ pub struct Preview {
     /// The kind's own status fields the plan writes, as JSON.
     pub status: Option<serde_json::Value>,
     /// The engine takes back fields other managers changed on the
-    /// resource's existing objects ([`FieldConflicts::TakeBack`]).
+    /// resource's existing objects ([`KindInfo::takes_back`]).
     pub takes_back: bool,
     /// What a run would prune from.
     pub(crate) pruning: Pruning,
@@ -85,7 +85,7 @@ impl Preview {
                 .and_then(|s| serde_json::to_value(s).ok()),
             steps: plan.steps,
             overlays,
-            takes_back: handler.info().conflicts == FieldConflicts::TakeBack,
+            takes_back: handler.info().takes_back,
         })
     }
 }

@@ -12,7 +12,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 
-use crate::engine::contract::FieldConflicts;
 use crate::engine::live::crds::ESTABLISH_TIMEOUT;
 use crate::engine::live::ownership::{self, ApiKind, Inspected, Verdict};
 use crate::engine::model::identity::Identity;
@@ -36,7 +35,7 @@ pub(crate) struct Actor<'a> {
     /// The resource, as an owner.
     pub owner: &'a Owner,
     /// The kind's field-conflict policy.
-    pub conflicts: FieldConflicts,
+    pub takes_back: bool,
     /// The kind's adoption rule for the resource.
     pub adopts: &'a (dyn Fn(&ObjectMeta) -> bool + Sync),
     /// True when an object may be the owner's (its kind's
@@ -186,7 +185,7 @@ async fn apply_stage(
     done.attempted
         .extend(inspected.iter().map(|i| i.id.clone()));
     let field_manager = field_manager.unwrap_or(Engine::FIELD_MANAGER);
-    for (documents, force) in split_by_ownership(manifests, &inspected, actor.conflicts) {
+    for (documents, force) in split_by_ownership(manifests, &inspected, actor.takes_back) {
         let record = apply(engine, documents, field_manager, force, actor.identity).await?;
         if !record.succeeded() {
             let failure = apply_failure(record, Reason::ApplyFailed, actor.identity);
@@ -306,15 +305,15 @@ fn identify(owner: &Owner, manifests: &[Value]) -> Result<Vec<ObjectId>, Failure
         .collect()
 }
 
-/// The applies to run: with [`FieldConflicts::TakeBack`], objects that
+/// The applies to run: when the kind takes fields back, objects that
 /// exist (and carry the marker) apply with `--force-conflicts` and new
 /// ones without; else everything without.
 fn split_by_ownership(
     manifests: &[Value],
     inspected: &[Inspected],
-    conflicts: FieldConflicts,
+    takes_back: bool,
 ) -> Vec<(Vec<Document>, bool)> {
-    if conflicts == FieldConflicts::Report {
+    if !takes_back {
         return vec![(manifests.iter().map(Document::of).collect(), false)];
     }
     let (mut new, mut existing) = (Vec::new(), Vec::new());
@@ -894,7 +893,7 @@ mod tests {
     fn actor<'a>(owner: &'a Owner, reaches: Reaches<'a>, identity: &'a Identity) -> Actor<'a> {
         Actor {
             owner,
-            conflicts: FieldConflicts::Report,
+            takes_back: false,
             adopts: &|_| false,
             reaches,
             identity,

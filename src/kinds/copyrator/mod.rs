@@ -41,9 +41,7 @@ pub use scope::Scope;
 use futures::stream::BoxStream;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::kind::{
-    CommonStatus, FieldConflicts, Handler, HandlerError, KindInfo, Nudge, Plan, Watching,
-};
+use crate::kind::{CommonStatus, Handler, HandlerError, KindInfo, Nudge, Plan, Watching};
 use crate::kinds::{KindContext, RustKind, namespaced_api};
 use plan::Rails;
 
@@ -84,7 +82,7 @@ impl CopyratorHandler {
             info: KindInfo {
                 // A copy follows its source: an edited copy is taken back
                 // (new copies are still created without force).
-                conflicts: FieldConflicts::TakeBack,
+                takes_back: true,
                 // Copies live in other namespaces.
                 owner_references: false,
                 // With impersonation on, copies are written as an

@@ -49,8 +49,6 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::kind::FieldConflicts;
-
 /// The kind file's `apiVersion`.
 pub const API_VERSION: &str = "kustomize-operator.io/v1alpha1";
 /// The kind file's `kind`.
@@ -532,6 +530,22 @@ pub struct ReachRule {
 /// A namespace name, a prefix ending in `*`, or `*`.
 const NAMESPACE_PATTERN: &str =
     r"^(\*|[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?|[a-z0-9][-a-z0-9]{0,61}\*)$";
+
+/// What the engine does when `kubectl apply` finds a field of one of the
+/// resource's objects owned by another field manager (a kind file's
+/// `reconcile.fieldConflicts`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, JsonSchema)]
+pub enum FieldConflicts {
+    /// Stop and report `FieldConflict` with kubectl's message: another
+    /// controller's (or a person's) change is never overwritten silently.
+    #[default]
+    Report,
+    /// Take the fields back (`--force-conflicts`) on objects the engine has
+    /// just checked carry this resource's marker; objects being created are
+    /// still applied without it, so one created meanwhile by someone else
+    /// is never taken over.
+    TakeBack,
+}
 
 /// What happens to a resource's objects when the resource is deleted (a
 /// kind file's `reconcile.deletionPolicy`).

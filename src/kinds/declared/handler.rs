@@ -14,7 +14,7 @@ use serde_json::Value;
 use super::DeclaredKind;
 use super::children::Children;
 use super::evaluation::{Budget, Evaluations, Overdue};
-use super::file::{Deletion, ObjectSelector, ReadinessRule, Scope};
+use super::file::{Deletion, FieldConflicts, ObjectSelector, ReadinessRule, Scope};
 use super::object::DeclaredObject;
 use super::reach::{Beyond, Reach};
 use super::recipe::ValueRule;
@@ -53,7 +53,7 @@ impl DeclaredHandler {
         let reconcile = &kind.file.spec.reconcile;
         let info = KindInfo {
             templates: kind.templates.clone(),
-            conflicts: reconcile.field_conflicts,
+            takes_back: reconcile.field_conflicts == FieldConflicts::TakeBack,
             owner_references: reconcile.owner_references,
             health: true,
             tenant_writes: kind.namespaced(),

@@ -34,8 +34,8 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::kind::{
-    CommonStatus, ConfigMapGenerator, FieldConflicts, Handler, HandlerError, KindInfo, Labels,
-    Overlay, Plan, PlannedEvent, Reason,
+    CommonStatus, ConfigMapGenerator, Handler, HandlerError, KindInfo, Labels, Overlay, Plan,
+    PlannedEvent, Reason,
 };
 use crate::kinds::{KindContext, RustKind, namespaced_api};
 
@@ -299,7 +299,6 @@ impl ExchangeRateHandler {
         let provider = Provider::new(&options.url, &options.rate_path, options.timeout);
         Self {
             info: KindInfo {
-                conflicts: FieldConflicts::Report,
                 owner_references: true,
                 // The rate's ConfigMap is made for the resource's user.
                 tenant_writes: true,

@@ -103,7 +103,7 @@ pub(super) async fn run_steps<H: Handler>(
     let reaches = |id: &ObjectId| ctx.handler.reaches(&current.object, id);
     let actor = Actor {
         owner,
-        conflicts: ctx.handler.info().conflicts,
+        takes_back: ctx.handler.info().takes_back,
         adopts: &adopts,
         reaches: &reaches,
         identity: &identity,

@@ -21,7 +21,7 @@ use self::fake_api::FakeApi;
 use super::context::Context;
 use super::handled::{error_policy, reconcile_one};
 use super::triggers::Triggers;
-use crate::engine::contract::{FieldConflicts, Handler, HandlerError, KindInfo, Plan};
+use crate::engine::contract::{Handler, HandlerError, KindInfo, Plan};
 use crate::engine::model::inventory::{ObjectId, Owner};
 use crate::engine::model::overlay::Overlay;
 use crate::engine::model::status::{CommonStatus, ConditionStatus, ConditionType, Reason};
@@ -54,10 +54,9 @@ fn widget_resource() -> ApiResource {
 }
 
 impl Widgets {
-    fn new(conflicts: FieldConflicts) -> Self {
+    fn new() -> Self {
         Self {
             info: KindInfo {
-                conflicts,
                 health: false,
                 ..KindInfo::new("widget", FINALIZER, widget_resource())
             },
@@ -132,7 +131,7 @@ struct Ran {
 }
 
 impl World {
-    async fn new(conflicts: FieldConflicts) -> Self {
+    async fn new() -> Self {
         let dir = tempfile::tempdir().expect("a temp dir");
         let api = FakeApi::new(dir.path());
         let kubectl = Kubectl::new(KubectlConfig {
@@ -154,7 +153,7 @@ impl World {
         );
         let ctx = Arc::new(Context {
             engine: Arc::new(engine),
-            handler: Arc::new(Widgets::new(conflicts)),
+            handler: Arc::new(Widgets::new()),
             triggers: Arc::new(Triggers::default()),
         });
         Self { dir, api, ctx }
@@ -354,7 +353,7 @@ fn applies(runs: &[Vec<String>]) -> usize {
 
 #[tokio::test]
 async fn a_new_resource_gets_its_finalizer_its_objects_and_a_ready_status() {
-    let world = World::new(FieldConflicts::Report).await;
+    let world = World::new().await;
     world.create("w", &["w-a"], json!({"greeting": "hello"}));
 
     let ran = world.reconcile("w").await;
@@ -381,7 +380,7 @@ async fn a_new_resource_gets_its_finalizer_its_objects_and_a_ready_status() {
 
 #[tokio::test]
 async fn an_unchanged_resource_runs_no_kubectl_and_writes_nothing() {
-    let world = World::new(FieldConflicts::Report).await;
+    let world = World::new().await;
     world.create("w", &["w-a"], json!({"greeting": "hello"}));
     assert!(world.reconcile("w").await.ok);
     let requests = world.api.requests().len();
@@ -410,7 +409,7 @@ async fn an_unchanged_resource_runs_no_kubectl_and_writes_nothing() {
 
 #[tokio::test]
 async fn a_changed_spec_is_applied_again() {
-    let world = World::new(FieldConflicts::Report).await;
+    let world = World::new().await;
     world.create("w", &["w-a"], json!({"greeting": "hello"}));
     assert!(world.reconcile("w").await.ok);
     let first = world.status("w").applied_digest;
@@ -433,7 +432,7 @@ async fn a_changed_spec_is_applied_again() {
 
 #[tokio::test]
 async fn what_a_resource_no_longer_renders_is_pruned_if_it_still_carries_the_marker() {
-    let world = World::new(FieldConflicts::Report).await;
+    let world = World::new().await;
     world.create("w", &["w-a", "w-b", "w-c"], json!({"k": "v"}));
     let ran = world.reconcile("w").await;
     assert!(ran.ok, "{:?}", ran.error);
@@ -471,7 +470,7 @@ async fn what_a_resource_no_longer_renders_is_pruned_if_it_still_carries_the_mar
 
 #[tokio::test]
 async fn an_object_it_did_not_create_is_not_applied_over() {
-    let world = World::new(FieldConflicts::Report).await;
+    let world = World::new().await;
     let foreign = json!({
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "w-a", "namespace": NAMESPACE, "uid": "someone-else"},
@@ -498,7 +497,7 @@ async fn an_object_it_did_not_create_is_not_applied_over() {
 
 #[tokio::test]
 async fn a_field_conflict_is_reported_and_retried() {
-    let world = World::new(FieldConflicts::Report).await;
+    let world = World::new().await;
     world.create("w", &["w-a"], json!({"greeting": "hello"}));
     let conflict = "error: Apply failed with 1 conflict: conflict with \"kubectl-edit\" using v1: .data.greeting\n";
     world.kubectl_fails("apply-conflicts", Some(conflict));
@@ -527,7 +526,7 @@ async fn a_field_conflict_is_reported_and_retried() {
 
 #[tokio::test]
 async fn a_failing_apply_backs_off_and_a_success_resets_it() {
-    let world = World::new(FieldConflicts::Report).await;
+    let world = World::new().await;
     world.create("w", &["w-a"], json!({"greeting": "hello"}));
     world.kubectl_fails("apply-fails", Some("error: connection refused\n"));
 
@@ -573,7 +572,7 @@ async fn a_failing_apply_backs_off_and_a_success_resets_it() {
 
 #[tokio::test]
 async fn a_deleted_resource_has_its_objects_deleted_before_its_finalizer_goes() {
-    let world = World::new(FieldConflicts::Report).await;
+    let world = World::new().await;
     world.create("w", &["w-a"], json!({"greeting": "hello"}));
     assert!(world.reconcile("w").await.ok);
 
@@ -600,7 +599,7 @@ async fn a_deleted_resource_has_its_objects_deleted_before_its_finalizer_goes() 
 
 #[tokio::test]
 async fn a_failed_delete_keeps_the_resource_until_it_succeeds() {
-    let world = World::new(FieldConflicts::Report).await;
+    let world = World::new().await;
     world.create("w", &["w-a"], json!({"greeting": "hello"}));
     assert!(world.reconcile("w").await.ok);
     world.delete("w");

@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::{CONFIG_MAPS, NAMESPACE, Widgets, World, ready, widget_resource};
-use crate::engine::contract::{FieldConflicts, Nudge, Object, Watching};
+use crate::engine::contract::{Nudge, Object, Watching};
 use crate::engine::model::status::{ConditionStatus, Reason};
 use crate::engine::reconcile::serve::{Reconciler, Runtime};
 
@@ -130,12 +130,10 @@ fn run(runtime: &Arc<Runtime>) -> (CancellationToken, tokio::task::JoinHandle<()
 
 #[tokio::test]
 async fn the_runtime_serves_a_handlers_kind_to_its_status() {
-    let world = World::new(FieldConflicts::Report).await;
+    let world = World::new().await;
     world.create("web", &["web-a", "web-b"], json!({"greeting": "hello"}));
     let runtime = Arc::new(Runtime::new(world.ctx.engine.clone()));
-    runtime
-        .serve_kind(Widgets::new(FieldConflicts::Report), None)
-        .await;
+    runtime.serve_kind(Widgets::new(), None).await;
     let (stop, task) = run(&runtime);
     let has_status = || world.widget("web").is_some_and(|w| !w["status"].is_null());
     eventually("the widget is Ready", || {
@@ -159,7 +157,7 @@ async fn the_runtime_serves_a_handlers_kind_to_its_status() {
 
 #[tokio::test]
 async fn a_typed_and_a_dynamic_kind_share_one_runtime_each_with_its_own_type() {
-    let world = World::new(FieldConflicts::Report).await;
+    let world = World::new().await;
     let client = world.ctx.engine.client.clone();
     for name in ["red", "blue"] {
         put_config_map(&world, name);
@@ -208,7 +206,7 @@ async fn a_typed_and_a_dynamic_kind_share_one_runtime_each_with_its_own_type() {
 async fn a_kind_watched_whole_is_counted_by_its_own_watch() {
     // No namespace, shard or share narrows the watch (the scenario's
     // settings): the resources' watch counts them, with no watch of its own.
-    let world = World::new(FieldConflicts::Report).await;
+    let world = World::new().await;
     world.create("web", &[], json!({}));
     world.create("api", &[], json!({}));
     let told = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -219,7 +217,7 @@ async fn a_kind_watched_whole_is_counted_by_its_own_watch() {
         })
     };
     let runtime = Arc::new(Runtime::new(world.ctx.engine.clone()));
-    let widgets = Widgets::new(FieldConflicts::Report);
+    let widgets = Widgets::new();
     runtime.serve_kind(widgets, Some(on_count)).await;
     let (stop, task) = run(&runtime);
     eventually("both widgets counted", || {
@@ -272,7 +270,7 @@ async fn a_kind_served_on_a_running_runtime_loses_no_first_reconcile() {
     // The kind must be known to the runtime before its watch starts: a
     // reconcile the watch's first list asks for, run before the kind was
     // known, was dropped, and the resource waited for its next change.
-    let world = World::new(FieldConflicts::Report).await;
+    let world = World::new().await;
     world.create("web", &[], json!({}));
     let widgets = widget_resource();
     let client = world.ctx.engine.client.clone();
@@ -328,7 +326,7 @@ impl Reconciler for Crowded {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kind_runs_no_more_reconciles_at_once_than_it_asks() {
-    let world = World::new(FieldConflicts::Report).await;
+    let world = World::new().await;
     let names: Vec<String> = (0..6).map(|i| format!("cm-{i}")).collect();
     for name in &names {
         put_config_map(&world, name);
