@@ -18,15 +18,6 @@ use crate::engine::model::templates::KustomizeDir;
 /// The dynamic type of a kind's resources (`()` for typed kinds).
 pub type DynType<K> = <K as Resource>::DynamicType;
 
-/// One revision of a kind's files, chosen for a resource.
-#[derive(Clone, Debug)]
-pub struct Revision {
-    /// Its number (the definition's generation it came from).
-    pub number: u32,
-    /// Its templates; `None`: the kind's own.
-    pub templates: Option<Arc<KustomizeDir>>,
-}
-
 /// A kind's logic: resource in, plan out.
 pub trait Handler: Send + Sync + 'static {
     /// The custom resource.
@@ -162,8 +153,16 @@ pub trait Handler: Send + Sync + 'static {
 
     /// The revision of the kind's files that renders the resource, where
     /// the kind has several (a declared kind's resource served by one
-    /// revision of its definition). Default: none, the kind's own templates.
-    fn revision_for(&self, _resource: &Self::Resource) -> Option<Revision> {
+    /// revision of its definition): its number, which the reconcile's span
+    /// records. Default: none.
+    fn revision_for(&self, _resource: &Self::Resource) -> Option<u32> {
+        None
+    }
+
+    /// The templates that render the resource when they are not the
+    /// kind's own (those of the revision [`Handler::revision_for`] names).
+    /// Default: the kind's own.
+    fn templates_for(&self, _resource: &Self::Resource) -> Option<Arc<KustomizeDir>> {
         None
     }
 }

@@ -21,7 +21,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 pub use error::HandlerError;
-pub use handler::{Handler, Revision};
+pub use handler::Handler;
 pub(crate) use nudge::Resources;
 pub use nudge::{Nudge, Watching};
 pub use plan::{EventType, FromObjects, Plan, PlannedEvent, Step};

@@ -23,8 +23,8 @@ use super::references::{self, Readers};
 pub use super::rollout::REVISION_FIELD;
 use super::rollout::Rollout;
 use crate::kind::{
-    CommonStatus, FromObjects, Handler, HandlerError, KindInfo, Nudge, ObjectId, Plan,
-    PlannedEvent, Revision, Watching,
+    CommonStatus, FromObjects, Handler, HandlerError, KindInfo, KustomizeDir, Nudge, ObjectId,
+    Plan, PlannedEvent, Watching,
 };
 
 /// The finalizer the resources of a declared kind of API group `group`
@@ -255,13 +255,13 @@ impl Handler for DeclaredHandler {
         kind.file.spec.reconcile.deletion_policy == Deletion::Retain
     }
 
-    fn revision_for(&self, resource: &DeclaredObject) -> Option<Revision> {
+    fn revision_for(&self, resource: &DeclaredObject) -> Option<u32> {
+        self.kind_for(resource).ok()?.0
+    }
+
+    fn templates_for(&self, resource: &DeclaredObject) -> Option<Arc<KustomizeDir>> {
         self.rollout.as_ref()?;
-        let (number, kind) = self.kind_for(resource).ok()?;
-        Some(Revision {
-            number: number?,
-            templates: kind.templates.clone(),
-        })
+        self.kind_for(resource).ok()?.1.templates.clone()
     }
 
     /// Objects carrying every `reconcile.adopt` label (values rendered for

@@ -65,11 +65,10 @@ pub(crate) async fn apply<H: Handler>(
         return fail(ctx, &current, failure, Some(&plan), false).await;
     };
     let marking = marking(&*ctx.handler, owner);
-    let revision = ctx.handler.revision_for(&current.object);
-    if let Some(revision) = &revision {
-        traced::record_revision(revision.number);
+    if let Some(number) = ctx.handler.revision_for(&current.object) {
+        traced::record_revision(number);
     }
-    let revision = revision.and_then(|r| r.templates);
+    let revision = ctx.handler.templates_for(&current.object);
     let templates = revision.as_deref().unwrap_or_else(|| ctx.templates());
     let rendered = match render(&plan, templates, &marking) {
         Ok(r) => r,
