@@ -40,6 +40,8 @@ const RESYNC: Duration = Duration::from_secs(600);
 /// `spec.configMaps`, holding `spec.data`.
 struct Widgets {
     info: KindInfo<ApiResource>,
+    /// The user each observation read as, in order.
+    readers: std::sync::Mutex<Vec<Option<String>>>,
 }
 
 /// The Widget's API resource (served under [`WIDGETS`]).
@@ -60,7 +62,21 @@ impl Widgets {
                 health: false,
                 ..KindInfo::new("widget", FINALIZER, widget_resource())
             },
+            readers: std::sync::Mutex::default(),
         }
+    }
+
+    /// Widgets made for their namespace's users: their writes run as a
+    /// ServiceAccount of it, when the install names one.
+    fn for_tenants() -> Self {
+        let mut widgets = Self::new();
+        widgets.info.tenant_writes = true;
+        widgets
+    }
+
+    /// The users the observations so far read as.
+    fn readers(&self) -> Vec<Option<String>> {
+        self.readers.lock().expect("not poisoned").clone()
     }
 }
 
@@ -88,6 +104,17 @@ impl Handler for Widgets {
     }
 
     async fn observe(&self, _: &DynamicObject, _: &kube::Client) -> Result<(), HandlerError> {
+        Ok(())
+    }
+
+    async fn observe_as(
+        &self,
+        _: &DynamicObject,
+        _: &kube::Client,
+        user: Option<&str>,
+    ) -> Result<(), HandlerError> {
+        let mut readers = self.readers.lock().expect("not poisoned");
+        readers.push(user.map(str::to_string));
         Ok(())
     }
 
@@ -132,6 +159,11 @@ struct Ran {
 
 impl World {
     async fn new() -> Self {
+        Self::with(Widgets::new(), |_| {}).await
+    }
+
+    /// A world serving `widgets`, with the settings `configure` leaves.
+    async fn with(widgets: Widgets, configure: impl FnOnce(&mut Settings)) -> Self {
         let dir = tempfile::tempdir().expect("a temp dir");
         let api = FakeApi::new(dir.path());
         let kubectl = Kubectl::new(KubectlConfig {
@@ -144,16 +176,18 @@ impl World {
         let templates = dir.path().join("kustomize");
         std::fs::create_dir_all(&templates).expect("a kustomize dir");
         let templates = KustomizeDir::load(&templates).expect("an empty kustomize dir loads");
+        let mut settings = settings(dir.path());
+        configure(&mut settings);
         let engine = Engine::new(
             api.client(),
             kubectl,
             Arc::new(templates),
-            settings(dir.path()),
+            settings,
             Arc::new(crate::engine::reconcile::runtime::NoMetrics),
         );
         let ctx = Arc::new(Context {
             engine: Arc::new(engine),
-            handler: Arc::new(Widgets::new()),
+            handler: Arc::new(widgets),
             triggers: Arc::new(Triggers::default()),
         });
         Self { dir, api, ctx }
@@ -623,4 +657,51 @@ async fn a_failed_delete_keeps_the_resource_until_it_succeeds() {
     assert!(world.reconcile("w").await.ok);
     assert!(world.config_map("w-a").is_none());
     assert!(world.widget("w").is_none());
+}
+
+#[tokio::test]
+async fn a_resource_whose_writes_are_refused_is_not_even_observed() {
+    let world = World::with(Widgets::for_tenants(), |settings| {
+        settings.default_service_account = Some("app".into());
+        // Its accounts are never acted as.
+        settings.operator_namespace = Some(NAMESPACE.into());
+    })
+    .await;
+    world.create("w", &["w-a"], json!({"greeting": "hello"}));
+
+    let ran = world.reconcile("w").await;
+
+    assert!(!ran.ok, "refused, yet it succeeded");
+    let status = world.status("w");
+    assert_eq!(ready(&status), (ConditionStatus::False, Reason::Forbidden));
+    let message = status.message.unwrap_or_default();
+    assert!(message.contains("never acts as an account"), "{message}");
+    assert_eq!(world.ctx.handler.readers(), Vec::<Option<String>>::new());
+    assert!(world.kubectl_runs().is_empty());
+    assert!(world.config_map("w-a").is_none());
+}
+
+#[tokio::test]
+async fn a_tenants_resource_is_observed_as_the_account_its_writes_use() {
+    let world = World::with(Widgets::for_tenants(), |settings| {
+        settings.default_service_account = Some("app".into());
+    })
+    .await;
+    world.create("w", &["w-a"], json!({"greeting": "hello"}));
+
+    world.reconcile("w").await;
+
+    let reader = format!("system:serviceaccount:{NAMESPACE}:app");
+    assert_eq!(world.ctx.handler.readers(), [Some(reader)]);
+}
+
+#[tokio::test]
+async fn the_operators_own_resource_is_observed_as_the_operator() {
+    let world = World::new().await;
+    world.create("w", &["w-a"], json!({"greeting": "hello"}));
+
+    let ran = world.reconcile("w").await;
+
+    assert!(ran.ok, "{:?}", ran.error);
+    assert_eq!(world.ctx.handler.readers(), [None]);
 }
