@@ -12,7 +12,7 @@
 //! names an engine path.
 
 pub use crate::engine::contract::{
-    FromObjects, Handler, HandlerError, KindInfo, Nudge, Plan, PlannedEvent, Step, Watching,
+    FromObjects, Handler, HandlerError, KindInfo, Plan, PlannedEvent, Step, Watching,
 };
 pub use crate::engine::model::inventory::{ObjectId, Owner};
 pub use crate::engine::model::overlay::{

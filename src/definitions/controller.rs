@@ -40,7 +40,7 @@ use super::resource::{self, ConditionType, Reason, Status};
 use super::writes::{count, event, status_of, write_status};
 use super::{deletion, following, planning, progress, rights, rollout};
 use crate::engine::host::{Reconciler, Runtime};
-use crate::kind::{Nudge, PlannedEvent, Watching};
+use crate::kind::{PlannedEvent, Watching};
 use crate::kinds::declared::{DeclaredObject, rbac};
 use kube::runtime::finalizer::Event as FinalizerEvent;
 
@@ -141,24 +141,31 @@ impl Reconciler for Definitions {
 
     fn nudges(
         &self,
-        _: Watching<DeclaredObject>,
-    ) -> Vec<BoxStream<'static, Nudge<DeclaredObject>>> {
+        watching: Watching<DeclaredObject>,
+    ) -> Vec<BoxStream<'static, ObjectRef<DeclaredObject>>> {
         let mut nudges = Vec::new();
         if let Some(nudged) = crate::sync::lock(&self.nudged).take() {
             let named = futures::stream::unfold(nudged, |mut nudged| async move {
                 let name = nudged.recv().await?;
                 let def = ObjectRef::new_with(&name, resource::api_resource());
-                Some((Nudge::One(def), nudged))
+                Some((def, nudged))
             });
             nudges.push(named.boxed());
         }
         if let Some(share) = self.ctx.engine.settings().share.clone() {
-            // Which definitions this replica writes changes with its share.
+            // Which definitions this replica writes changes with its share:
+            // each change reconciles every definition held.
             let changes = futures::stream::unfold(share.subscribe(), |mut held| async move {
                 held.changed().await.ok()?;
-                Some((Nudge::Every, held))
+                Some(((), held))
             });
-            nudges.push(changes.boxed());
+            let every = changes.flat_map(move |()| {
+                let held = watching.resources().into_iter();
+                let refs =
+                    held.map(|def| ObjectRef::new_with(&def.name_any(), resource::api_resource()));
+                futures::stream::iter(refs.collect::<Vec<_>>())
+            });
+            nudges.push(every.boxed());
         }
         nudges
     }

@@ -8,9 +8,10 @@ use std::sync::Arc;
 use futures::stream::BoxStream;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
+use kube::runtime::reflector::ObjectRef;
 use serde::Serialize;
 
-use super::{FromObjects, HandlerError, KindInfo, Nudge, Object, Plan, Watching};
+use super::{FromObjects, HandlerError, KindInfo, Object, Plan, Watching};
 use crate::engine::model::inventory::ObjectId;
 use crate::engine::model::status::CommonStatus;
 use crate::engine::model::templates::KustomizeDir;
@@ -138,13 +139,14 @@ pub trait Handler: Send + Sync + 'static {
     }
 
     /// What else starts a reconcile of the kind's resources: streams of
-    /// [`Nudge`](super::Nudge)s, each usually fed by a watch of other objects (a declared
-    /// kind's references, the sources a copyrator rule copies). Default:
-    /// none, only changes of the resources and of the objects they own.
+    /// the resources to reconcile, each usually fed by a watch of other
+    /// objects (a declared kind's references, the sources a copyrator rule
+    /// copies). Default: none, only changes of the resources and of the
+    /// objects they own.
     fn nudges(
         &self,
         _watching: Watching<Self::Resource>,
-    ) -> Vec<BoxStream<'static, Nudge<Self::Resource>>> {
+    ) -> Vec<BoxStream<'static, ObjectRef<Self::Resource>>> {
         Vec::new()
     }
 

@@ -23,7 +23,7 @@ use serde::de::DeserializeOwned;
 pub use error::HandlerError;
 pub use handler::Handler;
 pub(crate) use nudge::Resources;
-pub use nudge::{Nudge, Watching};
+pub use nudge::Watching;
 pub use plan::{EventType, FromObjects, Plan, PlannedEvent, Step};
 pub use policy::KindInfo;
 

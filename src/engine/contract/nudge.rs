@@ -1,18 +1,9 @@
 //! What starts a reconcile besides a change of the resource itself: a kind
 //! watches other objects and names the resources a change concerns
-//! ([`Handler::nudges`](super::Handler::nudges)).
+//! ([`Handler::nudges`](super::Handler::nudges)), each by its
+//! `ObjectRef`.
 
 use std::sync::Arc;
-
-use kube::runtime::reflector::ObjectRef;
-
-/// A request to reconcile resources of a kind.
-pub enum Nudge<K: kube::Resource> {
-    /// This resource.
-    One(ObjectRef<K>),
-    /// Every resource of the kind the runtime holds.
-    Every,
-}
 
 /// The resources of a kind as the runtime holds them now.
 pub(crate) struct Resources<K>(Arc<dyn Fn() -> Vec<Arc<K>> + Send + Sync>);

@@ -21,7 +21,7 @@ use super::primer::Primer;
 use super::serve::{Counted, OnCount, Reconciler, Runtime, slim};
 use super::triggers::Triggers;
 use super::{apply_path, cleanup, traced};
-use crate::engine::contract::{Handler, Nudge, Watching};
+use crate::engine::contract::{Handler, Watching};
 use crate::engine::reconcile::runtime::{Engine, backoff};
 
 /// A handler's kind, served.
@@ -126,7 +126,7 @@ impl<H: Handler> Reconciler for Handled<H> {
     fn nudges(
         &self,
         watching: Watching<H::Resource>,
-    ) -> Vec<BoxStream<'static, Nudge<H::Resource>>> {
+    ) -> Vec<BoxStream<'static, ObjectRef<H::Resource>>> {
         self.ctx.handler.nudges(watching)
     }
 

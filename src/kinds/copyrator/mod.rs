@@ -41,7 +41,9 @@ pub use scope::Scope;
 use futures::stream::BoxStream;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::kind::{CommonStatus, Handler, HandlerError, KindInfo, Nudge, Plan, Watching};
+use kube::runtime::reflector::ObjectRef;
+
+use crate::kind::{CommonStatus, Handler, HandlerError, KindInfo, Plan, Watching};
 use crate::kinds::{KindContext, RustKind, namespaced_api};
 use plan::Rails;
 
@@ -187,7 +189,7 @@ impl Handler for CopyratorHandler {
     fn nudges(
         &self,
         watching: Watching<CopyratorRule>,
-    ) -> Vec<BoxStream<'static, Nudge<CopyratorRule>>> {
+    ) -> Vec<BoxStream<'static, ObjectRef<CopyratorRule>>> {
         let namespace = watching.namespace.as_deref();
         if let Some(ns) = namespace.filter(|ns| !self.rails.scope.contains(ns)) {
             tracing::warn!(

@@ -31,7 +31,7 @@ use kube::{Api, ResourceExt};
 use super::marker;
 use super::resource::{CopyratorRule, RuleType};
 use super::scope::Scope;
-use crate::kind::{Nudge, Watching};
+use crate::kind::Watching;
 use crate::kinds::namespaced_api;
 
 /// The rule's triggers: a stream of the rules each watch's events concern.
@@ -39,7 +39,7 @@ pub fn nudges(
     watching: Watching<CopyratorRule>,
     namespace_selector: Option<&str>,
     scope: &Scope,
-) -> Vec<BoxStream<'static, Nudge<CopyratorRule>>> {
+) -> Vec<BoxStream<'static, ObjectRef<CopyratorRule>>> {
     let client = watching.client.clone();
     let namespace = watching.namespace.as_deref();
     let mut nudges = Vec::new();
@@ -91,7 +91,7 @@ fn objects<K>(
     config: watcher::Config,
     rules: Watching<CopyratorRule>,
     kind: RuleType,
-) -> BoxStream<'static, Nudge<CopyratorRule>>
+) -> BoxStream<'static, ObjectRef<CopyratorRule>>
 where
     PartialObjectMeta<K>: kube::Resource<DynamicType = ()>
         + Clone
@@ -111,7 +111,7 @@ fn touched<K>(
     api: Api<K>,
     config: watcher::Config,
     concerned: impl Fn(K) -> Vec<ObjectRef<CopyratorRule>> + Send + 'static,
-) -> BoxStream<'static, Nudge<CopyratorRule>>
+) -> BoxStream<'static, ObjectRef<CopyratorRule>>
 where
     K: kube::Resource<DynamicType = ()>
         + Clone
@@ -124,7 +124,7 @@ where
         .default_backoff()
         .touched_objects()
         .filter_map(|obj| std::future::ready(obj.ok()))
-        .flat_map(move |obj| stream::iter(concerned(obj).into_iter().map(Nudge::One)))
+        .flat_map(move |obj| stream::iter(concerned(obj)))
         .boxed()
 }
 

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use futures::stream::BoxStream;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::ApiResource;
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::Value;
 
@@ -23,8 +24,8 @@ use super::references::{self, Readers};
 pub use super::rollout::REVISION_FIELD;
 use super::rollout::Rollout;
 use crate::kind::{
-    CommonStatus, FromObjects, Handler, HandlerError, KindInfo, KustomizeDir, Nudge, ObjectId,
-    Plan, PlannedEvent, Watching,
+    CommonStatus, FromObjects, Handler, HandlerError, KindInfo, KustomizeDir, ObjectId, Plan,
+    PlannedEvent, Watching,
 };
 
 /// The finalizer the resources of a declared kind of API group `group`
@@ -229,7 +230,7 @@ impl Handler for DeclaredHandler {
     fn nudges(
         &self,
         watching: Watching<DeclaredObject>,
-    ) -> Vec<BoxStream<'static, Nudge<DeclaredObject>>> {
+    ) -> Vec<BoxStream<'static, ObjectRef<DeclaredObject>>> {
         let kind = &self.info.dyn_type;
         (self.referenced().into_iter())
             .map(|read| references::nudges(&watching, read, self.readers.clone(), kind.clone()))

@@ -22,7 +22,7 @@ use kube::core::GroupVersionKind;
 use serde_json::Value;
 
 use super::object::DeclaredObject;
-use crate::kind::{HandlerError, Nudge, Reason, Watching};
+use crate::kind::{HandlerError, Reason, Watching};
 
 /// The most bytes (as JSON) one resource's references may read in all.
 pub const MAX_READ_BYTES: usize = 1024 * 1024;
@@ -353,7 +353,7 @@ pub fn nudges(
     resource: ApiResource,
     readers: Arc<Readers>,
     kind: ApiResource,
-) -> BoxStream<'static, Nudge<DeclaredObject>> {
+) -> BoxStream<'static, ObjectRef<DeclaredObject>> {
     let client = watching.client.clone();
     let api: kube::Api<PartialObjectMeta<DynamicObject>> = match watching.namespace.as_deref() {
         Some(ns) => kube::Api::namespaced_with(client, ns, &resource),
@@ -368,10 +368,10 @@ pub fn nudges(
             let kind = kind.clone();
             stream::iter(read_by.map(move |(namespace, name)| {
                 let reader = ObjectRef::new_with(&name, kind.clone());
-                Nudge::One(match namespace {
+                match namespace {
                     Some(namespace) => reader.within(&namespace),
                     None => reader,
-                })
+                }
             }))
         })
         .boxed()

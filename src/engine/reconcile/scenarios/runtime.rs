@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::{CONFIG_MAPS, NAMESPACE, Widgets, World, ready, widget_resource};
-use crate::engine::contract::{Nudge, Object, Watching};
+use crate::engine::contract::{Object, Watching};
 use crate::engine::model::status::{ConditionStatus, Reason};
 use crate::engine::reconcile::serve::{Reconciler, Runtime};
 
@@ -32,7 +32,7 @@ const PATIENCE: Duration = Duration::from_secs(20);
 struct Recorder<K: Object> {
     api: kube::Api<K>,
     seen: mpsc::UnboundedSender<String>,
-    nudges: Mutex<Option<BoxStream<'static, Nudge<K>>>>,
+    nudges: Mutex<Option<BoxStream<'static, ObjectRef<K>>>>,
     finished: mpsc::UnboundedSender<Vec<String>>,
 }
 
@@ -48,7 +48,7 @@ impl<K: Object> Reconciler for Recorder<K> {
         Action::await_change()
     }
 
-    fn nudges(&self, _: Watching<K>) -> Vec<BoxStream<'static, Nudge<K>>> {
+    fn nudges(&self, _: Watching<K>) -> Vec<BoxStream<'static, ObjectRef<K>>> {
         crate::sync::lock(&self.nudges).take().into_iter().collect()
     }
 
@@ -63,7 +63,7 @@ impl<K: Object> Reconciler for Recorder<K> {
 /// names reconciled, where to nudge, and the names held at the stop.
 struct Recorded<K: Object> {
     seen: mpsc::UnboundedReceiver<String>,
-    nudge: mpsc::UnboundedSender<Nudge<K>>,
+    nudge: mpsc::UnboundedSender<ObjectRef<K>>,
     finished: mpsc::UnboundedReceiver<Vec<String>>,
 }
 
@@ -170,6 +170,7 @@ async fn a_typed_and_a_dynamic_kind_share_one_runtime_each_with_its_own_type() {
     ));
     let dynamic_api = kube::Api::<DynamicObject>::namespaced_with(client, NAMESPACE, &widgets);
     let (dynamic, mut definitions) = recorder(dynamic_api);
+    let web = ObjectRef::new_with("web", widgets.clone()).within(NAMESPACE);
     let runtime = Arc::new(Runtime::new(world.ctx.engine.clone()));
     runtime.serve("configmaps", typed, None).await;
     runtime.serve("widgets", dynamic, None).await;
@@ -177,11 +178,11 @@ async fn a_typed_and_a_dynamic_kind_share_one_runtime_each_with_its_own_type() {
     // Each kind's first list brings its resources to its own reconciler.
     assert_eq!(next_seen(&mut config_maps.seen, 2).await, ["blue", "red"]);
     assert_eq!(next_seen(&mut definitions.seen, 1).await, ["web"]);
-    // A nudge of one resource, then of every resource of a kind.
+    // A nudge of one resource of each kind, each to its own reconciler.
     let red = ObjectRef::<ConfigMap>::new("red").within(NAMESPACE);
-    config_maps.nudge.send(Nudge::One(red)).expect("nudged");
+    config_maps.nudge.send(red).expect("nudged");
     assert_eq!(next_seen(&mut config_maps.seen, 1).await, ["red"]);
-    definitions.nudge.send(Nudge::Every).expect("nudged");
+    definitions.nudge.send(web.clone()).expect("nudged");
     assert_eq!(next_seen(&mut definitions.seen, 1).await, ["web"]);
     // A kind stopped is given what it held; the other goes on.
     runtime.stop("configmaps").await;
@@ -190,7 +191,7 @@ async fn a_typed_and_a_dynamic_kind_share_one_runtime_each_with_its_own_type() {
         held.expect("finished in time"),
         Some(vec!["blue".into(), "red".into()])
     );
-    definitions.nudge.send(Nudge::Every).expect("nudged");
+    definitions.nudge.send(web.clone()).expect("nudged");
     assert_eq!(next_seen(&mut definitions.seen, 1).await, ["web"]);
     assert!(!runtime.running("configmaps") && runtime.running("widgets"));
     stop.cancel();
@@ -255,7 +256,10 @@ impl Reconciler for Slow {
         self.recorder.reconcile(resource).await
     }
 
-    fn nudges(&self, _: Watching<DynamicObject>) -> Vec<BoxStream<'static, Nudge<DynamicObject>>> {
+    fn nudges(
+        &self,
+        _: Watching<DynamicObject>,
+    ) -> Vec<BoxStream<'static, ObjectRef<DynamicObject>>> {
         // Called while the runtime starts the kind's watches, on the
         // thread serving it (not one of the runtime's workers).
         let seen = crate::sync::lock(&self.waited).recv_timeout(PATIENCE);

@@ -242,8 +242,8 @@ impl Runtime {
         *crate::sync::lock(&served.watch) = Some(tokio::spawn(watching));
         let nudged = (reconciler.nudges(&self.shared, kind).into_iter())
             .map(|nudges| {
-                let (shared, kind) = (self.shared.clone(), kind.clone());
-                tokio::spawn(watch::nudged(shared, kind, nudges, stop.clone()))
+                let shared = self.shared.clone();
+                tokio::spawn(watch::nudged(shared, nudges, stop.clone()))
             })
             .collect();
         *crate::sync::lock(&served.nudged) = nudged;
@@ -290,12 +290,6 @@ impl Shared {
             let gone = (*held).clone();
             crate::sync::lock(&self.writer).apply_watcher_event(&watcher::Event::Delete(gone));
         }
-    }
-
-    /// The keys of every resource of the kind `kind` in the store.
-    fn keys_of(&self, kind: &str) -> Vec<ObjectRef<Keyed>> {
-        let held = self.store.state().into_iter();
-        held.filter(|k| &*k.kind == kind).map(|k| k.key()).collect()
     }
 }
 

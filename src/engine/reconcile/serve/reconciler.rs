@@ -12,7 +12,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 
-use crate::engine::contract::{Nudge, Object, Watching};
+use crate::engine::contract::{Object, Watching};
 
 /// A kind as the runtime serves it: how its resources are watched, what
 /// an event of the watch does, one reconcile, and what else starts one.
@@ -54,7 +54,7 @@ pub(crate) trait Reconciler: Send + Sync + 'static {
     fn nudges(
         &self,
         _watching: Watching<Self::Resource>,
-    ) -> Vec<BoxStream<'static, Nudge<Self::Resource>>> {
+    ) -> Vec<BoxStream<'static, ObjectRef<Self::Resource>>> {
         Vec::new()
     }
 

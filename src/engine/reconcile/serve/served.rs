@@ -15,7 +15,7 @@ use super::count::Tally;
 use super::keyed::{self, Keyed};
 use super::reconciler::Reconciler;
 use super::{Held, Shared};
-use crate::engine::contract::{Nudge, Resources, Watching};
+use crate::engine::contract::{Resources, Watching};
 
 /// A [`Reconciler`] without its type: what the runtime's table holds.
 pub(super) trait Served: Send + Sync + 'static {
@@ -35,7 +35,7 @@ pub(super) trait Served: Send + Sync + 'static {
         &self,
         shared: &Arc<Shared>,
         kind: &Arc<str>,
-    ) -> Vec<BoxStream<'static, Nudge<Keyed>>>;
+    ) -> Vec<BoxStream<'static, ObjectRef<Keyed>>>;
 
     /// One reconcile of `held`.
     fn reconcile(self: Arc<Self>, held: &Keyed) -> BoxFuture<'static, Action>;
@@ -65,7 +65,7 @@ impl<R: Reconciler> Served for R {
         &self,
         shared: &Arc<Shared>,
         kind: &Arc<str>,
-    ) -> Vec<BoxStream<'static, Nudge<Keyed>>> {
+    ) -> Vec<BoxStream<'static, ObjectRef<Keyed>>> {
         let (store, of) = (shared.store.clone(), kind.clone());
         let resources = Resources::new(move || {
             let held = store.state().into_iter();
@@ -84,12 +84,7 @@ impl<R: Reconciler> Served for R {
             .map(|nudges| {
                 let kind = kind.clone();
                 nudges
-                    .map(move |nudge| match nudge {
-                        Nudge::One(r) => {
-                            Nudge::One(keyed::key(&kind, r.namespace.as_deref(), &r.name))
-                        }
-                        Nudge::Every => Nudge::Every,
-                    })
+                    .map(move |r| keyed::key(&kind, r.namespace.as_deref(), &r.name))
                     .boxed()
             })
             .collect()

@@ -17,7 +17,6 @@ use tokio_util::sync::CancellationToken;
 use super::count::Tally;
 use super::keyed::Keyed;
 use super::{Held, Queue, Reconciler, Shared};
-use crate::engine::contract::Nudge;
 
 /// Watches the resources of the kind `kind` until `stop` is cancelled,
 /// keeping the store and the queue of `shared`; returns the keys it holds
@@ -173,30 +172,21 @@ pub(crate) fn slim<K: Resource>(obj: &mut K) {
     }
 }
 
-/// Queues the reconciles `nudges` asks for, of the kind `kind`, until
-/// `stop` is cancelled.
+/// Queues the reconciles `nudges` asks for until `stop` is cancelled.
 pub(super) async fn nudged(
     shared: Arc<Shared>,
-    kind: Arc<str>,
-    mut nudges: BoxStream<'static, Nudge<Keyed>>,
+    mut nudges: BoxStream<'static, ObjectRef<Keyed>>,
     stop: CancellationToken,
 ) {
     loop {
-        let nudge = tokio::select! {
+        let key = tokio::select! {
             () = stop.cancelled() => break,
-            nudge = nudges.next() => match nudge {
-                Some(nudge) => nudge,
+            key = nudges.next() => match key {
+                Some(key) => key,
                 None => break,
             },
         };
-        match nudge {
-            Nudge::One(key) => shared.queue.push(key),
-            Nudge::Every => {
-                for key in shared.keys_of(&kind) {
-                    shared.queue.push(key);
-                }
-            }
-        }
+        shared.queue.push(key);
     }
 }
 
