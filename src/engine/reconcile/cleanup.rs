@@ -33,7 +33,10 @@ pub(crate) async fn cleanup<H: Handler>(
     let Some(owner) = ctx.owner(obj) else {
         return Ok(Action::await_change());
     };
-    let ids = to_delete(ctx, &current, &owner).await;
+    let ids = match to_delete(ctx, &current, &owner).await {
+        Ok(ids) => ids,
+        Err(failure) => return fail(ctx, &current, failure, None, false).await,
+    };
     let identity = if ids.is_empty() {
         Identity::Operator
     } else {
@@ -90,23 +93,26 @@ fn names(ids: &[ObjectId]) -> String {
 /// What to delete: the inventory. A resource last applied by a version
 /// without inventories (it has an applied digest, no inventory) gets the
 /// objects its current plan renders, each still checked for the marker or
-/// the kind's adoption rule before it is deleted.
+/// the kind's adoption rule before it is deleted; while its writes are
+/// refused (`Forbidden`), nothing is rendered for it and it stays, as any
+/// resource whose delete fails does.
 async fn to_delete<H: Handler>(
     ctx: &Context<H>,
     current: &Current<'_, H::Resource>,
     owner: &Owner,
-) -> Vec<ObjectId> {
+) -> Result<Vec<ObjectId>, Failure> {
     if let Some(inventory) = &current.common.inventory {
-        return inventory.ids().into_iter().collect();
+        return Ok(inventory.ids().into_iter().collect());
     }
     if current.common.applied_digest.is_none() {
-        return Vec::new();
+        return Ok(Vec::new());
     }
     match rendered_objects(ctx, current, owner).await {
-        Ok(ids) => ids.into_iter().collect(),
+        Ok(ids) => Ok(ids.into_iter().collect()),
+        Err(Unrendered::Refused(e)) => Err(Failure::new(e.reason(), e.to_string())),
         Err(e) => {
             tracing::warn!(object = %ctx.key(&current.object), error = %e, "cannot tell what a resource without an inventory applied; deleting nothing");
-            Vec::new()
+            Ok(Vec::new())
         }
     }
 }
@@ -114,6 +120,9 @@ async fn to_delete<H: Handler>(
 /// Why the objects a resource would produce now are not known.
 #[derive(Debug, thiserror::Error)]
 enum Unrendered {
+    /// The resource's writes are refused, and so are its reads.
+    #[error(transparent)]
+    Refused(HandlerError),
     /// The handler could not observe or plan.
     #[error(transparent)]
     Handler(#[from] HandlerError),
@@ -131,7 +140,7 @@ async fn rendered_objects<H: Handler>(
     current: &Current<'_, H::Resource>,
     owner: &Owner,
 ) -> Result<BTreeSet<ObjectId>, Unrendered> {
-    let reader = ctx.reader(&current.object)?;
+    let reader = ctx.reader(&current.object).map_err(Unrendered::Refused)?;
     let observed = ctx
         .handler
         .observe_as(&current.object, &ctx.engine.client, reader.as_deref())

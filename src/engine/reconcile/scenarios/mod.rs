@@ -705,3 +705,34 @@ async fn the_operators_own_resource_is_observed_as_the_operator() {
     assert!(ran.ok, "{:?}", ran.error);
     assert_eq!(world.ctx.handler.readers(), [None]);
 }
+
+#[tokio::test]
+async fn a_resource_without_an_inventory_whose_writes_are_refused_stays_when_deleted() {
+    let world = World::with(Widgets::for_tenants(), |settings| {
+        settings.default_service_account = Some("app".into());
+        settings.operator_namespace = Some(NAMESPACE.into());
+    })
+    .await;
+    world.create("w", &["w-a"], json!({"greeting": "hello"}));
+    // As a version without inventories left it (before the refusal was
+    // configured): finalized, applied, no inventory.
+    let mut widget = world.widget("w").expect("the widget exists");
+    widget["metadata"]["finalizers"] = json!([FINALIZER]);
+    widget["status"] = json!({"appliedDigest": "an older version's digest"});
+    world.api.put(&format!("{WIDGETS}/w"), widget);
+
+    world.delete("w");
+    let ran = world.reconcile("w").await;
+
+    assert!(!ran.ok, "its delete was refused, yet it succeeded");
+    let widget = world
+        .widget("w")
+        .expect("it stays while its writes are refused");
+    assert_eq!(widget["metadata"]["finalizers"], json!([FINALIZER]));
+    assert_eq!(
+        ready(&world.status("w")),
+        (ConditionStatus::False, Reason::Forbidden)
+    );
+    assert_eq!(world.ctx.handler.readers(), Vec::<Option<String>>::new());
+    assert!(world.kubectl_runs().is_empty());
+}
