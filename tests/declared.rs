@@ -370,8 +370,15 @@ subjects: [{{kind: ServiceAccount, name: differ, namespace: {ns}}}]
 
     let fixtures = common::fixture_kinds().display().to_string();
     let args = ["webapp/shop", "-n", &ns.name, "--kustomize-dir", &fixtures];
-    let (code, out, err) = common::operator_command_as("diff", &args, Some(token.path()));
-    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    // kubectl diff compares status too, which the Deployment controller
+    // may still be writing: clean once it settled.
+    let (out, err) = common::wait_for(TIMEOUT, "diff to find nothing to change", async || {
+        match common::operator_command_as("diff", &args, Some(token.path())) {
+            (Some(0), out, err) => Ok((out, err)),
+            (code, out, err) => Err(format!("exit {code:?}\nstdout:\n{out}\nstderr:\n{err}")),
+        }
+    })
+    .await;
     assert!(would(&out).is_empty(), "{out}");
     assert!(
         err.contains("note: what run would prune was not checked") && err.contains("forbidden"),
