@@ -162,6 +162,17 @@ impl World {
         Self::with(Widgets::new(), |_| {}).await
     }
 
+    /// A world whose Widgets' writes are all refused: they write as an
+    /// account of their namespace, the operator's own, whose accounts are
+    /// never acted as.
+    async fn refusing() -> Self {
+        Self::with(Widgets::for_tenants(), |settings| {
+            settings.default_service_account = Some("app".into());
+            settings.operator_namespace = Some(NAMESPACE.into());
+        })
+        .await
+    }
+
     /// A world serving `widgets`, with the settings `configure` leaves.
     async fn with(widgets: Widgets, configure: impl FnOnce(&mut Settings)) -> Self {
         let dir = tempfile::tempdir().expect("a temp dir");
@@ -661,12 +672,7 @@ async fn a_failed_delete_keeps_the_resource_until_it_succeeds() {
 
 #[tokio::test]
 async fn a_resource_whose_writes_are_refused_is_not_even_observed() {
-    let world = World::with(Widgets::for_tenants(), |settings| {
-        settings.default_service_account = Some("app".into());
-        // Its accounts are never acted as.
-        settings.operator_namespace = Some(NAMESPACE.into());
-    })
-    .await;
+    let world = World::refusing().await;
     world.create("w", &["w-a"], json!({"greeting": "hello"}));
 
     let ran = world.reconcile("w").await;
@@ -708,11 +714,7 @@ async fn the_operators_own_resource_is_observed_as_the_operator() {
 
 #[tokio::test]
 async fn a_resource_without_an_inventory_whose_writes_are_refused_stays_when_deleted() {
-    let world = World::with(Widgets::for_tenants(), |settings| {
-        settings.default_service_account = Some("app".into());
-        settings.operator_namespace = Some(NAMESPACE.into());
-    })
-    .await;
+    let world = World::refusing().await;
     world.create("w", &["w-a"], json!({"greeting": "hello"}));
     // As a version without inventories left it (before the refusal was
     // configured): finalized, applied, no inventory.
