@@ -6,7 +6,7 @@
 //! is said once. Everything here is a re-export; nothing outside the
 //! engine names another engine path (`hack/check-imports` checks it).
 
-pub use super::reconcile::preview::{Preview, PreviewError};
+pub use super::reconcile::preview::Preview;
 
 pub(crate) use super::model::identity::{Identity, Writers};
 pub(crate) use super::reconcile::runtime::{Engine, ReconcileMetrics, Settings};

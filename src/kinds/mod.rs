@@ -42,7 +42,7 @@ use kube::Resource;
 use kube::api::ApiResource;
 
 pub use crate::engine::host::Preview;
-use crate::engine::host::{PreviewError, Runtime};
+use crate::engine::host::Runtime;
 use crate::kind::{Handler, HandlerError, KustomizeDir};
 
 /// What every kind is told about where the operator runs.
@@ -115,16 +115,17 @@ pub enum RenderError {
         /// Why.
         reason: String,
     },
-    /// The handler refused the resource, or its overlay did not render.
+    /// The kind refused the resource, or its overlay did not render
+    /// (`RenderFailed`): what its reconcile would report.
     #[error(transparent)]
-    Preview(#[from] PreviewError),
+    Unrendered(#[from] HandlerError),
 }
 
 impl RenderError {
-    /// The handler's refusal, when the handler refused the resource.
+    /// Why the resource did not render, as its reconcile would report it.
     pub fn refusal(&self) -> Option<&HandlerError> {
         match self {
-            Self::Preview(PreviewError::Handler(e)) => Some(e),
+            Self::Unrendered(e) => Some(e),
             _ => None,
         }
     }
@@ -336,9 +337,7 @@ impl WithHandler for Render<'_> {
 
     fn with<H: Handler>(self, handler: H) -> Self::Output {
         let resource = resource_of(&handler, self.doc)?;
-        let observed = handler
-            .observe_offline(&resource, self.rest)
-            .map_err(PreviewError::Handler)?;
+        let observed = handler.observe_offline(&resource, self.rest)?;
         Ok(Preview::of(&handler, &resource, &observed, self.dir)?)
     }
 }
@@ -362,10 +361,7 @@ impl<'a> WithHandler for RenderLive<'a> {
     fn with<H: Handler>(self, handler: H) -> Self::Output {
         Box::pin(async move {
             let resource = resource_of(&handler, self.doc)?;
-            let observed = handler
-                .observe_preview(&resource, self.client)
-                .await
-                .map_err(PreviewError::Handler)?;
+            let observed = handler.observe_preview(&resource, self.client).await?;
             let mut output = Preview::of(&handler, &resource, &observed, self.dir)?;
             if self.owned == OwnedObjects::Read {
                 let adopts = |meta: &kube::api::ObjectMeta| handler.adopts(&resource, meta);

@@ -20,7 +20,8 @@ use super::context::{marking, owner_with_uid};
 use crate::engine::contract::{Handler, HandlerError, Step};
 use crate::engine::live::ownership::{self, Discovery, Inspected, Verdict};
 use crate::engine::model::inventory::{ObjectId, Owner};
-use crate::engine::model::overlay::{OverlayError, RenderedOverlay};
+use crate::engine::model::overlay::RenderedOverlay;
+use crate::engine::model::status::Reason;
 use crate::engine::model::templates::KustomizeDir;
 
 /// What a reconcile of a resource would do.
@@ -39,36 +40,28 @@ pub struct Preview {
     pub(crate) pruning: Pruning,
 }
 
-/// Why there is no preview.
-#[derive(Debug, thiserror::Error)]
-pub enum PreviewError {
-    /// The handler refused the resource.
-    #[error(transparent)]
-    Handler(#[from] HandlerError),
-    /// Rendering failed.
-    #[error(transparent)]
-    Overlay(#[from] OverlayError),
-}
-
 impl Preview {
     /// The UID the marker of a resource that has none carries (a file
     /// written by hand rather than read from the cluster).
     pub const PLACEHOLDER_UID: &str = "00000000-0000-0000-0000-000000000000";
 
-    /// What a reconcile of `resource`, with `observed`, would apply and prune.
+    /// What a reconcile of `resource`, with `observed`, would apply and
+    /// prune; or why not, as its reconcile would say it: the handler's
+    /// refusal, or an overlay that does not render (`RenderFailed`).
     pub(crate) fn of<H: Handler>(
         handler: &H,
         resource: &H::Resource,
         observed: &H::Observed,
         dir: &KustomizeDir,
-    ) -> Result<Self, PreviewError> {
+    ) -> Result<Self, HandlerError> {
         use kube::ResourceExt;
         let plan = handler.plan(resource, observed)?;
         let uid = resource
             .uid()
             .unwrap_or_else(|| Self::PLACEHOLDER_UID.to_string());
         let marking = marking(handler, owner_with_uid(handler, resource, uid));
-        let Rendered { overlays, .. } = render(&plan, dir, &marking)?;
+        let Rendered { overlays, .. } = render(&plan, dir, &marking)
+            .map_err(|e| HandlerError::transient(Reason::RenderFailed, e))?;
         let inventory = handler.common_status(resource).and_then(|s| s.inventory);
         let pruning = Pruning {
             prunes: plan.prune,
