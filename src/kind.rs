@@ -16,7 +16,7 @@ pub use crate::engine::contract::{
 };
 pub use crate::engine::model::inventory::{ObjectId, Owner};
 pub use crate::engine::model::overlay::{
-    ConfigMapGenerator, Labels, Overlay, PatchTarget, PatchTemplate, ResourceTemplate,
+    ConfigMapGenerator, Labels, Overlay, PatchTarget, PatchTemplate,
 };
 pub use crate::engine::model::status::{
     CommonStatus, Condition, ConditionStatus, ConditionType, Reason,

@@ -62,11 +62,11 @@ fn hostile_names_stay_one_scalar_in_every_rendered_file() {
         panic!("the Sample's plan applies an overlay")
     };
     // The API server would refuse most of these as names; the overlay is fed
-    // them directly, in every place a value lands: a patch template value,
+    // them directly, in every place a value lands: the templates' values,
     // a generated label and the generated namespace.
     let shape = |value: &str| {
         let mut overlay = planned.clone();
-        overlay.patches[0].values["metadata"]["name"] = value.into();
+        overlay.values["metadata"]["name"] = value.into();
         overlay.labels[0]
             .pairs
             .insert("app.kubernetes.io/instance".into(), value.into());

@@ -183,9 +183,9 @@ fn overlays_in_the_in_process_subset_build_as_kustomize_builds_them() {
                     include_templates: false,
                 },
             ],
+            values: serde_json::json!({"name": "renamed"}),
             patches: vec![PatchTemplate {
                 template: "p.yaml".into(),
-                values: serde_json::json!({"name": "renamed"}),
                 target: Some(PatchTarget {
                     kind: Some("Service".into()),
                     name: Some("web".into()),

@@ -14,8 +14,8 @@ use super::file::{GeneratorSpec, KindSpec, ReadinessRule, Scope};
 use super::object::DeclaredObject;
 use super::references::{By, Lookup, api_resource};
 use crate::kind::{
-    ConfigMapGenerator, HandlerError, Labels, Overlay, PatchTarget, PatchTemplate,
-    ResourceTemplate, Sandbox, TemplateError, Templates,
+    ConfigMapGenerator, HandlerError, Labels, Overlay, PatchTarget, PatchTemplate, Sandbox,
+    TemplateError, Templates,
 };
 
 /// The compiled templated strings of one kind file.
@@ -266,7 +266,6 @@ impl Recipe {
                 .iter()
                 .map(|p| PatchTemplate {
                     template: p.template.clone(),
-                    values: values.clone(),
                     target: p.target.as_ref().map(|t| PatchTarget {
                         group: t.group.clone(),
                         version: t.version.clone(),
@@ -276,20 +275,14 @@ impl Recipe {
                     allow_name_change: false,
                 })
                 .collect(),
-            resource_templates: o
-                .resources
-                .iter()
-                .map(|r| ResourceTemplate {
-                    template: r.template.clone(),
-                    values: values.clone(),
-                })
-                .collect(),
+            resource_templates: o.resources.iter().map(|r| r.template.clone()).collect(),
             config_map_generators: self.generators(
                 "configMapGenerator",
                 &o.config_map_generator,
                 &context,
             )?,
             secret_generators: self.generators("secretGenerator", &o.secret_generator, &context)?,
+            values,
             ..Default::default()
         })
     }

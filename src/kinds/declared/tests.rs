@@ -399,8 +399,8 @@ fn the_plan_is_the_recipe_for_the_resource() {
     assert_eq!(overlay.labels[0].pairs["app.kubernetes.io/instance"], "hi");
     assert_eq!(overlay.config_map_generators[0].name, "hi-text");
     assert_eq!(overlay.config_map_generators[0].data["message"], "hey");
-    assert_eq!(overlay.patches[0].values["spec"]["replicas"], 2);
-    assert_eq!(overlay.resource_templates[0].template, "service.yaml");
+    assert_eq!(overlay.values["spec"]["replicas"], 2);
+    assert_eq!(overlay.resource_templates[0], "service.yaml");
     let greeting = resource(json!({"message": "hey"}));
     assert!(handler.reaches(&greeting, &object("apps/v1", "Deployment", Some("ns"))));
     assert!(!handler.reaches(&greeting, &object("apps/v1", "Deployment", Some("other"))));

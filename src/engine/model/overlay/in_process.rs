@@ -283,9 +283,9 @@ mod tests {
                 include_selectors: true,
                 include_templates: true,
             }],
+            values: json!({"name": "web", "count": 3}),
             patches: vec![PatchTemplate {
                 template: "deployment.yaml".into(),
-                values: json!({"name": "web", "count": 3}),
                 target: Some(PatchTarget {
                     kind: Some("Deployment".into()),
                     name: Some("nginx".into()),

@@ -65,12 +65,16 @@ pub struct Overlay {
     pub namespace_unset_only: bool,
     /// kustomize `labels` entries.
     pub labels: Vec<Labels>,
+    /// What every template of the overlay sees (a JSON object): its
+    /// patches and its resource templates render with the same values.
+    pub values: serde_json::Value,
     /// Patches rendered from templates.
     pub patches: Vec<PatchTemplate>,
     /// Complete objects added as resources, serialized from data.
     pub resources: Vec<serde_json::Value>,
-    /// Objects rendered from templates of the kind folder's `resources/`.
-    pub resource_templates: Vec<ResourceTemplate>,
+    /// Objects rendered from templates of the kind folder's `resources/`:
+    /// their file names there.
+    pub resource_templates: Vec<String>,
     /// kustomize `configMapGenerator` entries.
     pub config_map_generators: Vec<ConfigMapGenerator>,
     /// kustomize `secretGenerator` entries.
@@ -85,15 +89,6 @@ pub struct Overlay {
     /// rely on it: [`RenderedOverlay::is_sensitive`] also finds every
     /// Secret the rendered files hold, generate or patch in.
     pub sensitive: bool,
-}
-
-/// An object rendered from a template of the kind folder's `resources/`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ResourceTemplate {
-    /// File name in `<kind>/resources/`.
-    pub template: String,
-    /// The template context (a JSON object).
-    pub values: serde_json::Value,
 }
 
 /// True when a YAML text holds no document: only blank lines, comments
@@ -116,13 +111,12 @@ pub struct Labels {
     pub include_templates: bool,
 }
 
-/// A patch: a template of the kind's `patches/` folder and the values it sees.
+/// A patch: a template of the kind's `patches/` folder, rendered with the
+/// overlay's values, and what it applies to.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PatchTemplate {
     /// File name in `<kind>/patches/`.
     pub template: String,
-    /// The template context (a JSON object).
-    pub values: serde_json::Value,
     /// Which objects the patch applies to (kustomize `target`).
     pub target: Option<PatchTarget>,
     /// Lets a strategic-merge patch rename its target.
@@ -427,15 +421,15 @@ impl Overlay {
             files.insert(path.clone(), to_yaml(resource, &path)?.into_bytes());
             k.resources.push(path);
         }
-        for (i, t) in self.resource_templates.iter().enumerate() {
+        for (i, template) in self.resource_templates.iter().enumerate() {
             let base = self.base.as_deref().unwrap_or_default();
-            let text = dir.render(&format!("{base}/resources/{}", t.template), &t.values)?;
+            let text = dir.render(&format!("{base}/resources/{template}"), &self.values)?;
             if no_documents(&text) {
                 // A template that renders nothing (`{% if spec.expose %}`)
                 // produces no object; kustomize would refuse an empty file.
                 continue;
             }
-            let path = format!("templated/{i:02}-{}", t.template);
+            let path = format!("templated/{i:02}-{template}");
             files.insert(path.clone(), text.into_bytes());
             k.resources.push(path);
         }
@@ -513,7 +507,7 @@ impl Overlay {
         for (i, patch) in self.patches.iter().enumerate() {
             let base = self.base.as_deref().unwrap_or_default();
             let name = format!("{base}/patches/{}", patch.template);
-            let text = dir.render(&name, &patch.values)?;
+            let text = dir.render(&name, &self.values)?;
             let path = format!("patches/{i:02}-{}", patch.template);
             files.insert(path.clone(), text.into_bytes());
             k.patches.push(KustomizePatch {
@@ -745,9 +739,9 @@ mod tests {
         Overlay {
             base: Some("k".into()),
             namespace: Some("ns".into()),
+            values: json!({ "v": v }),
             patches: vec![PatchTemplate {
                 template: "p.yaml".into(),
-                values: json!({ "v": v }),
                 target: None,
                 allow_name_change: false,
             }],
@@ -862,34 +856,34 @@ mod tests {
             base: Some("k".into()),
             ..Default::default()
         };
-        let patch = |template: &str, kind: &str| PatchTemplate {
-            template: template.into(),
+        let of = |kind: &str| Overlay {
             values: templated(kind),
+            ..base()
+        };
+        let patch = |template: &str| PatchTemplate {
+            template: template.into(),
             target: None,
             allow_name_change: false,
         };
-        let resource_template = |kind: &str| ResourceTemplate {
-            template: "secret.yaml".into(),
-            values: templated(kind),
-        };
+        let resource_template = || vec!["secret.yaml".to_string()];
         let sensitive = |o: Overlay| o.render(&k, None).unwrap().is_sensitive();
         assert!(!sensitive(base()), "a ConfigMap only");
         assert!(!sensitive(Overlay {
-            resource_templates: vec![resource_template("ConfigMap")],
-            patches: vec![patch("p.yaml", "ConfigMap")],
-            ..base()
+            resource_templates: resource_template(),
+            patches: vec![patch("p.yaml")],
+            ..of("ConfigMap")
         }));
         assert!(sensitive(Overlay {
-            resource_templates: vec![resource_template("Secret")],
-            ..base()
+            resource_templates: resource_template(),
+            ..of("Secret")
         }));
         assert!(sensitive(Overlay {
-            patches: vec![patch("p.yaml", "Secret")],
-            ..base()
+            patches: vec![patch("p.yaml")],
+            ..of("Secret")
         }));
         assert!(sensitive(Overlay {
-            patches: vec![patch("to-secret.json", "ConfigMap")],
-            ..base()
+            patches: vec![patch("to-secret.json")],
+            ..of("ConfigMap")
         }));
         assert!(sensitive(Overlay {
             secret_generators: vec![ConfigMapGenerator {
