@@ -9,12 +9,11 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::conversion::Endpoint;
 use crate::duration::parse_duration;
-use crate::engine::host::Identity;
 use crate::kind::{KustomizeDir, TemplateError};
 use crate::kinds::declared::pack::{self, PackError};
-use crate::kinds::declared::rbac::Binding;
 use crate::kinds::registry::{Registry, RegistryError};
 use crate::kinds::{KindContext, KindFlags, KindOptions};
+use crate::names::ServiceAccount;
 use crate::partition::shard;
 use crate::source::{ResourceRef, Source};
 
@@ -236,8 +235,8 @@ pub struct RunArgs {
     /// (`--default-service-account`, or a kind naming an account) they are
     /// refused without it (`Ready=False`, reason `Forbidden`), so the
     /// operator's own account writes nothing there. Default: none.
-    #[arg(long, env = "CLUSTER_SERVICE_ACCOUNT", value_parser = Identity::cluster_account)]
-    pub cluster_service_account: Option<Identity>,
+    #[arg(long, env = "CLUSTER_SERVICE_ACCOUNT", value_parser = ServiceAccount::parse)]
+    pub cluster_service_account: Option<ServiceAccount>,
     /// Which controllers run, comma-separated: built-in and declared kinds
     /// by short name (default: all).
     #[arg(long, env = "KINDS", value_delimiter = ',')]
@@ -486,8 +485,8 @@ pub struct PlanArgs {
     pub default_service_account: Option<String>,
     /// As the operator's `--cluster-service-account`: the identity the dry
     /// run of a cluster-scoped resource runs as (NAMESPACE/NAME).
-    #[arg(long, env = "CLUSTER_SERVICE_ACCOUNT", value_parser = Identity::cluster_account)]
-    pub cluster_service_account: Option<Identity>,
+    #[arg(long, env = "CLUSTER_SERVICE_ACCOUNT", value_parser = ServiceAccount::parse)]
+    pub cluster_service_account: Option<ServiceAccount>,
     /// `table` for a person, `json` for CI.
     #[arg(short = 'o', long, value_enum, default_value_t = PlanOutput::Table)]
     pub output: PlanOutput,
@@ -545,17 +544,14 @@ pub struct RbacArgs {
     /// every install's aggregating role: the kind granted to that install
     /// alone (as deploy/rbac/sample.yaml grants the Sample).
     #[arg(long, value_name = "NAMESPACE/NAME", value_parser = parse_binding)]
-    pub bind: Option<Binding>,
+    pub bind: Option<ServiceAccount>,
 }
 
 /// `rbac --bind`: a ServiceAccount as NAMESPACE/NAME.
-fn parse_binding(text: &str) -> Result<Binding, String> {
-    match Identity::cluster_account(text) {
-        Ok(Identity::ServiceAccount { namespace, name }) => Ok(Binding { namespace, name }),
-        _ => Err(format!(
-            "{text:?} is not NAMESPACE/NAME, the ServiceAccount to bind the roles to"
-        )),
-    }
+fn parse_binding(text: &str) -> Result<ServiceAccount, String> {
+    ServiceAccount::parse(text).map_err(|_| {
+        format!("{text:?} is not NAMESPACE/NAME, the ServiceAccount to bind the roles to")
+    })
 }
 
 /// Where the metrics endpoint listens, if anywhere.
@@ -761,7 +757,7 @@ mod tests {
         let Command::Rbac(args) = cli.unwrap().command else {
             panic!()
         };
-        let expected = Binding {
+        let expected = ServiceAccount {
             namespace: "ops".into(),
             name: "operator".into(),
         };

@@ -869,7 +869,7 @@ impl Writer {
             return Ok(named.map_or(Self::Operator, |n| Self::Tenant(n.to_string())));
         }
         match (&settings.cluster_service_account, named) {
-            (Some(account), _) => Ok(account.username().map_or(Self::Operator, Self::Cluster)),
+            (Some(account), _) => Ok(Self::Cluster(account.username())),
             (None, Some(_)) => Err("the kind is cluster-scoped and the install writes as tenants' accounts: its resources are refused until --cluster-service-account names the account they write as".into()),
             (None, None) => Ok(Self::Operator),
         }

@@ -158,10 +158,7 @@ fn setup(ctx: &DefinitionContext) -> Setup {
             },
             ..KindOptions::default()
         },
-        account: ctx.default_service_account.clone(),
-        cluster_account: settings.cluster_service_account.clone(),
-        operator_namespace: settings.operator_namespace.clone(),
-        namespace: settings.namespace.clone(),
+        settings: settings.clone(),
         concurrency: CONCURRENCY,
     }
 }

@@ -8,7 +8,6 @@
 
 pub use super::reconcile::preview::Preview;
 
-pub(crate) use super::model::identity::{Identity, Writers};
 pub(crate) use super::reconcile::runtime::{Engine, ReconcileMetrics, Settings};
 pub(crate) use super::reconcile::serve::{Reconciler, Runtime};
 pub(crate) use super::run::build::Builds;

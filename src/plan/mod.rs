@@ -36,10 +36,10 @@ use self::fleet::Right;
 pub use self::report::Report;
 use self::report::{Change, Failure, Outcome, Reason, ResourcePlan};
 use crate::cli::PlanArgs;
-use crate::engine::host::{Builds, Engine, Identity, Writers};
+use crate::engine::host::{Builds, Engine, Settings};
 use crate::kind::Step;
-use crate::kind::{ObjectId, Owner, Sandbox};
-use crate::kinds::declared::DeclaredKind;
+use crate::kind::{KindInfo, ObjectId, Owner, Sandbox};
+use crate::kinds::declared::{DeclaredKind, kind_info};
 use crate::kinds::registry::Kind;
 use crate::kinds::{KindOptions, OwnedObjects};
 use crate::kubectl::{Kubectl, KubectlConfig};
@@ -154,15 +154,10 @@ pub(crate) struct Setup {
     pub builds: Option<Builds>,
     /// The kinds' options.
     pub options: KindOptions,
-    /// The ServiceAccount the writes of a tenant's resources use unless
-    /// the kind names one (`--default-service-account`).
-    pub account: Option<String>,
-    /// Whose rights the writes of cluster-scoped resources use.
-    pub cluster_account: Option<Identity>,
-    /// The operator's namespace.
-    pub operator_namespace: Option<String>,
-    /// Only the resources of this namespace (default: all).
-    pub namespace: Option<String>,
+    /// The operator's settings: whose rights writes use
+    /// ([`Settings::writer_of`]), and the namespace whose resources are
+    /// planned (`None`: all).
+    pub settings: Settings,
     /// Resources planned at once.
     pub concurrency: usize,
 }
@@ -181,10 +176,13 @@ impl Setup {
         Self {
             builds,
             options: args.common.kind_options(None),
-            account: args.default_service_account.clone(),
-            cluster_account: args.cluster_service_account.clone(),
-            operator_namespace: args.common.operator_namespace.clone(),
-            namespace: args.namespace.clone(),
+            settings: Settings {
+                default_service_account: args.default_service_account.clone(),
+                cluster_service_account: args.cluster_service_account.clone(),
+                operator_namespace: args.common.operator_namespace.clone(),
+                namespace: args.namespace.clone(),
+                ..Settings::default()
+            },
             concurrency: usize::from(args.concurrency),
         }
     }
@@ -208,7 +206,7 @@ pub(crate) async fn fleet(
         client,
         &served.resource,
         served.namespaced(),
-        setup.namespace.as_deref(),
+        setup.settings.namespace.as_deref(),
     )
     .await?;
     let planner = Planner::new(setup, client.clone(), current, change, &served);
@@ -271,9 +269,9 @@ struct Planner<'a> {
     converts: bool,
     dry_run: DryRun,
     builds: Option<Builds>,
-    account: Option<String>,
-    cluster_account: Option<Identity>,
-    operator_namespace: Option<String>,
+    settings: Settings,
+    /// The changed kind, as the engine would serve it.
+    info: KindInfo<kube::core::ApiResource>,
 }
 
 impl<'a> Planner<'a> {
@@ -284,7 +282,6 @@ impl<'a> Planner<'a> {
         change: &'a Loaded,
         served: &DeclaredKind,
     ) -> Self {
-        let reconcile = &change.kind.file.spec.reconcile;
         Self {
             dry_run: DryRun::new(client.clone()),
             client,
@@ -293,9 +290,8 @@ impl<'a> Planner<'a> {
             change,
             converts: versions::converts(served, &change.kind),
             builds: setup.builds.clone(),
-            account: (reconcile.service_account_name.clone()).or_else(|| setup.account.clone()),
-            cluster_account: setup.cluster_account.clone(),
-            operator_namespace: setup.operator_namespace.clone(),
+            settings: setup.settings.clone(),
+            info: kind_info(&change.kind),
         }
     }
 
@@ -448,8 +444,8 @@ impl<'a> Planner<'a> {
     /// Dry runs of every object of `objects`, as the identity that would
     /// write them for `resource`.
     async fn dry_runs(&self, resource: &Value, objects: &Objects, plan: &mut ResourcePlan) {
-        let user = match self.identity(resource) {
-            Ok(identity) => identity.username(),
+        let user = match self.writer(resource) {
+            Ok(user) => user,
             Err(failure) => {
                 plan.failures.push(failure);
                 return;
@@ -490,8 +486,9 @@ impl<'a> Planner<'a> {
         plan.failures.extend(taken.into_iter().flatten());
     }
 
-    /// Whose rights the writes of `resource` use, as the operator decides.
-    fn identity(&self, resource: &Value) -> Result<Identity, Failure> {
+    /// Whose rights the writes of `resource` use, as the operator decides
+    /// (the user to act as; `None`: the operator's own account).
+    fn writer(&self, resource: &Value) -> Result<Option<String>, Failure> {
         let meta = &resource["metadata"];
         let owner = Owner {
             api_version: resource["apiVersion"].as_str().unwrap_or_default().into(),
@@ -500,16 +497,13 @@ impl<'a> Planner<'a> {
             name: meta["name"].as_str().unwrap_or_default().into(),
             uid: meta["uid"].as_str().unwrap_or_default().into(),
         };
-        let writers = Writers {
-            account: self.account.as_deref(),
-            tenant_writes: self.change.kind.namespaced(),
-            cluster_account: self.cluster_account.as_ref(),
-            operator_namespace: self.operator_namespace.as_deref(),
-        };
-        writers.identity_of(&owner).map_err(|refusal| Failure {
-            object: None,
-            reason: Reason::Refused,
-            message: refusal.to_string(),
-        })
+        match self.settings.writer_of(&owner, &self.info) {
+            Ok(identity) => Ok(identity.username()),
+            Err(refusal) => Err(Failure {
+                object: None,
+                reason: Reason::Refused,
+                message: refusal.to_string(),
+            }),
+        }
     }
 }

@@ -12,6 +12,7 @@
 //! operator's own account writes nothing there.
 
 use super::inventory::Owner;
+use crate::names::ServiceAccount;
 
 /// Namespaces whose accounts the engine never acts as (besides the
 /// operator's own namespace).
@@ -33,6 +34,14 @@ pub enum Identity {
 }
 
 impl Identity {
+    /// The identity of acting as `account`.
+    pub fn of(account: &ServiceAccount) -> Self {
+        Self::ServiceAccount {
+            namespace: account.namespace.clone(),
+            name: account.name.clone(),
+        }
+    }
+
     /// The user kubectl acts as (`--as`), `None` for the operator itself.
     pub fn username(&self) -> Option<String> {
         match self {
@@ -67,7 +76,7 @@ pub struct Writers<'a> {
     pub tenant_writes: bool,
     /// The account cluster-scoped resources write as
     /// (`--cluster-service-account`).
-    pub cluster_account: Option<&'a Identity>,
+    pub cluster_account: Option<&'a ServiceAccount>,
     /// The operator's own namespace: its accounts are never acted as for a
     /// resource in it.
     pub operator_namespace: Option<&'a str>,
@@ -115,7 +124,7 @@ impl Writers<'_> {
         let writers = self;
         let Some(namespace) = owner.namespace.as_deref() else {
             return match (writers.cluster_account, writers.account) {
-                (Some(cluster), _) => Ok(cluster.clone()),
+                (Some(cluster), _) => Ok(Identity::of(cluster)),
                 (None, Some(account)) => Err(Refusal::NoClusterAccount {
                     kind: owner.kind.clone(),
                     name: owner.name.clone(),
@@ -138,34 +147,6 @@ impl Writers<'_> {
         Ok(Identity::ServiceAccount {
             namespace: namespace.to_string(),
             name: account.to_string(),
-        })
-    }
-}
-
-impl Identity {
-    /// Parses `--cluster-service-account`: `NAMESPACE/NAME`, a namespace name
-    /// and a ServiceAccount name.
-    pub fn cluster_account(text: &str) -> Result<Self, String> {
-        let (namespace, name) = text.split_once('/').ok_or_else(|| {
-        format!(
-            "{text:?} is not NAMESPACE/NAME (the ServiceAccount cluster-scoped resources write as)"
-        )
-    })?;
-        let namespace_ok = (1..=63).contains(&namespace.len())
-            && namespace
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-            && !namespace.starts_with('-')
-            && !namespace.ends_with('-');
-        if !namespace_ok {
-            return Err(format!(
-                "{namespace:?} is not a namespace name (in {text:?}, NAMESPACE/NAME)"
-            ));
-        }
-        crate::names::check_account_name(name)?;
-        Ok(Identity::ServiceAccount {
-            namespace: namespace.to_string(),
-            name: name.to_string(),
         })
     }
 }
@@ -261,10 +242,11 @@ mod tests {
         }
         // Whether or not the kind writes for tenants: a cluster-scoped kind
         // never does, the install does.
-        let cluster = Identity::cluster_account("platform/cluster-writer").unwrap();
+        let account = ServiceAccount::parse("platform/cluster-writer").unwrap();
+        let cluster = Identity::of(&account);
         for tenant_writes in [true, false] {
             let writers = Writers {
-                cluster_account: Some(&cluster),
+                cluster_account: Some(&account),
                 tenant_writes,
                 ..tenant(Some("deployer"))
             };
@@ -284,7 +266,7 @@ mod tests {
         }
         // Named on an install that does not write as tenants, it is used too.
         let named = Writers {
-            cluster_account: Some(&cluster),
+            cluster_account: Some(&account),
             ..tenant(None)
         };
         assert_eq!(named.identity_of(&owner(None)), Ok(cluster.clone()));
@@ -292,27 +274,5 @@ mod tests {
             cluster.username().as_deref(),
             Some("system:serviceaccount:platform:cluster-writer")
         );
-    }
-
-    #[test]
-    fn the_cluster_account_is_namespace_slash_name() {
-        assert_eq!(
-            Identity::cluster_account("kustomize-operator-system/writer"),
-            Ok(Identity::ServiceAccount {
-                namespace: "kustomize-operator-system".into(),
-                name: "writer".into(),
-            })
-        );
-        for bad in [
-            "writer",
-            "/writer",
-            "ns/",
-            "NS/writer",
-            "ns/Writer",
-            "a/b/c",
-            "-ns/w",
-        ] {
-            assert!(Identity::cluster_account(bad).is_err(), "{bad:?}");
-        }
     }
 }

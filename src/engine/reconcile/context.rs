@@ -10,7 +10,7 @@ use kube::{Resource, ResourceExt};
 
 use super::triggers::Triggers;
 use crate::engine::contract::{Handler, HandlerError};
-use crate::engine::model::identity::{self, Identity};
+use crate::engine::model::identity::Identity;
 use crate::engine::model::inventory::Owner;
 use crate::engine::model::outcome::Failure;
 use crate::engine::model::overlay::Marking;
@@ -77,26 +77,12 @@ impl<H: Handler> Context<H> {
         )
     }
 
-    /// Whose rights the writes of `owner` use: a ServiceAccount of its
-    /// namespace when the kind writes for tenants and an account is named
-    /// (by the kind, else by `--default-service-account`); for a
-    /// cluster-scoped owner the account `--cluster-service-account` names,
-    /// or, in an install writing as tenants without one, none (refused);
-    /// else the operator's own. `Forbidden` when refused.
+    /// Whose rights the writes of `owner` use
+    /// ([`Settings::writer_of`](super::runtime::Settings::writer_of));
+    /// `Forbidden` when refused.
     pub fn identity(&self, owner: &Owner) -> Result<Identity, Failure> {
-        let kind = self.handler.info();
-        let settings = &self.engine.settings;
-        let writers = identity::Writers {
-            account: kind
-                .service_account
-                .as_deref()
-                .or(settings.default_service_account.as_deref()),
-            tenant_writes: kind.tenant_writes,
-            cluster_account: settings.cluster_service_account.as_ref(),
-            operator_namespace: settings.operator_namespace.as_deref(),
-        };
-        writers
-            .identity_of(owner)
+        (self.engine.settings)
+            .writer_of(owner, self.handler.info())
             .map_err(|e| Failure::new(Reason::Forbidden, e.to_string()))
     }
 

@@ -15,14 +15,17 @@ use super::events::Events;
 use super::expiring::Expiring;
 use super::parked::ParkedStatuses;
 use super::status_memo::StatusMemo;
+use crate::engine::contract::KindInfo;
 use crate::engine::live::ownership::Discovery;
 use crate::engine::live::watch::ObjectCache;
-use crate::engine::model::identity::Identity;
+use crate::engine::model::identity::{Identity, Refusal, Writers};
+use crate::engine::model::inventory::Owner;
 use crate::engine::model::templates::KustomizeDir;
 use crate::engine::run::batch::{BatchSettings, Queue};
 use crate::engine::run::build::{self, Builds};
 use crate::engine::run::kubectl_apply::{self, Applied, ApplyJob};
 use crate::kubectl::Kubectl;
+use crate::names::ServiceAccount;
 use crate::partition::share::Entered;
 
 /// How often expired entries are forgotten when no reconcile comes by
@@ -37,8 +40,10 @@ const BACKOFF_MAX: Duration = Duration::from_secs(300);
 /// half of it), a deleted one leaves nothing behind.
 const FAILURES_KEPT: Duration = BACKOFF_MAX.saturating_mul(2);
 
-/// How the engine behaves, shared by every controller.
-#[derive(Debug, Clone)]
+/// How the engine behaves, shared by every controller. `Default` resyncs,
+/// batches and limits nothing: what a `plan` reads of it is only whose
+/// rights writes use ([`Settings::writer_of`]) and the namespace.
+#[derive(Debug, Clone, Default)]
 pub struct Settings {
     /// Re-apply unchanged resources this often, to correct drift.
     pub resync_interval: Duration,
@@ -71,9 +76,28 @@ pub struct Settings {
     /// The ServiceAccount the writes of cluster-scoped resources run as
     /// (`--cluster-service-account`); without it, in an install writing as
     /// tenants, they are refused.
-    pub cluster_service_account: Option<Identity>,
+    pub cluster_service_account: Option<ServiceAccount>,
     /// The operator's own namespace: its accounts are never acted as.
     pub operator_namespace: Option<String>,
+}
+
+impl Settings {
+    /// Whose rights the writes of `owner`, a resource of `kind`, use: a
+    /// ServiceAccount of its namespace when the kind writes for tenants and
+    /// an account is named (by the kind, else by
+    /// `--default-service-account`); for a cluster-scoped owner the account
+    /// `--cluster-service-account` names, or, in an install writing as
+    /// tenants without one, none (refused); else the operator's own. The
+    /// reconcile and `plan` both ask here.
+    pub fn writer_of<D>(&self, owner: &Owner, kind: &KindInfo<D>) -> Result<Identity, Refusal> {
+        let writers = Writers {
+            account: (kind.service_account.as_deref()).or(self.default_service_account.as_deref()),
+            tenant_writes: kind.tenant_writes,
+            cluster_account: self.cluster_service_account.as_ref(),
+            operator_namespace: self.operator_namespace.as_deref(),
+        };
+        writers.identity_of(owner)
+    }
 }
 
 /// What the engine tells of its reconciles: the host's metrics implement

@@ -34,6 +34,26 @@ pub fn finalizer(group: &str) -> String {
     format!("{group}/kustomize-operator")
 }
 
+/// What the engine knows of `kind`: its name, finalizer and API, and
+/// its policy (field conflicts, owner references, whose rights its writes
+/// use).
+pub fn kind_info(kind: &DeclaredKind) -> KindInfo<ApiResource> {
+    let reconcile = &kind.file.spec.reconcile;
+    KindInfo {
+        templates: kind.templates.clone(),
+        takes_back: reconcile.field_conflicts == FieldConflicts::TakeBack,
+        owner_references: reconcile.owner_references,
+        health: true,
+        tenant_writes: kind.namespaced(),
+        service_account: reconcile.service_account_name.clone(),
+        ..KindInfo::new(
+            kind.name(),
+            finalizer(&kind.file.spec.group),
+            kind.resource.clone(),
+        )
+    }
+}
+
 /// Serves one declared kind.
 #[derive(Debug, Clone)]
 pub struct DeclaredHandler {
@@ -51,24 +71,10 @@ pub struct DeclaredHandler {
 impl DeclaredHandler {
     /// The handler of `kind`.
     pub fn new(kind: Arc<DeclaredKind>) -> Self {
-        let reconcile = &kind.file.spec.reconcile;
-        let info = KindInfo {
-            templates: kind.templates.clone(),
-            takes_back: reconcile.field_conflicts == FieldConflicts::TakeBack,
-            owner_references: reconcile.owner_references,
-            health: true,
-            tenant_writes: kind.namespaced(),
-            service_account: reconcile.service_account_name.clone(),
-            ..KindInfo::new(
-                kind.name(),
-                finalizer(&kind.file.spec.group),
-                kind.resource.clone(),
-            )
-        };
         Self {
             reach: reach(&kind),
+            info: kind_info(&kind),
             kind,
-            info,
             readers: Arc::default(),
             rollout: None,
         }

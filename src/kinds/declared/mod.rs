@@ -47,7 +47,7 @@ use kube::api::ApiResource;
 use crate::kind::KustomizeDir;
 
 pub use file::KindFile;
-pub use handler::{DeclaredHandler, REVISION_FIELD, finalizer};
+pub use handler::{DeclaredHandler, REVISION_FIELD, finalizer, kind_info};
 pub use object::DeclaredObject;
 
 /// A kind file that is not right.

@@ -3,7 +3,7 @@
 //! ClusterRole [`AGGREGATING_ROLE`] that an install binds to the operator's
 //! ServiceAccount. Granting a kind to an installed operator is one `kubectl
 //! apply` of this role; it carries no binding. An install grants its own
-//! declared kinds (`deploy/rbac/sample.yaml`) with [`Binding`] instead: a
+//! declared kinds (`deploy/rbac/sample.yaml`) with `rbac --bind` instead: a
 //! role bound to its ServiceAccount, so that deleting the install changes
 //! no source of the aggregating role (the control plane's aggregation
 //! controller, rewriting that role's rules as its sources go, would create
@@ -19,6 +19,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::DeclaredKind;
+use crate::names::ServiceAccount;
 
 /// Verbs on the kind's own resources: the watch, and the finalizer (patch).
 const RESOURCE_VERBS: [&str; 4] = ["get", "list", "watch", "patch"];
@@ -175,16 +176,6 @@ fn by_group(types: &BTreeSet<ObjectType>, verbs: &[&str]) -> Vec<Rule> {
         .collect()
 }
 
-/// A ServiceAccount a kind's ClusterRole is bound to (`rbac --bind`) in
-/// place of [`AGGREGATE_LABEL`]: the kind granted to that account alone.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Binding {
-    /// The account's namespace.
-    pub namespace: String,
-    /// The account's name.
-    pub name: String,
-}
-
 /// The ClusterRole as YAML, with a comment saying where it comes from and
 /// how it reaches the operator: labelled [`AGGREGATE_LABEL`], or with
 /// `bind`, unlabelled and followed by a ClusterRoleBinding of the same name
@@ -192,7 +183,7 @@ pub struct Binding {
 pub fn manifests(
     kind: &DeclaredKind,
     rules: &KindRules,
-    bind: Option<&Binding>,
+    bind: Option<&ServiceAccount>,
 ) -> Result<String, String> {
     let name = format!("kustomize-operator-{}", kind.name());
     let mut labels = serde_json::json!({"app.kubernetes.io/name": "kustomize-operator"});
@@ -221,7 +212,7 @@ pub fn manifests(
 }
 
 /// The comment above a kind's ClusterRole.
-fn header(kind: &DeclaredKind, bind: Option<&Binding>) -> String {
+fn header(kind: &DeclaredKind, bind: Option<&ServiceAccount>) -> String {
     let what = format!(
         "# {} ({}), declared by the kind folder {}/.\n",
         kind.resource.kind,

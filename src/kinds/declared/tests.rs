@@ -700,7 +700,7 @@ fn the_rbac_covers_the_resources_and_what_the_overlay_produces() {
     assert!(yaml.contains(rbac::AGGREGATING_ROLE), "{yaml}");
 
     // Bound (`--bind`): the same rules, no label, a binding to the account.
-    let account = rbac::Binding {
+    let account = crate::names::ServiceAccount {
         namespace: "ops".into(),
         name: "operator".into(),
     };
