@@ -18,8 +18,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use crate::cli::CommonArgs;
-use crate::engine::host::{Builds, Engine};
-use crate::kind::ObjectId;
+use crate::engine::host::Engine;
 use crate::kind::Step;
 use crate::kinds::{OwnedObjects, Preview};
 use crate::kubectl::{Invocation, Kubectl, KubectlConfig};
@@ -123,21 +122,15 @@ async fn prune_preview(kubectl: &Kubectl, output: &Preview) -> Result<bool, Unch
         Some(Ok(_)) if !pruning.has_live_candidates() => return Ok(false),
         Some(Ok(_)) => {}
     }
-    let mut built = BTreeSet::new();
-    if pruning.declared.is_none() {
+    let built = if pruning.declared.is_none() {
         let work = tempfile::Builder::new()
             .prefix("kustomize-operator-diff-")
             .tempdir()
             .map_err(|e| Unchecked(format!("cannot make a temporary directory: {e}")))?;
-        for (step, overlay) in output.steps.iter().zip(&output.overlays) {
-            if let (Step::Apply { .. }, Some(overlay)) = (step, overlay) {
-                let manifests = Builds::build_one(kubectl, work.path(), overlay)
-                    .await
-                    .map_err(|f| Unchecked(f.to_string()))?;
-                built.extend(manifests.iter().filter_map(ObjectId::of_manifest));
-            }
-        }
-    }
+        (output.applied_objects(kubectl, work.path()).await).map_err(Unchecked)?
+    } else {
+        BTreeSet::new()
+    };
     let fates = pruning.fates(&built);
     for fate in &fates {
         println!("{fate}");

@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use crate::cli::{CrdArgs, KindsError, RbacArgs};
+use crate::engine::host::Preview;
 use crate::kinds::declared::rbac;
 use crate::kinds::registry::Kind;
 use crate::kubectl::{Kubectl, KubectlConfig, KubectlError};
@@ -98,13 +99,12 @@ pub async fn rbac_yaml(args: &RbacArgs) -> Result<Vec<(String, String)>, Manifes
         let Kind::Declared(declared) = kind else {
             return Err(ManifestError::Builtin(kind.name().to_string()));
         };
-        let base =
-            crate::engine::host::Builds::build_base(&kubectl, work.path(), &dir, declared.name())
-                .await
-                .map_err(|failure| ManifestError::Base {
-                    file: declared.path.display().to_string(),
-                    reason: failure.to_string(),
-                })?;
+        let base = Preview::base(&kubectl, work.path(), &dir, declared.name())
+            .await
+            .map_err(|reason| ManifestError::Base {
+                file: declared.path.display().to_string(),
+                reason,
+            })?;
         let types = rbac::object_types(declared, &base);
         let rules = rbac::rules(declared, &types);
         let yaml =

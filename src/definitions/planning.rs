@@ -150,7 +150,7 @@ async fn make(
 fn setup(ctx: &DefinitionContext) -> Setup {
     let settings = ctx.engine.settings();
     Setup {
-        builds: Some(ctx.engine.builds().clone()),
+        engine: ctx.engine.clone(),
         options: KindOptions {
             context: KindContext {
                 operator_namespace: settings.operator_namespace.clone(),
@@ -158,7 +158,6 @@ fn setup(ctx: &DefinitionContext) -> Setup {
             },
             ..KindOptions::default()
         },
-        settings: settings.clone(),
         concurrency: CONCURRENCY,
     }
 }

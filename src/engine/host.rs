@@ -10,4 +10,3 @@ pub use super::reconcile::preview::Preview;
 
 pub(crate) use super::reconcile::runtime::{Engine, ReconcileMetrics, Settings};
 pub(crate) use super::reconcile::serve::{Reconciler, Runtime};
-pub(crate) use super::run::build::Builds;

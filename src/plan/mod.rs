@@ -36,13 +36,13 @@ use self::fleet::Right;
 pub use self::report::Report;
 use self::report::{Change, Failure, Outcome, Reason, ResourcePlan};
 use crate::cli::PlanArgs;
-use crate::engine::host::{Builds, Engine, Settings};
+use crate::engine::host::{Engine, Settings};
 use crate::kind::Step;
 use crate::kind::{KindInfo, ObjectId, Owner, Sandbox};
 use crate::kinds::declared::{DeclaredKind, kind_info};
 use crate::kinds::registry::Kind;
 use crate::kinds::{KindOptions, OwnedObjects};
-use crate::kubectl::{Kubectl, KubectlConfig};
+use crate::kubectl::{Kubectl, KubectlConfig, KubectlError};
 
 /// Why there is no plan.
 #[derive(Debug, thiserror::Error)]
@@ -98,6 +98,9 @@ pub enum PlanError {
     /// No temporary directory.
     #[error("cannot make a temporary directory: {0}")]
     Work(#[source] std::io::Error),
+    /// No kubectl to build the overlays with.
+    #[error("a plan builds overlays with kubectl kustomize: {0}")]
+    Kubectl(#[from] KubectlError),
 }
 
 impl PlanError {
@@ -118,6 +121,7 @@ pub async fn plan(args: &PlanArgs) -> Result<Report, PlanError> {
     let isolation = sandbox();
     let change = change::change(args, work.path(), isolation.clone())?;
     let client = client().await?;
+    let setup = Setup::of(args, &client)?;
     let changed = &change.kind;
     let mut rights = vec![Right {
         group: changed.resource.group.clone(),
@@ -142,49 +146,44 @@ pub async fn plan(args: &PlanArgs) -> Result<Report, PlanError> {
             change::definition(&client, changed.name(), namespace, work.path(), isolation).await?
         }
     };
-    let setup = Setup::of(args);
     fleet(&client, &setup, &current, &change).await
 }
 
 /// How a plan builds objects, whose rights its dry runs use, and how
 /// much of the fleet it plans at once.
 pub(crate) struct Setup {
-    /// Where overlays that need `kubectl kustomize` are built (`None`:
-    /// kubectl was not found; such resources fail to build).
-    pub builds: Option<Builds>,
+    /// The engine the plan is a dry run of: its settings (whose rights
+    /// writes use, the namespace planned: `None`, all) and its queue
+    /// building overlays with `kubectl kustomize`.
+    pub engine: Arc<Engine>,
     /// The kinds' options.
     pub options: KindOptions,
-    /// The operator's settings: whose rights writes use
-    /// ([`Settings::writer_of`]), and the namespace whose resources are
-    /// planned (`None`: all).
-    pub settings: Settings,
     /// Resources planned at once.
     pub concurrency: usize,
 }
 
 impl Setup {
-    /// The setup the command line gives, with a build queue of its own.
-    fn of(args: &PlanArgs) -> Self {
-        let builds = KubectlConfig::one_shot(args.kubectl.as_deref())
-            .ok()
-            .map(|mut config| {
-                config.max_concurrent = 2;
-                let kubectl = Kubectl::new(config);
-                let window = std::time::Duration::from_millis(20);
-                Builds::start(kubectl, window, 100, std::env::temp_dir())
-            });
-        Self {
-            builds,
+    /// The setup the command line gives, with an engine of its own that
+    /// only plans.
+    fn of(args: &PlanArgs, client: &Client) -> Result<Self, PlanError> {
+        let mut config = KubectlConfig::one_shot(args.kubectl.as_deref())?;
+        config.max_concurrent = 2;
+        let settings = Settings {
+            default_service_account: args.default_service_account.clone(),
+            cluster_service_account: args.cluster_service_account.clone(),
+            operator_namespace: args.common.operator_namespace.clone(),
+            namespace: args.namespace.clone(),
+            work_dir: std::env::temp_dir(),
+            batch_window: std::time::Duration::from_millis(20),
+            batch_max: 100,
+            ..Settings::default()
+        };
+        let engine = Engine::planning(client.clone(), Kubectl::new(config), settings);
+        Ok(Self {
+            engine: Arc::new(engine),
             options: args.common.kind_options(None),
-            settings: Settings {
-                default_service_account: args.default_service_account.clone(),
-                cluster_service_account: args.cluster_service_account.clone(),
-                operator_namespace: args.common.operator_namespace.clone(),
-                namespace: args.namespace.clone(),
-                ..Settings::default()
-            },
             concurrency: usize::from(args.concurrency),
-        }
+        })
     }
 }
 
@@ -206,7 +205,7 @@ pub(crate) async fn fleet(
         client,
         &served.resource,
         served.namespaced(),
-        setup.settings.namespace.as_deref(),
+        setup.engine.settings().namespace.as_deref(),
     )
     .await?;
     let planner = Planner::new(setup, client.clone(), current, change, &served);
@@ -268,8 +267,7 @@ struct Planner<'a> {
     change: &'a Loaded,
     converts: bool,
     dry_run: DryRun,
-    builds: Option<Builds>,
-    settings: Settings,
+    engine: Arc<Engine>,
     /// The changed kind, as the engine would serve it.
     info: KindInfo<kube::core::ApiResource>,
 }
@@ -289,8 +287,7 @@ impl<'a> Planner<'a> {
             current,
             change,
             converts: versions::converts(served, &change.kind),
-            builds: setup.builds.clone(),
-            settings: setup.settings.clone(),
+            engine: setup.engine.clone(),
             info: kind_info(&change.kind),
         }
     }
@@ -422,18 +419,14 @@ impl<'a> Planner<'a> {
                 Step::DeleteForeign { .. } => continue,
             };
             let Some(overlay) = overlay else { continue };
-            let built = match (overlay.prebuilt(), &self.builds) {
-                (Some(manifests), _) => manifests.to_vec(),
-                (None, Some(builds)) => {
-                    let built = builds.build(overlay, uid.to_string()).await;
+            let built = match overlay.prebuilt() {
+                Some(manifests) => manifests.to_vec(),
+                None => {
+                    let built = self.engine.builds().build(overlay, uid.to_string()).await;
                     let built = built.ok_or_else(|| "the build queue stopped".to_string());
                     built
                         .and_then(|b| b.map_err(|e| e.to_string()))
                         .map_err(|why| failed(Reason::BuildFailed, why))?
-                }
-                (None, None) => {
-                    let why = "the overlay needs kubectl kustomize, and kubectl was not found (--kubectl)";
-                    return Err(failed(Reason::BuildFailed, why.into()));
                 }
             };
             objects.extend(built.into_iter().map(|o| (o, applied.clone())));
@@ -497,7 +490,7 @@ impl<'a> Planner<'a> {
             name: meta["name"].as_str().unwrap_or_default().into(),
             uid: meta["uid"].as_str().unwrap_or_default().into(),
         };
-        match self.settings.writer_of(&owner, &self.info) {
+        match self.engine.settings().writer_of(&owner, &self.info) {
             Ok(identity) => Ok(identity.username()),
             Err(refusal) => Err(Failure {
                 object: None,

@@ -11,6 +11,7 @@
 //! them go depends on what the overlays build, which `diff` learns.
 
 use std::collections::BTreeSet;
+use std::path::Path;
 
 use kube::Client;
 use kube::api::ObjectMeta;
@@ -23,6 +24,8 @@ use crate::engine::model::inventory::{ObjectId, Owner};
 use crate::engine::model::overlay::RenderedOverlay;
 use crate::engine::model::status::Reason;
 use crate::engine::model::templates::KustomizeDir;
+use crate::engine::run::build::Builds;
+use crate::kubectl::Kubectl;
 
 /// What a reconcile of a resource would do.
 #[derive(Debug)]
@@ -80,6 +83,38 @@ impl Preview {
             overlays,
             takes_back: handler.info().takes_back,
         })
+    }
+
+    /// The objects its `Apply` steps build, each overlay on its own (in
+    /// memory when the engine builds it itself, else one `kubectl
+    /// kustomize` run in `work_dir`); or why one did not build.
+    pub(crate) async fn applied_objects(
+        &self,
+        kubectl: &Kubectl,
+        work_dir: &Path,
+    ) -> Result<BTreeSet<ObjectId>, String> {
+        let mut built = BTreeSet::new();
+        for (step, overlay) in self.steps.iter().zip(&self.overlays) {
+            if let (Step::Apply { .. }, Some(overlay)) = (step, overlay) {
+                let manifests = Builds::build_one(kubectl, work_dir, overlay)
+                    .await
+                    .map_err(|f| f.to_string())?;
+                built.extend(manifests.iter().filter_map(ObjectId::of_manifest));
+            }
+        }
+        Ok(built)
+    }
+
+    /// What the base of the kind folder `kind` of `dir` builds to, as a
+    /// reconcile would build it, offline (`rbac` reads from it the types
+    /// of object the kind applies); or why it does not build.
+    pub(crate) async fn base(
+        kubectl: &Kubectl,
+        work_dir: &Path,
+        dir: &KustomizeDir,
+        kind: &str,
+    ) -> Result<Vec<serde_json::Value>, String> {
+        (Builds::build_base(kubectl, work_dir, dir, kind).await).map_err(|f| f.to_string())
     }
 }
 

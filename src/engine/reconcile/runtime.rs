@@ -113,12 +113,10 @@ pub trait ReconcileMetrics: Send + Sync {
     fn skipped(&self, kind: &str);
 }
 
-/// Tells nothing (the mocked API's scenarios).
-#[cfg(test)]
+/// Tells nothing (an engine that only plans; the mocked API's scenarios).
 #[derive(Debug, Default)]
 pub struct NoMetrics;
 
-#[cfg(test)]
 impl ReconcileMetrics for NoMetrics {
     fn started(&self, _: &str) -> Box<dyn Send> {
         Box::new(())
@@ -213,6 +211,15 @@ impl Engine {
             applies,
             discovery,
         }
+    }
+
+    /// An engine that only plans (`plan`): no kind folders of its own (a
+    /// planned kind brings its templates), no metrics. A plan uses its
+    /// settings (whose rights writes use, the namespace planned) and its
+    /// build queue.
+    pub fn planning(client: Client, kubectl: Kubectl, settings: Settings) -> Self {
+        let templates = Arc::new(KustomizeDir::default());
+        Self::new(client, kubectl, templates, settings, Arc::new(NoMetrics))
     }
 
     /// The engine, its watches reading with `reader` (a client naming the

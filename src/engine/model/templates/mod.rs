@@ -109,6 +109,21 @@ pub struct KustomizeDir {
     roots: BTreeMap<String, PathBuf>,
 }
 
+impl Default for KustomizeDir {
+    /// No kind folders (an engine that only plans, whose kinds bring
+    /// their own).
+    fn default() -> Self {
+        Self {
+            templates: Templates {
+                renderer: Renderer::Here(Arc::new(CompiledTemplates { tera: new_tera() })),
+                sources: Arc::new(TemplateSources::new(TemplateFlavor::Files, Vec::new())),
+            },
+            bases: BTreeMap::new(),
+            roots: BTreeMap::new(),
+        }
+    }
+}
+
 /// The folders of a kind folder that hold templates.
 const TEMPLATE_DIRS: [&str; 2] = ["patches", "resources"];
 
