@@ -41,8 +41,8 @@ const BACKOFF_MAX: Duration = Duration::from_secs(300);
 const FAILURES_KEPT: Duration = BACKOFF_MAX.saturating_mul(2);
 
 /// How the engine behaves, shared by every controller. `Default` resyncs,
-/// batches and limits nothing: what a `plan` reads of it is only whose
-/// rights writes use ([`Settings::writer_of`]) and the namespace.
+/// batches and limits nothing: the operator sets every field from its
+/// flags, an engine that only plans ([`Engine::planning`]) what it uses.
 #[derive(Debug, Clone, Default)]
 pub struct Settings {
     /// Re-apply unchanged resources this often, to correct drift.
