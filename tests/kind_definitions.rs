@@ -1801,6 +1801,17 @@ async fn plan_names_the_one_greeting_of_20_a_template_would_break_and_passes_a_g
     let (code, report, err) = plan_json(&kind, &["-n", &ns.name]);
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(report["summary"]["unchanged"], 20, "{report:#}");
+
+    // Without a kubectl to build with, no plan at all: said at once,
+    // rather than a build failure for each resource.
+    let missing = kind.folder.join("no-kubectl");
+    let missing = missing.display().to_string();
+    let (code, report, err) = plan_json(&kind, &["-n", &ns.name, "--kubectl", &missing]);
+    assert_eq!(code, Some(2), "{report:#}\n{err}");
+    assert!(
+        err.contains("a plan builds overlays with kubectl kustomize"),
+        "{err}"
+    );
 }
 
 #[tokio::test]

@@ -732,8 +732,8 @@ proptest! {
     ) {
         let built = match build(&resource, &[]) {
             Ok(built) => built,
-            Err(e) if e.refusal().is_some() => {
-                let e = e.refusal().expect("a refusal");
+            Err(e) if e.unrendered().is_some() => {
+                let e = e.unrendered().expect("why it did not render");
                 // What a schema cannot say: a name too long for a label, a
                 // character kustomize cannot carry.
                 prop_assert!(e.is_permanent(), "{kind}: {e}");

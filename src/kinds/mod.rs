@@ -122,8 +122,9 @@ pub enum RenderError {
 }
 
 impl RenderError {
-    /// Why the resource did not render, as its reconcile would report it.
-    pub fn refusal(&self) -> Option<&HandlerError> {
+    /// Why the resource did not render, as its reconcile would report it:
+    /// the kind's refusal, or its overlay's render failure (`RenderFailed`).
+    pub fn unrendered(&self) -> Option<&HandlerError> {
         match self {
             Self::Unrendered(e) => Some(e),
             _ => None,
