@@ -9,13 +9,17 @@ use tracing::Span;
 /// ([`record_revision`]).
 const REVISION: &str = "revision";
 
-/// The span of one reconcile of the resource `meta` of `kind`.
+/// The span of one reconcile of the resource `meta` of `kind`: a root,
+/// though kube-runtime starts each reconcile inside its own span, whose
+/// object is the runtime's store key (a `ServedResource` of a made-up
+/// group, the kind folded into the namespace), not the resource.
 pub(crate) fn reconcile_span(kind: &str, meta: &ObjectMeta) -> Span {
     let object = match &meta.namespace {
         Some(namespace) => format!("{namespace}/{}", meta.name.as_deref().unwrap_or_default()),
         None => meta.name.clone().unwrap_or_default(),
     };
     tracing::info_span!(
+        parent: None,
         "reconcile",
         kind,
         object,
@@ -92,5 +96,36 @@ mod tests {
         assert_eq!(span["object"], "team-a/hello");
         assert_eq!(span["generation"], 3);
         assert_eq!(span["revision"], 2);
+    }
+
+    /// Started inside kube-runtime's span for the store's key, a reconcile's
+    /// log lines carry its own span alone: not the key, which names no
+    /// real kind.
+    #[test]
+    fn a_reconcile_span_is_a_root_whatever_span_starts_it() {
+        let lines = LogLines::default();
+        let writer = lines.clone();
+        let layer = tracing_subscriber::fmt::layer()
+            .json()
+            .with_writer(move || writer.clone());
+        let subscriber = tracing_subscriber::registry().with(layer);
+        let meta = ObjectMeta {
+            namespace: Some("team-a".into()),
+            name: Some("hello".into()),
+            ..ObjectMeta::default()
+        };
+        tracing::subscriber::with_default(subscriber, || {
+            let key = "ServedResource.v1.kustomize-operator.io/hello.greeting/team-a";
+            let runtime = tracing::info_span!("reconciling object", "object.ref" = key);
+            let reconcile = runtime.in_scope(|| reconcile_span("Greeting", &meta));
+            let _inside = reconcile.entered();
+            tracing::warn!("applying failed");
+        });
+        let text = lines.text();
+        let line: serde_json::Value = serde_json::from_str(text.trim()).expect(&text);
+        let spans = line["spans"].as_array().expect(&text);
+        assert_eq!(spans.len(), 1, "{text}");
+        assert_eq!(spans[0]["name"], "reconcile", "{text}");
+        assert!(!text.contains("ServedResource"), "{text}");
     }
 }
