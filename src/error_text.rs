@@ -93,6 +93,22 @@ pub fn watch_path_not_served(e: &watcher::Error) -> bool {
     }
 }
 
+/// A failed reconcile under a finalizer (`kube::runtime::finalizer`), in
+/// words: the reconcile's own error as it says it, a deletion's behind
+/// "deleting", the finalizer's patches by name. kube-runtime's `Display`
+/// says "failed to apply object" of any failed reconcile, though nothing
+/// may have been applied.
+pub fn finalizer<E: StdError + 'static>(e: &kube::runtime::finalizer::Error<E>) -> String {
+    use kube::runtime::finalizer::Error;
+    match e {
+        Error::ApplyFailed(e) => any(e),
+        Error::CleanupFailed(e) => format!("deleting: {}", any(e)),
+        Error::AddFinalizer(e) => format!("adding the finalizer: {}", kube(e)),
+        Error::RemoveFinalizer(e) => format!("removing the finalizer: {}", kube(e)),
+        other => any(other),
+    }
+}
+
 /// Any error, in words: the kinds above as they say, any other error as
 /// its own message followed by its sources' (each said once).
 pub fn any(e: &(dyn StdError + 'static)) -> String {
@@ -532,6 +548,25 @@ mod tests {
             said.starts_with("failed to add finalizer: the API server does not serve"),
             "{said}"
         );
+    }
+
+    /// kube-runtime would say "failed to apply object" of a reconcile that
+    /// failed before applying anything.
+    #[test]
+    fn a_failed_reconcile_is_said_in_its_own_words() {
+        use kube::runtime::finalizer::Error;
+        let failed = || std::io::Error::other("FetchFailed: fetching the EUR/USD rate: no DNS");
+        assert_eq!(
+            finalizer(&Error::ApplyFailed(failed())),
+            "FetchFailed: fetching the EUR/USD rate: no DNS"
+        );
+        assert_eq!(
+            finalizer(&Error::CleanupFailed(failed())),
+            "deleting: FetchFailed: fetching the EUR/USD rate: no DNS"
+        );
+        let patch = finalizer(&Error::<std::io::Error>::AddFinalizer(invalid()));
+        assert!(patch.starts_with("adding the finalizer: "), "{patch}");
+        assert!(!patch.contains("Status {"), "{patch}");
     }
 
     #[test]

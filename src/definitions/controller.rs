@@ -193,7 +193,7 @@ fn error_policy(def: &DynamicObject, error: &FinalizerError) -> Action {
         tracing::debug!(definition = %def.name_any(), crd, "waiting for the CRD to be removed");
         return Action::requeue(deletion::CRD_RECHECK);
     }
-    let error = crate::error_text::any(error);
+    let error = crate::error_text::finalizer(error);
     tracing::warn!(definition = %def.name_any(), %error, "reconciling a KindDefinition failed");
     Action::requeue(RECHECK_SOON)
 }

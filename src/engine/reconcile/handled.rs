@@ -284,12 +284,12 @@ pub(super) fn error_policy<H: Handler>(
     };
     let key = ctx.key(&obj);
     if permanent {
-        tracing::info!(object = %key, error = %crate::error_text::any(error), "waiting for the resource to change");
+        tracing::info!(object = %key, error = %crate::error_text::finalizer(error), "waiting for the resource to change");
         return Action::await_change();
     }
     let failures = engine.failure_count(&key, true);
     let delay = backoff(failures);
-    tracing::warn!(object = %key, error = %crate::error_text::any(error), failures, retry_in_ms = delay.as_millis() as u64, "reconcile failed");
+    tracing::warn!(object = %key, error = %crate::error_text::finalizer(error), failures, retry_in_ms = delay.as_millis() as u64, "reconcile failed");
     Action::requeue(delay)
 }
 
