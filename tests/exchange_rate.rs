@@ -469,6 +469,8 @@ async fn an_https_provider_is_fetched_once_its_ca_is_trusted_and_refused_before(
         )) && message.contains("invalid peer certificate: UnknownIssuer"),
         "{message}"
     );
+    // Its first fetch: there is no last value to keep.
+    assert!(!message.contains("keeping the last value"), "{message}");
     assert_eq!(
         provider.requests(),
         0,
@@ -583,6 +585,7 @@ async fn a_failing_provider_keeps_the_last_value() {
         let s = wait_fetch_failed(&api, "jpy").await;
         let message = &s.common.condition(ConditionType::Ready).unwrap().message;
         assert!(message.contains(expected), "{mode:?}: {message}");
+        assert!(message.contains("keeping the last value"), "{message}");
         // The last good value stays, in status and in its ConfigMap.
         assert_eq!(s.rate.rate.as_deref(), Some("1.5"), "{mode:?}");
         assert_eq!(s.rate.config_map_name.as_deref(), Some(good_cm.as_str()));

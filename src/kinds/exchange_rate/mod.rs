@@ -507,6 +507,12 @@ impl Handler for ExchangeRateHandler {
                 now,
             });
         };
+        // A first fetch has no last value to keep.
+        let kept = if last.is_some() {
+            "; keeping the last value"
+        } else {
+            ""
+        };
         let rate = self
             .provider
             .fetch(&desired.base, &desired.currency)
@@ -515,7 +521,7 @@ impl Handler for ExchangeRateHandler {
                 HandlerError::transient(
                     Reason::FetchFailed,
                     format!(
-                        "fetching the {}/{} rate ({}): {e}; keeping the last value",
+                        "fetching the {}/{} rate ({}): {e}{kept}",
                         desired.base,
                         desired.currency,
                         refresh.as_str()
