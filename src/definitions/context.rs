@@ -52,8 +52,6 @@ pub(super) struct DefinitionContext {
     pub taken: Vec<Taken>,
     /// Where definitions are unpacked while they are checked.
     pub work_dir: PathBuf,
-    /// The operator's `--default-service-account`.
-    pub default_service_account: Option<String>,
     /// The most bytes the definitions served may hold together.
     pub budget: usize,
     /// Where the definitions' templates render.

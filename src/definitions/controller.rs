@@ -751,7 +751,7 @@ async fn rights_condition(
         .reconcile
         .service_account_name
         .as_deref()
-        .or(ctx.default_service_account.as_deref());
+        .or(ctx.engine.settings().default_service_account.as_deref());
     let writer = match Writer::of(kind.namespaced(), named, ctx.engine.settings()) {
         Ok(writer) => writer,
         Err(message) => {

@@ -73,8 +73,6 @@ pub struct Config {
     /// The kinds the operator serves from folders and built in: their
     /// names and CRDs are not free for a definition.
     pub static_kinds: Vec<Kind>,
-    /// The operator's `--default-service-account`.
-    pub default_service_account: Option<String>,
     /// The most bytes the definitions served may hold together.
     pub budget: usize,
     /// Where the definitions' templates render (`None`: in process, for
@@ -123,7 +121,6 @@ pub(crate) async fn serve(
         engine,
         taken,
         work_dir,
-        default_service_account: config.default_service_account,
         isolation: config.isolation,
         webhook: config.webhook,
         applied_crds: crds::Applied::default(),

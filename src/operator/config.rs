@@ -123,7 +123,6 @@ pub(super) async fn definitions_config(
             metrics: metrics.clone(),
             selector: args.kind_definition_selector.clone(),
             static_kinds: static_kinds.to_vec(),
-            default_service_account: args.default_service_account.clone(),
             isolation: sandbox(args),
             budget: usize::try_from(args.kind_definitions_budget_kib << 10).unwrap_or(usize::MAX),
             webhook,
