@@ -257,7 +257,7 @@ pub struct RunArgs {
     /// whose Pods never become available) make their resource Stalled.
     #[arg(long, env = "HEALTH_TIMEOUT", default_value = "5m", value_parser = parse_duration)]
     pub health_timeout: Duration,
-    /// Keep the last overlay of each resource at DIR/<kind>/<namespace>/<name>/.
+    /// Keep the last overlay of each resource at `DIR/<kind>/<namespace>/<name>/`.
     #[arg(long, env = "KEEP_OVERLAYS")]
     pub keep_overlays: Option<PathBuf>,
     /// Where temporary overlays and kubectl's cache go (default: $TMPDIR/kustomize-operator).

@@ -37,7 +37,7 @@ pub struct Preview {
     /// The kind's own status fields the plan writes, as JSON.
     pub status: Option<serde_json::Value>,
     /// The engine takes back fields other managers changed on the
-    /// resource's existing objects ([`KindInfo::takes_back`]).
+    /// resource's existing objects ([`KindInfo::takes_back`](crate::engine::contract::KindInfo::takes_back)).
     pub takes_back: bool,
     /// What a run would prune from.
     pub(crate) pruning: Pruning,

@@ -14,7 +14,7 @@
 //!   page by page against the rule's share of `--copyrator-max-bytes` (the
 //!   cap over the number of target namespaces) before they are held: a rule
 //!   over it is `TooLarge` having held one page at a time
-//!   ([`paging`](super::paging), [`budget`](super::budget));
+//!   ([`paging`], [`budget`](super::budget));
 //! - only where a wanted copy is not among them: the names of the objects of
 //!   that kind in that namespace, metadata only, to find same-named objects
 //!   the rule did not create.

@@ -4,7 +4,7 @@
 //! engine serves such a kind through the same path as a Rust kind, on
 //! [`DeclaredObject`]s (`object`: compact JSON text beside the metadata).
 //!
-//! - [`file`]: the kind file's format;
+//! - [`file`](mod@file): the kind file's format;
 //! - `validate`: every check, each error naming the file and the field;
 //! - [`crd`]: the CRD generated from it;
 //! - `example`: a made-up resource with every field set, rendered once to

@@ -18,7 +18,7 @@ use serde_json::{Map, Value};
 
 use crate::dynamic_kind::dynamic_kind;
 
-/// One resource of a declared kind; its kind is an [`ApiResource`].
+/// One resource of a declared kind; its kind is an [`ApiResource`](kube::core::ApiResource).
 #[derive(Clone, Debug, PartialEq)]
 pub struct DeclaredObject {
     /// `apiVersion` and `kind`, when the object names them.
