@@ -68,27 +68,37 @@ mod tests {
     use super::*;
     use tracing_subscriber::layer::SubscriberExt;
 
-    #[test]
-    fn a_log_line_inside_a_reconcile_names_the_kind_the_resource_its_generation_and_revision() {
+    /// The resource `team-a/hello` at generation 3.
+    fn hello() -> ObjectMeta {
+        ObjectMeta {
+            namespace: Some("team-a".into()),
+            name: Some("hello".into()),
+            generation: Some(3),
+            ..ObjectMeta::default()
+        }
+    }
+
+    /// The one JSON log line `log` writes, and the whole text.
+    fn logged(log: impl FnOnce()) -> (serde_json::Value, String) {
         let lines = LogLines::default();
         let writer = lines.clone();
         let layer = tracing_subscriber::fmt::layer()
             .json()
             .with_writer(move || writer.clone());
         let subscriber = tracing_subscriber::registry().with(layer);
-        let meta = ObjectMeta {
-            namespace: Some("team-a".into()),
-            name: Some("hello".into()),
-            generation: Some(3),
-            ..ObjectMeta::default()
-        };
-        tracing::subscriber::with_default(subscriber, || {
-            let _inside = reconcile_span("Greeting", &meta).entered();
+        tracing::subscriber::with_default(subscriber, log);
+        let text = lines.text();
+        let line = serde_json::from_str(text.trim()).expect(&text);
+        (line, text)
+    }
+
+    #[test]
+    fn a_log_line_inside_a_reconcile_names_the_kind_the_resource_its_generation_and_revision() {
+        let (line, _) = logged(|| {
+            let _inside = reconcile_span("Greeting", &hello()).entered();
             record_revision(2);
             tracing::warn!("applying failed");
         });
-        let text = lines.text();
-        let line: serde_json::Value = serde_json::from_str(text.trim()).expect(&text);
         assert_eq!(line["fields"]["message"], "applying failed");
         let span = &line["span"];
         assert_eq!(span["name"], "reconcile");
@@ -103,26 +113,13 @@ mod tests {
     /// real kind.
     #[test]
     fn a_reconcile_span_is_a_root_whatever_span_starts_it() {
-        let lines = LogLines::default();
-        let writer = lines.clone();
-        let layer = tracing_subscriber::fmt::layer()
-            .json()
-            .with_writer(move || writer.clone());
-        let subscriber = tracing_subscriber::registry().with(layer);
-        let meta = ObjectMeta {
-            namespace: Some("team-a".into()),
-            name: Some("hello".into()),
-            ..ObjectMeta::default()
-        };
-        tracing::subscriber::with_default(subscriber, || {
+        let (line, text) = logged(|| {
             let key = "ServedResource.v1.kustomize-operator.io/hello.greeting/team-a";
             let runtime = tracing::info_span!("reconciling object", "object.ref" = key);
-            let reconcile = runtime.in_scope(|| reconcile_span("Greeting", &meta));
+            let reconcile = runtime.in_scope(|| reconcile_span("Greeting", &hello()));
             let _inside = reconcile.entered();
             tracing::warn!("applying failed");
         });
-        let text = lines.text();
-        let line: serde_json::Value = serde_json::from_str(text.trim()).expect(&text);
         let spans = line["spans"].as_array().expect(&text);
         assert_eq!(spans.len(), 1, "{text}");
         assert_eq!(spans[0]["name"], "reconcile", "{text}");
