@@ -24,31 +24,17 @@ pub enum Identity {
     /// The operator's own account.
     #[default]
     Operator,
-    /// A ServiceAccount, impersonated.
-    ServiceAccount {
-        /// Its namespace (the resource's).
-        namespace: String,
-        /// Its name.
-        name: String,
-    },
+    /// A ServiceAccount (of the resource's namespace, or the cluster
+    /// account), impersonated.
+    ServiceAccount(ServiceAccount),
 }
 
 impl Identity {
-    /// The identity of acting as `account`.
-    pub fn of(account: &ServiceAccount) -> Self {
-        Self::ServiceAccount {
-            namespace: account.namespace.clone(),
-            name: account.name.clone(),
-        }
-    }
-
     /// The user kubectl acts as (`--as`), `None` for the operator itself.
     pub fn username(&self) -> Option<String> {
         match self {
             Self::Operator => None,
-            Self::ServiceAccount { namespace, name } => {
-                Some(format!("system:serviceaccount:{namespace}:{name}"))
-            }
+            Self::ServiceAccount(account) => Some(account.username()),
         }
     }
 }
@@ -57,9 +43,7 @@ impl std::fmt::Display for Identity {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Operator => f.write_str("the operator's own account"),
-            Self::ServiceAccount { namespace, name } => {
-                write!(f, "ServiceAccount {namespace}/{name}")
-            }
+            Self::ServiceAccount(account) => write!(f, "ServiceAccount {account}"),
         }
     }
 }
@@ -124,7 +108,7 @@ impl Writers<'_> {
         let writers = self;
         let Some(namespace) = owner.namespace.as_deref() else {
             return match (writers.cluster_account, writers.account) {
-                (Some(cluster), _) => Ok(Identity::of(cluster)),
+                (Some(cluster), _) => Ok(Identity::ServiceAccount(cluster.clone())),
                 (None, Some(account)) => Err(Refusal::NoClusterAccount {
                     kind: owner.kind.clone(),
                     name: owner.name.clone(),
@@ -144,10 +128,10 @@ impl Writers<'_> {
                 account: account.to_string(),
             });
         }
-        Ok(Identity::ServiceAccount {
+        Ok(Identity::ServiceAccount(ServiceAccount {
             namespace: namespace.to_string(),
             name: account.to_string(),
-        })
+        }))
     }
 }
 
@@ -243,7 +227,7 @@ mod tests {
         // Whether or not the kind writes for tenants: a cluster-scoped kind
         // never does, the install does.
         let account = ServiceAccount::parse("platform/cluster-writer").unwrap();
-        let cluster = Identity::of(&account);
+        let cluster = Identity::ServiceAccount(account.clone());
         for tenant_writes in [true, false] {
             let writers = Writers {
                 cluster_account: Some(&account),

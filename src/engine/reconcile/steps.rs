@@ -754,17 +754,17 @@ fn is_forbidden(record: &CommandRecord) -> bool {
 /// account does not exist (impersonating one that does not exist is
 /// allowed, and every write is then refused).
 async fn explain_forbidden(engine: &Engine, identity: &Identity, mut failure: Failure) -> Failure {
-    let Identity::ServiceAccount { namespace, name } = identity else {
+    let Identity::ServiceAccount(account) = identity else {
         return failure;
     };
     if failure.reason != Reason::Forbidden {
         return failure;
     }
     let accounts: kube::Api<ServiceAccount> =
-        kube::Api::namespaced(engine.client.clone(), namespace);
-    if let Ok(None) = accounts.get_metadata_opt(name).await {
+        kube::Api::namespaced(engine.client.clone(), &account.namespace);
+    if let Ok(None) = accounts.get_metadata_opt(&account.name).await {
         failure.message = format!(
-            "ServiceAccount {namespace}/{name} does not exist: create it and grant it the rights this kind's objects need ({})",
+            "ServiceAccount {account} does not exist: create it and grant it the rights this kind's objects need ({})",
             failure.message
         );
     }
@@ -988,10 +988,10 @@ mod tests {
             stderr: "Error from server (Forbidden): deployments.apps \"web\" is forbidden: User \"system:serviceaccount:t:deployer\" cannot patch resource \"deployments\" in API group \"apps\" in the namespace \"t\"\n".into(),
             ..Default::default()
         };
-        let identity = Identity::ServiceAccount {
+        let identity = Identity::ServiceAccount(crate::names::ServiceAccount {
             namespace: "t".into(),
             name: "deployer".into(),
-        };
+        });
         let failure = apply_failure(record, Reason::ApplyFailed, &identity);
         assert_eq!(failure.reason, Reason::Forbidden);
         assert!(

@@ -205,9 +205,11 @@ mod tests {
             force_conflicts: force,
             identity,
         };
-        let tenant = || Identity::ServiceAccount {
-            namespace: "a".into(),
-            name: "deployer".into(),
+        let tenant = || {
+            Identity::ServiceAccount(crate::names::ServiceAccount {
+                namespace: "a".into(),
+                name: "deployer".into(),
+            })
         };
         let job = |force| job(force, Identity::Operator);
         assert_ne!(job(true).key(), job(false).key());
