@@ -1,6 +1,16 @@
 //! The syntax of Kubernetes object names, checked before the API server
 //! would refuse one (label syntax is [`crate::label`]'s).
 
+/// True for a DNS label (RFC 1123): 1 to 63 lower-case alphanumerics and
+/// `-`, alphanumeric at both ends; a namespace's name, for one.
+pub fn is_dns_label(s: &str) -> bool {
+    (1..=63).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
 /// Checks a ServiceAccount name: a DNS subdomain (lower-case
 /// alphanumerics, `-` and `.`, at most 253, alphanumeric at both ends).
 pub fn check_account_name(name: &str) -> Result<(), String> {
@@ -35,13 +45,7 @@ impl ServiceAccount {
         let (namespace, name) = text
             .split_once('/')
             .ok_or_else(|| format!("{text:?} is not NAMESPACE/NAME (a ServiceAccount)"))?;
-        let namespace_ok = (1..=63).contains(&namespace.len())
-            && namespace
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-            && !namespace.starts_with('-')
-            && !namespace.ends_with('-');
-        if !namespace_ok {
+        if !is_dns_label(namespace) {
             return Err(format!(
                 "{namespace:?} is not a namespace name (in {text:?}, NAMESPACE/NAME)"
             ));

@@ -85,14 +85,7 @@ impl Scope {
 /// labels), spaces around them ignored.
 pub fn parse_namespace(value: &str) -> Result<String, String> {
     let name = value.trim();
-    let valid = !name.is_empty()
-        && name.len() <= 63
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !name.starts_with('-')
-        && !name.ends_with('-');
-    if valid {
+    if crate::names::is_dns_label(name) {
         Ok(name.to_string())
     } else {
         Err(format!(

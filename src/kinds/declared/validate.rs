@@ -13,6 +13,7 @@ use super::versions::round_trip;
 
 use crate::kind::CommonStatus;
 use crate::kind::ObjectId;
+use crate::names::is_dns_label;
 
 type Result<T> = std::result::Result<T, KindFileError>;
 
@@ -99,15 +100,6 @@ fn check_versions(path: &Path, file: &KindFile) -> Result<()> {
         })?;
     }
     Ok(())
-}
-
-fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
 }
 
 fn check_names(path: &Path, file: &KindFile) -> Result<()> {
